@@ -1,0 +1,152 @@
+//! GCRA, the generic cell rate algorithm: one timestamp, the theoretical arrival time (TAT).
+//!
+//! ```text
+//! tat = max(stored_tat, now);  new = tat + cost*T
+//! allowed iff new - now <= burst*T                     -> store new
+//! remaining = (now + burst*T - (allowed ? new : tat)) / T
+//! retry_after = new - burst*T - now (denied);  reset_after = (allowed ? new : tat) - now
+//! ```
+//! This is the one correct row of seed 000's off-by-one bestiary: tolerance `(burst-1)*T`
+//! compared with `>=`, written here as `new - now <= burst*T`. It admits exactly `burst` at once
+//! from idle and `burst + floor(L/T)` in any closed interval of length `L`.
+
+use super::{RateState, cost_ns};
+use crate::{Decision, Error, Limit};
+
+/// GCRA state: the theoretical arrival time in ns since the epoch (0 for a key with no history).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct Gcra {
+    /// When the schedule is next free; `max(tat, now)` makes any past value mean "idle".
+    pub tat: u64,
+}
+
+impl RateState for Gcra {
+    fn idle(_: &Limit) -> Self {
+        Gcra { tat: 0 }
+    }
+
+    fn check(&mut self, now: u64, limit: &Limit, cost: u64) -> Result<Decision, Error> {
+        limit.check_cost(cost)?;
+        let (decision, next) = decide(self.tat, now, limit, cost)?;
+        if let Some(tat) = next {
+            self.tat = tat;
+        }
+        Ok(decision)
+    }
+
+    fn idle_at(&self, _: &Limit) -> u64 {
+        self.tat
+    }
+}
+
+/// The GCRA step on a bare TAT: the decision and, when the request consumed capacity, the TAT
+/// to store. Used directly by stores that keep the TAT in an atomic. The cost must already have
+/// been checked against the limit's capacity.
+pub(crate) fn decide(tat: u64, now: u64, limit: &Limit, cost: u64) -> Result<(Decision, Option<u64>), Error> {
+    let t = limit.emission_interval_ns();
+    let tolerance = limit.tolerance_ns();
+    let tat = tat.max(now);
+    let new = tat
+        .checked_add(cost_ns(limit, cost)?)
+        .ok_or(Error::Overflow("theoretical arrival time beyond 2^64 ns"))?;
+    let allowed = new - now <= tolerance;
+    let ahead = if allowed { new } else { tat } - now;
+    let decision = Decision {
+        allowed,
+        limit: limit.burst(),
+        remaining: tolerance.saturating_sub(ahead) / t,
+        retry_after_ns: if allowed { 0 } else { new - now - tolerance },
+        reset_after_ns: ahead,
+    };
+    Ok((decision, (allowed && cost > 0).then_some(new)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Algorithm;
+    use crate::algorithm::test_util::{MS, SEC, T0, allowed, denied, limit};
+
+    #[test]
+    fn burst_from_idle_then_one_per_emission_interval() {
+        let l = limit(Algorithm::Gcra, "10/s");
+        let mut s = Gcra::idle(&l);
+        for i in 0..10 {
+            assert_eq!(s.check(T0, &l, 1).unwrap(), allowed(10, 9 - i, (i + 1) * 100 * MS));
+        }
+        assert_eq!(s.check(T0, &l, 1).unwrap(), denied(10, 0, 100 * MS, SEC));
+        assert_eq!(s.check(T0 + 100 * MS - 1, &l, 1).unwrap(), denied(10, 0, 1, SEC - 100 * MS + 1));
+        assert_eq!(s.check(T0 + 100 * MS, &l, 1).unwrap(), allowed(10, 0, SEC));
+    }
+
+    /// Seed 002's walk-through: 10/s with a 500 ms tolerance, i.e. burst 5 in our convention
+    /// (`new_tat <= now + 500ms`). Five pass at t=0, the sixth is refused, and after 600 ms a
+    /// request passes with TAT 700 ms.
+    #[test]
+    fn seed_002_walkthrough() {
+        let l = Limit::per_second(10).burst(5).build().unwrap();
+        assert_eq!(l.tolerance_ns(), 500 * MS);
+        let mut s = Gcra::idle(&l);
+        for i in 1..=5 {
+            let d = s.check(T0, &l, 1).unwrap();
+            assert!(d.allowed);
+            assert_eq!(s.tat, T0 + i * 100 * MS, "request {i}: TAT = {i}00ms");
+        }
+        let sixth = s.check(T0, &l, 1).unwrap();
+        assert_eq!(sixth, denied(5, 0, 100 * MS, 500 * MS));
+        assert_eq!(s.tat, T0 + 500 * MS, "a denial leaves the TAT alone");
+        let later = s.check(T0 + 600 * MS, &l, 1).unwrap();
+        assert!(later.allowed);
+        assert_eq!(s.tat, T0 + 700 * MS);
+    }
+
+    #[test]
+    fn peek_reports_without_consuming() {
+        let l = limit(Algorithm::Gcra, "10/s");
+        let mut s = Gcra::idle(&l);
+        assert_eq!(s.check(T0, &l, 0).unwrap(), allowed(10, 10, 0));
+        assert_eq!(s, Gcra::idle(&l), "a peek creates no state");
+        s.check(T0, &l, 4).unwrap();
+        let before = s;
+        assert_eq!(s.check(T0 + 50 * MS, &l, 0).unwrap(), allowed(10, 6, 350 * MS));
+        assert_eq!(s, before);
+    }
+
+    #[test]
+    fn cost_above_burst_is_an_error_not_an_eternal_denial() {
+        let l = limit(Algorithm::Gcra, "10/s");
+        let mut s = Gcra::idle(&l);
+        assert_eq!(s.check(T0, &l, 11), Err(Error::CostExceedsCapacity { cost: 11, capacity: 10 }));
+        assert!(s.check(T0, &l, 10).unwrap().allowed);
+    }
+
+    #[test]
+    fn denied_cost_reports_when_it_would_fit() {
+        let l = limit(Algorithm::Gcra, "10/s");
+        let mut s = Gcra::idle(&l);
+        s.check(T0, &l, 8).unwrap();
+        // 2 left; a cost of 5 needs 3 more emission intervals.
+        assert_eq!(s.check(T0, &l, 5).unwrap(), denied(10, 2, 300 * MS, 800 * MS));
+        assert!(s.check(T0 + 300 * MS, &l, 5).unwrap().allowed);
+    }
+
+    #[test]
+    fn overflow_is_an_error_never_a_wrap() {
+        let l = limit(Algorithm::Gcra, "1/1d");
+        let mut s = Gcra::idle(&l);
+        assert!(matches!(s.check(u64::MAX - 5, &l, 1), Err(Error::Overflow(_))));
+        assert_eq!(s, Gcra::idle(&l));
+    }
+
+    #[test]
+    fn clock_going_backwards_is_stricter_not_looser() {
+        let l = limit(Algorithm::Gcra, "10/s");
+        let mut s = Gcra::idle(&l);
+        for _ in 0..10 {
+            s.check(T0 + SEC, &l, 1).unwrap();
+        }
+        let d = s.check(T0, &l, 1).unwrap();
+        assert!(!d.allowed);
+        assert_eq!(d.retry_after_ns, SEC + 100 * MS);
+    }
+}

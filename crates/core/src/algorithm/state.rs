@@ -1,0 +1,95 @@
+//! [`State`]: the state of any algorithm, chosen at run time by the limit's [`Algorithm`].
+
+use super::{FixedWindow, Gcra, LeakyBucket, RateState, SlidingLog, SlidingWindow, SubWindow, TokenBucket};
+use crate::{Algorithm, Decision, Error, Limit};
+
+/// The state of one key under any of the seven algorithms.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[allow(missing_docs)]
+pub enum State {
+    Gcra(Gcra),
+    TokenBucket(TokenBucket),
+    LeakyBucket(LeakyBucket),
+    FixedWindow(FixedWindow),
+    SlidingLog(SlidingLog),
+    SlidingWindow(SlidingWindow),
+    SubWindow(SubWindow),
+}
+
+impl State {
+    /// The idle state of `limit`'s algorithm.
+    #[must_use]
+    pub fn idle(limit: &Limit) -> State {
+        match limit.algorithm() {
+            Algorithm::Gcra => State::Gcra(Gcra::idle(limit)),
+            Algorithm::TokenBucket => State::TokenBucket(TokenBucket::idle(limit)),
+            Algorithm::LeakyBucket => State::LeakyBucket(LeakyBucket::idle(limit)),
+            Algorithm::FixedWindow => State::FixedWindow(FixedWindow::idle(limit)),
+            Algorithm::SlidingLog => State::SlidingLog(SlidingLog::idle(limit)),
+            Algorithm::SlidingWindow => State::SlidingWindow(SlidingWindow::idle(limit)),
+            Algorithm::SubWindow => State::SubWindow(SubWindow::idle(limit)),
+        }
+    }
+
+    /// The algorithm this state belongs to.
+    #[must_use]
+    pub fn algorithm(&self) -> Algorithm {
+        match self {
+            State::Gcra(_) => Algorithm::Gcra,
+            State::TokenBucket(_) => Algorithm::TokenBucket,
+            State::LeakyBucket(_) => Algorithm::LeakyBucket,
+            State::FixedWindow(_) => Algorithm::FixedWindow,
+            State::SlidingLog(_) => Algorithm::SlidingLog,
+            State::SlidingWindow(_) => Algorithm::SlidingWindow,
+            State::SubWindow(_) => Algorithm::SubWindow,
+        }
+    }
+
+    /// Decides a request (see [`RateState::check`]). A state of another algorithm than the
+    /// limit's is replaced by the limit's idle state first: callers key state by algorithm, so
+    /// this only happens when a key's configured algorithm changed.
+    pub fn check(&mut self, now: u64, limit: &Limit, cost: u64) -> Result<Decision, Error> {
+        if self.algorithm() != limit.algorithm() {
+            limit.check_cost(cost)?;
+            let mut fresh = State::idle(limit);
+            let decision = fresh.check(now, limit, cost)?;
+            if decision.allowed && cost > 0 {
+                *self = fresh;
+            }
+            return Ok(decision);
+        }
+        match self {
+            State::Gcra(s) => s.check(now, limit, cost),
+            State::TokenBucket(s) => s.check(now, limit, cost),
+            State::LeakyBucket(s) => s.check(now, limit, cost),
+            State::FixedWindow(s) => s.check(now, limit, cost),
+            State::SlidingLog(s) => s.check(now, limit, cost),
+            State::SlidingWindow(s) => s.check(now, limit, cost),
+            State::SubWindow(s) => s.check(now, limit, cost),
+        }
+    }
+
+    /// When this state becomes equivalent to idle (see [`RateState::idle_at`]).
+    #[must_use]
+    pub fn idle_at(&self, limit: &Limit) -> u64 {
+        match self {
+            State::Gcra(s) => s.idle_at(limit),
+            State::TokenBucket(s) => s.idle_at(limit),
+            State::LeakyBucket(s) => s.idle_at(limit),
+            State::FixedWindow(s) => s.idle_at(limit),
+            State::SlidingLog(s) => s.idle_at(limit),
+            State::SlidingWindow(s) => s.idle_at(limit),
+            State::SubWindow(s) => s.idle_at(limit),
+        }
+    }
+
+    /// Bytes this state holds on the heap (the sliding log's entries, the sub-window's ring).
+    #[must_use]
+    pub fn heap_bytes(&self) -> usize {
+        match self {
+            State::SlidingLog(s) => s.heap_bytes(),
+            State::SubWindow(s) => s.heap_bytes(),
+            _ => 0,
+        }
+    }
+}

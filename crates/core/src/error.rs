@@ -1,0 +1,75 @@
+//! Errors of the core: invalid limits, impossible costs and arithmetic overflow.
+//!
+//! A rejected request is not an error (see [`Decision`](crate::Decision)); these are for input
+//! that no decision can honour, and each message says what to change.
+
+use crate::Algorithm;
+
+/// Why a limit could not be built or a request could not be decided.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// `count` was 0.
+    #[error("count must be at least 1, got 0 (a limit that admits nothing is a block rule, not a rate)")]
+    ZeroCount,
+    /// `period` was 0.
+    #[error("period must be longer than 0 ns")]
+    ZeroPeriod,
+    /// `burst` was 0: the "(N-1) tax" that silently halves the rate in naive GCRA.
+    #[error(
+        "burst must be at least 1, got 0 (burst is how many requests are admitted at once from idle; \
+         0 would silently halve the rate)"
+    )]
+    ZeroBurst,
+    /// The emission interval `T = ceil(period / count)` would be below one nanosecond.
+    #[error(
+        "count {count} per {period_ns} ns is more than one request per nanosecond: the emission \
+         interval would round to 0; use a longer period or a smaller count"
+    )]
+    EmissionIntervalZero {
+        /// The requested count.
+        count: u64,
+        /// The requested period in nanoseconds.
+        period_ns: u64,
+    },
+    /// `burst` was given for an algorithm of the window family, which has no burst.
+    #[error("burst applies to gcra, token-bucket and leaky-bucket only; {algorithm} admits `count` per period")]
+    BurstNotApplicable {
+        /// The algorithm the limit is for.
+        algorithm: Algorithm,
+    },
+    /// `slices` was given for an algorithm other than the sub-window counter.
+    #[error("slices apply to sub-window only, not to {algorithm}")]
+    SlicesNotApplicable {
+        /// The algorithm the limit is for.
+        algorithm: Algorithm,
+    },
+    /// `slices` was 0.
+    #[error("slices must be at least 1, got 0")]
+    ZeroSlices,
+    /// The period does not split into `slices` equal slices of whole nanoseconds.
+    #[error(
+        "period of {period_ns} ns does not split into {slices} equal slices of whole nanoseconds; \
+         choose slices that divide it (for a 1 s period: 10, 20, 50, 100, ...)"
+    )]
+    SlicesNotDivisor {
+        /// The period in nanoseconds.
+        period_ns: u64,
+        /// The requested number of slices.
+        slices: u64,
+    },
+    /// The request costs more than the limit can ever hold, so it could never be admitted.
+    #[error("cost {cost} exceeds the capacity {capacity} of this limit: such a request can never be admitted")]
+    CostExceedsCapacity {
+        /// The request's cost.
+        cost: u64,
+        /// The limit's capacity (`burst` for the bucket family, `count` for the window family).
+        capacity: u64,
+    },
+    /// Text that should describe a limit, period or algorithm does not.
+    #[error("{0}")]
+    Syntax(String),
+    /// An intermediate value does not fit in 64 bits.
+    #[error("arithmetic overflow: {0}")]
+    Overflow(&'static str),
+}

@@ -1,0 +1,473 @@
+//! A validated limit: which algorithm, how many per which period, and the burst or slices.
+//!
+//! Everything that can be wrong with a limit is refused here, once, with a message saying what to
+//! change; the algorithms then only check the request's cost.
+
+use std::{fmt, str::FromStr, time::Duration};
+
+use crate::Error;
+
+const NS_PER_SEC: u64 = 1_000_000_000;
+
+/// The seven rate-limit algorithms (see `SEMANTICS.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Algorithm {
+    /// Generic cell rate algorithm: one timestamp (the theoretical arrival time) per key.
+    #[default]
+    Gcra,
+    /// Token bucket: tokens and the time of the last refill.
+    TokenBucket,
+    /// Leaky bucket as a meter: the level and the time of the last leak.
+    LeakyBucket,
+    /// Fixed window aligned to the epoch: a counter per window.
+    FixedWindow,
+    /// Sliding window log: every admitted request's time and cost, bounded by `count`.
+    SlidingLog,
+    /// Sliding window counter (Cloudflare): previous and current window counters, interpolated.
+    SlidingWindow,
+    /// Sub-window counter (Figma): the period split into equal slices, summed.
+    SubWindow,
+}
+
+impl Algorithm {
+    /// Every algorithm, in documentation order.
+    pub const ALL: [Algorithm; 7] = [
+        Algorithm::Gcra,
+        Algorithm::TokenBucket,
+        Algorithm::LeakyBucket,
+        Algorithm::FixedWindow,
+        Algorithm::SlidingLog,
+        Algorithm::SlidingWindow,
+        Algorithm::SubWindow,
+    ];
+
+    /// The name used in configs, traces and on the command line, e.g. `token-bucket`.
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Algorithm::Gcra => "gcra",
+            Algorithm::TokenBucket => "token-bucket",
+            Algorithm::LeakyBucket => "leaky-bucket",
+            Algorithm::FixedWindow => "fixed-window",
+            Algorithm::SlidingLog => "sliding-log",
+            Algorithm::SlidingWindow => "sliding-window",
+            Algorithm::SubWindow => "sub-window",
+        }
+    }
+
+    /// True for GCRA, token bucket and leaky bucket, whose capacity is `burst`.
+    #[must_use]
+    pub const fn is_bucket(self) -> bool {
+        matches!(self, Algorithm::Gcra | Algorithm::TokenBucket | Algorithm::LeakyBucket)
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Algorithm {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self, Error> {
+        Algorithm::ALL.into_iter().find(|a| a.name() == s).ok_or_else(|| {
+            let names: Vec<_> = Algorithm::ALL.iter().map(|a| a.name()).collect();
+            Error::Syntax(format!("unknown algorithm {s:?}; expected one of {}", names.join(", ")))
+        })
+    }
+}
+
+/// A validated rate limit. Build one with [`Limit::builder`], [`Limit::per_second`] and friends,
+/// or parse `"10/s"` into a [`LimitBuilder`].
+///
+/// ```
+/// use tollgate_core::{Algorithm, Limit};
+/// let api = Limit::per_second(10).burst(20).build()?;
+/// assert_eq!(api.emission_interval_ns(), 100_000_000);
+/// let login: Limit = "5/m".parse::<tollgate_core::LimitBuilder>()?
+///     .algorithm(Algorithm::SlidingLog)
+///     .build()?;
+/// assert_eq!(login.capacity(), 5);
+/// # Ok::<(), tollgate_core::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Limit {
+    algorithm: Algorithm,
+    count: u64,
+    period_ns: u64,
+    burst: u64,
+    slices: u64,
+    emission_ns: u64,
+    tolerance_ns: u64,
+}
+
+impl Limit {
+    /// Start a limit of `count` requests per `period` (GCRA, burst = count, until changed).
+    #[must_use]
+    pub fn builder(count: u64, period: Duration) -> LimitBuilder {
+        LimitBuilder {
+            algorithm: Algorithm::Gcra,
+            count,
+            period_ns: period.as_nanos(),
+            burst: None,
+            slices: None,
+        }
+    }
+
+    /// `count` per second.
+    #[must_use]
+    pub fn per_second(count: u64) -> LimitBuilder {
+        Limit::builder(count, Duration::from_secs(1))
+    }
+
+    /// `count` per minute.
+    #[must_use]
+    pub fn per_minute(count: u64) -> LimitBuilder {
+        Limit::builder(count, Duration::from_secs(60))
+    }
+
+    /// `count` per hour.
+    #[must_use]
+    pub fn per_hour(count: u64) -> LimitBuilder {
+        Limit::builder(count, Duration::from_secs(3600))
+    }
+
+    /// `count` per day.
+    #[must_use]
+    pub fn per_day(count: u64) -> LimitBuilder {
+        Limit::builder(count, Duration::from_secs(86_400))
+    }
+
+    /// The algorithm deciding this limit.
+    #[must_use]
+    pub fn algorithm(&self) -> Algorithm {
+        self.algorithm
+    }
+
+    /// Requests per period.
+    #[must_use]
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// The period in nanoseconds.
+    #[must_use]
+    pub fn period_ns(&self) -> u64 {
+        self.period_ns
+    }
+
+    /// The period.
+    #[must_use]
+    pub fn period(&self) -> Duration {
+        Duration::from_nanos(self.period_ns)
+    }
+
+    /// Unit-cost requests admitted at once from idle (bucket family; equals `count` otherwise).
+    #[must_use]
+    pub fn burst(&self) -> u64 {
+        self.burst
+    }
+
+    /// Slices of the period (sub-window counter; 1 otherwise).
+    #[must_use]
+    pub fn slices(&self) -> u64 {
+        self.slices
+    }
+
+    /// `T = ceil(period / count)`: rounding up never admits more than `count` per period.
+    #[must_use]
+    pub fn emission_interval_ns(&self) -> u64 {
+        self.emission_ns
+    }
+
+    /// `burst * T`: how far ahead of now the bucket family may schedule (its capacity in time).
+    #[must_use]
+    pub fn tolerance_ns(&self) -> u64 {
+        self.tolerance_ns
+    }
+
+    /// The most a single request may cost: `burst` for the bucket family, `count` otherwise.
+    /// This is also the `limit` reported in every [`Decision`](crate::Decision).
+    #[must_use]
+    pub fn capacity(&self) -> u64 {
+        if self.algorithm.is_bucket() { self.burst } else { self.count }
+    }
+
+    /// Refuses a cost that can never be admitted.
+    pub(crate) fn check_cost(&self, cost: u64) -> Result<(), Error> {
+        let capacity = self.capacity();
+        if cost > capacity {
+            return Err(Error::CostExceedsCapacity { cost, capacity });
+        }
+        Ok(())
+    }
+
+    /// A builder holding this limit's parameters, to derive a variant of it.
+    #[must_use]
+    pub fn to_builder(&self) -> LimitBuilder {
+        LimitBuilder {
+            algorithm: self.algorithm,
+            count: self.count,
+            period_ns: u128::from(self.period_ns),
+            burst: self.algorithm.is_bucket().then_some(self.burst),
+            slices: (self.algorithm == Algorithm::SubWindow).then_some(self.slices),
+        }
+    }
+}
+
+impl fmt::Display for Limit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}/{}", self.algorithm, self.count, format_period(self.period_ns))?;
+        if self.algorithm.is_bucket() {
+            write!(f, " burst {}", self.burst)?;
+        }
+        if self.algorithm == Algorithm::SubWindow {
+            write!(f, " slices {}", self.slices)?;
+        }
+        Ok(())
+    }
+}
+
+/// Parameters of a [`Limit`] not yet validated. Setters never fail; [`build`](Self::build) does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub struct LimitBuilder {
+    algorithm: Algorithm,
+    count: u64,
+    period_ns: u128,
+    burst: Option<u64>,
+    slices: Option<u64>,
+}
+
+/// Slices of a sub-window limit when none are given (Figma's sixty).
+pub const DEFAULT_SLICES: u64 = 60;
+
+impl LimitBuilder {
+    /// Which algorithm decides the limit (default GCRA).
+    pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
+        self.algorithm = algorithm;
+        self
+    }
+
+    /// Capacity of the bucket family (default `count`).
+    pub fn burst(mut self, burst: u64) -> Self {
+        self.burst = Some(burst);
+        self
+    }
+
+    /// Slices of the sub-window counter (default 60; must divide the period in nanoseconds).
+    pub fn slices(mut self, slices: u64) -> Self {
+        self.slices = Some(slices);
+        self
+    }
+
+    /// Validate and build the limit.
+    pub fn build(self) -> Result<Limit, Error> {
+        let LimitBuilder { algorithm, count, period_ns, burst, slices } = self;
+        if count == 0 {
+            return Err(Error::ZeroCount);
+        }
+        if period_ns == 0 {
+            return Err(Error::ZeroPeriod);
+        }
+        let period_ns =
+            u64::try_from(period_ns).map_err(|_| Error::Overflow("period longer than 2^64 ns (584 years)"))?;
+        if count > period_ns {
+            return Err(Error::EmissionIntervalZero { count, period_ns });
+        }
+        let emission_ns = period_ns.div_ceil(count);
+        let burst = match burst {
+            Some(_) if !algorithm.is_bucket() => return Err(Error::BurstNotApplicable { algorithm }),
+            Some(0) => return Err(Error::ZeroBurst),
+            Some(b) => b,
+            None => count,
+        };
+        let tolerance_ns = burst
+            .checked_mul(emission_ns)
+            .ok_or(Error::Overflow("burst × emission interval exceeds 2^64 ns (584 years)"))?;
+        let slices = match (algorithm, slices) {
+            (Algorithm::SubWindow, s) => {
+                let s = s.unwrap_or(DEFAULT_SLICES);
+                if s == 0 {
+                    return Err(Error::ZeroSlices);
+                }
+                if period_ns % s != 0 {
+                    return Err(Error::SlicesNotDivisor { period_ns, slices: s });
+                }
+                s
+            }
+            (_, Some(_)) => return Err(Error::SlicesNotApplicable { algorithm }),
+            (_, None) => 1,
+        };
+        Ok(Limit { algorithm, count, period_ns, burst, slices, emission_ns, tolerance_ns })
+    }
+}
+
+/// Parses `N/PERIOD`, e.g. `10/s`, `100/1m`, `30/60s`, `5/500ms` (no number means 1).
+impl FromStr for LimitBuilder {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self, Error> {
+        let (count, period) = s.split_once('/').ok_or_else(|| {
+            Error::Syntax(format!("invalid limit {s:?}: expected COUNT/PERIOD, e.g. 10/s, 100/1m, 5/500ms"))
+        })?;
+        let count: u64 = count.trim().parse().map_err(|_| {
+            Error::Syntax(format!("invalid limit {s:?}: count {count:?} is not a non-negative integer"))
+        })?;
+        let period_ns = parse_period_ns(period)?;
+        Ok(LimitBuilder {
+            algorithm: Algorithm::Gcra,
+            count,
+            period_ns: u128::from(period_ns),
+            burst: None,
+            slices: None,
+        })
+    }
+}
+
+/// Parses a period such as `500ms`, `1s`, `60s`, `1m`, `1h`, `1d`, `s` (no number means 1) into
+/// nanoseconds. Units: `ns`, `us`, `ms`, `s`, `m`, `h`, `d`.
+pub fn parse_period_ns(text: &str) -> Result<u64, Error> {
+    let t = text.trim();
+    let digits_end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (number, unit) = t.split_at(digits_end);
+    let number: u64 = if number.is_empty() {
+        1
+    } else {
+        number.parse().map_err(|_| Error::Syntax(format!("invalid period {text:?}: number too large")))?
+    };
+    let unit_ns: u64 = match unit {
+        "ns" => 1,
+        "us" | "µs" => 1_000,
+        "ms" => 1_000_000,
+        "s" => NS_PER_SEC,
+        "m" => 60 * NS_PER_SEC,
+        "h" => 3_600 * NS_PER_SEC,
+        "d" => 86_400 * NS_PER_SEC,
+        "" => {
+            return Err(Error::Syntax(format!(
+                "invalid period {text:?}: missing unit (ns, us, ms, s, m, h or d), e.g. 1s or 500ms"
+            )));
+        }
+        other => {
+            return Err(Error::Syntax(format!(
+                "invalid period {text:?}: unknown unit {other:?} (use ns, us, ms, s, m, h or d)"
+            )));
+        }
+    };
+    number.checked_mul(unit_ns).ok_or_else(|| Error::Syntax(format!("invalid period {text:?}: longer than 584 years")))
+}
+
+/// Formats nanoseconds in the largest unit that divides them exactly, e.g. `1s`, `500ms`, `1m`.
+#[must_use]
+pub fn format_period(ns: u64) -> String {
+    const UNITS: [(&str, u64); 6] = [
+        ("d", 86_400 * NS_PER_SEC),
+        ("h", 3_600 * NS_PER_SEC),
+        ("m", 60 * NS_PER_SEC),
+        ("s", NS_PER_SEC),
+        ("ms", 1_000_000),
+        ("us", 1_000),
+    ];
+    for (unit, size) in UNITS {
+        if ns != 0 && ns % size == 0 {
+            return format!("{}{unit}", ns / size);
+        }
+    }
+    format!("{ns}ns")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<Limit, Error> {
+        s.parse::<LimitBuilder>()?.build()
+    }
+
+    #[test]
+    fn parses_periods() {
+        assert_eq!(parse("10/s").unwrap().period_ns(), NS_PER_SEC);
+        assert_eq!(parse("10/1s").unwrap().period_ns(), NS_PER_SEC);
+        assert_eq!(parse("10/500ms").unwrap().period_ns(), 500_000_000);
+        assert_eq!(parse("100/1m").unwrap().period_ns(), 60 * NS_PER_SEC);
+        assert_eq!(parse("30/60s").unwrap().period_ns(), 60 * NS_PER_SEC);
+        assert_eq!(parse("1/h").unwrap().period_ns(), 3_600 * NS_PER_SEC);
+        assert_eq!(parse("1/1d").unwrap().period_ns(), 86_400 * NS_PER_SEC);
+        assert_eq!(parse("7/s").unwrap().emission_interval_ns(), 142_857_143);
+    }
+
+    #[test]
+    fn refuses_bad_text_with_a_reason() {
+        for (text, needle) in [
+            ("10", "expected COUNT/PERIOD"),
+            ("x/s", "not a non-negative integer"),
+            ("-1/s", "not a non-negative integer"),
+            ("10/5", "missing unit"),
+            ("10/5w", "unknown unit"),
+            ("10/99999999999999999999s", "number too large"),
+            ("10/999999999999d", "longer than 584 years"),
+        ] {
+            let err = parse(text).unwrap_err().to_string();
+            assert!(err.contains(needle), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn refuses_invalid_limits() {
+        assert_eq!(parse("0/s"), Err(Error::ZeroCount));
+        assert_eq!(Limit::builder(1, Duration::ZERO).build(), Err(Error::ZeroPeriod));
+        assert_eq!(Limit::per_second(10).burst(0).build(), Err(Error::ZeroBurst));
+        assert_eq!(parse("2/1ns"), Err(Error::EmissionIntervalZero { count: 2, period_ns: 1 }));
+        assert_eq!(
+            Limit::per_second(10).algorithm(Algorithm::FixedWindow).burst(3).build(),
+            Err(Error::BurstNotApplicable { algorithm: Algorithm::FixedWindow })
+        );
+        assert_eq!(
+            Limit::per_second(10).slices(10).build(),
+            Err(Error::SlicesNotApplicable { algorithm: Algorithm::Gcra })
+        );
+        assert_eq!(
+            Limit::per_second(10).algorithm(Algorithm::SubWindow).build(),
+            Err(Error::SlicesNotDivisor { period_ns: NS_PER_SEC, slices: 60 })
+        );
+        assert_eq!(Limit::per_second(10).algorithm(Algorithm::SubWindow).slices(0).build(), Err(Error::ZeroSlices));
+        assert!(matches!(
+            Limit::builder(1, Duration::from_secs(u64::MAX)).build(),
+            Err(Error::Overflow(_))
+        ));
+        assert!(matches!(Limit::per_day(1).burst(u64::MAX).build(), Err(Error::Overflow(_))));
+    }
+
+    #[test]
+    fn defaults_and_capacity() {
+        let gcra = Limit::per_second(10).build().unwrap();
+        assert_eq!((gcra.burst(), gcra.capacity(), gcra.tolerance_ns()), (10, 10, NS_PER_SEC));
+        let sub = Limit::per_minute(100).algorithm(Algorithm::SubWindow).build().unwrap();
+        assert_eq!((sub.slices(), sub.capacity()), (60, 100));
+        let bursty = Limit::per_second(10).burst(25).build().unwrap();
+        assert_eq!(bursty.capacity(), 25);
+        assert_eq!(bursty.to_string(), "gcra 10/1s burst 25");
+        assert_eq!(bursty.to_builder().build().unwrap(), bursty);
+        assert_eq!(Limit::per_second(3).algorithm(Algorithm::FixedWindow).build().unwrap().capacity(), 3);
+    }
+
+    #[test]
+    fn algorithm_names_round_trip() {
+        for a in Algorithm::ALL {
+            assert_eq!(a.name().parse::<Algorithm>().unwrap(), a);
+        }
+        assert!("gcra2".parse::<Algorithm>().unwrap_err().to_string().contains("token-bucket"));
+    }
+
+    #[test]
+    fn formats_periods() {
+        assert_eq!(format_period(NS_PER_SEC), "1s");
+        assert_eq!(format_period(90 * NS_PER_SEC), "90s");
+        assert_eq!(format_period(60 * NS_PER_SEC), "1m");
+        assert_eq!(format_period(1_500_000), "1500us");
+        assert_eq!(format_period(7), "7ns");
+    }
+}
