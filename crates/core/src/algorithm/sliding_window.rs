@@ -69,7 +69,8 @@ impl RateState for SlidingWindow {
         } else {
             // Only in the next window, once curr*(period - e'') <= (count - cost)*period.
             let fits = (u128::from(count - cost) * p) / u128::from(curr);
-            end + period - u64::try_from(fits).unwrap_or(period).min(period) - now
+            let next_end = end.checked_add(period).ok_or(Error::Overflow("next window end beyond 2^64 ns"))?;
+            next_end - u64::try_from(fits).unwrap_or(period).min(period) - now
         };
         let reset_after_ns = if after > 0 {
             end.saturating_add(period) - now

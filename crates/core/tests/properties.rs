@@ -1,0 +1,265 @@
+//! Property tests over arbitrary limits and traces:
+//! - token bucket and leaky bucket meter make exactly GCRA's decisions;
+//! - no algorithm admits more than its bound in any window of its definition;
+//! - `remaining`, `retry_after` and `reset_after` mean what `SEMANTICS.md` says;
+//! - a peek or a denial never changes state;
+//! - no input whatsoever makes a decision panic.
+
+use proptest::prelude::*;
+use tollgate_core::algorithm::{Gcra, LeakyBucket, RateState, TokenBucket};
+use tollgate_core::{Algorithm, Decision, Limit, State};
+
+/// An instant far from the epoch and from `u64::MAX`, aligned to every generated period.
+const ORIGIN: u64 = 1_700_000_000_000_000_000;
+
+/// A valid limit with small numbers, so that rounding (`T = ceil(period/count)`) and seams are hit
+/// often. `period = slices * unit` so the sub-window counter's divisibility rule always holds.
+fn limit_strategy(algorithms: &'static [Algorithm]) -> impl Strategy<Value = Limit> {
+    (proptest::sample::select(algorithms), 1u64..=20, 1u64..=6, 20u64..=3000, 1u64..=25).prop_map(
+        |(algorithm, count, slices, unit, burst)| {
+            let mut builder = Limit::builder(count, std::time::Duration::from_nanos(slices * unit)).algorithm(algorithm);
+            if algorithm.is_bucket() {
+                builder = builder.burst(burst);
+            }
+            if algorithm == Algorithm::SubWindow {
+                builder = builder.slices(slices);
+            }
+            builder.build().expect("generated limits are valid")
+        },
+    )
+}
+
+/// Requests as (gap since the previous request in ns, cost), with many simultaneous arrivals and
+/// unit costs, and gaps up to three periods.
+fn trace_strategy(limit: &Limit) -> impl Strategy<Value = Vec<(u64, u64)>> + use<> {
+    let period = limit.period_ns();
+    let capacity = limit.capacity();
+    let gap = prop_oneof![3 => Just(0u64), 4 => 0..=period / 4 + 1, 1 => 0..=3 * period];
+    let cost = prop_oneof![6 => Just(1u64), 1 => Just(0u64), 2 => 0..=capacity];
+    proptest::collection::vec((gap, cost), 1..120)
+}
+
+fn limit_and_trace(algorithms: &'static [Algorithm]) -> impl Strategy<Value = (Limit, Vec<(u64, u64)>)> {
+    limit_strategy(algorithms).prop_flat_map(|limit| {
+        let trace = trace_strategy(&limit);
+        (Just(limit), trace)
+    })
+}
+
+/// Replays a trace; returns every (time, cost, decision).
+fn run(limit: &Limit, trace: &[(u64, u64)]) -> Vec<(u64, u64, Decision)> {
+    let mut state = State::idle(limit);
+    let mut now = ORIGIN;
+    trace
+        .iter()
+        .map(|&(gap, cost)| {
+            now += gap;
+            (now, cost, state.check(now, limit, cost).expect("valid cost"))
+        })
+        .collect()
+}
+
+fn admitted(outcomes: &[(u64, u64, Decision)]) -> Vec<(u64, u64)> {
+    outcomes.iter().filter(|(_, cost, d)| d.allowed && *cost > 0).map(|&(t, cost, _)| (t, cost)).collect()
+}
+
+const BUCKETS: &[Algorithm] = &[Algorithm::Gcra, Algorithm::TokenBucket, Algorithm::LeakyBucket];
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1024, ..ProptestConfig::default() })]
+
+    /// SEMANTICS.md: token bucket and leaky bucket meter "must make exactly the same decisions as
+    /// GCRA for every trace" — every field of every decision.
+    #[test]
+    fn token_and_leaky_bucket_decide_exactly_like_gcra((limit, trace) in limit_and_trace(&[Algorithm::Gcra])) {
+        let token = limit.to_builder().algorithm(Algorithm::TokenBucket).build().unwrap();
+        let leaky = limit.to_builder().algorithm(Algorithm::LeakyBucket).build().unwrap();
+        let (mut g, mut tb, mut lb) = (Gcra::idle(&limit), TokenBucket::idle(&token), LeakyBucket::idle(&leaky));
+        let mut now = ORIGIN;
+        for (i, &(gap, cost)) in trace.iter().enumerate() {
+            now += gap;
+            let want = g.check(now, &limit, cost).unwrap();
+            prop_assert_eq!(tb.check(now, &token, cost).unwrap(), want, "token bucket, request {}", i);
+            prop_assert_eq!(lb.check(now, &leaky, cost).unwrap(), want, "leaky bucket, request {}", i);
+        }
+    }
+
+    /// Bucket family: at most `burst + floor(L/T)` cost units in any closed interval of length L.
+    #[test]
+    fn buckets_never_exceed_burst_plus_refill((limit, trace) in limit_and_trace(BUCKETS)) {
+        let granted = admitted(&run(&limit, &trace));
+        let t = limit.emission_interval_ns();
+        for (i, &(start, _)) in granted.iter().enumerate() {
+            let mut total = 0;
+            for &(end, cost) in &granted[i..] {
+                total += cost;
+                let bound = limit.burst() + (end - start) / t;
+                prop_assert!(total <= bound, "{} units in [{}, {}] > bound {}", total, start, end, bound);
+            }
+        }
+    }
+
+    /// Fixed window: at most `count` per epoch-aligned window.
+    #[test]
+    fn fixed_window_never_exceeds_count_per_window((limit, trace) in limit_and_trace(&[Algorithm::FixedWindow])) {
+        let mut per_window = std::collections::HashMap::<u64, u64>::new();
+        for (t, cost) in admitted(&run(&limit, &trace)) {
+            let used = per_window.entry(t / limit.period_ns()).or_default();
+            *used += cost;
+            prop_assert!(*used <= limit.count());
+        }
+    }
+
+    /// Sliding log: at most `count` in every window `(t - period, t]`.
+    #[test]
+    fn sliding_log_never_exceeds_count_in_any_window((limit, trace) in limit_and_trace(&[Algorithm::SlidingLog])) {
+        let granted = admitted(&run(&limit, &trace));
+        for &(end, _) in &granted {
+            let total: u64 = granted.iter().filter(|(t, _)| *t <= end && *t + limit.period_ns() > end).map(|(_, c)| c).sum();
+            prop_assert!(total <= limit.count(), "{} in the period ending {}", total, end);
+        }
+    }
+
+    /// Sub-window counter: at most `count` in any `slices` consecutive slices.
+    #[test]
+    fn sub_window_never_exceeds_count_in_any_slice_run((limit, trace) in limit_and_trace(&[Algorithm::SubWindow])) {
+        let slice = limit.period_ns() / limit.slices();
+        let granted = admitted(&run(&limit, &trace));
+        for &(end, _) in &granted {
+            let last = end / slice;
+            let total: u64 = granted.iter().filter(|(t, _)| t / slice <= last && t / slice + limit.slices() > last).map(|(_, c)| c).sum();
+            prop_assert!(total <= limit.count(), "{} in the {} slices ending at slice {}", total, limit.slices(), last);
+        }
+    }
+
+    /// Sliding window counter: at every admission, Cloudflare's estimate recomputed from the
+    /// admitted requests alone is at most `count` (so also at most `count` per aligned window).
+    #[test]
+    fn sliding_window_estimate_never_exceeds_count((limit, trace) in limit_and_trace(&[Algorithm::SlidingWindow])) {
+        let period = limit.period_ns();
+        let granted = admitted(&run(&limit, &trace));
+        for (i, &(now, _)) in granted.iter().enumerate() {
+            let window = now / period;
+            let sum_in = |w: u64| -> u64 { granted[..=i].iter().filter(|(t, _)| t / period == w).map(|(_, c)| c).sum() };
+            let curr = sum_in(window);
+            let prev = if window == 0 { 0 } else { sum_in(window - 1) };
+            let e = now % period;
+            prop_assert!(
+                u128::from(prev) * u128::from(period - e) + u128::from(curr) * u128::from(period)
+                    <= u128::from(limit.count()) * u128::from(period),
+                "estimate above {} at {}: prev {}, curr {}, e {}", limit.count(), now, prev, curr, e
+            );
+        }
+    }
+
+    /// `remaining` is exactly how many unit requests would be admitted right now; a denial's
+    /// `retry_after` is the exact earliest instant the same request is admitted; a peek or a denial
+    /// leaves the state untouched; `reset_after` leads back to the idle state's answers.
+    #[test]
+    fn decisions_mean_what_they_say((limit, trace) in limit_and_trace(&Algorithm::ALL)) {
+        let mut state = State::idle(&limit);
+        let mut now = ORIGIN;
+        for &(gap, cost) in &trace {
+            now += gap;
+            let before = state.clone();
+            let decision = state.check(now, &limit, cost).unwrap();
+            prop_assert_eq!(decision.limit, limit.capacity());
+            if !decision.allowed || cost == 0 {
+                prop_assert_eq!(&state, &before, "a peek or denial changed the state");
+            }
+            if decision.allowed {
+                prop_assert_eq!(decision.retry_after_ns, 0);
+            }
+
+            let mut probe = state.clone();
+            for k in 0..decision.remaining {
+                prop_assert!(probe.check(now, &limit, 1).unwrap().allowed, "unit request {} of remaining {} denied", k + 1, decision.remaining);
+            }
+            prop_assert!(!probe.check(now, &limit, 1).unwrap().allowed, "more than remaining = {} admitted", decision.remaining);
+
+            if !decision.allowed {
+                let retry = now + decision.retry_after_ns;
+                prop_assert!(before.clone().check(retry, &limit, cost).unwrap().allowed, "denied again after retry_after");
+                prop_assert!(decision.retry_after_ns > 0);
+                prop_assert!(!before.clone().check(retry - 1, &limit, cost).unwrap().allowed, "retry_after is not the earliest instant");
+            }
+
+            let reset = now + decision.reset_after_ns;
+            let idle = State::idle(&limit);
+            for probe_cost in [0, 1, limit.capacity()] {
+                prop_assert_eq!(
+                    state.clone().check(reset, &limit, probe_cost).unwrap(),
+                    idle.clone().check(reset, &limit, probe_cost).unwrap(),
+                    "not idle after reset_after (cost {})", probe_cost
+                );
+            }
+        }
+    }
+
+    /// A peek (cost 0) reports without changing anything, whatever the state.
+    #[test]
+    fn peek_never_changes_state((limit, trace) in limit_and_trace(&Algorithm::ALL), extra in 0u64..10_000) {
+        let mut state = State::idle(&limit);
+        let mut now = ORIGIN;
+        for &(gap, cost) in &trace {
+            now += gap;
+            state.check(now, &limit, cost).unwrap();
+            let before = state.clone();
+            let peek = state.check(now + extra, &limit, 0).unwrap();
+            prop_assert_eq!(&state, &before);
+            prop_assert_eq!(peek.retry_after_ns, 0);
+        }
+    }
+
+    /// Any limit parameters, any instants (also backwards, also near `u64::MAX`), any cost:
+    /// a decision or an error, never a panic, and never an admission beyond the capacity at one instant.
+    #[test]
+    fn decisions_never_panic(
+        algorithm in proptest::sample::select(&Algorithm::ALL[..]),
+        count in prop_oneof![1u64..100, any::<u64>()],
+        period in prop_oneof![1u64..1_000_000, any::<u64>()],
+        burst in prop_oneof![Just(None), (1u64..100).prop_map(Some), any::<u64>().prop_map(Some)],
+        slices in prop_oneof![Just(None), (1u64..100).prop_map(Some), any::<u64>().prop_map(Some)],
+        requests in proptest::collection::vec(
+            (prop_oneof![any::<u64>(), u64::MAX - 1000..=u64::MAX, 0u64..1000], prop_oneof![0u64..5, any::<u64>()]),
+            1..60,
+        ),
+    ) {
+        let mut builder = Limit::builder(count, std::time::Duration::from_nanos(period)).algorithm(algorithm);
+        if let Some(burst) = burst.filter(|_| algorithm.is_bucket()) {
+            builder = builder.burst(burst);
+        }
+        if let Some(slices) = slices.filter(|_| algorithm == Algorithm::SubWindow) {
+            builder = builder.slices(slices);
+        }
+        let Ok(limit) = builder.build() else { return Ok(()) };
+        let mut state = State::idle(&limit);
+        for (now, cost) in requests {
+            match state.check(now, &limit, cost) {
+                Ok(d) => prop_assert!(d.remaining <= limit.capacity()),
+                Err(e) => prop_assert!(!e.to_string().is_empty()),
+            }
+        }
+    }
+
+    /// A clock that jumps backwards never over-grants: a request at an instant earlier than the
+    /// latest one seen is admitted only if it would also be admitted at that latest instant.
+    #[test]
+    fn backwards_clock_never_over_grants(
+        (limit, trace) in limit_and_trace(&Algorithm::ALL),
+        back in proptest::collection::vec(prop_oneof![Just(0u64), 0u64..5_000, 0u64..1_000_000_000], 120),
+    ) {
+        let mut state = State::idle(&limit);
+        let mut latest = ORIGIN;
+        for (i, &(gap, cost)) in trace.iter().enumerate() {
+            latest += gap;
+            let now = latest.saturating_sub(back[i]);
+            let at_latest = state.clone().check(latest, &limit, cost).unwrap();
+            let peek_latest = state.clone().check(latest, &limit, 0).unwrap();
+            let peek_now = state.clone().check(now, &limit, 0).unwrap();
+            prop_assert!(peek_now.remaining <= peek_latest.remaining, "more room at {} than at the later {}", now, latest);
+            let decision = state.check(now, &limit, cost).unwrap();
+            prop_assert!(!decision.allowed || at_latest.allowed, "admitted at {} but not at the later {}", now, latest);
+        }
+    }
+}
