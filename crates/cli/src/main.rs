@@ -1,1 +1,39 @@
-fn main() {}
+//! `tollgate`: the command-line front of the tollgate rate limiter.
+//!
+//! Subcommands live in their own modules; this file only parses arguments, dispatches, and turns
+//! an error into a message on stderr and a non-zero exit status.
+
+mod limit_args;
+mod simulate;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// tollgate: an exact rate limiter (library, server, middleware).
+#[derive(Debug, Parser)]
+#[command(name = "tollgate", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Replay requests on a virtual clock, or reproduce the seeds' over-grant experiments.
+    Simulate(simulate::SimulateArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Simulate(args) => simulate::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("tollgate: error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

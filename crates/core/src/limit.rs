@@ -105,37 +105,26 @@ pub struct Limit {
 
 impl Limit {
     /// Start a limit of `count` requests per `period` (GCRA, burst = count, until changed).
-    #[must_use]
     pub fn builder(count: u64, period: Duration) -> LimitBuilder {
-        LimitBuilder {
-            algorithm: Algorithm::Gcra,
-            count,
-            period_ns: period.as_nanos(),
-            burst: None,
-            slices: None,
-        }
+        LimitBuilder { algorithm: Algorithm::Gcra, count, period_ns: period.as_nanos(), burst: None, slices: None }
     }
 
     /// `count` per second.
-    #[must_use]
     pub fn per_second(count: u64) -> LimitBuilder {
         Limit::builder(count, Duration::from_secs(1))
     }
 
     /// `count` per minute.
-    #[must_use]
     pub fn per_minute(count: u64) -> LimitBuilder {
         Limit::builder(count, Duration::from_secs(60))
     }
 
     /// `count` per hour.
-    #[must_use]
     pub fn per_hour(count: u64) -> LimitBuilder {
         Limit::builder(count, Duration::from_secs(3600))
     }
 
     /// `count` per day.
-    #[must_use]
     pub fn per_day(count: u64) -> LimitBuilder {
         Limit::builder(count, Duration::from_secs(86_400))
     }
@@ -205,7 +194,6 @@ impl Limit {
     }
 
     /// A builder holding this limit's parameters, to derive a variant of it.
-    #[must_use]
     pub fn to_builder(&self) -> LimitBuilder {
         LimitBuilder {
             algorithm: self.algorithm,
@@ -241,8 +229,15 @@ pub struct LimitBuilder {
     slices: Option<u64>,
 }
 
-/// Slices of a sub-window limit when none are given (Figma's sixty).
+/// Slices of a sub-window limit when none are given (Figma's sixty), for periods it divides.
+/// A period it does not divide (e.g. 1 s = 10^9 ns) gets the largest divisor below it instead
+/// (50 for 1 s), so that `sub-window 10/s` works without hand-picking slices.
 pub const DEFAULT_SLICES: u64 = 60;
+
+/// The default slice count for `period_ns`: the largest divisor of it that is at most 60.
+fn default_slices(period_ns: u64) -> u64 {
+    (1..=DEFAULT_SLICES).rev().find(|s| period_ns.is_multiple_of(*s)).unwrap_or(1)
+}
 
 impl LimitBuilder {
     /// Which algorithm decides the limit (default GCRA).
@@ -289,7 +284,7 @@ impl LimitBuilder {
             .ok_or(Error::Overflow("burst × emission interval exceeds 2^64 ns (584 years)"))?;
         let slices = match (algorithm, slices) {
             (Algorithm::SubWindow, s) => {
-                let s = s.unwrap_or(DEFAULT_SLICES);
+                let s = s.unwrap_or_else(|| default_slices(period_ns));
                 if s == 0 {
                     return Err(Error::ZeroSlices);
                 }
@@ -372,7 +367,7 @@ pub fn format_period(ns: u64) -> String {
         ("us", 1_000),
     ];
     for (unit, size) in UNITS {
-        if ns != 0 && ns % size == 0 {
+        if ns != 0 && ns.is_multiple_of(size) {
             return format!("{}{unit}", ns / size);
         }
     }
@@ -430,14 +425,11 @@ mod tests {
             Err(Error::SlicesNotApplicable { algorithm: Algorithm::Gcra })
         );
         assert_eq!(
-            Limit::per_second(10).algorithm(Algorithm::SubWindow).build(),
+            Limit::per_second(10).algorithm(Algorithm::SubWindow).slices(60).build(),
             Err(Error::SlicesNotDivisor { period_ns: NS_PER_SEC, slices: 60 })
         );
         assert_eq!(Limit::per_second(10).algorithm(Algorithm::SubWindow).slices(0).build(), Err(Error::ZeroSlices));
-        assert!(matches!(
-            Limit::builder(1, Duration::from_secs(u64::MAX)).build(),
-            Err(Error::Overflow(_))
-        ));
+        assert!(matches!(Limit::builder(1, Duration::from_secs(u64::MAX)).build(), Err(Error::Overflow(_))));
         assert!(matches!(Limit::per_day(1).burst(u64::MAX).build(), Err(Error::Overflow(_))));
     }
 
@@ -447,6 +439,10 @@ mod tests {
         assert_eq!((gcra.burst(), gcra.capacity(), gcra.tolerance_ns()), (10, 10, NS_PER_SEC));
         let sub = Limit::per_minute(100).algorithm(Algorithm::SubWindow).build().unwrap();
         assert_eq!((sub.slices(), sub.capacity()), (60, 100));
+        let per_second = Limit::per_second(10).algorithm(Algorithm::SubWindow).build().unwrap();
+        assert_eq!(per_second.slices(), 50, "60 does not divide 10^9 ns; 50 is the largest divisor below it");
+        let odd = Limit::builder(1, Duration::from_nanos(7)).algorithm(Algorithm::SubWindow).build().unwrap();
+        assert_eq!(odd.slices(), 7);
         let bursty = Limit::per_second(10).burst(25).build().unwrap();
         assert_eq!(bursty.capacity(), 25);
         assert_eq!(bursty.to_string(), "gcra 10/1s burst 25");

@@ -17,7 +17,8 @@ const ORIGIN: u64 = 1_700_000_000_000_000_000;
 fn limit_strategy(algorithms: &'static [Algorithm]) -> impl Strategy<Value = Limit> {
     (proptest::sample::select(algorithms), 1u64..=20, 1u64..=6, 20u64..=3000, 1u64..=25).prop_map(
         |(algorithm, count, slices, unit, burst)| {
-            let mut builder = Limit::builder(count, std::time::Duration::from_nanos(slices * unit)).algorithm(algorithm);
+            let mut builder =
+                Limit::builder(count, std::time::Duration::from_nanos(slices * unit)).algorithm(algorithm);
             if algorithm.is_bucket() {
                 builder = builder.burst(burst);
             }

@@ -25,11 +25,8 @@ impl RateState for FixedWindow {
         let period = limit.period_ns();
         let current = window_start(now, period);
         // A stored window later than now's (a clock gone backwards) still counts.
-        let (start, used) = if self.window_start >= current && self.used > 0 {
-            (self.window_start, self.used)
-        } else {
-            (current, 0)
-        };
+        let (start, used) =
+            if self.window_start >= current && self.used > 0 { (self.window_start, self.used) } else { (current, 0) };
         let end = start.checked_add(period).ok_or(Error::Overflow("window end beyond 2^64 ns"))?;
         let wanted = used.checked_add(cost).ok_or(Error::Overflow("window counter"))?;
         let allowed = wanted <= limit.count();

@@ -46,9 +46,8 @@ pub(crate) fn decide(tat: u64, now: u64, limit: &Limit, cost: u64) -> Result<(De
     let t = limit.emission_interval_ns();
     let tolerance = limit.tolerance_ns();
     let tat = tat.max(now);
-    let new = tat
-        .checked_add(cost_ns(limit, cost)?)
-        .ok_or(Error::Overflow("theoretical arrival time beyond 2^64 ns"))?;
+    let new =
+        tat.checked_add(cost_ns(limit, cost)?).ok_or(Error::Overflow("theoretical arrival time beyond 2^64 ns"))?;
     let allowed = new - now <= tolerance;
     let ahead = if allowed { new } else { tat } - now;
     let decision = Decision {

@@ -56,9 +56,9 @@ impl RateState for SlidingWindow {
             *self = SlidingWindow { window_start: start, prev, curr: wanted };
         }
         // remaining = max n with weighted_prev + (after + n)*period <= count*period
-        let remaining = (c * p).checked_sub(weighted_prev).map_or(0, |room| {
-            u64::try_from(room / p).unwrap_or(u64::MAX).saturating_sub(after)
-        });
+        let remaining = (c * p)
+            .checked_sub(weighted_prev)
+            .map_or(0, |room| u64::try_from(room / p).unwrap_or(u64::MAX).saturating_sub(after));
         let retry_after_ns = if allowed {
             0
         } else if wanted <= count {
