@@ -1,7 +1,7 @@
 //! # tollgate-core
 //!
 //! The exact rate-limit algorithms of tollgate, as pure steps over small state values: no I/O,
-//! no clock, no locks. A store (in-memory, Redis) keeps the state per key and supplies `now`.
+//! no locks, and no clock reads (the [`Clock`]s here are for the stores that call the steps). A store (in-memory, Redis) keeps the state per key and supplies `now`.
 //!
 //! Every convention is the one in `SEMANTICS.md`: `burst` is the number of requests admitted at
 //! once from idle, the emission interval `T = ceil(period / count)` rounds up so that no more
@@ -22,11 +22,13 @@
 //! ```
 
 pub mod algorithm;
+mod clock;
 mod decision;
 mod error;
 mod limit;
 
 pub use algorithm::{RateState, State};
+pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::Decision;
 pub use error::Error;
 pub use limit::{Algorithm, DEFAULT_SLICES, Limit, LimitBuilder, format_period, parse_period_ns};

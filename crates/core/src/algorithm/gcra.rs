@@ -39,10 +39,19 @@ impl RateState for Gcra {
     }
 }
 
-/// The GCRA step on a bare TAT: the decision and, when the request consumed capacity, the TAT
-/// to store. Used directly by stores that keep the TAT in an atomic. The cost must already have
-/// been checked against the limit's capacity.
-pub(crate) fn decide(tat: u64, now: u64, limit: &Limit, cost: u64) -> Result<(Decision, Option<u64>), Error> {
+impl Gcra {
+    /// The GCRA step on a bare TAT, for stores that keep it in an atomic and write it back with a
+    /// compare-and-swap: the decision, and the TAT to store when the request consumed capacity
+    /// (`None` for a denial or a peek). `tat` is 0 for a key with no history.
+    pub fn step(tat: u64, now: u64, limit: &Limit, cost: u64) -> Result<(Decision, Option<u64>), Error> {
+        limit.check_cost(cost)?;
+        decide(tat, now, limit, cost)
+    }
+}
+
+/// The GCRA step on a bare TAT (see [`Gcra::step`]); the cost must already have been checked
+/// against the limit's capacity.
+fn decide(tat: u64, now: u64, limit: &Limit, cost: u64) -> Result<(Decision, Option<u64>), Error> {
     let t = limit.emission_interval_ns();
     let tolerance = limit.tolerance_ns();
     let tat = tat.max(now);

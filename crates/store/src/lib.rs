@@ -1,0 +1,48 @@
+//! # tollgate-store
+//!
+//! Where tollgate keeps each key's rate-limit state, behind one async [`Store`] trait:
+//!
+//! - [`MemoryStore`]: the embedded default. Thread-safe (lock-free compare-and-swap for GCRA,
+//!   small sharded locks for the other algorithms), bounded in keys with idle keys evicted
+//!   first, and driven by an injectable [`Clock`](tollgate_core::Clock).
+//! - `testkit` (feature `testkit`): the conformance suite every store must pass, written once.
+//!
+//! Every store makes exactly the decisions of `tollgate-core` (see `SEMANTICS.md`); a store only
+//! decides where the state lives and what time it is.
+//!
+//! ```
+//! use tollgate_core::Limit;
+//! use tollgate_store::{MemoryStore, Store};
+//!
+//! # tokio_test_block_on(async {
+//! let limiter = MemoryStore::new();
+//! let limit = Limit::per_second(10).burst(20).build()?;
+//! let decision = limiter.check("user:42", &limit, 1).await?;
+//! assert!(decision.allowed);
+//! assert_eq!(decision.remaining, 19);
+//!
+//! // The memory store also answers synchronously, without a runtime:
+//! let decision = limiter.check_sync("user:42", &limit, 1)?;
+//! assert_eq!(decision.remaining, 18);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # }).unwrap();
+//! # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
+//! #     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+//! # }
+//! ```
+
+mod error;
+pub mod memory;
+mod store;
+#[cfg(feature = "testkit")]
+pub mod testkit;
+
+pub use error::StoreError;
+
+/// The README's examples, compiled and run as doctests so that they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeExamples;
+pub use memory::{MemoryStore, MemoryStoreBuilder};
+pub use store::{Check, Store, all_allowed};
+pub use tollgate_core::{Algorithm, Clock, Decision, Limit, ManualClock, SystemClock};

@@ -1,0 +1,77 @@
+//! The two kinds of slot the memory store keeps, and GCRA's compare-and-swap step.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tollgate_core::{Decision, Error, Limit, State, algorithm::Gcra};
+
+use super::table::Slot;
+
+/// A GCRA key: 16 bytes.
+pub(super) struct GcraSlot {
+    pub(super) fingerprint: u64,
+    pub(super) tat: AtomicU64,
+}
+
+impl GcraSlot {
+    pub(super) fn new(fingerprint: u64, tat: u64) -> Self {
+        GcraSlot { fingerprint, tat: AtomicU64::new(tat) }
+    }
+}
+
+impl Slot for GcraSlot {
+    fn fingerprint(&self) -> u64 {
+        self.fingerprint
+    }
+
+    fn idle_at(&self) -> u64 {
+        // The TAT is the instant the key is back to full capacity.
+        self.tat.load(Ordering::Relaxed)
+    }
+
+    fn heap_bytes(&self) -> usize {
+        0
+    }
+}
+
+/// A key of any other algorithm, with when it becomes idle (computed under the limit of the
+/// last admission, since the state alone does not know its limit).
+pub(super) struct StateSlot {
+    pub(super) fingerprint: u64,
+    pub(super) idle_at: u64,
+    pub(super) state: State,
+}
+
+impl StateSlot {
+    pub(super) fn new(fingerprint: u64, state: State, limit: &Limit) -> Self {
+        StateSlot { fingerprint, idle_at: state.idle_at(limit), state }
+    }
+}
+
+impl Slot for StateSlot {
+    fn fingerprint(&self) -> u64 {
+        self.fingerprint
+    }
+
+    fn idle_at(&self) -> u64 {
+        self.idle_at
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.state.heap_bytes()
+    }
+}
+
+/// One GCRA decision on a shared TAT: read, decide, and publish the new TAT only if no other
+/// thread changed it meanwhile (otherwise decide again on the newer TAT). Denials and peeks
+/// write nothing.
+pub(super) fn decide_gcra(tat: &AtomicU64, now: u64, limit: &Limit, cost: u64) -> Result<Decision, Error> {
+    let mut current = tat.load(Ordering::Acquire);
+    loop {
+        let (decision, next) = Gcra::step(current, now, limit, cost)?;
+        let Some(next) = next else { return Ok(decision) };
+        match tat.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return Ok(decision),
+            Err(actual) => current = actual,
+        }
+    }
+}

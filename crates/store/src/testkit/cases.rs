@@ -1,0 +1,159 @@
+//! Store-level cases, table-driven with explicit instants: what the shared traces cannot say
+//! (several keys at once, reset, per-key limits, errors), for every algorithm.
+
+use std::sync::Arc;
+
+use tollgate_core::{Algorithm, Limit, LimitBuilder, ManualClock};
+
+use crate::{Check, Store, StoreError};
+
+const SEC: u64 = 1_000_000_000;
+/// An epoch-aligned instant, so window seams are where the cases expect them.
+const T0: u64 = 1_700_000_000 * SEC;
+
+/// One step of a case.
+#[derive(Debug, Clone)]
+pub enum Step {
+    /// Set the clock.
+    At(u64),
+    /// `check(key, limit, cost)` must answer (allowed, remaining).
+    Check(&'static str, Limit, u64, (bool, u64)),
+    /// `check(key, limit, cost)` must fail because the cost exceeds the capacity.
+    CostError(&'static str, Limit, u64),
+    /// `check_all` must answer these (allowed, remaining), in order.
+    CheckAll(Vec<(&'static str, Limit, u64)>, Vec<(bool, u64)>),
+    /// `reset(key, limit)`.
+    Reset(&'static str, Limit),
+}
+
+/// A named list of steps.
+#[derive(Debug, Clone)]
+pub struct Case {
+    /// What the case shows.
+    pub name: String,
+    /// The steps, from a fresh store.
+    pub steps: Vec<Step>,
+}
+
+fn limit(algorithm: Algorithm, text: &str) -> Limit {
+    text.parse::<LimitBuilder>().expect("limit text").algorithm(algorithm).build().expect("valid limit")
+}
+
+/// Every case, for every algorithm.
+#[must_use]
+pub fn all() -> Vec<Case> {
+    use Step::{At, Check, CheckAll, CostError, Reset};
+    let mut cases = Vec::new();
+    for &a in &Algorithm::ALL {
+        let three = limit(a, "3/s");
+        let fixed_one = limit(Algorithm::FixedWindow, "1/s");
+        let other = if a == Algorithm::Gcra { Algorithm::SlidingLog } else { Algorithm::Gcra };
+        let mut case = |name: &str, steps: Vec<Step>| cases.push(Case { name: format!("{a}: {name}"), steps });
+        case(
+            "a peek reports without consuming and creates no state",
+            vec![
+                At(T0),
+                Check("k", three.clone(), 0, (true, 3)),
+                Check("k", three.clone(), 3, (true, 0)),
+                Check("k", three.clone(), 0, (true, 0)),
+                Check("k", three.clone(), 1, (false, 0)),
+            ],
+        );
+        case(
+            "reset makes a key idle",
+            vec![
+                At(T0),
+                Check("k", three.clone(), 3, (true, 0)),
+                Reset("k", three.clone()),
+                Check("k", three.clone(), 1, (true, 2)),
+            ],
+        );
+        case(
+            "a cost above the capacity is an error and consumes nothing",
+            vec![At(T0), CostError("k", three.clone(), 4), Check("k", three.clone(), 1, (true, 2))],
+        );
+        case(
+            "check_all admits only if every limit does, and then consumes from all",
+            vec![
+                At(T0),
+                CheckAll(vec![("a", three.clone(), 2), ("b", fixed_one.clone(), 1)], vec![(true, 1), (true, 0)]),
+                CheckAll(vec![("a", three.clone(), 1), ("b", fixed_one.clone(), 1)], vec![(true, 1), (false, 0)]),
+                Check("a", three.clone(), 0, (true, 1)),
+            ],
+        );
+        case(
+            "check_all naming a key twice sees its own first check",
+            vec![
+                At(T0),
+                CheckAll(vec![("k", three.clone(), 2), ("k", three.clone(), 1)], vec![(true, 1), (true, 0)]),
+                CheckAll(vec![("k", three.clone(), 1), ("j", three.clone(), 1)], vec![(false, 0), (true, 3)]),
+                Check("j", three.clone(), 0, (true, 3)),
+            ],
+        );
+        case(
+            "each key has its own limit",
+            vec![
+                At(T0),
+                Check("x", limit(a, "1/s"), 1, (true, 0)),
+                Check("y", limit(a, "5/s"), 1, (true, 4)),
+                Check("x", limit(a, "1/s"), 1, (false, 0)),
+            ],
+        );
+        case(
+            "one key under two algorithms has two states",
+            vec![At(T0), Check("k", three.clone(), 3, (true, 0)), Check("k", limit(other, "3/s"), 1, (true, 2))],
+        );
+        case(
+            "a clock going backwards never over-grants",
+            vec![
+                At(T0 + SEC / 2),
+                Check("k", three.clone(), 3, (true, 0)),
+                At(T0),
+                Check("k", three.clone(), 1, (false, 0)),
+            ],
+        );
+    }
+    cases
+}
+
+/// Runs every case against a fresh store from `make`.
+pub async fn run_all<S: Store>(make: &impl Fn(Arc<ManualClock>) -> S) {
+    for case in all() {
+        let clock = Arc::new(ManualClock::new(T0));
+        let store = make(clock.clone());
+        run(&store, &clock, &case, &case.name.replace([' ', ':'], "-")).await;
+    }
+    let store = make(Arc::new(ManualClock::new(T0)));
+    assert_eq!(store.check_all(&[]).await, Err(StoreError::NoChecks), "check_all of nothing");
+}
+
+/// Runs one case; keys are prefixed with `namespace`.
+pub async fn run<S: Store>(store: &S, clock: &ManualClock, case: &Case, namespace: &str) {
+    let key = |k: &str| format!("{namespace}:{k}");
+    for (i, step) in case.steps.iter().enumerate() {
+        let at = format!("{} (step {}: {step:?})", case.name, i + 1);
+        match step {
+            Step::At(t) => clock.set(*t),
+            Step::Check(k, limit, cost, (allowed, remaining)) => {
+                let d = store.check(&key(k), limit, *cost).await.unwrap_or_else(|e| panic!("{at}: {e}"));
+                assert_eq!((d.allowed, d.remaining), (*allowed, *remaining), "{at}: got {d:?}");
+            }
+            Step::CostError(k, limit, cost) => {
+                let result = store.check(&key(k), limit, *cost).await;
+                assert!(
+                    matches!(result, Err(StoreError::Limit(tollgate_core::Error::CostExceedsCapacity { .. }))),
+                    "{at}: got {result:?}"
+                );
+            }
+            Step::CheckAll(checks, expected) => {
+                let keys: Vec<String> = checks.iter().map(|(k, _, _)| key(k)).collect();
+                let checks: Vec<Check<'_>> =
+                    checks.iter().zip(&keys).map(|((_, limit, cost), key)| Check { key, limit, cost: *cost }).collect();
+                let got = store.check_all(&checks).await.unwrap_or_else(|e| panic!("{at}: {e}"));
+                let got: Vec<(bool, u64)> = got.iter().map(|d| (d.allowed, d.remaining)).collect();
+                assert_eq!(&got, expected, "{at}");
+            }
+            Step::Reset(k, limit) => store.reset(&key(k), limit).await.unwrap_or_else(|e| panic!("{at}: {e}")),
+        }
+    }
+}

@@ -1,0 +1,33 @@
+//! The conformance suite every [`Store`](crate::Store) must pass, written once (feature `testkit`).
+//!
+//! A store under test is made by a closure from a [`ManualClock`](tollgate_core::ManualClock)
+//! the suite controls, so every decision happens at an explicit instant:
+//!
+//! ```
+//! # use std::sync::Arc;
+//! # use tollgate_store::{MemoryStore, testkit};
+//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+//! testkit::conformance(|clock| MemoryStore::builder().clock(clock).build()).await;
+//! # });
+//! ```
+//!
+//! - [`traces`]: the shared JSON-lines traces of `testdata/conformance/`, every field checked;
+//! - [`cases`]: store-level behaviour the traces cannot express (all-or-nothing multi-key checks,
+//!   reset, peeks creating no state, per-key limits, a clock going backwards, bad costs);
+//! - [`hammer`]: many concurrent callers on one key, for zero-over-grant tests.
+
+pub mod cases;
+pub mod hammer;
+pub mod traces;
+
+use std::sync::Arc;
+
+use tollgate_core::ManualClock;
+
+use crate::Store;
+
+/// Runs the whole suite against stores made by `make`; panics with the first difference.
+pub async fn conformance<S: Store>(make: impl Fn(Arc<ManualClock>) -> S) {
+    traces::run_all(&make).await;
+    cases::run_all(&make).await;
+}
