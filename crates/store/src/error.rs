@@ -11,4 +11,31 @@ pub enum StoreError {
     /// `check_all` was called with no checks.
     #[error("check_all needs at least one check")]
     NoChecks,
+    /// The backend (Redis) failed or is unreachable.
+    #[error("backend error: {0}")]
+    Backend(String),
+    /// The backend did not answer in time.
+    #[error("backend did not answer within {0:?}")]
+    Timeout(std::time::Duration),
+    /// A key holds a value tollgate did not write (another type, or a malformed value).
+    #[error("bad state: {0}")]
+    BadState(String),
+    /// The keys of one `check_all` live in different Redis Cluster slots.
+    #[error(
+        "the keys of one check_all must share a Redis Cluster hash tag to be checked atomically, \
+         e.g. {{user42}}:minute and {{user42}}:day"
+    )]
+    CrossSlot,
+    /// This store cannot decide this limit.
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+}
+
+impl StoreError {
+    /// Whether the error is the backend's (unreachable, slow, failing) rather than the request's:
+    /// the errors a failure policy answers for.
+    #[must_use]
+    pub fn is_backend(&self) -> bool {
+        matches!(self, StoreError::Backend(_) | StoreError::Timeout(_))
+    }
 }

@@ -5,6 +5,7 @@
 //! - [`MemoryStore`]: the embedded default. Thread-safe (lock-free compare-and-swap for GCRA,
 //!   small sharded locks for the other algorithms), bounded in keys with idle keys evicted
 //!   first, and driven by an injectable [`Clock`](tollgate_core::Clock).
+//! - [`RedisStore`] (feature `redis`): Redis or Redis Cluster, one atomic script per decision.
 //! - `testkit` (feature `testkit`): the conformance suite every store must pass, written once.
 //!
 //! Every store makes exactly the decisions of `tollgate-core` (see `SEMANTICS.md`); a store only
@@ -33,6 +34,8 @@
 
 mod error;
 pub mod memory;
+#[cfg(feature = "redis")]
+pub mod redis;
 mod store;
 #[cfg(feature = "testkit")]
 pub mod testkit;
@@ -44,5 +47,7 @@ pub use error::StoreError;
 #[doc = include_str!("../../../README.md")]
 struct ReadmeExamples;
 pub use memory::{MemoryStore, MemoryStoreBuilder};
+#[cfg(feature = "redis")]
+pub use redis::{RedisOptions, RedisStore, TimeSource};
 pub use store::{Check, Store, all_allowed};
 pub use tollgate_core::{Algorithm, Clock, Decision, Limit, ManualClock, SystemClock};

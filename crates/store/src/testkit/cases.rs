@@ -127,9 +127,10 @@ pub async fn run_all<S: Store>(make: &impl Fn(Arc<ManualClock>) -> S) {
     assert_eq!(store.check_all(&[]).await, Err(StoreError::NoChecks), "check_all of nothing");
 }
 
-/// Runs one case; keys are prefixed with `namespace`.
+/// Runs one case; keys are prefixed with `namespace` as a hash tag (`{namespace}:k`), so that
+/// a case's keys share one Redis Cluster slot and its multi-key checks can be atomic there.
 pub async fn run<S: Store>(store: &S, clock: &ManualClock, case: &Case, namespace: &str) {
-    let key = |k: &str| format!("{namespace}:{k}");
+    let key = |k: &str| format!("{{{namespace}}}:{k}");
     for (i, step) in case.steps.iter().enumerate() {
         let at = format!("{} (step {}: {step:?})", case.name, i + 1);
         match step {

@@ -14,10 +14,13 @@
 //! - [`traces`]: the shared JSON-lines traces of `testdata/conformance/`, every field checked;
 //! - [`cases`]: store-level behaviour the traces cannot express (all-or-nothing multi-key checks,
 //!   reset, peeks creating no state, per-key limits, a clock going backwards, bad costs);
-//! - [`hammer`]: many concurrent callers on one key, for zero-over-grant tests.
+//! - [`hammer`]: many concurrent callers on one key, for zero-over-grant tests;
+//! - `redis_server` (with feature `redis`): real `redis-server` processes and a 3-node cluster.
 
 pub mod cases;
 pub mod hammer;
+#[cfg(feature = "redis")]
+pub mod redis_server;
 pub mod traces;
 
 use std::sync::Arc;
