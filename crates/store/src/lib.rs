@@ -6,6 +6,7 @@
 //!   small sharded locks for the other algorithms), bounded in keys with idle keys evicted
 //!   first, and driven by an injectable [`Clock`](tollgate_core::Clock).
 //! - [`RedisStore`] (feature `redis`): Redis or Redis Cluster, one atomic script per decision.
+//! - [`Fallback`]: fail-open, fail-closed or a local memory store when a backend fails.
 //! - `testkit` (feature `testkit`): the conformance suite every store must pass, written once.
 //!
 //! Every store makes exactly the decisions of `tollgate-core` (see `SEMANTICS.md`); a store only
@@ -33,6 +34,7 @@
 //! ```
 
 mod error;
+pub mod fallback;
 pub mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;
@@ -41,6 +43,7 @@ mod store;
 pub mod testkit;
 
 pub use error::StoreError;
+pub use fallback::{FailurePolicy, Fallback};
 
 /// The README's examples, compiled and run as doctests so that they stay true.
 #[cfg(doctest)]

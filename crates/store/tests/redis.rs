@@ -59,6 +59,10 @@ impl Rng {
         self.0 ^= self.0 << 17;
         self.0 % n
     }
+
+    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+        items[usize::try_from(self.below(items.len() as u64)).expect("small")]
+    }
 }
 
 #[tokio::test]
@@ -70,7 +74,7 @@ async fn decides_exactly_like_the_memory_store_on_random_traces() {
         let count = 1 + rng.below(12);
         let slices = 1 + rng.below(6);
         // Periods from microseconds to an hour, odd ones included, so T rounds and seams move.
-        let unit = [1_000, 7_777, 1_000_000, 333_333_333, 600 * SEC][rng.below(5) as usize];
+        let unit = rng.pick(&[1_000, 7_777, 1_000_000, 333_333_333, 600 * SEC]);
         let period = slices * unit * (1 + rng.below(3));
         let mut builder = Limit::builder(count, std::time::Duration::from_nanos(period)).algorithm(algorithm);
         if algorithm.is_bucket() {
@@ -91,7 +95,7 @@ async fn decides_exactly_like_the_memory_store_on_random_traces() {
                 _ => rng.below(3 * period + 1),
             };
             clock.advance(std::time::Duration::from_nanos(gap));
-            let key = ["a", "b", "{tag}:c"][rng.below(3) as usize];
+            let key = rng.pick(&["a", "b", "{tag}:c"]);
             let cost = if rng.below(5) == 0 { rng.below(limit.capacity() + 1) } else { 1 };
             let want = memory.check(key, &limit, cost).await.unwrap();
             let got = redis.check(key, &limit, cost).await.unwrap();
@@ -179,4 +183,61 @@ async fn server_time_decisions_and_limits_the_script_cannot_hold() {
     let long = Limit::builder(1, std::time::Duration::from_secs(60 * 86_400)).build().unwrap();
     assert!(matches!(store.check("user", &long, 1).await, Err(StoreError::Unsupported(_))));
     assert!(matches!(store.check("user", &limit, 4).await, Err(StoreError::Limit(_))));
+}
+
+/// Kills redis-server in the middle of a run, under each failure policy: every call returns
+/// within the timeout and follows the policy, and calls reach Redis again soon after it is back.
+#[tokio::test]
+async fn outage_follows_the_failure_policy_and_recovers() {
+    use std::time::{Duration, Instant};
+    use tollgate_store::{FailurePolicy, Fallback};
+
+    let mut server = RedisServer::start();
+    let limit = Limit::per_second(3).build().unwrap();
+    let timeout = Duration::from_millis(50);
+    for (name, policy) in [
+        ("open", FailurePolicy::Open),
+        ("closed", FailurePolicy::Closed),
+        ("local", FailurePolicy::Local(MemoryStore::new())),
+    ] {
+        let redis = RedisStore::open(&server.url(), RedisOptions { timeout, ..options(None) }).unwrap();
+        let store = Fallback::new(redis, policy);
+        assert!(store.check("before", &limit, 1).await.unwrap().allowed, "{name}: healthy");
+        assert_eq!(store.backend_errors(), 0, "{name}");
+
+        server.kill();
+        let mut slowest = Duration::ZERO;
+        let mut admitted = 0;
+        for i in 0..20 {
+            let started = Instant::now();
+            let decision = store.check(&format!("during:{}", i / 10), &limit, 1).await.unwrap();
+            slowest = slowest.max(started.elapsed());
+            admitted += u32::from(decision.allowed);
+        }
+        assert_eq!(store.backend_errors(), 20, "{name}: every call during the outage fell back");
+        let expected = match name {
+            "open" => 20,
+            "closed" => 0,
+            _ => 6, // the local store: 3 per key, two keys
+        };
+        assert_eq!(admitted, expected, "{name}: the policy decided every call");
+        // A bound, not a benchmark: the 50 ms timeout holds up to scheduler noise.
+        assert!(slowest < Duration::from_secs(1), "{name}: a call took {slowest:?} during the outage");
+
+        server.restart();
+        let back = Instant::now();
+        loop {
+            let errors = store.backend_errors();
+            store.check("after", &limit, 0).await.unwrap();
+            if store.backend_errors() == errors {
+                break;
+            }
+            assert!(back.elapsed() < Duration::from_secs(10), "{name}: Redis not used again after 10 s");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        println!(
+            "{name}: slowest call during the outage {slowest:?}, back on Redis {:?} after restart",
+            back.elapsed()
+        );
+    }
 }

@@ -1,0 +1,128 @@
+//! The Redis store against the raw ceiling of the same script, measured in the same run:
+//! decisions/s at concurrency 64 for every algorithm, on one hot key and over 100,000 keys, next
+//! to `redis-benchmark` running `EVALSHA` of the same script (no pipelining, and `-P 16`), and the
+//! Redis calls per decision counted from `INFO commandstats`.
+//!
+//! `cargo bench -p tollgate-store --bench redis` (starts its own redis-server; needs
+//! `redis-benchmark`, which comes with it).
+
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tollgate_store::testkit::redis_server::RedisServer;
+use tollgate_store::{Algorithm, Limit, RedisOptions, RedisStore, Store};
+
+const TASKS: usize = 64;
+const DECISIONS: usize = 64_000;
+const KEYS: usize = 100_000;
+
+fn limit(algorithm: Algorithm) -> Limit {
+    let mut builder = Limit::per_second(100).algorithm(algorithm);
+    if algorithm == Algorithm::SubWindow {
+        builder = builder.slices(10);
+    }
+    builder.build().expect("valid")
+}
+
+/// `calls` of EVALSHA and EVAL since the last `CONFIG RESETSTAT`.
+fn script_calls(server: &RedisServer) -> (u64, u64) {
+    let stats = server.cli(&["info", "commandstats"]);
+    let calls = |name: &str| {
+        stats
+            .lines()
+            .find(|l| l.starts_with(&format!("cmdstat_{name}:")))
+            .and_then(|l| l.split("calls=").nth(1))
+            .and_then(|v| v.split(',').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (calls("evalsha"), calls("eval"))
+}
+
+/// tollgate: `TASKS` tasks sharing one multiplexed connection, `DECISIONS` checks in all.
+async fn tollgate(store: Arc<RedisStore>, limit: &Limit, spread: bool) -> f64 {
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|t| {
+            let (store, limit) = (store.clone(), limit.clone());
+            tokio::spawn(async move {
+                for i in 0..DECISIONS / TASKS {
+                    let key =
+                        if spread { format!("user:{}", (t * 7_919 + i * 104_729) % KEYS) } else { "hot".to_string() };
+                    store.check(&key, &limit, 1).await.expect("check");
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("task");
+    }
+    DECISIONS as f64 / started.elapsed().as_secs_f64()
+}
+
+/// redis-benchmark running EVALSHA of the same script with the same arguments.
+fn raw(server: &RedisServer, sha: &str, key: &str, limit: &Limit, spread: bool, pipeline: u32) -> f64 {
+    let mut command = Command::new("redis-benchmark");
+    command.args(["-p", &server.port().to_string(), "-c", &TASKS.to_string(), "-n", &DECISIONS.to_string()]);
+    command.args(["-P", &pipeline.to_string(), "--csv"]);
+    if spread {
+        command.args(["-r", &KEYS.to_string()]);
+    }
+    let numbers = [
+        limit.count(),
+        limit.period_ns(),
+        limit.burst(),
+        limit.slices(),
+        limit.emission_interval_ns(),
+        limit.tolerance_ns(),
+        1,
+    ]
+    .map(|n| n.to_string());
+    command.args(["EVALSHA", sha, "1", key, "", "", "0", "1", limit.algorithm().name()]).args(&numbers);
+    let output = command.output().expect("redis-benchmark runs (it comes with redis-server)");
+    let text = String::from_utf8_lossy(&output.stdout);
+    text.lines()
+        .filter_map(|l| l.split(',').nth(1))
+        .filter_map(|v| v.trim_matches('"').parse::<f64>().ok())
+        .next_back()
+        .unwrap_or_else(|| panic!("no figure from redis-benchmark: {text}"))
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let server = RedisServer::start();
+    let sha = server.cli(&["script", "load", include_str!("../src/redis/decide.lua")]).trim().to_string();
+    let store = Arc::new(RedisStore::open(&server.url(), RedisOptions::default()).expect("store"));
+    println!("decisions/s at concurrency {TASKS}, {DECISIONS} decisions per run, server time");
+    println!(
+        "{:<16}{:>10}{:>12}{:>12}{:>12}{:>9}{:>9}{:>14}",
+        "algorithm", "keys", "tollgate", "raw -P 1", "raw -P 16", "vs P1", "vs P16", "calls/decision"
+    );
+    for algorithm in Algorithm::ALL {
+        let limit = limit(algorithm);
+        for spread in [false, true] {
+            let _ = server.cli(&["config", "resetstat"]);
+            let ours = tollgate(store.clone(), &limit, spread).await;
+            let (evalsha, eval) = script_calls(&server);
+            let key = if spread {
+                format!("raw:{}:{{__rand_int__}}", algorithm.name())
+            } else {
+                format!("raw:{}:{{hot}}", algorithm.name())
+            };
+            let p1 = raw(&server, &sha, &key, &limit, spread, 1);
+            let p16 = raw(&server, &sha, &key, &limit, spread, 16);
+            println!(
+                "{:<16}{:>10}{:>12.0}{:>12.0}{:>12.0}{:>8.2}x{:>8.2}x{:>14.3}",
+                algorithm.name(),
+                if spread { "100k" } else { "1" },
+                ours,
+                p1,
+                p16,
+                ours / p1,
+                ours / p16,
+                (evalsha + eval) as f64 / DECISIONS as f64,
+            );
+        }
+    }
+}
