@@ -4,6 +4,7 @@
 //! an error into a message on stderr and a non-zero exit status.
 
 mod limit_args;
+mod serve;
 mod simulate;
 
 use std::process::ExitCode;
@@ -20,6 +21,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Serve rate-limit decisions over RESP (redis-cell compatible) and HTTP, on memory or Redis.
+    Serve(serve::ServeArgs),
     /// Replay requests on a virtual clock, or reproduce the seeds' over-grant experiments.
     Simulate(simulate::SimulateArgs),
 }
@@ -27,6 +30,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Serve(args) => serve::run(args),
         Command::Simulate(args) => simulate::run(args),
     };
     match result {

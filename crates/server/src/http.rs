@@ -1,0 +1,136 @@
+//! The HTTP listener: `POST /v1/check`, `GET /metrics`, `GET /healthz`.
+//!
+//! `POST /v1/check` takes `{"key", "algorithm", "limit": "10/s", "burst", "slices", "cost"}` or
+//! `{"limit_name", "key", "cost"}` and answers the decision as JSON: 200 when allowed, 429 when
+//! not, with `Retry-After` (whole seconds, rounded up, never 0 on a denial) and the IETF
+//! httpapi draft's `RateLimit-Policy` / `RateLimit` fields. Bad input is a 400 saying what is
+//! wrong; a store failure is a 503.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::{Deserialize, Serialize};
+use tollgate_core::{Algorithm, Decision, Limit, LimitBuilder};
+
+use crate::engine::{Engine, EngineError, Source};
+
+/// The router, for `axum::serve`.
+pub fn router(engine: Arc<Engine>) -> Router {
+    Router::new()
+        .route("/v1/check", post(check))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .with_state(engine)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CheckRequest {
+    key: String,
+    limit_name: Option<String>,
+    algorithm: Option<String>,
+    limit: Option<String>,
+    burst: Option<u64>,
+    slices: Option<u64>,
+    cost: Option<u64>,
+}
+
+#[derive(Debug, Serialize)]
+struct CheckResponse {
+    allowed: bool,
+    limit: u64,
+    remaining: u64,
+    retry_after_ns: u64,
+    reset_after_ns: u64,
+}
+
+fn bad_request(message: String) -> Response {
+    (StatusCode::BAD_REQUEST, axum::Json(serde_json::json!({ "error": message }))).into_response()
+}
+
+fn limit_of(request: &CheckRequest) -> Result<Limit, String> {
+    let text = request.limit.as_deref().ok_or("give either \"limit_name\" or \"limit\" (e.g. \"10/s\")")?;
+    let mut builder: LimitBuilder = text.parse().map_err(|e| format!("\"limit\": {e}"))?;
+    if let Some(algorithm) = &request.algorithm {
+        builder = builder.algorithm(algorithm.parse::<Algorithm>().map_err(|e| format!("\"algorithm\": {e}"))?);
+    }
+    if let Some(burst) = request.burst {
+        builder = builder.burst(burst);
+    }
+    if let Some(slices) = request.slices {
+        builder = builder.slices(slices);
+    }
+    builder.build().map_err(|e| e.to_string())
+}
+
+async fn check(State(engine): State<Arc<Engine>>, body: Bytes) -> Response {
+    let request: CheckRequest = match serde_json::from_slice(&body) {
+        Ok(request) => request,
+        Err(e) => return bad_request(format!("invalid JSON body: {e}")),
+    };
+    let cost = request.cost.unwrap_or(1);
+    let (result, limit, policy) = if let Some(name) = &request.limit_name {
+        if request.limit.is_some() || request.algorithm.is_some() || request.burst.is_some() || request.slices.is_some()
+        {
+            return bad_request("give either \"limit_name\" or an inline limit, not both".into());
+        }
+        match engine.check_named(name, &request.key, cost).await {
+            Ok((decision, limit)) => (Ok(decision), limit.clone(), name.clone()),
+            Err(EngineError::UnknownLimit(name)) => {
+                return bad_request(format!("no limit named {name:?} in the config"));
+            }
+            Err(EngineError::Store(e)) => (Err(e), Limit::per_second(1).build().expect("valid"), name.clone()),
+        }
+    } else {
+        let limit = match limit_of(&request) {
+            Ok(limit) => limit,
+            Err(message) => return bad_request(message),
+        };
+        (engine.check(Source::Http, &request.key, &limit, cost).await, limit, "default".to_string())
+    };
+    let decision = match result {
+        Ok(decision) => decision,
+        Err(e) if e.is_backend() => {
+            return (StatusCode::SERVICE_UNAVAILABLE, axum::Json(serde_json::json!({ "error": e.to_string() })))
+                .into_response();
+        }
+        Err(e) => return bad_request(e.to_string()),
+    };
+    let status = if decision.allowed { StatusCode::OK } else { StatusCode::TOO_MANY_REQUESTS };
+    let body = CheckResponse {
+        allowed: decision.allowed,
+        limit: decision.limit,
+        remaining: decision.remaining,
+        retry_after_ns: decision.retry_after_ns,
+        reset_after_ns: decision.reset_after_ns,
+    };
+    (status, headers(&decision, &limit, &policy), axum::Json(body)).into_response()
+}
+
+/// `Retry-After` on denials, and the IETF `RateLimit-Policy` / `RateLimit` fields.
+pub fn headers(decision: &Decision, limit: &Limit, policy: &str) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    let seconds = |ns: u64| ns.div_ceil(1_000_000_000);
+    let name = policy.replace(['"', '\\'], "");
+    let quota = format!("\"{name}\";q={};w={}", decision.limit, seconds(limit.period_ns()).max(1));
+    let state = format!("\"{name}\";r={};t={}", decision.remaining, seconds(decision.reset_after_ns));
+    for (field, value) in [("ratelimit-policy", quota), ("ratelimit", state)] {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            headers.insert(field, value);
+        }
+    }
+    if !decision.allowed {
+        headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds(decision.retry_after_ns).max(1)));
+    }
+    headers
+}
+
+async fn metrics(State(engine): State<Arc<Engine>>) -> Response {
+    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], engine.render_metrics())
+        .into_response()
+}

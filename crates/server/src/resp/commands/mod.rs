@@ -1,0 +1,82 @@
+//! RESP commands: one module per family, each parsing its arguments and rendering its reply.
+//!
+//! | command | reply |
+//! |---|---|
+//! | `CL.THROTTLE key max_burst count period [quantity]` | redis-cell's `[limited, limit, remaining, retry_after_s or -1, reset_after_s]` |
+//! | `TG.CHECK key algorithm count period_ms [BURST b] [SLICES s] [COST c]` | `[allowed 1/0, limit, remaining, retry_after_ms, reset_after_ms]` |
+//! | `TG.PEEK key algorithm count period_ms [BURST b] [SLICES s]` | the same, consuming nothing |
+//! | `TG.RESET key algorithm count period_ms [BURST b] [SLICES s]` | `+OK` |
+//! | `TG.LIMIT name key [COST c]` | as `TG.CHECK`, under the config's named limit |
+//! | `PING`, `ECHO`, `HELLO`, `CLIENT`, `COMMAND`, `INFO`, `SELECT`, `CONFIG GET`, `QUIT` | enough for redis-cli, client libraries and redis-benchmark |
+//!
+//! Durations in `TG.*` replies are milliseconds rounded up, so a client never retries early.
+
+mod admin;
+mod native;
+mod throttle;
+
+use bytes::BytesMut;
+
+use super::reply;
+use crate::engine::Engine;
+
+/// What the connection does after a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    /// Read the next command.
+    Continue,
+    /// Flush the replies and close (QUIT).
+    Close,
+}
+
+/// Runs one command (`args[0]` is its name), appending its reply to `out`.
+pub async fn execute(engine: &Engine, args: &[&[u8]], out: &mut BytesMut) -> Flow {
+    let name = args[0];
+    let rest = &args[1..];
+    let is = |candidate: &str| name.eq_ignore_ascii_case(candidate.as_bytes());
+    if is("CL.THROTTLE") {
+        throttle::run(engine, rest, out).await;
+    } else if is("TG.CHECK") {
+        native::check(engine, rest, out, false).await;
+    } else if is("TG.PEEK") {
+        native::check(engine, rest, out, true).await;
+    } else if is("TG.RESET") {
+        native::reset(engine, rest, out).await;
+    } else if is("TG.LIMIT") {
+        native::named(engine, rest, out).await;
+    } else {
+        return admin::run(name, rest, out);
+    }
+    Flow::Continue
+}
+
+/// An argument as UTF-8 text, or the error to reply.
+fn text<'a>(arg: &'a [u8], what: &str) -> Result<&'a str, String> {
+    std::str::from_utf8(arg).map_err(|_| format!("ERR {what} must be valid UTF-8"))
+}
+
+/// An argument as an integer, with redis-cell's message when it is not one.
+fn integer(arg: &[u8]) -> Result<i64, String> {
+    std::str::from_utf8(arg)
+        .ok()
+        .and_then(|t| t.parse::<i64>().ok())
+        .ok_or_else(|| format!("ERR Couldn't parse as integer: {}", String::from_utf8_lossy(arg)))
+}
+
+/// An argument as a non-negative (or, with `min = 1`, positive) integer.
+fn count(arg: &[u8], name: &str, min: i64) -> Result<u64, String> {
+    at_least(integer(arg)?, name, min)
+}
+
+/// `n` if it is at least `min`.
+fn at_least(n: i64, name: &str, min: i64) -> Result<u64, String> {
+    if n < min {
+        return Err(format!("ERR {name} must be >= {min}, got {n}"));
+    }
+    u64::try_from(n).map_err(|_| format!("ERR {name} must be >= {min}, got {n}"))
+}
+
+/// `ns` in whole `unit`s, rounded up.
+fn ceil_units(ns: u64, unit: u64) -> i64 {
+    i64::try_from(ns.div_ceil(unit)).unwrap_or(i64::MAX)
+}

@@ -1,0 +1,56 @@
+//! `CL.THROTTLE key max_burst count period [quantity]`, a drop-in for redis-cell.
+//!
+//! The mapping of `SEMANTICS.md`: a GCRA limit of `count` per `period` seconds with
+//! `burst = max_burst + 1`; the reply `[limited, limit, remaining, retry_after, reset_after]` in
+//! seconds rounded up, `retry_after = -1` when allowed. As in redis-cell, a quantity above the
+//! capacity is answered "limited" with `remaining` unchanged and `retry_after = -1` (it can never
+//! pass). Unlike redis-cell, bad arguments, overflow and store failures are errors for this call
+//! only, never a crash or a wrap.
+
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tollgate_core::Limit;
+
+use super::{at_least, ceil_units, integer, reply, text};
+use crate::engine::{Engine, Source};
+
+const USAGE: &str = "ERR Usage: CL.THROTTLE <key> <max_burst> <count per period> <period> [<quantity>]";
+const SEC: u64 = 1_000_000_000;
+
+pub(super) async fn run(engine: &Engine, args: &[&[u8]], out: &mut BytesMut) {
+    match throttle(engine, args).await {
+        Ok(values) => reply::integers(out, &values),
+        Err(message) => reply::error(out, &message),
+    }
+}
+
+async fn throttle(engine: &Engine, args: &[&[u8]]) -> Result<[i64; 5], String> {
+    if args.len() != 4 && args.len() != 5 {
+        return Err(USAGE.into());
+    }
+    let key = text(args[0], "the key")?;
+    // Parse every number first, as redis-cell does, then check ranges.
+    let (max_burst, per_period, period) = (integer(args[1])?, integer(args[2])?, integer(args[3])?);
+    let quantity = args.get(4).map_or(Ok(1), |q| integer(q))?;
+    let max_burst = at_least(max_burst, "max_burst", 0)?;
+    let per_period = at_least(per_period, "count", 1)?;
+    let period = at_least(period, "period", 1)?;
+    let quantity = at_least(quantity, "quantity", 0)?;
+    let burst = max_burst.checked_add(1).ok_or("ERR max_burst is too large")?;
+    let limit =
+        Limit::builder(per_period, Duration::from_secs(period)).burst(burst).build().map_err(|e| format!("ERR {e}"))?;
+    let capacity = i64::try_from(burst).unwrap_or(i64::MAX);
+    if quantity > burst {
+        // redis-cell's answer for a request that can never pass: limited, nothing consumed.
+        let peek = engine.check(Source::Throttle, key, &limit, 0).await.map_err(|e| format!("ERR {e}"))?;
+        return Ok([1, capacity, remaining(peek.remaining), -1, ceil_units(peek.reset_after_ns, SEC)]);
+    }
+    let d = engine.check(Source::Throttle, key, &limit, quantity).await.map_err(|e| format!("ERR {e}"))?;
+    let retry = if d.allowed { -1 } else { ceil_units(d.retry_after_ns, SEC) };
+    Ok([i64::from(!d.allowed), capacity, remaining(d.remaining), retry, ceil_units(d.reset_after_ns, SEC)])
+}
+
+fn remaining(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}

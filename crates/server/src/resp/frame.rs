@@ -1,0 +1,236 @@
+//! RESP request framing, check-then-parse: a command is parsed only once all of it is in the
+//! buffer, and every declared length is checked against the bounds before any data is awaited,
+//! so a client cannot make the server buffer more than `max_frame_bytes` for one command.
+//!
+//! Two forms, as Redis accepts them: arrays of bulk strings (`*2\r\n$4\r\nPING\r\n...`), which
+//! every client library sends, and inline commands (`PING\r\n`), which people type.
+
+use std::ops::Range;
+
+/// Bounds on one command.
+#[derive(Debug, Clone, Copy)]
+pub struct Bounds {
+    /// Largest command, in bytes.
+    pub max_frame_bytes: usize,
+    /// Most arguments.
+    pub max_args: usize,
+}
+
+/// Why a request cannot be parsed; the connection answers with it and closes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProtocolError {
+    /// A malformed `*N` header.
+    #[error("invalid multibulk length")]
+    MultibulkLength,
+    /// More arguments than allowed.
+    #[error("too many arguments in one command (at most {0})")]
+    TooManyArgs(usize),
+    /// A malformed `$N` header, or a missing `$`.
+    #[error("expected '$', got '{0}'")]
+    ExpectedBulk(char),
+    /// A malformed or negative bulk length.
+    #[error("invalid bulk length")]
+    BulkLength,
+    /// The command is larger than allowed.
+    #[error("command larger than {0} bytes")]
+    TooBig(usize),
+    /// A bulk string not followed by CRLF.
+    #[error("bulk string not terminated by CRLF")]
+    Unterminated,
+}
+
+/// The longest `*N` or `$N` header line we accept (with CRLF): `*` + 20 digits + CRLF.
+const MAX_HEADER: usize = 24;
+
+/// Parses the first command in `buf`. On success, `args` holds the ranges of its arguments in
+/// `buf` (empty for a blank line or `*0`) and the result is the number of bytes it used;
+/// `Ok(None)` means more bytes are needed.
+pub fn parse(buf: &[u8], args: &mut Vec<Range<usize>>, bounds: Bounds) -> Result<Option<usize>, ProtocolError> {
+    args.clear();
+    match buf.first() {
+        None => Ok(None),
+        Some(b'*') => parse_array(buf, args, bounds),
+        Some(_) => parse_inline(buf, args, bounds),
+    }
+}
+
+/// The number on a header line starting at `at` (after its type byte), and where the next line
+/// starts. `Ok(None)`: the line is not complete yet.
+fn header(buf: &[u8], at: usize, error: ProtocolError) -> Result<Option<(i64, usize)>, ProtocolError> {
+    let window = &buf[at..buf.len().min(at + MAX_HEADER)];
+    let Some(cr) = window.iter().position(|&b| b == b'\r') else {
+        return if window.len() >= MAX_HEADER { Err(error) } else { Ok(None) };
+    };
+    let Some(&next) = buf.get(at + cr + 1) else { return Ok(None) };
+    if next != b'\n' {
+        return Err(error);
+    }
+    let text = std::str::from_utf8(&window[..cr]).map_err(|_| error.clone())?;
+    let value = text.parse::<i64>().map_err(|_| error)?;
+    Ok(Some((value, at + cr + 2)))
+}
+
+fn parse_array(buf: &[u8], args: &mut Vec<Range<usize>>, bounds: Bounds) -> Result<Option<usize>, ProtocolError> {
+    let Some((count, mut at)) = header(buf, 1, ProtocolError::MultibulkLength)? else { return Ok(None) };
+    if count <= 0 {
+        // `*0` and `*-1` are empty commands: skipped, as Redis does.
+        return Ok(Some(at));
+    }
+    let count = usize::try_from(count).map_err(|_| ProtocolError::MultibulkLength)?;
+    if count > bounds.max_args {
+        return Err(ProtocolError::TooManyArgs(bounds.max_args));
+    }
+    for _ in 0..count {
+        let Some(&kind) = buf.get(at) else { return Ok(None) };
+        if kind != b'$' {
+            return Err(ProtocolError::ExpectedBulk(char::from(kind)));
+        }
+        let Some((len, start)) = header(buf, at + 1, ProtocolError::BulkLength)? else { return Ok(None) };
+        let len = usize::try_from(len).map_err(|_| ProtocolError::BulkLength)?;
+        // Refuse an oversized command from its declared lengths, before waiting for its data.
+        let end = start.checked_add(len).ok_or(ProtocolError::TooBig(bounds.max_frame_bytes))?;
+        if end > bounds.max_frame_bytes {
+            return Err(ProtocolError::TooBig(bounds.max_frame_bytes));
+        }
+        if buf.len() < end + 2 {
+            return Ok(None);
+        }
+        if &buf[end..end + 2] != b"\r\n" {
+            return Err(ProtocolError::Unterminated);
+        }
+        args.push(start..end);
+        at = end + 2;
+    }
+    Ok(Some(at))
+}
+
+fn parse_inline(buf: &[u8], args: &mut Vec<Range<usize>>, bounds: Bounds) -> Result<Option<usize>, ProtocolError> {
+    let limit = buf.len().min(bounds.max_frame_bytes);
+    let Some(newline) = buf[..limit].iter().position(|&b| b == b'\n') else {
+        return if buf.len() >= bounds.max_frame_bytes {
+            Err(ProtocolError::TooBig(bounds.max_frame_bytes))
+        } else {
+            Ok(None)
+        };
+    };
+    let line_end = if newline > 0 && buf[newline - 1] == b'\r' { newline - 1 } else { newline };
+    let mut at = 0;
+    while at < line_end {
+        while at < line_end && buf[at].is_ascii_whitespace() {
+            at += 1;
+        }
+        let start = at;
+        while at < line_end && !buf[at].is_ascii_whitespace() {
+            at += 1;
+        }
+        if at > start {
+            if args.len() == bounds.max_args {
+                return Err(ProtocolError::TooManyArgs(bounds.max_args));
+            }
+            args.push(start..at);
+        }
+    }
+    Ok(Some(newline + 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BOUNDS: Bounds = Bounds { max_frame_bytes: 1 << 16, max_args: 8 };
+
+    type Parsed<'a> = Option<(Vec<&'a [u8]>, usize)>;
+
+    fn words(input: &[u8]) -> Result<Parsed<'_>, ProtocolError> {
+        let mut args = Vec::new();
+        Ok(parse(input, &mut args, BOUNDS)?.map(|used| (args.iter().map(|r| &input[r.clone()]).collect(), used)))
+    }
+
+    #[test]
+    fn parses_arrays_inline_and_waits_for_the_rest() {
+        let (args, used) = words(b"*2\r\n$4\r\nECHO\r\n$2\r\nhi\r\n*1\r\n").unwrap().unwrap();
+        assert_eq!((args, used), (vec![&b"ECHO"[..], b"hi"], 22));
+        let (args, used) = words(b"  PING  hello \r\nnext").unwrap().unwrap();
+        assert_eq!((args, used), (vec![&b"PING"[..], b"hello"], 16));
+        for partial in [&b"*2\r\n$4\r\nECHO\r\n$2\r\nh"[..], b"*2\r\n$4\r", b"*", b"PING", b"*1\r\n$4\r\nPING\r"] {
+            assert_eq!(words(partial), Ok(None), "{partial:?}");
+        }
+        assert_eq!(words(b"*0\r\n").unwrap().unwrap().1, 4);
+        assert_eq!(words(b"\r\n").unwrap().unwrap(), (vec![], 2));
+    }
+
+    #[test]
+    fn refuses_malformed_and_oversized_input_early() {
+        assert_eq!(words(b"*x\r\n"), Err(ProtocolError::MultibulkLength));
+        assert_eq!(words(b"*9\r\n"), Err(ProtocolError::TooManyArgs(8)));
+        assert_eq!(words(b"*1\r\n:4\r\n"), Err(ProtocolError::ExpectedBulk(':')));
+        assert_eq!(words(b"*1\r\n$-3\r\n"), Err(ProtocolError::BulkLength));
+        assert_eq!(words(b"*1\r\n$4\r\nPINGxx"), Err(ProtocolError::Unterminated));
+        // A 2 GB bulk is refused from its header alone.
+        assert_eq!(words(b"*1\r\n$2000000000\r\n"), Err(ProtocolError::TooBig(1 << 16)));
+        assert_eq!(words(b"*1\r\n$99999999999999999999999\r\n"), Err(ProtocolError::BulkLength));
+        assert_eq!(words(b"*100000000000000000000000000\r\n"), Err(ProtocolError::MultibulkLength));
+        assert_eq!(words(&vec![b'a'; 1 << 16]), Err(ProtocolError::TooBig(1 << 16)));
+    }
+}
+
+/// Fuzzing by property: arbitrary bytes never panic the parser, never claim more bytes than
+/// given, and any command encoded as an array parses back to itself, whatever the chunking.
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const BOUNDS: Bounds = Bounds { max_frame_bytes: 4096, max_args: 16 };
+
+    fn encode(args: &[Vec<u8>]) -> Vec<u8> {
+        let mut out = format!("*{}\r\n", args.len()).into_bytes();
+        for arg in args {
+            out.extend(format!("${}\r\n", arg.len()).bytes());
+            out.extend(arg);
+            out.extend(b"\r\n");
+        }
+        out
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 4096, ..ProptestConfig::default() })]
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let mut args = Vec::new();
+            if let Ok(Some(used)) = parse(&bytes, &mut args, BOUNDS) {
+                prop_assert!(used <= bytes.len());
+                prop_assert!(args.iter().all(|r| r.end <= used));
+            }
+        }
+
+        #[test]
+        fn headers_with_noise_never_panic(
+            prefix in prop_oneof![Just(b"*".to_vec()), Just(b"*2\r\n$".to_vec()), Just(b"*1\r\n$3\r\n".to_vec())],
+            noise in proptest::collection::vec(any::<u8>(), 0..64),
+        ) {
+            let mut bytes = prefix;
+            bytes.extend(noise);
+            let mut args = Vec::new();
+            let _ = parse(&bytes, &mut args, BOUNDS);
+        }
+
+        #[test]
+        fn encoded_commands_parse_back(
+            command in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..40), 1..10),
+            cut in 0usize..1000,
+        ) {
+            let bytes = encode(&command);
+            let mut args = Vec::new();
+            let used = parse(&bytes, &mut args, BOUNDS).unwrap().unwrap();
+            prop_assert_eq!(used, bytes.len());
+            let parsed: Vec<Vec<u8>> = args.iter().map(|r| bytes[r.clone()].to_vec()).collect();
+            prop_assert_eq!(parsed, command);
+            // Any strict prefix is incomplete, never an error.
+            let cut = cut % bytes.len();
+            prop_assert_eq!(parse(&bytes[..cut], &mut args, BOUNDS), Ok(None));
+        }
+    }
+}

@@ -1,0 +1,321 @@
+//! `tollgate serve` in-process on port 0, driven by real clients: the `redis` crate, redis-cli,
+//! redis-benchmark and curl; malformed input; the connection limit; graceful shutdown.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::Command;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tollgate_server::{Config, Listeners, StoreConfig};
+use tollgate_store::testkit::redis_server::RedisServer;
+
+struct Server {
+    resp: SocketAddr,
+    http: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<Result<(), String>>,
+}
+
+impl Server {
+    async fn start(config: Config) -> Server {
+        let resp = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (resp_addr, http_addr) = (resp.local_addr().unwrap(), http.local_addr().unwrap());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(tollgate_server::run(config, Listeners { resp, http }, async move {
+            let _ = stopped.await;
+        }));
+        Server { resp: resp_addr, http: http_addr, stop: Some(stop), task }
+    }
+
+    async fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        self.task.await.unwrap().unwrap();
+    }
+
+    fn client(&self) -> redis::Client {
+        redis::Client::open(format!("redis://{}", self.resp)).unwrap()
+    }
+
+    fn cli(&self, args: &[&str]) -> String {
+        let output = Command::new("redis-cli")
+            .args(["-p", &self.resp.port().to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// Raw bytes in, whatever comes back until the server closes or goes quiet.
+    fn raw(&self, bytes: &[u8]) -> String {
+        let mut stream = TcpStream::connect(self.resp).unwrap();
+        stream.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+        stream.write_all(bytes).unwrap();
+        let mut reply = Vec::new();
+        let _ = stream.read_to_end(&mut reply);
+        String::from_utf8_lossy(&reply).into_owned()
+    }
+
+    fn curl(&self, args: &[&str]) -> String {
+        let output = Command::new("curl")
+            .args(["-s", "-i", "--max-time", "5"])
+            .args(args.iter().map(|a| a.replace("HTTP", &format!("http://{}", self.http))))
+            .output()
+            .expect("curl");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+}
+
+fn config_with_limits() -> Config {
+    let limits = tollgate_server::config::parse_limits(
+        "[limits.api]\nlimit = \"2/1m\"\n[limits.login]\nalgorithm = \"sliding-log\"\nlimit = \"1/1h\"\n",
+    )
+    .unwrap();
+    Config { limits, ..Config::default() }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cl_throttle_answers_like_redis_cell_over_the_redis_crate() {
+    let server = Server::start(Config::default()).await;
+    let mut con = server.client().get_multiplexed_async_connection().await.unwrap();
+    let throttle = |quantity: i64| {
+        let mut cmd = redis::cmd("CL.THROTTLE");
+        cmd.arg("user123").arg(15).arg(30).arg(60).arg(quantity);
+        cmd
+    };
+    // redis-cell's README example: allowed, limit 16, 15 remaining, no retry, reset in 2 s.
+    let reply: Vec<i64> = throttle(1).query_async(&mut con).await.unwrap();
+    assert_eq!(reply, [0, 16, 15, -1, 2]);
+    // A quantity above the capacity: limited, remaining unchanged, retry -1.
+    let reply: Vec<i64> = throttle(17).query_async(&mut con).await.unwrap();
+    assert_eq!(reply, [1, 16, 15, -1, 2]);
+    // Pipelined: 15 more pass, then denials with a retry of 2 s (one emission interval, rounded up).
+    let mut pipe = redis::pipe();
+    for _ in 0..20 {
+        pipe.add_command(throttle(1));
+    }
+    let replies: Vec<Vec<i64>> = pipe.query_async(&mut con).await.unwrap();
+    assert_eq!(replies.iter().filter(|r| r[0] == 0).count(), 15);
+    assert_eq!(replies[19], [1, 16, 0, 2, 32]);
+
+    for (args, wanted) in [
+        (vec!["k", "1", "2"], "Usage: CL.THROTTLE"),
+        (vec!["k", "x", "30", "60"], "Couldn't parse as integer: x"),
+        (vec!["k", "-1", "30", "60"], "max_burst must be >= 0"),
+        (vec!["k", "1", "0", "60"], "count must be >= 1"),
+        (vec!["k", "9223372036854775807", "30", "60"], "arithmetic overflow"),
+        (vec!["k", "1", "30", "60", "-5"], "quantity must be >= 0"),
+        (vec!["k", "1", "2", "9223372036854775807"], "longer than 2^64 ns"),
+    ] {
+        let error = redis::cmd("CL.THROTTLE").arg(&args).query_async::<redis::Value>(&mut con).await.unwrap_err();
+        assert!(error.to_string().contains(wanted), "{args:?}: {error}");
+    }
+    // The connection survived every error.
+    let pong: String = redis::cmd("PING").query_async(&mut con).await.unwrap();
+    assert_eq!(pong, "PONG");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn native_commands_cover_every_algorithm_and_named_limits() {
+    let server = Server::start(config_with_limits()).await;
+    let mut con = server.client().get_multiplexed_async_connection().await.unwrap();
+    for algorithm in
+        ["gcra", "token-bucket", "leaky-bucket", "fixed-window", "sliding-log", "sliding-window", "sub-window"]
+    {
+        let check = |cost: u64| {
+            let mut cmd = redis::cmd("TG.CHECK");
+            cmd.arg("k").arg(algorithm).arg(3).arg(60_000).arg("COST").arg(cost);
+            cmd
+        };
+        let first: Vec<i64> = check(2).query_async(&mut con).await.unwrap();
+        assert_eq!(first[..3], [1, 3, 1], "{algorithm}");
+        let denied: Vec<i64> = check(2).query_async(&mut con).await.unwrap();
+        assert_eq!(denied[0], 0, "{algorithm}");
+        assert!(denied[3] > 0, "{algorithm}: retry_after_ms {denied:?}");
+        let peek: Vec<i64> =
+            redis::cmd("TG.PEEK").arg("k").arg(algorithm).arg(3).arg(60_000).query_async(&mut con).await.unwrap();
+        assert_eq!(peek[..3], [1, 3, 1], "{algorithm}");
+        let ok: String =
+            redis::cmd("TG.RESET").arg("k").arg(algorithm).arg(3).arg(60_000).query_async(&mut con).await.unwrap();
+        assert_eq!(ok, "OK");
+        let after: Vec<i64> = check(3).query_async(&mut con).await.unwrap();
+        assert_eq!(after[..3], [1, 3, 0], "{algorithm} after reset");
+    }
+    let api = |key: &str| {
+        let mut cmd = redis::cmd("TG.LIMIT");
+        cmd.arg("api").arg(key);
+        cmd
+    };
+    let replies: Vec<Vec<i64>> = redis::pipe()
+        .add_command(api("u"))
+        .add_command(api("u"))
+        .add_command(api("u"))
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(replies.iter().map(|r| r[0]).collect::<Vec<_>>(), [1, 1, 0]);
+    let error = redis::cmd("TG.LIMIT").arg("nope").arg("u").query_async::<redis::Value>(&mut con).await.unwrap_err();
+    assert!(error.to_string().contains("no limit named 'nope'"), "{error}");
+    let error = redis::cmd("TG.CHECK")
+        .arg("k")
+        .arg("quantum")
+        .arg(1)
+        .arg(1)
+        .query_async::<redis::Value>(&mut con)
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("quantum"), "{error}");
+    let error = redis::cmd("TG.CHECK")
+        .arg("k")
+        .arg("gcra")
+        .arg(1)
+        .arg(1000)
+        .arg("COST")
+        .arg(2)
+        .query_async::<redis::Value>(&mut con)
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("exceeds the capacity"), "{error}");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cli_and_redis_benchmark_work_against_it() {
+    let server = Server::start(Config::default()).await;
+    assert_eq!(server.cli(&["ping"]).trim(), "PONG");
+    assert_eq!(
+        server.cli(&["CL.THROTTLE", "cli", "15", "30", "60"]).split_whitespace().collect::<Vec<_>>(),
+        ["0", "16", "15", "-1", "2"]
+    );
+    assert!(server.cli(&["info"]).contains("tollgate_version"));
+    let port = server.resp.port().to_string();
+    let output = Command::new("redis-benchmark")
+        .args([
+            "-p",
+            &port,
+            "-c",
+            "8",
+            "-n",
+            "2000",
+            "-r",
+            "1000",
+            "-P",
+            "4",
+            "-q",
+            "CL.THROTTLE",
+            "bench:__rand_int__",
+            "15",
+            "30",
+            "60",
+            "1",
+        ])
+        .output()
+        .expect("redis-benchmark");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success() && text.contains("requests per second"), "{text}");
+    assert_eq!(server.cli(&["ping"]).trim(), "PONG", "still serving after the benchmark");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_input_closes_only_that_connection() {
+    let server = Server::start(Config { max_frame_bytes: 4096, max_args: 8, ..Config::default() }).await;
+    let mut healthy = server.client().get_multiplexed_async_connection().await.unwrap();
+    for (bytes, wanted) in [
+        (&b"*x\r\n"[..], "-ERR Protocol error: invalid multibulk length"),
+        (b"*1\r\n$2000000000\r\n", "-ERR Protocol error: command larger than 4096 bytes"),
+        (b"*1\r\n:5\r\n", "-ERR Protocol error: expected '$', got ':'"),
+        (b"*9\r\n", "-ERR Protocol error: too many arguments"),
+        (b"*1\r\n$4\r\nPINGxx", "-ERR Protocol error: bulk string not terminated"),
+    ] {
+        let reply = server.raw(bytes);
+        assert!(reply.starts_with(wanted), "{bytes:?}: {reply:?}");
+    }
+    // An oversized inline line is refused once the bound is reached.
+    assert!(server.raw(&vec![b'a'; 5000]).starts_with("-ERR Protocol error: command larger"));
+    // Errors that keep the connection: a non-UTF-8 key, wrong arity, an unknown command.
+    let reply = server.raw(b"*5\r\n$11\r\nCL.THROTTLE\r\n$2\r\n\xff\xfe\r\n$1\r\n1\r\n$1\r\n1\r\n$1\r\n1\r\n*1\r\n$4\r\nNOPE\r\n*2\r\n$4\r\nECHO\r\n$2\r\nok\r\n");
+    assert!(reply.starts_with("-ERR the key must be valid UTF-8\r\n-ERR unknown command 'NOPE'"), "{reply:?}");
+    assert!(reply.ends_with("$2\r\nok\r\n"), "{reply:?}");
+    let pong: String = redis::cmd("PING").query_async(&mut healthy).await.unwrap();
+    assert_eq!(pong, "PONG", "other clients are unaffected");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_beyond_the_limit_are_refused() {
+    let server = Server::start(Config { max_connections: 2, ..Config::default() }).await;
+    let first = server.client().get_multiplexed_async_connection().await.unwrap();
+    let second = server.client().get_multiplexed_async_connection().await.unwrap();
+    assert!(server.raw(b"PING\r\n").starts_with("-ERR max number of clients reached"));
+    drop((first, second));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(server.raw(b"PING\r\nQUIT\r\n").starts_with("+PONG"));
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_answers_decisions_headers_metrics_and_errors() {
+    let server = Server::start(config_with_limits()).await;
+    let body = r#"{"key":"h","limit":"2/1m","algorithm":"fixed-window"}"#;
+    let post =
+        |body: &str| server.curl(&["-X", "POST", "HTTP/v1/check", "-H", "content-type: application/json", "-d", body]);
+    let first = post(body);
+    assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+    assert!(first.contains("ratelimit-policy: \"default\";q=2;w=60"), "{first}");
+    assert!(first.contains("\"remaining\":1"), "{first}");
+    post(body);
+    let denied = post(body);
+    assert!(denied.starts_with("HTTP/1.1 429"), "{denied}");
+    assert!(denied.contains("retry-after: "), "{denied}");
+    assert!(denied.contains("ratelimit: \"default\";r=0;t="), "{denied}");
+    let named = post(r#"{"limit_name":"login","key":"alice"}"#);
+    assert!(named.starts_with("HTTP/1.1 200") && named.contains("\"login\";q=1;w=3600"), "{named}");
+    for (bad, wanted) in [
+        ("{", "invalid JSON body"),
+        (r#"{"key":"h"}"#, "give either"),
+        (r#"{"key":"h","limit":"2/fortnight"}"#, "fortnight"),
+        (r#"{"key":"h","limit":"2/s","cost":3}"#, "exceeds the capacity"),
+        (r#"{"key":"h","limit_name":"nope"}"#, "no limit named"),
+    ] {
+        let reply = post(bad);
+        assert!(reply.starts_with("HTTP/1.1 400") && reply.contains(wanted), "{bad}: {reply}");
+    }
+    let metrics = server.curl(&["HTTP/metrics"]);
+    assert!(
+        metrics.contains("tollgate_decisions_total{outcome=\"denied\",algorithm=\"fixed-window\",limit=\"http\"} 1"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("tollgate_store_latency_seconds_bucket"), "{metrics}");
+    assert!(server.curl(&["HTTP/healthz"]).contains("ok"));
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_from_redis_too() {
+    let redis = RedisServer::start();
+    let server = Server::start(Config { store: StoreConfig::Redis(redis.url()), ..Config::default() }).await;
+    assert_eq!(
+        server.cli(&["CL.THROTTLE", "r", "15", "30", "60"]).split_whitespace().collect::<Vec<_>>(),
+        ["0", "16", "15", "-1", "2"]
+    );
+    assert!(redis.cli(&["--scan"]).contains("tollgate:gcra:{r}"), "the state lives in Redis");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_answers_what_was_sent_and_stops_listening() {
+    let server = Server::start(Config::default()).await;
+    let mut stream = TcpStream::connect(server.resp).unwrap();
+    stream.write_all(b"PING\r\n").unwrap();
+    let mut reply = [0u8; 7];
+    stream.read_exact(&mut reply).unwrap();
+    assert_eq!(&reply, b"+PONG\r\n");
+    let (resp, http) = (server.resp, server.http);
+    server.stop().await;
+    assert!(TcpStream::connect(resp).is_err(), "RESP listener closed");
+    assert!(TcpStream::connect(http).is_err(), "HTTP listener closed");
+}
