@@ -1,0 +1,53 @@
+//! What the rules see of a request: method, path, query, host, headers and the client address.
+
+use std::net::IpAddr;
+
+/// A request as the rules see it; borrowed from whatever HTTP types the caller has.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    /// `GET`, `POST`, ...
+    pub method: &'a str,
+    /// The path, without the query.
+    pub path: &'a str,
+    /// The raw query string, without `?`.
+    pub query: &'a str,
+    /// The `Host` (or `:authority`), without port.
+    pub host: &'a str,
+    /// Header (name, value) pairs; names in any case.
+    pub headers: &'a [(&'a str, &'a str)],
+    /// The client's address (see [`TrustedProxies::client_ip`](crate::TrustedProxies::client_ip)).
+    pub client_ip: IpAddr,
+}
+
+impl<'a> Request<'a> {
+    /// The first value of header `name` (case-insensitive).
+    #[must_use]
+    pub fn header(&self, name: &str) -> Option<&'a str> {
+        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|&(_, v)| v)
+    }
+
+    /// Every value of header `name`, in order.
+    pub fn headers_named(&self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.headers.iter().filter(move |(n, _)| n.eq_ignore_ascii_case(name)).map(|&(_, v)| v)
+    }
+
+    /// The value of cookie `name`.
+    #[must_use]
+    pub fn cookie(&self, name: &str) -> Option<&'a str> {
+        self.headers_named("cookie")
+            .flat_map(|header| header.split(';'))
+            .filter_map(|pair| pair.trim().split_once('='))
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v)
+    }
+
+    /// The (undecoded) value of query parameter `name`.
+    #[must_use]
+    pub fn query_param(&self, name: &str) -> Option<&'a str> {
+        self.query
+            .split('&')
+            .map(|pair| pair.split_once('=').unwrap_or((pair, "")))
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v)
+    }
+}
