@@ -1,0 +1,42 @@
+//! # tollgate-tower
+//!
+//! tower middleware (works with axum and hyper) applying a `tollgate-rules` file with any
+//! tollgate store:
+//!
+//! - requests over a limit get `429` with `Retry-After` (whole seconds, rounded up, at least 1),
+//!   `RateLimit-Policy` / `RateLimit` (IETF httpapi draft), optional legacy `X-RateLimit-*`,
+//!   `Cache-Control: no-store` and an RFC 9457 `application/problem+json` body;
+//! - `shadow-ban` answers a configured fake success without calling the service, `dry-run` only
+//!   logs and counts, `delay` waits for the request's slot (up to `max_delay`);
+//! - rules with `count_status` count after the response (e.g. only failed logins), and a
+//!   mitigation `timeout` keeps a key mitigated after it went over;
+//! - the client address is the peer's (`ConnectInfo<SocketAddr>` with axum, or a [`PeerAddr`]
+//!   extension), read through trusted proxies only.
+//!
+//! Split as tower's own middleware: [`layer`], [`service`], [`future`]; `response` writes the
+//! headers and bodies.
+//!
+//! ```no_run
+//! use std::net::SocketAddr;
+//! use axum::{Router, routing::get};
+//! use tollgate_rules::Rules;
+//! use tollgate_store::MemoryStore;
+//! use tollgate_tower::RateLimitLayer;
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let rules = Rules::parse("[[rules]]\nname = \"api\"\nlimit = \"100/1m\"\nkey = [\"client_ip\"]\n", "inline")?;
+//! let app = Router::new().route("/", get(|| async { "hello" })).layer(RateLimitLayer::new(rules, MemoryStore::new()));
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+//! axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await?;
+//! # Ok(()) }
+//! ```
+
+pub mod future;
+mod guard;
+pub mod layer;
+pub mod response;
+pub mod service;
+
+pub use guard::Options;
+pub use layer::RateLimitLayer;
+pub use service::{PeerAddr, RateLimit};

@@ -1,0 +1,62 @@
+//! The responses and header fields the middleware writes: 429 with `Retry-After`, the IETF
+//! httpapi draft's `RateLimit-Policy` / `RateLimit` structured fields, optional legacy
+//! `X-RateLimit-*`, `Cache-Control: no-store` and an RFC 9457 `application/problem+json` body;
+//! and a shadow-ban's fake success.
+
+use axum_core::body::Body;
+use http::{HeaderMap, HeaderValue, Response, StatusCode, header};
+use tollgate_core::{Decision, Limit};
+
+fn seconds_up(ns: u64) -> u64 {
+    ns.div_ceil(1_000_000_000)
+}
+
+/// Adds `RateLimit-Policy: "name";q=Q;w=W` and `RateLimit: "name";r=R;t=T` (and the legacy
+/// `X-RateLimit-Limit/Remaining/Reset` when `legacy`).
+pub fn rate_limit_fields(headers: &mut HeaderMap, policy: &str, limit: &Limit, decision: &Decision, legacy: bool) {
+    let name: String = policy.chars().filter(|c| *c != '"' && *c != '\\' && !c.is_control()).collect();
+    let reset = seconds_up(decision.reset_after_ns);
+    let fields = [
+        ("ratelimit-policy", format!("\"{name}\";q={};w={}", decision.limit, seconds_up(limit.period_ns()).max(1))),
+        ("ratelimit", format!("\"{name}\";r={};t={reset}", decision.remaining)),
+    ];
+    for (field, value) in fields {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            headers.insert(field, value);
+        }
+    }
+    if legacy {
+        headers.insert("x-ratelimit-limit", HeaderValue::from(decision.limit));
+        headers.insert("x-ratelimit-remaining", HeaderValue::from(decision.remaining));
+        headers.insert("x-ratelimit-reset", HeaderValue::from(reset));
+    }
+}
+
+/// The 429 for a request denied by rule `policy`.
+pub fn too_many_requests(policy: &str, limit: &Limit, decision: &Decision, legacy: bool) -> Response<Body> {
+    let retry = seconds_up(decision.retry_after_ns).max(1);
+    let problem = serde_json::json!({
+        "type": "about:blank",
+        "title": "Too Many Requests",
+        "status": 429,
+        "detail": format!("rate limit \"{policy}\" exceeded; retry after {retry} s"),
+    });
+    let mut response = Response::new(Body::from(problem.to_string()));
+    *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(header::RETRY_AFTER, HeaderValue::from(retry));
+    rate_limit_fields(headers, policy, limit, decision, legacy);
+    response
+}
+
+/// A shadow-ban's fake success: the client cannot tell it was not served.
+pub fn shadow(status: u16, body: &str, content_type: &str) -> Response<Body> {
+    let mut response = Response::new(Body::from(body.to_string()));
+    *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
+    if let Ok(value) = HeaderValue::from_str(content_type) {
+        response.headers_mut().insert(header::CONTENT_TYPE, value);
+    }
+    response
+}
