@@ -4,6 +4,7 @@
 //! an error into a message on stderr and a non-zero exit status.
 
 mod limit_args;
+mod proxy;
 mod serve;
 mod simulate;
 
@@ -23,6 +24,8 @@ struct Cli {
 enum Command {
     /// Serve rate-limit decisions over RESP (redis-cell compatible) and HTTP, on memory or Redis.
     Serve(serve::ServeArgs),
+    /// Apply a rules file in front of an HTTP service, as a reverse proxy.
+    Proxy(proxy::ProxyArgs),
     /// Replay requests on a virtual clock, or reproduce the seeds' over-grant experiments.
     Simulate(simulate::SimulateArgs),
 }
@@ -31,6 +34,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
+        Command::Proxy(args) => proxy::run(args),
         Command::Simulate(args) => simulate::run(args),
     };
     match result {

@@ -49,13 +49,7 @@ pub(crate) struct ServeArgs {
 
 /// Runs the server until Ctrl-C or SIGTERM.
 pub(crate) fn run(args: ServeArgs) -> anyhow::Result<()> {
-    let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)
-        .with_context(|| format!("invalid --log-level {:?}", args.log_level))?;
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .init();
+    init_logging(&args.log_level)?;
     let store = match args.store {
         StoreConfig::Memory { .. } => StoreConfig::Memory { max_keys: args.max_keys.max(1) },
         other => other,
@@ -84,8 +78,20 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<()> {
     })
 }
 
+/// Logs to stderr through `level` (colours only on a terminal).
+pub(crate) fn init_logging(level: &str) -> anyhow::Result<()> {
+    let filter =
+        tracing_subscriber::EnvFilter::try_new(level).with_context(|| format!("invalid --log-level {level:?}"))?;
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr)
+        .init();
+    Ok(())
+}
+
 /// Completes on Ctrl-C or SIGTERM.
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };

@@ -10,6 +10,7 @@ pub mod config;
 pub mod engine;
 pub mod http;
 pub mod metrics;
+pub mod proxy;
 pub mod resp;
 
 use std::future::Future;

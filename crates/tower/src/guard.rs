@@ -59,12 +59,14 @@ pub(crate) struct Guard<S> {
     /// Keys under mitigation until an instant (ns since the epoch).
     blocks: Mutex<HashMap<String, u64>>,
     dry_run_hits: AtomicU64,
+    pub(crate) stats: Stats,
 }
 
 const MAX_BLOCKS: usize = 100_000;
 
 impl<S: Store> Guard<S> {
     pub(crate) fn new(rules: Rules, store: S, options: Options) -> Self {
+        let stats = Stats::new(rules.rules.len());
         Guard {
             rules,
             store,
@@ -72,6 +74,7 @@ impl<S: Store> Guard<S> {
             clock: SystemClock::new(),
             blocks: Mutex::default(),
             dry_run_hits: AtomicU64::new(0),
+            stats,
         }
     }
 
@@ -94,8 +97,13 @@ impl<S: Store> Guard<S> {
         *entry = (*entry).max(until);
     }
 
+    fn index(&self, rule: &Rule) -> usize {
+        self.rules.rules.iter().position(|r| std::ptr::eq(r, rule)).unwrap_or(0)
+    }
+
     fn dry_run(&self, rule: &Rule, key: &str) {
         self.dry_run_hits.fetch_add(1, Ordering::Relaxed);
+        self.stats.bump(self.index(rule), "dry_run");
         tracing::warn!(rule = %rule.name, key, "dry-run: this request is over the limit and would be mitigated");
     }
 
@@ -108,6 +116,8 @@ impl<S: Store> Guard<S> {
     }
 
     fn mitigate(&self, rule: &Rule, decision: &Decision) -> Response<Body> {
+        let outcome = if matches!(rule.action, Action::ShadowBan { .. }) { "shadow_banned" } else { "rejected" };
+        self.stats.bump(self.index(rule), outcome);
         match &rule.action {
             Action::ShadowBan { status, body, content_type } => response::shadow(*status, body, content_type),
             _ => response::too_many_requests(&rule.name, &rule.limit, decision, self.options.legacy_headers),
@@ -196,9 +206,12 @@ impl<S: Store> Guard<S> {
         }
         let mut delay_ns = 0;
         for ((applied, _), decision) in enforce.iter().zip(&decisions) {
-            if let Action::Delay { .. } = applied.rule.action {
-                delay_ns = delay_ns.max(decision.reset_after_ns.saturating_sub(applied.rule.limit.tolerance_ns()));
-            }
+            let wait = match applied.rule.action {
+                Action::Delay { .. } => decision.reset_after_ns.saturating_sub(applied.rule.limit.tolerance_ns()),
+                _ => 0,
+            };
+            self.stats.bump(self.index(applied.rule), if wait > 0 { "delayed" } else { "allowed" });
+            delay_ns = delay_ns.max(wait);
         }
         let fields = enforce
             .iter()
@@ -215,6 +228,7 @@ impl<S: Store> Guard<S> {
             if !rule.counts_status(status) {
                 continue;
             }
+            self.stats.bump(rule_index_of(&self.rules, rule), "counted_after");
             match self.store.check(&key, &rule.limit, cost).await {
                 Ok(d) if !d.allowed => {
                     if rule.action == Action::DryRun {
@@ -228,6 +242,10 @@ impl<S: Store> Guard<S> {
             }
         }
     }
+}
+
+fn rule_index_of(rules: &Rules, rule: &Rule) -> usize {
+    rules.rules.iter().position(|r| std::ptr::eq(r, rule)).unwrap_or(0)
 }
 
 /// The limit a rule is checked under: for `delay`, the bucket widened by `max_delay` (a shaper is
@@ -244,5 +262,43 @@ fn shaping_limit(rule: &Rule) -> Limit {
                 .unwrap_or_else(|_| rule.limit.clone())
         }
         _ => rule.limit.clone(),
+    }
+}
+
+/// Requests per rule and outcome, for the metrics endpoint.
+#[derive(Debug)]
+pub(crate) struct Stats {
+    counts: Vec<[AtomicU64; OUTCOMES.len()]>,
+}
+
+/// The outcomes counted per rule.
+pub(crate) const OUTCOMES: [&str; 6] = ["allowed", "rejected", "shadow_banned", "dry_run", "delayed", "counted_after"];
+
+impl Stats {
+    pub(crate) fn new(rules: usize) -> Self {
+        Stats { counts: (0..rules).map(|_| std::array::from_fn(|_| AtomicU64::new(0))).collect() }
+    }
+
+    pub(crate) fn bump(&self, rule: usize, outcome: &str) {
+        if let (Some(counts), Some(i)) = (self.counts.get(rule), OUTCOMES.iter().position(|o| *o == outcome)) {
+            counts[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Prometheus text format.
+    pub(crate) fn render(&self, rules: &Rules) -> String {
+        let mut text = String::from(
+            "# HELP tollgate_rule_requests Requests per rule and outcome.\n# TYPE tollgate_rule_requests counter\n",
+        );
+        for (rule, counts) in rules.rules.iter().zip(&self.counts) {
+            let name = rule.name.replace(['"', '\\', '\n'], "_");
+            for (outcome, count) in OUTCOMES.iter().zip(counts) {
+                text.push_str(&format!(
+                    "tollgate_rule_requests_total{{rule=\"{name}\",outcome=\"{outcome}\"}} {}\n",
+                    count.load(Ordering::Relaxed)
+                ));
+            }
+        }
+        text
     }
 }

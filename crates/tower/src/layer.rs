@@ -31,6 +31,11 @@ impl<S: Store> RateLimitLayer<S> {
         RateLimitLayer { guard: Arc::new(Guard::new(rules, store, options)) }
     }
 
+    /// Requests per rule and outcome, in the Prometheus text format.
+    pub fn render_metrics(&self) -> String {
+        self.guard.stats.render(&self.guard.rules)
+    }
+
     /// Requests that dry-run rules would have mitigated so far.
     pub fn dry_run_hits(&self) -> u64 {
         self.guard.dry_run_hits()

@@ -1,0 +1,80 @@
+//! `tollgate proxy`: flags to a [`tollgate_server::proxy::ProxyConfig`], listeners bound, signals wired.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use tokio::net::TcpListener;
+use tollgate_server::{Config, OnStoreError, StoreConfig};
+
+/// Arguments of `tollgate proxy`.
+#[derive(Debug, Args)]
+pub(crate) struct ProxyArgs {
+    /// Where clients connect.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8088")]
+    listen: SocketAddr,
+    /// The service to protect, e.g. http://127.0.0.1:3000.
+    #[arg(long, value_name = "URL")]
+    upstream: String,
+    /// The rules file (TOML; see examples/rules/login.toml).
+    #[arg(long, value_name = "FILE")]
+    rules: PathBuf,
+    /// Admin listener for GET /metrics and GET /healthz.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9091")]
+    admin: SocketAddr,
+    /// Where state lives: memory, redis://host:port[/db] or redis+cluster://host:port,host:port.
+    #[arg(long, value_name = "STORE", default_value = "memory", value_parser = StoreConfig::parse)]
+    store: StoreConfig,
+    /// With Redis: what to answer while Redis fails (open, closed, local).
+    #[arg(long, value_name = "POLICY", default_value = "local")]
+    on_store_error: OnStoreError,
+    /// With Redis: milliseconds before a Redis call counts as failed.
+    #[arg(long, value_name = "MS", default_value_t = 50)]
+    store_timeout_ms: u64,
+    /// Also send the RateLimit fields on allowed responses.
+    #[arg(long)]
+    headers_on_allowed: bool,
+    /// Also send the legacy X-RateLimit-Limit/Remaining/Reset headers.
+    #[arg(long)]
+    legacy_headers: bool,
+    /// Log filter: error, warn, info, debug, trace.
+    #[arg(long, value_name = "LEVEL", default_value = "info")]
+    log_level: String,
+}
+
+/// Runs the proxy until Ctrl-C or SIGTERM.
+pub(crate) fn run(args: ProxyArgs) -> anyhow::Result<()> {
+    crate::serve::init_logging(&args.log_level)?;
+    let rules = tollgate_rules::Rules::load(&args.rules).map_err(anyhow::Error::msg)?;
+    if !args.upstream.starts_with("http://") {
+        anyhow::bail!("--upstream must be an http:// URL, got {:?}", args.upstream);
+    }
+    let config = Config {
+        store: args.store,
+        on_store_error: args.on_store_error,
+        store_timeout: Duration::from_millis(args.store_timeout_ms.max(1)),
+        ..Config::default()
+    };
+    let proxy = tollgate_server::proxy::ProxyConfig {
+        upstream: args.upstream,
+        rules,
+        options: tollgate_tower::Options {
+            headers_on_allowed: args.headers_on_allowed,
+            legacy_headers: args.legacy_headers,
+        },
+    };
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
+    runtime.block_on(async move {
+        let listener =
+            TcpListener::bind(args.listen).await.with_context(|| format!("cannot listen on {}", args.listen))?;
+        let admin = TcpListener::bind(args.admin).await.with_context(|| format!("cannot listen on {}", args.admin))?;
+        tracing::info!(upstream = %proxy.upstream, "proxy listening on {}", listener.local_addr()?);
+        tracing::info!("admin (metrics, healthz) listening on {}", admin.local_addr()?);
+        tollgate_server::proxy::run(&config, proxy, listener, admin, crate::serve::shutdown_signal())
+            .await
+            .map_err(anyhow::Error::msg)
+    })
+}
