@@ -202,6 +202,45 @@ impl Rules {
         Ok(Rules { trusted_proxies: TrustedProxies::new(trusted), rules })
     }
 
+    /// The (lowercase) names of the headers any rule reads: callers need not copy the others.
+    #[must_use]
+    pub fn header_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = Vec::new();
+        let mut add = |name: &str| {
+            let name = name.to_ascii_lowercase();
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        };
+        for rule in &self.rules {
+            for matcher in [&rule.matcher, &rule.mitigation_matcher] {
+                if let Some(h) = &matcher.header {
+                    add(h);
+                }
+                if let Some(h) = &matcher.header_equals {
+                    add(&h.name);
+                }
+            }
+            for part in &rule.key {
+                match part {
+                    Characteristic::Header(h) => add(h),
+                    Characteristic::Cookie(_) => add("cookie"),
+                    _ => {}
+                }
+            }
+            if let Cost::Header(h) = &rule.cost {
+                add(h);
+            }
+        }
+        names
+    }
+
+    /// Whether any rule matches on the host (callers need not extract it otherwise).
+    #[must_use]
+    pub fn uses_host(&self) -> bool {
+        self.rules.iter().any(|r| r.matcher.host.is_some() || r.mitigation_matcher.host.is_some())
+    }
+
     /// The rules that count `request`, with its key and cost under each.
     pub fn counting<'r>(&'r self, request: &Request<'_>) -> Result<Vec<Applied<'r>>, RequestError> {
         self.rules
@@ -230,7 +269,10 @@ impl Rule {
         for part in &self.key {
             key.push('\u{1f}');
             match part {
-                Characteristic::ClientIp => key.push_str(&request.client_ip.to_string()),
+                Characteristic::ClientIp => {
+                    use std::fmt::Write as _;
+                    let _ = write!(key, "{}", request.client_ip);
+                }
                 Characteristic::Method => key.push_str(&request.method.to_ascii_uppercase()),
                 Characteristic::Path => key.push_str(request.path),
                 Characteristic::Global => {}

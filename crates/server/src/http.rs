@@ -112,20 +112,13 @@ async fn check(State(engine): State<Arc<Engine>>, body: Bytes) -> Response {
     (status, headers(&decision, &limit, &policy), axum::Json(body)).into_response()
 }
 
-/// `Retry-After` on denials, and the IETF `RateLimit-Policy` / `RateLimit` fields.
+/// `Retry-After` on denials (whole seconds, rounded up, at least 1), and the IETF
+/// `RateLimit-Policy` / `RateLimit` fields, written as the middleware writes them.
 pub fn headers(decision: &Decision, limit: &Limit, policy: &str) -> HeaderMap {
     let mut headers = HeaderMap::new();
-    let seconds = |ns: u64| ns.div_ceil(1_000_000_000);
-    let name = policy.replace(['"', '\\'], "");
-    let quota = format!("\"{name}\";q={};w={}", decision.limit, seconds(limit.period_ns()).max(1));
-    let state = format!("\"{name}\";r={};t={}", decision.remaining, seconds(decision.reset_after_ns));
-    for (field, value) in [("ratelimit-policy", quota), ("ratelimit", state)] {
-        if let Ok(value) = HeaderValue::from_str(&value) {
-            headers.insert(field, value);
-        }
-    }
+    tollgate_tower::response::rate_limit_fields(&mut headers, policy, limit, decision, false);
     if !decision.allowed {
-        headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds(decision.retry_after_ns).max(1)));
+        headers.insert(header::RETRY_AFTER, HeaderValue::from(decision.retry_after_ns.div_ceil(1_000_000_000).max(1)));
     }
     headers
 }

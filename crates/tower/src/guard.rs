@@ -27,9 +27,9 @@ pub struct Options {
 /// The request data the rules need, owned (the request itself goes on to the service).
 #[derive(Debug)]
 pub(crate) struct Owned {
-    pub(crate) method: String,
-    pub(crate) path: String,
-    pub(crate) query: String,
+    pub(crate) method: http::Method,
+    /// Cloning a `Uri` shares its bytes: path and query come from it without copying.
+    pub(crate) uri: http::Uri,
     pub(crate) host: String,
     pub(crate) headers: Vec<(String, String)>,
     pub(crate) client_ip: IpAddr,
@@ -60,6 +60,12 @@ pub(crate) struct Guard<S> {
     blocks: Mutex<HashMap<String, u64>>,
     dry_run_hits: AtomicU64,
     pub(crate) stats: Stats,
+    /// The headers the rules read (lowercase); the others are not copied.
+    pub(crate) header_names: Vec<String>,
+    /// Whether any rule looks at the host.
+    pub(crate) uses_host: bool,
+    /// Whether any key was ever blocked: until then, no mitigation lookups are needed.
+    any_block: std::sync::atomic::AtomicBool,
 }
 
 const MAX_BLOCKS: usize = 100_000;
@@ -67,7 +73,12 @@ const MAX_BLOCKS: usize = 100_000;
 impl<S: Store> Guard<S> {
     pub(crate) fn new(rules: Rules, store: S, options: Options) -> Self {
         let stats = Stats::new(rules.rules.len());
+        let header_names = rules.header_names();
+        let uses_host = rules.uses_host();
         Guard {
+            header_names,
+            uses_host,
+            any_block: std::sync::atomic::AtomicBool::new(false),
             rules,
             store,
             options,
@@ -93,6 +104,7 @@ impl<S: Store> Guard<S> {
             let now = self.clock.now_ns();
             blocks.retain(|_, &mut until| until > now);
         }
+        self.any_block.store(true, Ordering::Release);
         let entry = blocks.entry(key.to_string()).or_insert(0);
         *entry = (*entry).max(until);
     }
@@ -107,10 +119,13 @@ impl<S: Store> Guard<S> {
         tracing::warn!(rule = %rule.name, key, "dry-run: this request is over the limit and would be mitigated");
     }
 
-    /// What the key's going over means, for a rule with a mitigation timeout.
+    /// Records that `key` went over under `rule`: mitigate it until the timeout (or, for rules
+    /// counted after the response, until it is back under the limit).
     fn went_over(&self, rule: &Rule, key: &str, decision: &Decision, now: u64) {
         let until = now.saturating_add(rule.timeout_ns.max(decision.retry_after_ns));
-        if rule.timeout_ns > 0 {
+        // A rule counted after the response has no check before the request: while its key is
+        // over, only a block can mitigate it.
+        if rule.timeout_ns > 0 || rule.count_status.is_some() {
             self.block(key, until);
         }
     }
@@ -127,9 +142,9 @@ impl<S: Store> Guard<S> {
     pub(crate) async fn admit(&self, owned: &Owned) -> Verdict {
         let headers: Vec<(&str, &str)> = owned.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
         let request = Request {
-            method: &owned.method,
-            path: &owned.path,
-            query: &owned.query,
+            method: owned.method.as_str(),
+            path: owned.uri.path(),
+            query: owned.uri.query().unwrap_or(""),
             host: &owned.host,
             headers: &headers,
             client_ip: owned.client_ip,
@@ -137,7 +152,9 @@ impl<S: Store> Guard<S> {
         let now = self.clock.now_ns();
 
         // 1. Mitigations in force (timeouts set earlier).
-        for applied in self.rules.mitigating(&request) {
+        let mitigating =
+            if self.any_block.load(Ordering::Acquire) { self.rules.mitigating(&request) } else { Vec::new() };
+        for applied in mitigating {
             let Some(until) = self.blocked_until(&applied.key).filter(|&until| until > now) else { continue };
             let rule = applied.rule;
             if rule.action == Action::DryRun {

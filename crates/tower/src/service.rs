@@ -36,7 +36,12 @@ impl<I: Clone, S> Clone for RateLimit<I, S> {
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-fn owned<B>(request: &Request<B>, guard_client: impl Fn(IpAddr, &[&str], &[&str]) -> IpAddr) -> Owned {
+fn owned<B>(
+    request: &Request<B>,
+    wanted: &[String],
+    uses_host: bool,
+    guard_client: impl Fn(IpAddr, &[&str], &[&str]) -> IpAddr,
+) -> Owned {
     let peer = request
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
@@ -46,26 +51,30 @@ fn owned<B>(request: &Request<B>, guard_client: impl Fn(IpAddr, &[&str], &[&str]
     let values =
         |name: &str| -> Vec<&str> { request.headers().get_all(name).iter().filter_map(|v| v.to_str().ok()).collect() };
     let client_ip = guard_client(peer, &values("x-forwarded-for"), &values("forwarded"));
-    let host = request
-        .uri()
-        .host()
-        .map(str::to_string)
-        .or_else(|| {
-            request
-                .headers()
-                .get(http::header::HOST)
-                .and_then(|h| h.to_str().ok())
-                .map(|h| h.split(':').next().unwrap_or(h).to_string())
-        })
-        .unwrap_or_default();
+    let host = if !uses_host {
+        String::new()
+    } else {
+        request
+            .uri()
+            .host()
+            .map(str::to_string)
+            .or_else(|| {
+                request
+                    .headers()
+                    .get(http::header::HOST)
+                    .and_then(|h| h.to_str().ok())
+                    .map(|h| h.split(':').next().unwrap_or(h).to_string())
+            })
+            .unwrap_or_default()
+    };
     Owned {
-        method: request.method().as_str().to_string(),
-        path: request.uri().path().to_string(),
-        query: request.uri().query().unwrap_or("").to_string(),
+        method: request.method().clone(),
+        uri: request.uri().clone(),
         host,
         headers: request
             .headers()
             .iter()
+            .filter(|(n, _)| wanted.iter().any(|w| w == n.as_str()))
             .filter_map(|(n, v)| v.to_str().ok().map(|v| (n.as_str().to_string(), v.to_string())))
             .collect(),
         client_ip,
@@ -95,7 +104,9 @@ where
         // The inner service was made ready; keep it and leave a fresh clone (tower's usual swap).
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        let view = owned(&request, |peer, xff, fwd| guard.rules.trusted_proxies.client_ip(peer, xff, fwd));
+        let view = owned(&request, &guard.header_names, guard.uses_host, |peer, xff, fwd| {
+            guard.rules.trusted_proxies.client_ip(peer, xff, fwd)
+        });
         ResponseFuture {
             inner: Box::pin(async move {
                 match guard.admit(&view).await {

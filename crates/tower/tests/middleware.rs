@@ -198,3 +198,22 @@ async fn delay_smooths_a_burst_to_one_request_per_interval() {
     }
     assert!(statuses.contains(&429), "{statuses:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_counted_after_the_response_mitigates_while_over_even_without_timeout() {
+    let layer = RateLimitLayer::new(
+        rules(
+            "[[rules]]\nname = \"f\"\nlimit = \"2/1m\"\nalgorithm = \"fixed-window\"\nkey = [\"client_ip\"]\ncount_status = [401]\nmatch = { path = \"/login\" }\n",
+        ),
+        MemoryStore::new(),
+    );
+    let (address, hits) = serve(layer).await;
+    for _ in 0..3 {
+        assert_eq!(curl(address, &["-X", "POST", "URL/login"]).await.0, 401);
+    }
+    let (status, text) = curl(address, &["-X", "POST", "URL/login"]).await;
+    assert_eq!(status, 429, "{text}");
+    assert_eq!(hits.load(Ordering::Relaxed), 3);
+    // The mitigation match defaults to the counting match: other paths pass.
+    assert_eq!(curl(address, &["URL/"]).await.0, 200);
+}
