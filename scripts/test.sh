@@ -9,13 +9,19 @@ export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
 step() { printf '\n== %s\n' "$*"; }
 
-# The Redis tests start their own redis-server processes (and a 3-node cluster with redis-cli).
-if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
-  step "installing redis-server"
+# The Redis tests start their own redis-server processes (and a 3-node cluster with redis-cli);
+# the server tests drive it with redis-cli, redis-benchmark and curl.
+missing=()
+for tool in redis-server redis-cli redis-benchmark; do
+  command -v "$tool" >/dev/null 2>&1 || missing+=(redis-server)
+done
+command -v curl >/dev/null 2>&1 || missing+=(curl)
+if [ ${#missing[@]} -gt 0 ]; then
+  step "installing ${missing[*]}"
   SUDO=""
   if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
   $SUDO apt-get update
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y redis-server
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y $(printf '%s\n' "${missing[@]}" | sort -u)
 fi
 
 step "rustfmt"
