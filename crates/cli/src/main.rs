@@ -7,6 +7,7 @@ mod limit_args;
 mod proxy;
 mod serve;
 mod simulate;
+mod store_args;
 
 use std::process::ExitCode;
 

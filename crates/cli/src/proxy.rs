@@ -2,12 +2,10 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
 use tokio::net::TcpListener;
-use tollgate_server::{Config, OnStoreError, StoreConfig};
 
 /// Arguments of `tollgate proxy`.
 #[derive(Debug, Args)]
@@ -24,15 +22,8 @@ pub(crate) struct ProxyArgs {
     /// Admin listener for GET /metrics and GET /healthz.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9091")]
     admin: SocketAddr,
-    /// Where state lives: memory, redis://host:port[/db] or redis+cluster://host:port,host:port.
-    #[arg(long, value_name = "STORE", default_value = "memory", value_parser = StoreConfig::parse)]
-    store: StoreConfig,
-    /// With Redis: what to answer while Redis fails (open, closed, local).
-    #[arg(long, value_name = "POLICY", default_value = "local")]
-    on_store_error: OnStoreError,
-    /// With Redis: milliseconds before a Redis call counts as failed.
-    #[arg(long, value_name = "MS", default_value_t = 50)]
-    store_timeout_ms: u64,
+    #[command(flatten)]
+    store: crate::store_args::StoreArgs,
     /// Also send the RateLimit fields on allowed responses.
     #[arg(long)]
     headers_on_allowed: bool,
@@ -51,12 +42,7 @@ pub(crate) fn run(args: ProxyArgs) -> anyhow::Result<()> {
     if !args.upstream.starts_with("http://") {
         anyhow::bail!("--upstream must be an http:// URL, got {:?}", args.upstream);
     }
-    let config = Config {
-        store: args.store,
-        on_store_error: args.on_store_error,
-        store_timeout: Duration::from_millis(args.store_timeout_ms.max(1)),
-        ..Config::default()
-    };
+    let config = args.store.config();
     let proxy = tollgate_server::proxy::ProxyConfig {
         upstream: args.upstream,
         rules,

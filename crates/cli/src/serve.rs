@@ -2,12 +2,11 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
 use tokio::net::TcpListener;
-use tollgate_server::{Config, Listeners, OnStoreError, StoreConfig};
+use tollgate_server::{Config, Listeners, StoreConfig};
 
 /// Arguments of `tollgate serve`.
 #[derive(Debug, Args)]
@@ -18,15 +17,8 @@ pub(crate) struct ServeArgs {
     /// HTTP address (POST /v1/check, GET /metrics, GET /healthz); port 0 picks a free port.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
     http: SocketAddr,
-    /// Where state lives: memory, redis://host:port[/db] or redis+cluster://host:port,host:port.
-    #[arg(long, value_name = "STORE", default_value = "memory", value_parser = StoreConfig::parse)]
-    store: StoreConfig,
-    /// With Redis: what to answer while Redis fails (open admits, closed denies, local decides in memory).
-    #[arg(long, value_name = "POLICY", default_value = "local")]
-    on_store_error: OnStoreError,
-    /// With Redis: milliseconds before a Redis call counts as failed.
-    #[arg(long, value_name = "MS", default_value_t = 50)]
-    store_timeout_ms: u64,
+    #[command(flatten)]
+    store: crate::store_args::StoreArgs,
     /// With memory: most keys kept per table (idle keys are evicted first).
     #[arg(long, value_name = "N", default_value_t = tollgate_server::config::DEFAULT_MAX_KEYS)]
     max_keys: usize,
@@ -50,22 +42,20 @@ pub(crate) struct ServeArgs {
 /// Runs the server until Ctrl-C or SIGTERM.
 pub(crate) fn run(args: ServeArgs) -> anyhow::Result<()> {
     init_logging(&args.log_level)?;
-    let store = match args.store {
-        StoreConfig::Memory { .. } => StoreConfig::Memory { max_keys: args.max_keys.max(1) },
-        other => other,
-    };
+    let mut config = args.store.config();
+    if let StoreConfig::Memory { .. } = config.store {
+        config.store = StoreConfig::Memory { max_keys: args.max_keys.max(1) };
+    }
     let limits = match &args.config {
         Some(path) => tollgate_server::config::load_limits(path).map_err(anyhow::Error::msg)?,
         None => Default::default(),
     };
     let config = Config {
-        store,
-        on_store_error: args.on_store_error,
-        store_timeout: Duration::from_millis(args.store_timeout_ms.max(1)),
         limits,
         max_frame_bytes: args.max_frame_bytes.max(64),
         max_args: args.max_args.max(1),
         max_connections: args.max_connections.max(1),
+        ..config
     };
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;

@@ -96,18 +96,7 @@ impl<S: Slot> Sharded<S> {
 
     /// Drops idle slots; if none was idle, the soonest-idle eighth of the shard.
     fn make_room(&self, shard: &mut Shard<S>, now: u64) {
-        let before = shard.slots.len();
-        let mut freed = 0;
-        shard.slots.retain(|slot| {
-            let keep = slot.idle_at() > now;
-            if !keep {
-                freed += slot.heap_bytes();
-            }
-            keep
-        });
-        shard.heap_bytes -= freed;
-        let idle = before - shard.slots.len();
-        self.keys.fetch_sub(idle, Ordering::Relaxed);
+        let idle = self.drop_idle_by(shard, now);
         self.evicted_idle.fetch_add(idle as u64, Ordering::Relaxed);
         if shard.slots.len() < self.shard_capacity {
             return;
@@ -115,19 +104,25 @@ impl<S: Slot> Sharded<S> {
         let mut idle_ats: Vec<u64> = shard.slots.iter().map(S::idle_at).collect();
         let victims = idle_ats.len().div_ceil(8);
         let (_, &mut threshold, _) = idle_ats.select_nth_unstable(victims - 1);
+        let active = self.drop_idle_by(shard, threshold);
+        self.evicted_active.fetch_add(active as u64, Ordering::Relaxed);
+    }
+
+    /// Drops every slot idle by `instant`, keeping the accounting right; returns how many.
+    fn drop_idle_by(&self, shard: &mut Shard<S>, instant: u64) -> usize {
         let before = shard.slots.len();
         let mut freed = 0;
         shard.slots.retain(|slot| {
-            let keep = slot.idle_at() > threshold;
+            let keep = slot.idle_at() > instant;
             if !keep {
                 freed += slot.heap_bytes();
             }
             keep
         });
         shard.heap_bytes -= freed;
-        let active = before - shard.slots.len();
-        self.keys.fetch_sub(active, Ordering::Relaxed);
-        self.evicted_active.fetch_add(active as u64, Ordering::Relaxed);
+        let dropped = before - shard.slots.len();
+        self.keys.fetch_sub(dropped, Ordering::Relaxed);
+        dropped
     }
 
     /// Removes the slot of `fingerprint`, if any.
