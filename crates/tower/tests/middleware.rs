@@ -190,8 +190,8 @@ async fn delay_smooths_a_burst_to_one_request_per_interval() {
     for (k, t) in times.iter().enumerate() {
         assert!(*t >= Duration::from_millis(100 * k as u64), "request {k} done at {t:?}");
     }
-    // Beyond max_delay: 5 more at once, the queue is full for some of them.
-    let over: Vec<_> = (0..8).map(|_| tokio::spawn(async move { curl(address, &["URL/"]).await.0 })).collect();
+    // Beyond max_delay: 20 more at once, the queue (4.5 slots of wait) is full for some of them.
+    let over: Vec<_> = (0..20).map(|_| tokio::spawn(async move { curl(address, &["URL/"]).await.0 })).collect();
     let mut statuses = Vec::new();
     for request in over {
         statuses.push(request.await.unwrap());
