@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
-use tollgate_core::{Algorithm, Limit, LimitBuilder, State};
+use tollgate_core::{Algorithm, Limit, State};
 
 #[derive(Deserialize)]
 struct Header {
@@ -43,15 +43,7 @@ fn conformance_dir() -> PathBuf {
 }
 
 fn limit_of(params: &Params) -> Limit {
-    let mut builder: LimitBuilder = params.limit.parse().expect("limit in params");
-    builder = builder.algorithm(params.algorithm.parse::<Algorithm>().expect("known algorithm"));
-    if let Some(burst) = params.burst {
-        builder = builder.burst(burst);
-    }
-    if let Some(slices) = params.slices {
-        builder = builder.slices(slices);
-    }
-    builder.build().expect("valid params")
+    Limit::from_parts(&params.limit, Some(&params.algorithm), params.burst, params.slices).expect("valid params")
 }
 
 /// Replays one file; returns the number of requests checked.

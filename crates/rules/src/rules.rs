@@ -20,7 +20,7 @@
 use std::path::Path;
 
 use serde::Deserialize;
-use tollgate_core::{Algorithm, Limit, LimitBuilder, parse_period_ns};
+use tollgate_core::{Limit, parse_period_ns};
 
 use crate::Request;
 use crate::ip::{Cidr, TrustedProxies};
@@ -310,17 +310,8 @@ fn duration(text: &str, what: &str) -> Result<u64, String> {
 }
 
 fn rule(entry: RuleEntry) -> Result<Rule, String> {
-    let mut builder: LimitBuilder = entry.limit.parse().map_err(|e| format!("limit: {e}"))?;
-    if let Some(algorithm) = &entry.algorithm {
-        builder = builder.algorithm(algorithm.parse::<Algorithm>().map_err(|e| format!("algorithm: {e}"))?);
-    }
-    if let Some(burst) = entry.burst {
-        builder = builder.burst(burst);
-    }
-    if let Some(slices) = entry.slices {
-        builder = builder.slices(slices);
-    }
-    let limit = builder.build().map_err(|e| e.to_string())?;
+    let limit = Limit::from_parts(&entry.limit, entry.algorithm.as_deref(), entry.burst, entry.slices)
+        .map_err(|e| e.to_string())?;
     let key = entry
         .key
         .iter()

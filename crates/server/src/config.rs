@@ -18,7 +18,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use serde::Deserialize;
-use tollgate_core::{Algorithm, Limit, LimitBuilder};
+use tollgate_core::Limit;
 pub use tollgate_store::memory::DEFAULT_MAX_KEYS;
 
 /// Which store decides.
@@ -151,19 +151,7 @@ pub fn parse_limits(text: &str) -> Result<BTreeMap<String, Limit>, String> {
 }
 
 fn build(entry: &LimitEntry) -> Result<Limit, String> {
-    let algorithm = match &entry.algorithm {
-        Some(text) => text.parse::<Algorithm>().map_err(|e| e.to_string())?,
-        None => Algorithm::Gcra,
-    };
-    let mut builder: LimitBuilder = entry.limit.parse().map_err(|e: tollgate_core::Error| e.to_string())?;
-    builder = builder.algorithm(algorithm);
-    if let Some(burst) = entry.burst {
-        builder = builder.burst(burst);
-    }
-    if let Some(slices) = entry.slices {
-        builder = builder.slices(slices);
-    }
-    builder.build().map_err(|e| e.to_string())
+    Limit::from_parts(&entry.limit, entry.algorithm.as_deref(), entry.burst, entry.slices).map_err(|e| e.to_string())
 }
 
 /// Where the server listens.
@@ -183,7 +171,7 @@ mod tests {
     fn parses_named_limits_and_names_the_bad_one() {
         let limits = parse_limits("[limits.api]\nlimit = \"100/1m\"\nburst = 20\n[limits.login]\nalgorithm = \"sliding-log\"\nlimit = \"5/15m\"\n").unwrap();
         assert_eq!(limits["api"].burst(), 20);
-        assert_eq!(limits["login"].algorithm(), Algorithm::SlidingLog);
+        assert_eq!(limits["login"].algorithm(), tollgate_core::Algorithm::SlidingLog);
         let err = parse_limits("[limits.bad]\nlimit = \"0/s\"\n").unwrap_err();
         assert!(err.contains("limit \"bad\"") && err.contains("count must be at least 1"), "{err}");
         let err = parse_limits("[limits.x]\nlimit = \"1/s\"\nburts = 3\n").unwrap_err();

@@ -15,7 +15,8 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
-use tollgate_core::{Algorithm, Decision, Limit, LimitBuilder};
+use tollgate_core::{Decision, Limit};
+use tollgate_store::StoreError;
 
 use crate::engine::{Engine, EngineError, Source};
 
@@ -55,17 +56,13 @@ fn bad_request(message: String) -> Response {
 
 fn limit_of(request: &CheckRequest) -> Result<Limit, String> {
     let text = request.limit.as_deref().ok_or("give either \"limit_name\" or \"limit\" (e.g. \"10/s\")")?;
-    let mut builder: LimitBuilder = text.parse().map_err(|e| format!("\"limit\": {e}"))?;
-    if let Some(algorithm) = &request.algorithm {
-        builder = builder.algorithm(algorithm.parse::<Algorithm>().map_err(|e| format!("\"algorithm\": {e}"))?);
-    }
-    if let Some(burst) = request.burst {
-        builder = builder.burst(burst);
-    }
-    if let Some(slices) = request.slices {
-        builder = builder.slices(slices);
-    }
-    builder.build().map_err(|e| e.to_string())
+    Limit::from_parts(text, request.algorithm.as_deref(), request.burst, request.slices).map_err(|e| e.to_string())
+}
+
+/// A store failure: 503 when the backend is down (and no failure policy answered), else 400.
+fn store_error(e: &StoreError) -> Response {
+    let status = if e.is_backend() { StatusCode::SERVICE_UNAVAILABLE } else { StatusCode::BAD_REQUEST };
+    (status, axum::Json(serde_json::json!({ "error": e.to_string() }))).into_response()
 }
 
 async fn check(State(engine): State<Arc<Engine>>, body: Bytes) -> Response {
@@ -74,32 +71,27 @@ async fn check(State(engine): State<Arc<Engine>>, body: Bytes) -> Response {
         Err(e) => return bad_request(format!("invalid JSON body: {e}")),
     };
     let cost = request.cost.unwrap_or(1);
-    let (result, limit, policy) = if let Some(name) = &request.limit_name {
+    let (decision, limit, policy) = if let Some(name) = &request.limit_name {
         if request.limit.is_some() || request.algorithm.is_some() || request.burst.is_some() || request.slices.is_some()
         {
             return bad_request("give either \"limit_name\" or an inline limit, not both".into());
         }
         match engine.check_named(name, &request.key, cost).await {
-            Ok((decision, limit)) => (Ok(decision), limit.clone(), name.clone()),
+            Ok((decision, limit)) => (decision, limit.clone(), name.clone()),
             Err(EngineError::UnknownLimit(name)) => {
                 return bad_request(format!("no limit named {name:?} in the config"));
             }
-            Err(EngineError::Store(e)) => (Err(e), Limit::per_second(1).build().expect("valid"), name.clone()),
+            Err(EngineError::Store(e)) => return store_error(&e),
         }
     } else {
         let limit = match limit_of(&request) {
             Ok(limit) => limit,
             Err(message) => return bad_request(message),
         };
-        (engine.check(Source::Http, &request.key, &limit, cost).await, limit, "default".to_string())
-    };
-    let decision = match result {
-        Ok(decision) => decision,
-        Err(e) if e.is_backend() => {
-            return (StatusCode::SERVICE_UNAVAILABLE, axum::Json(serde_json::json!({ "error": e.to_string() })))
-                .into_response();
+        match engine.check(Source::Http, &request.key, &limit, cost).await {
+            Ok(decision) => (decision, limit, "default".to_string()),
+            Err(e) => return store_error(&e),
         }
-        Err(e) => return bad_request(e.to_string()),
     };
     let status = if decision.allowed { StatusCode::OK } else { StatusCode::TOO_MANY_REQUESTS };
     let body = CheckResponse {

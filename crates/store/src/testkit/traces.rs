@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use serde::Deserialize;
-use tollgate_core::{Algorithm, Limit, LimitBuilder, ManualClock};
+use tollgate_core::{Limit, ManualClock};
 
 use crate::Store;
 
@@ -78,16 +78,9 @@ fn parse(name: &'static str, text: &str) -> Trace {
     let mut lines = text.lines().filter(|l| !l.trim().is_empty());
     let header: Header = serde_json::from_str(lines.next().expect("a params line")).expect("params");
     let Params { algorithm, limit, burst, slices } = header.params;
-    let mut builder: LimitBuilder = limit.parse().expect("limit");
-    builder = builder.algorithm(algorithm.parse::<Algorithm>().expect("algorithm"));
-    if let Some(burst) = burst {
-        builder = builder.burst(burst);
-    }
-    if let Some(slices) = slices {
-        builder = builder.slices(slices);
-    }
+    let limit = Limit::from_parts(&limit, Some(&algorithm), burst, slices).expect("valid params");
     let requests = lines.map(|l| serde_json::from_str(l).expect("request line")).collect();
-    Trace { name, limit: builder.build().expect("valid limit"), requests }
+    Trace { name, limit, requests }
 }
 
 /// Replays every trace against a fresh store from `make`.
