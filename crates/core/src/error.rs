@@ -66,10 +66,31 @@ pub enum Error {
         /// The limit's capacity (`burst` for the bucket family, `count` for the window family).
         capacity: u64,
     },
+    /// A parameter above its documented maximum (see [`MAX_PERIOD_NS`](crate::MAX_PERIOD_NS),
+    /// [`MAX_SLICES`](crate::MAX_SLICES), [`MAX_LOG_COUNT`](crate::MAX_LOG_COUNT)).
+    #[error("{parameter} is {value}{}, above its maximum of {max}{}", unit(parameter), max_hint(parameter, *max))]
+    TooLarge {
+        /// Which parameter.
+        parameter: &'static str,
+        /// Its value.
+        value: u128,
+        /// Its maximum.
+        max: u128,
+    },
     /// Text that should describe a limit, period or algorithm does not.
     #[error("{0}")]
     Syntax(String),
     /// An intermediate value does not fit in 64 bits.
     #[error("arithmetic overflow: {0}")]
     Overflow(&'static str),
+}
+
+/// The unit of a [`Error::TooLarge`] parameter, for its message.
+fn unit(parameter: &str) -> &'static str {
+    if parameter == "period" || parameter.contains("interval") { " ns" } else { "" }
+}
+
+/// The maximum in words, for durations.
+fn max_hint(parameter: &str, max: u128) -> String {
+    if unit(parameter).is_empty() { String::new() } else { format!(" ns ({} days)", max / 86_400_000_000_000) }
 }

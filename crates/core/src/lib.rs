@@ -27,8 +27,11 @@ mod decision;
 mod error;
 mod limit;
 
-pub use algorithm::{RateState, State};
+pub use algorithm::{MAX_AHEAD_NS, MAX_COUNTER, RateState, Snapshot, State};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::Decision;
 pub use error::Error;
-pub use limit::{Algorithm, DEFAULT_SLICES, Limit, LimitBuilder, format_period, parse_period_ns};
+pub use limit::{
+    Algorithm, DEFAULT_SLICES, Limit, LimitBuilder, MAX_LOG_COUNT, MAX_PERIOD_NS, MAX_SLICES, format_period,
+    parse_period_ns,
+};

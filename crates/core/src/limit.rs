@@ -9,6 +9,19 @@ use crate::Error;
 
 const NS_PER_SEC: u64 = 1_000_000_000;
 
+/// The longest period, and the longest `burst × T` (a bucket's capacity in time): 50 days.
+///
+/// One maximum for every store: the Redis script computes instants relative to now in Lua's
+/// doubles, exact up to 2^53 ns (104 days), and a sliding window counter looks back two periods.
+pub const MAX_PERIOD_NS: u64 = 50 * 86_400 * NS_PER_SEC;
+
+/// The most slices a sub-window limit may have: every check sums them, and its state holds one
+/// counter per slice.
+pub const MAX_SLICES: u64 = 3_600;
+
+/// The highest `count` of a sliding-log limit: its state holds up to one entry per admitted unit.
+pub const MAX_LOG_COUNT: u64 = 100_000;
+
 /// The seven rate-limit algorithms (see `SEMANTICS.md`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Algorithm {
@@ -288,8 +301,17 @@ impl LimitBuilder {
         if period_ns == 0 {
             return Err(Error::ZeroPeriod);
         }
-        let period_ns =
-            u64::try_from(period_ns).map_err(|_| Error::Overflow("period longer than 2^64 ns (584 years)"))?;
+        if period_ns > u128::from(MAX_PERIOD_NS) {
+            return Err(Error::TooLarge { parameter: "period", value: period_ns, max: u128::from(MAX_PERIOD_NS) });
+        }
+        let period_ns = u64::try_from(period_ns).unwrap_or(MAX_PERIOD_NS);
+        if algorithm == Algorithm::SlidingLog && count > MAX_LOG_COUNT {
+            return Err(Error::TooLarge {
+                parameter: "count",
+                value: u128::from(count),
+                max: u128::from(MAX_LOG_COUNT),
+            });
+        }
         if count > period_ns {
             return Err(Error::EmissionIntervalZero { count, period_ns });
         }
@@ -300,14 +322,27 @@ impl LimitBuilder {
             Some(b) => b,
             None => count,
         };
-        let tolerance_ns = burst
-            .checked_mul(emission_ns)
-            .ok_or(Error::Overflow("burst × emission interval exceeds 2^64 ns (584 years)"))?;
+        let tolerance_ns = u128::from(burst) * u128::from(emission_ns);
+        if tolerance_ns > u128::from(MAX_PERIOD_NS) {
+            return Err(Error::TooLarge {
+                parameter: "burst × emission interval",
+                value: tolerance_ns,
+                max: u128::from(MAX_PERIOD_NS),
+            });
+        }
+        let tolerance_ns = u64::try_from(tolerance_ns).unwrap_or(MAX_PERIOD_NS);
         let slices = match (algorithm, slices) {
             (Algorithm::SubWindow, s) => {
                 let s = s.unwrap_or_else(|| default_slices(period_ns));
                 if s == 0 {
                     return Err(Error::ZeroSlices);
+                }
+                if s > MAX_SLICES {
+                    return Err(Error::TooLarge {
+                        parameter: "slices",
+                        value: u128::from(s),
+                        max: u128::from(MAX_SLICES),
+                    });
                 }
                 if period_ns % s != 0 {
                     return Err(Error::SlicesNotDivisor { period_ns, slices: s });
@@ -425,6 +460,7 @@ mod tests {
             ("10/5w", "unknown unit"),
             ("10/99999999999999999999s", "number too large"),
             ("10/999999999999d", "longer than 584 years"),
+            ("10/51d", "above its maximum"),
         ] {
             let err = parse(text).unwrap_err().to_string();
             assert!(err.contains(needle), "{text}: {err}");
@@ -450,8 +486,29 @@ mod tests {
             Err(Error::SlicesNotDivisor { period_ns: NS_PER_SEC, slices: 60 })
         );
         assert_eq!(Limit::per_second(10).algorithm(Algorithm::SubWindow).slices(0).build(), Err(Error::ZeroSlices));
-        assert!(matches!(Limit::builder(1, Duration::from_secs(u64::MAX)).build(), Err(Error::Overflow(_))));
-        assert!(matches!(Limit::per_day(1).burst(u64::MAX).build(), Err(Error::Overflow(_))));
+        assert!(matches!(Limit::builder(1, Duration::from_secs(u64::MAX)).build(), Err(Error::TooLarge { .. })));
+        assert!(matches!(Limit::per_day(1).burst(u64::MAX).build(), Err(Error::TooLarge { .. })));
+    }
+
+    #[test]
+    fn refuses_parameters_above_their_maximum_naming_it() {
+        let fifty_days = Duration::from_nanos(MAX_PERIOD_NS);
+        assert!(Limit::builder(1, fifty_days).build().is_ok());
+        let err = Limit::builder(1, fifty_days + Duration::from_nanos(1)).build().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "period is 4320000000000001 ns, above its maximum of 4320000000000000 ns (50 days)"
+        );
+        let err = Limit::per_day(1).burst(51).build().unwrap_err().to_string();
+        assert!(err.starts_with("burst × emission interval is 4406400000000000 ns, above its maximum"), "{err}");
+        assert!(Limit::per_day(1).burst(50).build().is_ok());
+        let sub = |slices| Limit::per_hour(10).algorithm(Algorithm::SubWindow).slices(slices).build();
+        assert!(sub(3600).is_ok());
+        assert_eq!(sub(7200).unwrap_err().to_string(), "slices is 7200, above its maximum of 3600");
+        let log = |count| Limit::per_hour(count).algorithm(Algorithm::SlidingLog).build();
+        assert!(log(MAX_LOG_COUNT).is_ok());
+        assert_eq!(log(MAX_LOG_COUNT + 1).unwrap_err().to_string(), "count is 100001, above its maximum of 100000");
+        assert!(Limit::per_hour(1_000_000).algorithm(Algorithm::FixedWindow).build().is_ok(), "only the log is capped");
     }
 
     #[test]

@@ -3,11 +3,13 @@
 //! - no algorithm admits more than its bound in any window of its definition;
 //! - `remaining`, `retry_after` and `reset_after` mean what `SEMANTICS.md` says;
 //! - a peek or a denial never changes state;
-//! - no input whatsoever makes a decision panic.
+//! - a charge that fits is exactly an admission, and one that does not puts the key in debt;
+//! - a state rebuilt from a snapshot never admits what the original would not;
+//! - no input whatsoever makes a decision or a charge panic.
 
 use proptest::prelude::*;
 use tollgate_core::algorithm::{Gcra, LeakyBucket, RateState, TokenBucket};
-use tollgate_core::{Algorithm, Decision, Limit, State};
+use tollgate_core::{Algorithm, Decision, Limit, Snapshot, State};
 
 /// An instant far from the epoch and from `u64::MAX`, aligned to every generated period.
 const ORIGIN: u64 = 1_700_000_000_000_000_000;
@@ -82,6 +84,97 @@ proptest! {
             let want = g.check(now, &limit, cost).unwrap();
             prop_assert_eq!(tb.check(now, &token, cost).unwrap(), want, "token bucket, request {}", i);
             prop_assert_eq!(lb.check(now, &leaky, cost).unwrap(), want, "leaky bucket, request {}", i);
+        }
+    }
+
+    /// The three buckets stay one schedule in every case: clocks going backwards and charges
+    /// (debt) included, every field of every decision.
+    #[test]
+    fn buckets_agree_under_charges_and_backward_clocks(
+        (limit, trace) in limit_and_trace(&[Algorithm::Gcra]),
+        ops in proptest::collection::vec((0u64..3, prop_oneof![Just(0u64), 0u64..2_000_000]), 120),
+    ) {
+        let variants: Vec<Limit> = BUCKETS.iter().map(|&a| limit.to_builder().algorithm(a).build().unwrap()).collect();
+        let mut states: Vec<State> = variants.iter().map(State::idle).collect();
+        let mut latest = ORIGIN;
+        for (i, &(gap, cost)) in trace.iter().enumerate() {
+            latest += gap;
+            let (op, back) = ops[i];
+            let now = latest - back;
+            if op == 0 {
+                for (state, l) in states.iter_mut().zip(&variants) {
+                    state.charge(now, l, cost * 3).unwrap();
+                }
+            }
+            let decisions: Vec<Decision> =
+                states.iter_mut().zip(&variants).map(|(s, l)| s.check(now, l, cost).unwrap()).collect();
+            prop_assert_eq!(decisions[1], decisions[0], "token bucket, request {}", i);
+            prop_assert_eq!(decisions[2], decisions[0], "leaky bucket, request {}", i);
+            let snapshots: Vec<Snapshot> = states.iter().zip(&variants).map(|(s, l)| s.snapshot(latest, l)).collect();
+            prop_assert_eq!(snapshots[1], snapshots[0]);
+            prop_assert_eq!(snapshots[2], snapshots[0]);
+        }
+    }
+
+    /// A charge that fits is exactly an admission (same state); one that does not fit leaves
+    /// nothing for a unit request, whatever the algorithm.
+    #[test]
+    fn a_charge_is_an_admission_that_ignores_the_limit(
+        (limit, trace) in limit_and_trace(&Algorithm::ALL),
+        over in 1u64..5,
+    ) {
+        let mut state = State::idle(&limit);
+        let mut now = ORIGIN;
+        for &(gap, cost) in &trace {
+            now += gap;
+            let mut admitted = state.clone();
+            let mut charged = state.clone();
+            if admitted.check(now, &limit, cost).unwrap().allowed {
+                charged.charge(now, &limit, cost).unwrap();
+                prop_assert_eq!(&charged, &admitted, "a charge of {} that fits", cost);
+            } else {
+                let room = state.check(now, &limit, 0).unwrap().remaining;
+                charged.charge(now, &limit, room + over).unwrap();
+                prop_assert!(!charged.check(now, &limit, 1).unwrap().allowed, "room left after a charge beyond it");
+            }
+            state = admitted;
+        }
+    }
+
+    /// A state rebuilt from a snapshot (what a node keeps of a remote store's answers) decides at
+    /// least as strictly as the original from then on: exactly like it for the buckets, the fixed
+    /// window and the sliding window counter.
+    #[test]
+    fn rebuilt_states_are_never_looser(
+        (limit, trace) in limit_and_trace(&Algorithm::ALL),
+        split in 0usize..120,
+        debt in prop_oneof![Just(0u64), 0u64..40],
+    ) {
+        let exact = !matches!(limit.algorithm(), Algorithm::SlidingLog | Algorithm::SubWindow);
+        let split = split % trace.len();
+        let mut original = State::idle(&limit);
+        let mut now = ORIGIN;
+        for &(gap, cost) in &trace[..split] {
+            now += gap;
+            original.check(now, &limit, cost).unwrap();
+        }
+        original.charge(now, &limit, debt).unwrap();
+        let mut rebuilt = State::from_snapshot(&limit, &original.snapshot(now, &limit));
+        for (i, &(gap, cost)) in trace[split..].iter().enumerate() {
+            now += gap;
+            let room = (rebuilt.check(now, &limit, 0).unwrap(), original.check(now, &limit, 0).unwrap());
+            let mine = rebuilt.check(now, &limit, cost).unwrap();
+            let theirs = original.clone().check(now, &limit, cost).unwrap();
+            if exact {
+                prop_assert_eq!(mine, theirs, "request {} after the snapshot", i);
+            } else {
+                prop_assert!(!mine.allowed || theirs.allowed, "rebuilt admitted request {} the original denies", i);
+                prop_assert!(room.0.remaining <= room.1.remaining, "more room after request {}", i);
+            }
+            // Both record what the rebuilt state admitted.
+            if mine.allowed {
+                original.charge(now, &limit, cost).unwrap();
+            }
         }
     }
 
@@ -239,6 +332,10 @@ proptest! {
             match state.check(now, &limit, cost) {
                 Ok(d) => prop_assert!(d.remaining <= limit.capacity()),
                 Err(e) => prop_assert!(!e.to_string().is_empty()),
+            }
+            if cost % 3 == 0 && state.charge(now, &limit, cost).is_ok() {
+                let snapshot = state.snapshot(now, &limit);
+                let _ = State::from_snapshot(&limit, &snapshot).check(now, &limit, 1);
             }
         }
     }

@@ -3,7 +3,7 @@
 //! The seam between two windows is at a predictable instant, and a burst lined up across it
 //! admits `2 * count` in an instant (seeds 002 and 003); `tollgate simulate over-grant` shows it.
 
-use super::{RateState, window_start};
+use super::{RateState, Snapshot, counted, window_start};
 use crate::{Decision, Error, Limit};
 
 /// Fixed window state.
@@ -23,10 +23,7 @@ impl RateState for FixedWindow {
     fn check(&mut self, now: u64, limit: &Limit, cost: u64) -> Result<Decision, Error> {
         limit.check_cost(cost)?;
         let period = limit.period_ns();
-        let current = window_start(now, period);
-        // A stored window later than now's (a clock gone backwards) still counts.
-        let (start, used) =
-            if self.window_start >= current && self.used > 0 { (self.window_start, self.used) } else { (current, 0) };
+        let (start, used) = self.rolled(now, period);
         let end = start.checked_add(period).ok_or(Error::Overflow("window end beyond 2^64 ns"))?;
         let wanted = used.checked_add(cost).ok_or(Error::Overflow("window counter"))?;
         let allowed = wanted <= limit.count();
@@ -45,6 +42,32 @@ impl RateState for FixedWindow {
 
     fn idle_at(&self, limit: &Limit) -> u64 {
         if self.used == 0 { 0 } else { self.window_start.saturating_add(limit.period_ns()) }
+    }
+
+    fn charge(&mut self, at: u64, limit: &Limit, cost: u64) -> Result<(), Error> {
+        if cost == 0 {
+            return Ok(());
+        }
+        let (start, used) = self.rolled(at, limit.period_ns());
+        *self = FixedWindow { window_start: start, used: used + counted(used, cost) };
+        Ok(())
+    }
+
+    fn snapshot(&self, now: u64, limit: &Limit) -> Snapshot {
+        Snapshot { at: now, used: self.rolled(now, limit.period_ns()).1, previous: 0 }
+    }
+
+    fn from_snapshot(limit: &Limit, snapshot: &Snapshot) -> Self {
+        FixedWindow { window_start: window_start(snapshot.at, limit.period_ns()), used: snapshot.used }
+    }
+}
+
+impl FixedWindow {
+    /// The window counting at `now` and its use: now's window, or the stored one if that is
+    /// later (a clock gone backwards, or a charge dated in an earlier window), which still counts.
+    fn rolled(&self, now: u64, period: u64) -> (u64, u64) {
+        let current = window_start(now, period);
+        if self.window_start >= current && self.used > 0 { (self.window_start, self.used) } else { (current, 0) }
     }
 }
 
@@ -89,6 +112,16 @@ mod tests {
         assert!(!s.check(T0 + MS, &l, 2).unwrap().allowed);
         assert_eq!(s, before);
         assert_eq!(s.check(T0, &l, 11), Err(Error::CostExceedsCapacity { cost: 11, capacity: 10 }));
+    }
+
+    #[test]
+    fn a_charge_counts_in_its_window_and_may_exceed_the_count() {
+        let l = limit(Algorithm::FixedWindow, "10/s");
+        let mut s = FixedWindow::idle(&l);
+        s.charge(T0 + 200 * MS, &l, 12).unwrap();
+        assert_eq!(s.check(T0 + 300 * MS, &l, 1).unwrap(), denied(10, 0, 700 * MS, 700 * MS));
+        assert_eq!(FixedWindow::from_snapshot(&l, &s.snapshot(T0 + 300 * MS, &l)), s);
+        assert!(s.check(T0 + SEC, &l, 10).unwrap().allowed, "the next window starts afresh");
     }
 
     #[test]

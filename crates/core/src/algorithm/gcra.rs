@@ -10,7 +10,7 @@
 //! compared with `>=`, written here as `new - now <= burst*T`. It admits exactly `burst` at once
 //! from idle and `burst + floor(L/T)` in any closed interval of length `L`.
 
-use super::{RateState, cost_ns};
+use super::{RateState, Snapshot, charged_tat, cost_ns};
 use crate::{Decision, Error, Limit};
 
 /// GCRA state: the theoretical arrival time in ns since the epoch (0 for a key with no history).
@@ -36,6 +36,23 @@ impl RateState for Gcra {
 
     fn idle_at(&self, _: &Limit) -> u64 {
         self.tat
+    }
+
+    fn charge(&mut self, at: u64, limit: &Limit, cost: u64) -> Result<(), Error> {
+        if cost == 0 {
+            return Ok(());
+        }
+        let cost_ns = cost.saturating_mul(limit.emission_interval_ns());
+        self.tat = charged_tat(self.tat, at, cost_ns);
+        Ok(())
+    }
+
+    fn snapshot(&self, now: u64, _: &Limit) -> Snapshot {
+        Snapshot { at: now, used: self.tat.saturating_sub(now), previous: 0 }
+    }
+
+    fn from_snapshot(_: &Limit, snapshot: &Snapshot) -> Self {
+        Gcra { tat: snapshot.at.saturating_add(snapshot.used) }
     }
 }
 
@@ -144,6 +161,21 @@ mod tests {
         let mut s = Gcra::idle(&l);
         assert!(matches!(s.check(u64::MAX - 5, &l, 1), Err(Error::Overflow(_))));
         assert_eq!(s, Gcra::idle(&l));
+    }
+
+    #[test]
+    fn a_charge_may_put_the_key_in_debt() {
+        let l = limit(Algorithm::Gcra, "10/s");
+        let mut s = Gcra::idle(&l);
+        s.charge(T0, &l, 15).unwrap();
+        assert_eq!(s.check(T0, &l, 1).unwrap(), denied(10, 0, 600 * MS, 1500 * MS));
+        // A charge dated before the schedule's end counts from its end.
+        s.charge(T0 - SEC, &l, 1).unwrap();
+        assert_eq!(s.tat, T0 + 1600 * MS);
+        // A debt beyond 52 days is forgiven.
+        s.charge(T0, &l, u64::MAX).unwrap();
+        assert_eq!(s.tat, T0 + crate::algorithm::MAX_AHEAD_NS);
+        assert_eq!(Gcra::from_snapshot(&l, &s.snapshot(T0 + MS, &l)), s);
     }
 
     #[test]

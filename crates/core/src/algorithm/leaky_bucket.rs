@@ -1,19 +1,29 @@
 //! Leaky bucket as a meter: a level that leaks one unit per `T`, lazily; a request pours in
 //! `cost` units and is admitted only if the bucket (capacity `burst`) does not overflow.
 //!
-//! The level is kept in nanoseconds (one unit is `T` ns), which makes the leak exact; the meter
-//! makes exactly GCRA's decisions (a property test holds it to that) with its own two fields.
+//! The level is kept in nanoseconds (one unit is `T` ns), which makes the leak exact. The bucket
+//! is empty again at `last + level`, GCRA's theoretical arrival time: the meter makes exactly
+//! GCRA's decisions in every case (a property test holds it to that) with its own two fields.
 
-use super::{RateState, cost_ns};
+use super::{RateState, Snapshot, add, charged_tat, cost_ns};
 use crate::{Decision, Error, Limit};
 
 /// Leaky bucket (meter) state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct LeakyBucket {
-    /// Water in the bucket at `last`, in ns of drain time (a full bucket holds `burst * T`).
+    /// Water in the bucket at `last`, in ns of drain time (a full bucket holds `burst * T`; more
+    /// while in debt after a charge).
     pub level: u64,
-    /// When `level` was last written, in ns since the epoch.
+    /// When `level` was measured, in ns since the epoch.
     pub last: u64,
+}
+
+impl LeakyBucket {
+    /// The level at `now`: what is left after leaking since `last`. A `now` before `last` (a clock
+    /// gone backwards) leaks nothing and counts the gap as water still to drain.
+    fn level_at(&self, now: u64) -> u64 {
+        self.last.saturating_add(self.level).saturating_sub(now)
+    }
 }
 
 impl RateState for LeakyBucket {
@@ -24,14 +34,12 @@ impl RateState for LeakyBucket {
     fn check(&mut self, now: u64, limit: &Limit, cost: u64) -> Result<Decision, Error> {
         limit.check_cost(cost)?;
         let capacity = limit.tolerance_ns();
-        let pour = cost_ns(limit, cost)?;
-        // A `now` before `last` leaks nothing.
-        let level = self.level.saturating_sub(now.saturating_sub(self.last));
-        let filled = level.checked_add(pour).ok_or(Error::Overflow("leaky bucket level"))?;
+        let level = self.level_at(now);
+        let filled = add(level, cost_ns(limit, cost)?, "leaky bucket level")?;
         let allowed = filled <= capacity;
         let after = if allowed { filled } else { level };
         if allowed && cost > 0 {
-            *self = LeakyBucket { level: filled, last: now.max(self.last) };
+            *self = LeakyBucket { level: filled, last: now };
         }
         Ok(Decision {
             allowed,
@@ -44,6 +52,24 @@ impl RateState for LeakyBucket {
 
     fn idle_at(&self, _: &Limit) -> u64 {
         self.last.saturating_add(self.level)
+    }
+
+    fn charge(&mut self, at: u64, limit: &Limit, cost: u64) -> Result<(), Error> {
+        if cost == 0 {
+            return Ok(());
+        }
+        let pour = cost.saturating_mul(limit.emission_interval_ns());
+        let empty_at = charged_tat(self.idle_at(limit), at, pour);
+        *self = LeakyBucket { level: empty_at - at, last: at };
+        Ok(())
+    }
+
+    fn snapshot(&self, now: u64, _: &Limit) -> Snapshot {
+        Snapshot { at: now, used: self.level_at(now), previous: 0 }
+    }
+
+    fn from_snapshot(_: &Limit, snapshot: &Snapshot) -> Self {
+        LeakyBucket { level: snapshot.used, last: snapshot.at }
     }
 }
 
@@ -75,6 +101,16 @@ mod tests {
         assert!(!s.check(T0 + MS, &l, 2).unwrap().allowed);
         assert!(s.check(T0 + MS, &l, 0).unwrap().allowed);
         assert_eq!(s, before);
+    }
+
+    #[test]
+    fn a_charge_overflows_the_bucket_until_it_leaks() {
+        let l = limit(Algorithm::LeakyBucket, "10/s");
+        let mut s = LeakyBucket::idle(&l);
+        s.charge(T0, &l, 13).unwrap();
+        assert_eq!(s.check(T0, &l, 1).unwrap(), denied(10, 0, 400 * MS, 1300 * MS));
+        assert!(s.check(T0 + 400 * MS, &l, 1).unwrap().allowed);
+        assert_eq!(LeakyBucket::from_snapshot(&l, &s.snapshot(T0 + 400 * MS, &l)), s);
     }
 
     #[test]

@@ -6,8 +6,13 @@
 //! nanoseconds since the Unix epoch, supplied by the caller.
 //!
 //! A clock that goes backwards never over-grants: every step treats an earlier `now` as no time
-//! having passed since the state was last written (or, for GCRA, as a later arrival in the
-//! schedule), so an earlier instant is never given more capacity than a later one had.
+//! having passed since the state was last written (for the bucket family: as a later arrival in
+//! the schedule), so an earlier instant is never given more capacity than a later one had.
+//!
+//! Besides deciding, every state can be *charged* (an admission that ignores the limit, which may
+//! put the key in debt: how a store records what was admitted elsewhere, e.g. by a fallback while
+//! Redis was unreachable), and summarised as a [`Snapshot`] from which a state deciding at least as
+//! strictly can be rebuilt.
 
 mod fixed_window;
 mod gcra;
@@ -43,12 +48,69 @@ pub trait RateState: Clone + PartialEq + std::fmt::Debug + Send + Sync + 'static
     /// The first instant (ns since the epoch) from which this state decides exactly like
     /// [`idle`](Self::idle): a store may forget the key then (eviction, TTL).
     fn idle_at(&self, limit: &Limit) -> u64;
+
+    /// Records an admission of `cost` at `at` whatever the limit says: the state may end up over
+    /// its capacity (in debt) and then denies until the debt is paid back. An `at` earlier than
+    /// the state's own instants is charged as late as those (never less strictly).
+    fn charge(&mut self, at: u64, limit: &Limit, cost: u64) -> Result<(), Error>;
+
+    /// What this state has consumed, seen at `now`.
+    fn snapshot(&self, now: u64, limit: &Limit) -> Snapshot;
+
+    /// A state that decides at least as strictly as the one `snapshot` was taken of, at every
+    /// instant from `snapshot.at` on: exactly like it for the bucket family, the fixed window and
+    /// the sliding window counter; for the sliding log and the sub-window counter as if every
+    /// unit in the window had been admitted at `snapshot.at` (so it frees up no earlier).
+    fn from_snapshot(limit: &Limit, snapshot: &Snapshot) -> Self;
+}
+
+/// The furthest a charge may push the bucket family's schedule ahead of the charge's instant:
+/// 52 days. A debt beyond it is forgiven, so a key is never denied for longer because of charges,
+/// and the Redis script (exact below 2^53 ns, 104 days, around now) adds a period to any instant
+/// it holds and stays exact.
+pub const MAX_AHEAD_NS: u64 = 52 * 86_400 * 1_000_000_000;
+
+/// The theoretical arrival time after charging `cost_ns` at `at`: `max(tat, at) + cost_ns`, but
+/// no further than [`MAX_AHEAD_NS`] past `at` (and never earlier than `tat`).
+fn charged_tat(tat: u64, at: u64, cost_ns: u64) -> u64 {
+    let from = tat.max(at);
+    from.saturating_add(cost_ns).min(at.saturating_add(MAX_AHEAD_NS)).max(from)
+}
+
+/// The most a window may count after charges: 2^52 units, above every `count` a limit accepts.
+/// Charges beyond it are forgiven, for the same reason as [`MAX_AHEAD_NS`].
+pub const MAX_COUNTER: u64 = 1 << 52;
+
+/// How much of a charge of `cost` a window already counting `used` records (up to
+/// [`MAX_COUNTER`]).
+fn counted(used: u64, cost: u64) -> u64 {
+    cost.min(MAX_COUNTER.saturating_sub(used))
+}
+
+/// What a state has consumed at one instant ([`RateState::snapshot`]): what a node keeps of a
+/// remote store's answers, so that deciding locally when the store cannot be reached continues
+/// from the state it last saw instead of from a full bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Snapshot {
+    /// The instant seen, in ns since the epoch.
+    pub at: u64,
+    /// Bucket family: capacity in use, in ns (how far the schedule runs ahead of `at`; above
+    /// `burst * T` while in debt). Window family: the cost counted in the window holding `at`
+    /// (the sliding window counter: in its current window).
+    pub used: u64,
+    /// The sliding window counter's previous window; 0 for the other algorithms.
+    pub previous: u64,
 }
 
 /// `cost * T`, the time (bucket family) a request of `cost` occupies.
 fn cost_ns(limit: &Limit, cost: u64) -> Result<u64, Error> {
     // cost <= burst was checked and burst * T fits, so this cannot fail; stay checked anyway.
     cost.checked_mul(limit.emission_interval_ns()).ok_or(Error::Overflow("cost × emission interval"))
+}
+
+/// `x + y`, or an overflow error naming `what`.
+fn add(x: u64, y: u64, what: &'static str) -> Result<u64, Error> {
+    x.checked_add(y).ok_or(Error::Overflow(what))
 }
 
 /// The start of the epoch-aligned window of `len` ns holding `now`.

@@ -6,7 +6,7 @@
 //! count*period`. It assumes the previous window's traffic was uniform; synchronized bursts break
 //! that assumption (seed 000's 34-vs-30), which `tollgate simulate over-grant` shows.
 
-use super::{RateState, window_start};
+use super::{RateState, Snapshot, counted, window_start};
 use crate::{Decision, Error, Limit};
 
 /// Sliding window counter state.
@@ -90,6 +90,28 @@ impl RateState for SlidingWindow {
             _ => 0,
         }
     }
+
+    fn charge(&mut self, at: u64, limit: &Limit, cost: u64) -> Result<(), Error> {
+        if cost == 0 {
+            return Ok(());
+        }
+        let (start, prev, curr) = self.rolled(at, limit.period_ns());
+        *self = SlidingWindow { window_start: start, prev, curr: curr + counted(curr, cost) };
+        Ok(())
+    }
+
+    fn snapshot(&self, now: u64, limit: &Limit) -> Snapshot {
+        let (_, prev, curr) = self.rolled(now, limit.period_ns());
+        Snapshot { at: now, used: curr, previous: prev }
+    }
+
+    fn from_snapshot(limit: &Limit, snapshot: &Snapshot) -> Self {
+        SlidingWindow {
+            window_start: window_start(snapshot.at, limit.period_ns()),
+            prev: snapshot.previous,
+            curr: snapshot.used,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -155,6 +177,19 @@ mod tests {
         assert_eq!(d.reset_after_ns, SEC / 2 + SEC);
         assert!(!s.check(T0 + SEC + 4 * SEC / 10 - 1, &l, 4).unwrap().allowed);
         assert!(s.check(T0 + SEC + 4 * SEC / 10, &l, 4).unwrap().allowed);
+    }
+
+    #[test]
+    fn a_charge_counts_in_the_current_window_and_weighs_on_the_next() {
+        let l = limit(Algorithm::SlidingWindow, "10/s");
+        let mut s = SlidingWindow::idle(&l);
+        s.charge(T0, &l, 20).unwrap();
+        assert!(!s.check(T0 + SEC / 2, &l, 1).unwrap().allowed);
+        // Next window, halfway: 20 * 0.5 = 10, still full; at 0.55 s one unit fits.
+        assert!(!s.check(T0 + SEC + SEC / 2, &l, 1).unwrap().allowed);
+        assert!(s.check(T0 + SEC + 55 * SEC / 100, &l, 1).unwrap().allowed);
+        let now = T0 + SEC + 6 * SEC / 10;
+        assert_eq!(SlidingWindow::from_snapshot(&l, &s.snapshot(now, &l)), s);
     }
 
     #[test]

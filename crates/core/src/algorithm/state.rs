@@ -1,6 +1,6 @@
 //! [`State`]: the state of any algorithm, chosen at run time by the limit's [`Algorithm`].
 
-use super::{FixedWindow, Gcra, LeakyBucket, RateState, SlidingLog, SlidingWindow, SubWindow, TokenBucket};
+use super::{FixedWindow, Gcra, LeakyBucket, RateState, SlidingLog, SlidingWindow, Snapshot, SubWindow, TokenBucket};
 use crate::{Algorithm, Decision, Error, Limit};
 
 /// The state of one key under any of the seven algorithms.
@@ -80,6 +80,56 @@ impl State {
             State::SlidingLog(s) => s.idle_at(limit),
             State::SlidingWindow(s) => s.idle_at(limit),
             State::SubWindow(s) => s.idle_at(limit),
+        }
+    }
+
+    /// Charges an admission of `cost` at `at` whatever the limit says (see [`RateState::charge`]).
+    /// A state of another algorithm than the limit's is replaced by the limit's idle state first.
+    pub fn charge(&mut self, at: u64, limit: &Limit, cost: u64) -> Result<(), Error> {
+        if self.algorithm() != limit.algorithm() {
+            *self = State::idle(limit);
+        }
+        match self {
+            State::Gcra(s) => s.charge(at, limit, cost),
+            State::TokenBucket(s) => s.charge(at, limit, cost),
+            State::LeakyBucket(s) => s.charge(at, limit, cost),
+            State::FixedWindow(s) => s.charge(at, limit, cost),
+            State::SlidingLog(s) => s.charge(at, limit, cost),
+            State::SlidingWindow(s) => s.charge(at, limit, cost),
+            State::SubWindow(s) => s.charge(at, limit, cost),
+        }
+    }
+
+    /// What this state has consumed, seen at `now` (see [`RateState::snapshot`]); an idle
+    /// snapshot for a state of another algorithm than the limit's.
+    #[must_use]
+    pub fn snapshot(&self, now: u64, limit: &Limit) -> Snapshot {
+        if self.algorithm() != limit.algorithm() {
+            return Snapshot { at: now, ..Snapshot::default() };
+        }
+        match self {
+            State::Gcra(s) => s.snapshot(now, limit),
+            State::TokenBucket(s) => s.snapshot(now, limit),
+            State::LeakyBucket(s) => s.snapshot(now, limit),
+            State::FixedWindow(s) => s.snapshot(now, limit),
+            State::SlidingLog(s) => s.snapshot(now, limit),
+            State::SlidingWindow(s) => s.snapshot(now, limit),
+            State::SubWindow(s) => s.snapshot(now, limit),
+        }
+    }
+
+    /// A state of `limit`'s algorithm deciding at least as strictly as the one `snapshot` was
+    /// taken of (see [`RateState::from_snapshot`]).
+    #[must_use]
+    pub fn from_snapshot(limit: &Limit, snapshot: &Snapshot) -> State {
+        match limit.algorithm() {
+            Algorithm::Gcra => State::Gcra(Gcra::from_snapshot(limit, snapshot)),
+            Algorithm::TokenBucket => State::TokenBucket(TokenBucket::from_snapshot(limit, snapshot)),
+            Algorithm::LeakyBucket => State::LeakyBucket(LeakyBucket::from_snapshot(limit, snapshot)),
+            Algorithm::FixedWindow => State::FixedWindow(FixedWindow::from_snapshot(limit, snapshot)),
+            Algorithm::SlidingLog => State::SlidingLog(SlidingLog::from_snapshot(limit, snapshot)),
+            Algorithm::SlidingWindow => State::SlidingWindow(SlidingWindow::from_snapshot(limit, snapshot)),
+            Algorithm::SubWindow => State::SubWindow(SubWindow::from_snapshot(limit, snapshot)),
         }
     }
 

@@ -2,18 +2,22 @@
 //! request is admitted iff the current slice and the `slices - 1` before it, plus its cost, sum
 //! to at most `count`.
 //!
-//! The counters live in a ring of `slices` entries indexed by slice number modulo `slices`.
+//! The counters live in a ring of `slices` entries indexed by slice number modulo `slices`. The
+//! state records the newest slice as an instant and the slice length it was counted in, so a key
+//! whose limit changes (another slice count or period) is re-laid out rather than misread.
 
-use super::RateState;
+use super::{RateState, Snapshot, add, counted};
 use crate::{Decision, Error, Limit};
 
 /// Sub-window counter state.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SubWindow {
-    /// Slice number (`now / slice_length`) of the newest slice written.
+    /// Start of the newest slice written, in ns since the epoch (0 for a key with no history).
     newest: u64,
-    /// Cost admitted per slice; slot `j % slices` holds slice `j` for `j` in
-    /// `(newest - slices, newest]`.
+    /// The slice length the counts were taken in.
+    slice_ns: u64,
+    /// Cost admitted per slice; slot `j % slices` holds slice number `j` (`instant / slice_ns`)
+    /// for `j` in `(newest - slices, newest]`.
     counts: Box<[u64]>,
 }
 
@@ -24,22 +28,49 @@ impl SubWindow {
         std::mem::size_of_val(&*self.counts)
     }
 
+    /// The newest slice's number.
+    fn newest_slice(&self) -> u64 {
+        self.newest / self.slice_ns
+    }
+
     /// Slices `j` still in the window at slice `current`, with their counts, oldest first.
     fn live(&self, current: u64) -> impl DoubleEndedIterator<Item = (u64, u64)> + '_ {
         let n = self.counts.len() as u64;
-        let first = (current + 1).saturating_sub(n).max((self.newest + 1).saturating_sub(n));
-        (first..=self.newest).map(move |j| (j, self.counts[slot(j, n)]))
+        let newest = self.newest_slice();
+        let first = (current + 1).saturating_sub(n).max((newest + 1).saturating_sub(n));
+        (first..=newest).map(move |j| (j, self.counts[slot(j, n)]))
     }
 
-    /// This state laid out for `slices` slices. A changed limit folds every count into the
-    /// newest slice: over-counting briefly, never under-counting.
-    fn conform(&mut self, slices: u64) {
-        if self.counts.len() as u64 != slices {
-            let total: u64 = self.counts.iter().sum();
+    /// This state laid out for `limit`. A changed slice count or length folds every count into
+    /// the slice holding the newest one: the same on every store, and never under-counting.
+    fn conform(&mut self, limit: &Limit) {
+        let (slices, slice_ns) = (limit.slices(), limit.period_ns() / limit.slices());
+        if self.counts.len() as u64 != slices || self.slice_ns != slice_ns {
+            let total: u64 = self.counts.iter().fold(0, |sum, c| sum.saturating_add(*c));
             let mut counts = vec![0; usize::try_from(slices).unwrap_or(usize::MAX)].into_boxed_slice();
-            counts[slot(self.newest, slices)] = total;
-            self.counts = counts;
+            self.newest -= self.newest % slice_ns;
+            counts[slot(self.newest / slice_ns, slices)] = total;
+            *self = SubWindow { newest: self.newest, slice_ns, counts };
         }
+    }
+
+    /// The slice counting at `now`: now's, or the newest written if later (a clock gone
+    /// backwards, or a charge dated before it).
+    fn current(&self, now: u64) -> u64 {
+        (now / self.slice_ns).max(self.newest_slice())
+    }
+
+    /// Adds `cost` to slice `current`, clearing the slots of the slices that left the window.
+    fn count(&mut self, current: u64, cost: u64) -> Result<(), Error> {
+        let n = self.counts.len() as u64;
+        let newest = self.newest_slice();
+        for j in (newest + 1)..=current.min(newest + n) {
+            self.counts[slot(j, n)] = 0;
+        }
+        self.newest = current.checked_mul(self.slice_ns).ok_or(Error::Overflow("slice start beyond 2^64 ns"))?;
+        let at = slot(current, n);
+        self.counts[at] = add(self.counts[at], cost, "slice counter")?;
+        Ok(())
     }
 }
 
@@ -51,41 +82,45 @@ fn slot(slice: u64, slices: u64) -> usize {
 impl RateState for SubWindow {
     fn idle(limit: &Limit) -> Self {
         let slices = usize::try_from(limit.slices()).unwrap_or(usize::MAX);
-        SubWindow { newest: 0, counts: vec![0; slices].into_boxed_slice() }
+        SubWindow {
+            newest: 0,
+            slice_ns: limit.period_ns() / limit.slices(),
+            counts: vec![0; slices].into_boxed_slice(),
+        }
     }
 
     fn check(&mut self, now: u64, limit: &Limit, cost: u64) -> Result<Decision, Error> {
         limit.check_cost(cost)?;
-        let n = limit.slices();
         let count = limit.count();
-        let slice_len = limit.period_ns() / n;
-        self.conform(n);
-        // A clock gone backwards counts from the newest slice written.
-        let current = (now / slice_len).max(self.newest);
+        let mut state = std::borrow::Cow::Borrowed(&*self);
+        if state.slice_ns != limit.period_ns() / limit.slices() || state.counts.len() as u64 != limit.slices() {
+            state.to_mut().conform(limit);
+        }
+        let (n, slice_len) = (limit.slices(), state.slice_ns);
+        let current = state.current(now);
         let leaves_at = |j: u64| (j + n).saturating_mul(slice_len).saturating_sub(now);
-        let used: u64 = self.live(current).map(|(_, c)| c).sum();
+        let used: u64 = state.live(current).fold(0, |sum, (_, c)| sum.saturating_add(c));
         let allowed = used.saturating_add(cost) <= count;
         let mut retry_after_ns = 0;
-        if allowed && cost > 0 {
-            // Clear the slots of slices that left the window, then count into the current one.
-            for j in (self.newest + 1)..=current.min(self.newest + n) {
-                self.counts[slot(j, n)] = 0;
-            }
-            self.newest = current;
-            self.counts[slot(current, n)] += cost;
-        } else if !allowed {
-            let excess = used + cost - count;
-            let mut freed = 0;
-            for (j, c) in self.live(current) {
-                freed += c;
+        if !allowed {
+            let excess = used.saturating_add(cost) - count;
+            let mut freed = 0u64;
+            for (j, c) in state.live(current) {
+                freed = freed.saturating_add(c);
                 if freed >= excess {
                     retry_after_ns = leaves_at(j);
                     break;
                 }
             }
         }
+        if allowed && cost > 0 {
+            let mut next = state.into_owned();
+            next.count(current, cost)?;
+            *self = next;
+            state = std::borrow::Cow::Borrowed(&*self);
+        }
         let after = if allowed { used + cost } else { used };
-        let newest_used = self.live(current).rev().find(|&(_, c)| c > 0);
+        let newest_used = state.live(current).rev().find(|&(_, c)| c > 0);
         Ok(Decision {
             allowed,
             limit: count,
@@ -95,13 +130,43 @@ impl RateState for SubWindow {
         })
     }
 
-    fn idle_at(&self, limit: &Limit) -> u64 {
+    fn idle_at(&self, _: &Limit) -> u64 {
         let n = self.counts.len() as u64;
-        let slice_len = limit.period_ns() / limit.slices();
-        (0..n.min(self.newest + 1))
-            .map(|back| self.newest - back)
+        let newest = self.newest_slice();
+        (0..n.min(newest + 1))
+            .map(|back| newest - back)
             .find(|&j| self.counts[slot(j, n)] > 0)
-            .map_or(0, |j| (j + n).saturating_mul(slice_len))
+            .map_or(0, |j| (j + n).saturating_mul(self.slice_ns))
+    }
+
+    fn charge(&mut self, at: u64, limit: &Limit, cost: u64) -> Result<(), Error> {
+        if cost == 0 {
+            return Ok(());
+        }
+        self.conform(limit);
+        let current = self.current(at);
+        let used = self.live(current).fold(0, |sum: u64, (_, c)| sum.saturating_add(c));
+        match counted(used, cost) {
+            0 => Ok(()),
+            cost => self.count(current, cost),
+        }
+    }
+
+    fn snapshot(&self, now: u64, limit: &Limit) -> Snapshot {
+        let mut state = self.clone();
+        state.conform(limit);
+        let used = state.live(state.current(now)).fold(0, |sum: u64, (_, c)| sum.saturating_add(c));
+        Snapshot { at: now, used, previous: 0 }
+    }
+
+    fn from_snapshot(limit: &Limit, snapshot: &Snapshot) -> Self {
+        let mut state = SubWindow::idle(limit);
+        if snapshot.used > 0 {
+            let slice = snapshot.at / state.slice_ns;
+            state.newest = slice * state.slice_ns;
+            state.counts[slot(slice, limit.slices())] = snapshot.used;
+        }
+        state
     }
 }
 
@@ -140,6 +205,36 @@ mod tests {
         let d = s.check(T0 + 3600 * SEC, &l, 10).unwrap();
         assert_eq!((d.allowed, d.remaining), (true, 0));
         assert_eq!(s.counts.iter().sum::<u64>(), 10);
+    }
+
+    /// A key checked under two slice lengths is re-laid out, never pinned: under the old layout
+    /// a slice *number* of one length read under another was centuries in the future.
+    #[test]
+    fn a_changed_slice_length_never_pins_the_key() {
+        let per_second = ten_per_second(10);
+        let per_hour = Limit::per_hour(10).algorithm(Algorithm::SubWindow).slices(10).build().unwrap();
+        let mut s = SubWindow::idle(&per_second);
+        s.check(T0, &per_second, 10).unwrap();
+        assert!(!s.check(T0 + MS, &per_hour, 1).unwrap().allowed, "the 10 still count");
+        let d = s.check(T0 + 2 * SEC, &per_second, 10).unwrap();
+        assert!(d.allowed, "{d:?}");
+        let now = T0 + 3 * SEC;
+        let d = s.check(now, &per_hour, 1).unwrap();
+        let hour_slice = now - now % (360 * SEC);
+        assert_eq!(d.retry_after_ns, hour_slice + 3600 * SEC - now, "the counts stay until their slice leaves");
+    }
+
+    #[test]
+    fn a_charge_counts_in_the_newest_slice() {
+        let l = ten_per_second(10);
+        let mut s = SubWindow::idle(&l);
+        s.check(T0 + 500 * MS, &l, 2).unwrap();
+        s.charge(T0, &l, 12).unwrap();
+        assert_eq!(s.check(T0 + 500 * MS, &l, 0).unwrap().remaining, 0);
+        assert!(s.check(T0 + 1500 * MS, &l, 10).unwrap().allowed);
+        let snapshot = s.snapshot(T0 + 1500 * MS, &l);
+        assert_eq!(snapshot.used, 10);
+        assert_eq!(SubWindow::from_snapshot(&l, &snapshot), s);
     }
 
     #[test]

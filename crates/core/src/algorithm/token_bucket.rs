@@ -1,10 +1,12 @@
 //! Token bucket: capacity `burst` tokens, refilled continuously at one token per `T`, lazily.
 //!
 //! Tokens are kept in fixed point with `T` sub-units per token (one sub-unit accrues per
-//! nanosecond), so refills are exact integers and the bucket makes exactly GCRA's decisions
-//! (a property test holds it to that) while storing its own two fields.
+//! nanosecond), so refills are exact integers. The bucket is GCRA's schedule seen from the other
+//! side (a full bucket at `last + capacity - tokens`), and makes exactly GCRA's decisions in every
+//! case, debt and clocks going backwards included (a property test holds it to that), while
+//! storing its own two fields.
 
-use super::{RateState, cost_ns};
+use super::{RateState, Snapshot, charged_tat, cost_ns};
 use crate::{Decision, Error, Limit};
 
 /// Token bucket state.
@@ -12,17 +14,23 @@ use crate::{Decision, Error, Limit};
 pub struct TokenBucket {
     /// Tokens in the bucket at `last`, in units of 1/T token (a full bucket holds `burst * T`).
     pub tokens: u64,
-    /// When `tokens` was last written, in ns since the epoch.
+    /// When `tokens` was counted, in ns since the epoch. Later than now while the bucket is in
+    /// debt (after a charge): refilling starts again only then.
     pub last: u64,
 }
 
 impl TokenBucket {
-    /// Tokens (in 1/T units) available at `now`: refilled since `last`, capped at the capacity.
-    /// A `now` before `last` refills nothing.
-    fn available(&self, now: u64, capacity: u64) -> u64 {
-        let refill = now.saturating_sub(self.last);
-        self.tokens.saturating_add(refill).min(capacity)
+    /// Tokens (in 1/T units) at `now`, capped at the capacity: negative while in debt, or when
+    /// `now` is before `last` (a clock gone backwards refills nothing and borrows from the future).
+    fn available(&self, now: u64, capacity: u64) -> i128 {
+        let level = i128::from(self.tokens) + i128::from(now) - i128::from(self.last);
+        level.min(i128::from(capacity))
     }
+}
+
+/// An `i128` known to be in `0..2^64` (differences of capacities and instants), as `u64`.
+fn ns(value: i128) -> u64 {
+    u64::try_from(value.max(0)).unwrap_or(u64::MAX)
 }
 
 impl RateState for TokenBucket {
@@ -32,26 +40,54 @@ impl RateState for TokenBucket {
 
     fn check(&mut self, now: u64, limit: &Limit, cost: u64) -> Result<Decision, Error> {
         limit.check_cost(cost)?;
-        let capacity = limit.tolerance_ns();
-        let need = cost_ns(limit, cost)?;
-        let available = self.available(now, capacity);
+        let capacity = i128::from(limit.tolerance_ns());
+        let need = i128::from(cost_ns(limit, cost)?);
+        let available = self.available(now, limit.tolerance_ns());
         let allowed = available >= need;
         let left = if allowed { available - need } else { available };
         if allowed && cost > 0 {
-            *self = TokenBucket { tokens: left, last: now.max(self.last) };
+            // `left >= 0` here: the bucket is counted afresh from now.
+            *self = TokenBucket { tokens: ns(left), last: now };
         }
         Ok(Decision {
             allowed,
             limit: limit.burst(),
-            remaining: left / limit.emission_interval_ns(),
-            retry_after_ns: if allowed { 0 } else { need - available },
-            reset_after_ns: capacity - left,
+            remaining: ns(left) / limit.emission_interval_ns(),
+            retry_after_ns: if allowed { 0 } else { ns(need - available) },
+            reset_after_ns: ns(capacity - left),
         })
     }
 
     fn idle_at(&self, limit: &Limit) -> u64 {
         let missing = limit.tolerance_ns().saturating_sub(self.tokens);
         self.last.saturating_add(missing)
+    }
+
+    fn charge(&mut self, at: u64, limit: &Limit, cost: u64) -> Result<(), Error> {
+        if cost == 0 {
+            return Ok(());
+        }
+        let capacity = limit.tolerance_ns();
+        let need = cost.saturating_mul(limit.emission_interval_ns());
+        // In GCRA's terms the bucket is full again at `tat`; the charge moves that to
+        // max(tat, at) + need. Counted from `at`, or later while that is more than a full bucket away.
+        let tat = charged_tat(self.idle_at(limit), at, need);
+        let last = at.max(tat.saturating_sub(capacity));
+        *self = TokenBucket { tokens: capacity - (tat - last), last };
+        Ok(())
+    }
+
+    fn snapshot(&self, now: u64, limit: &Limit) -> Snapshot {
+        Snapshot { at: now, used: self.idle_at(limit).saturating_sub(now), previous: 0 }
+    }
+
+    fn from_snapshot(limit: &Limit, snapshot: &Snapshot) -> Self {
+        let capacity = limit.tolerance_ns();
+        if snapshot.used <= capacity {
+            TokenBucket { tokens: capacity - snapshot.used, last: snapshot.at }
+        } else {
+            TokenBucket { tokens: 0, last: snapshot.at.saturating_add(snapshot.used - capacity) }
+        }
     }
 }
 
@@ -91,6 +127,17 @@ mod tests {
         assert!(s.check(T0 + MS, &l, 0).unwrap().allowed);
         assert_eq!(s, before);
         assert_eq!(s.check(T0, &l, 11), Err(Error::CostExceedsCapacity { cost: 11, capacity: 10 }));
+    }
+
+    #[test]
+    fn a_charge_puts_the_bucket_in_debt_until_refilled() {
+        let l = limit(Algorithm::TokenBucket, "10/s");
+        let mut s = TokenBucket::idle(&l);
+        s.charge(T0, &l, 12).unwrap();
+        assert_eq!(s, TokenBucket { tokens: 0, last: T0 + 200 * MS });
+        assert_eq!(s.check(T0, &l, 1).unwrap(), denied(10, 0, 300 * MS, 1200 * MS));
+        assert!(s.check(T0 + 300 * MS, &l, 1).unwrap().allowed);
+        assert_eq!(TokenBucket::from_snapshot(&l, &s.snapshot(T0 + 300 * MS, &l)), s);
     }
 
     #[test]
