@@ -159,7 +159,9 @@ proptest! {
             original.check(now, &limit, cost).unwrap();
         }
         original.charge(now, &limit, debt).unwrap();
-        let mut rebuilt = State::from_snapshot(&limit, &original.snapshot(now, &limit));
+        let snapshot = original.snapshot(now, &limit);
+        let mut rebuilt = State::from_snapshot(&limit, &snapshot);
+        prop_assert_eq!(snapshot.idle_at(&limit), rebuilt.idle_at(&limit), "idle_at without rebuilding");
         for (i, &(gap, cost)) in trace[split..].iter().enumerate() {
             now += gap;
             let room = (rebuilt.check(now, &limit, 0).unwrap(), original.check(now, &limit, 0).unwrap());

@@ -102,6 +102,31 @@ pub struct Snapshot {
     pub previous: u64,
 }
 
+impl Snapshot {
+    /// When the state rebuilt from this snapshot ([`RateState::from_snapshot`]) is idle, without
+    /// building it.
+    #[must_use]
+    pub fn idle_at(&self, limit: &Limit) -> u64 {
+        let (at, period) = (self.at, limit.period_ns());
+        match limit.algorithm() {
+            crate::Algorithm::Gcra | crate::Algorithm::TokenBucket | crate::Algorithm::LeakyBucket => {
+                at.saturating_add(self.used)
+            }
+            _ if self.used == 0 && self.previous == 0 => 0,
+            crate::Algorithm::FixedWindow => window_start(at, period).saturating_add(period),
+            crate::Algorithm::SlidingWindow => {
+                let windows = if self.used > 0 { 2 } else { 1 };
+                window_start(at, period).saturating_add(windows * period)
+            }
+            crate::Algorithm::SlidingLog => at.saturating_add(period),
+            crate::Algorithm::SubWindow => {
+                let slice = period / limit.slices();
+                window_start(at, slice).saturating_add(period)
+            }
+        }
+    }
+}
+
 /// `cost * T`, the time (bucket family) a request of `cost` occupies.
 fn cost_ns(limit: &Limit, cost: u64) -> Result<u64, Error> {
     // cost <= burst was checked and burst * T fits, so this cannot fail; stay checked anyway.

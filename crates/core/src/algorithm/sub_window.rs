@@ -41,11 +41,16 @@ impl SubWindow {
         (first..=newest).map(move |j| (j, self.counts[slot(j, n)]))
     }
 
+    /// Whether the counts were taken in `limit`'s slices.
+    fn laid_out_for(&self, limit: &Limit) -> bool {
+        self.counts.len() as u64 == limit.slices() && self.slice_ns == limit.period_ns() / limit.slices()
+    }
+
     /// This state laid out for `limit`. A changed slice count or length folds every count into
     /// the slice holding the newest one: the same on every store, and never under-counting.
     fn conform(&mut self, limit: &Limit) {
         let (slices, slice_ns) = (limit.slices(), limit.period_ns() / limit.slices());
-        if self.counts.len() as u64 != slices || self.slice_ns != slice_ns {
+        if !self.laid_out_for(limit) {
             let total: u64 = self.counts.iter().fold(0, |sum, c| sum.saturating_add(*c));
             let mut counts = vec![0; usize::try_from(slices).unwrap_or(usize::MAX)].into_boxed_slice();
             self.newest -= self.newest % slice_ns;
@@ -93,7 +98,7 @@ impl RateState for SubWindow {
         limit.check_cost(cost)?;
         let count = limit.count();
         let mut state = std::borrow::Cow::Borrowed(&*self);
-        if state.slice_ns != limit.period_ns() / limit.slices() || state.counts.len() as u64 != limit.slices() {
+        if !state.laid_out_for(limit) {
             state.to_mut().conform(limit);
         }
         let (n, slice_len) = (limit.slices(), state.slice_ns);
@@ -153,8 +158,10 @@ impl RateState for SubWindow {
     }
 
     fn snapshot(&self, now: u64, limit: &Limit) -> Snapshot {
-        let mut state = self.clone();
-        state.conform(limit);
+        let mut state = std::borrow::Cow::Borrowed(self);
+        if !state.laid_out_for(limit) {
+            state.to_mut().conform(limit);
+        }
         let used = state.live(state.current(now)).fold(0, |sum: u64, (_, c)| sum.saturating_add(c));
         Snapshot { at: now, used, previous: 0 }
     }
