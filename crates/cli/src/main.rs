@@ -8,6 +8,7 @@ mod proxy;
 mod serve;
 mod simulate;
 mod store_args;
+mod units;
 
 use std::process::ExitCode;
 

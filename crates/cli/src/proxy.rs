@@ -24,6 +24,8 @@ pub(crate) struct ProxyArgs {
     admin: SocketAddr,
     #[command(flatten)]
     store: crate::store_args::StoreArgs,
+    #[command(flatten)]
+    http: crate::serve::HttpArgs,
     /// Also send the RateLimit fields on allowed responses.
     #[arg(long)]
     headers_on_allowed: bool,
@@ -42,7 +44,11 @@ pub(crate) fn run(args: ProxyArgs) -> anyhow::Result<()> {
     if !args.upstream.starts_with("http://") {
         anyhow::bail!("--upstream must be an http:// URL, got {:?}", args.upstream);
     }
-    let config = args.store.config();
+    let config = tollgate_server::Config {
+        http: args.http.bounds(),
+        shutdown_grace: args.http.shutdown_grace,
+        ..args.store.config()
+    };
     let proxy = tollgate_server::proxy::ProxyConfig {
         upstream: args.upstream,
         rules,

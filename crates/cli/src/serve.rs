@@ -2,11 +2,14 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
 use tokio::net::TcpListener;
-use tollgate_server::{Config, Listeners, StoreConfig};
+use tollgate_server::{Config, HttpBounds, Listeners, RespBounds, StoreConfig};
+
+use crate::units;
 
 /// Arguments of `tollgate serve`.
 #[derive(Debug, Args)]
@@ -20,23 +23,69 @@ pub(crate) struct ServeArgs {
     #[command(flatten)]
     store: crate::store_args::StoreArgs,
     /// With memory: most keys kept per table (idle keys are evicted first).
-    #[arg(long, value_name = "N", default_value_t = tollgate_server::config::DEFAULT_MAX_KEYS)]
+    #[arg(long, value_name = "N", default_value = "1000000", value_parser = units::positive)]
     max_keys: usize,
+    /// With memory: most bytes the store holds, every algorithm's state included (e.g. 512MiB).
+    #[arg(long, value_name = "SIZE", default_value = "512MiB", value_parser = units::bytes)]
+    max_memory: usize,
     /// TOML file of named limits (see the README).
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Largest RESP command accepted, in bytes.
-    #[arg(long, value_name = "BYTES", default_value_t = 1 << 20)]
+    /// Largest RESP command accepted (e.g. 1MiB).
+    #[arg(long, value_name = "SIZE", default_value = "1MiB", value_parser = units::bytes)]
     max_frame_bytes: usize,
+    /// Longest inline RESP command (a line typed by hand).
+    #[arg(long, value_name = "SIZE", default_value = "64KiB", value_parser = units::bytes)]
+    max_inline_bytes: usize,
     /// Most arguments in one RESP command.
-    #[arg(long, value_name = "N", default_value_t = 1024)]
+    #[arg(long, value_name = "N", default_value = "1024", value_parser = units::positive)]
     max_args: usize,
     /// Most simultaneous RESP connections.
-    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    #[arg(long, value_name = "N", default_value = "10000", value_parser = units::positive)]
     max_connections: usize,
+    /// Close a RESP connection whose replies cannot be written for this long (a client not reading).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = units::duration)]
+    write_timeout: Duration,
+    /// Close a RESP connection idle this long (default: never).
+    #[arg(long, value_name = "DURATION", value_parser = units::duration)]
+    idle_timeout: Option<Duration>,
+    #[command(flatten)]
+    limits: HttpArgs,
     /// Log filter: error, warn, info, debug, trace (or a tracing directive).
     #[arg(long, value_name = "LEVEL", default_value = "info")]
     log_level: String,
+}
+
+/// The HTTP listener's bounds, shared by `serve` and `proxy`.
+#[derive(Debug, Args)]
+pub(crate) struct HttpArgs {
+    /// Longest an HTTP request head may take to arrive (slowloris).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = units::duration)]
+    http_header_timeout: Duration,
+    /// Longest one HTTP request may take, body included (then 408).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = units::duration)]
+    http_request_timeout: Duration,
+    /// Most simultaneous HTTP connections (more are answered 503 and closed).
+    #[arg(long, value_name = "N", default_value = "10000", value_parser = units::positive)]
+    http_max_connections: usize,
+    /// Largest HTTP request body (then 413).
+    #[arg(long, value_name = "SIZE", default_value = "64KiB", value_parser = units::bytes)]
+    http_max_body: usize,
+    /// After SIGTERM or Ctrl-C, how long connections may take to finish before they are closed.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = units::duration)]
+    pub(crate) shutdown_grace: Duration,
+}
+
+impl HttpArgs {
+    pub(crate) fn bounds(&self) -> HttpBounds {
+        HttpBounds {
+            header_read_timeout: self.http_header_timeout,
+            request_timeout: self.http_request_timeout,
+            max_connections: self.http_max_connections,
+            max_body_bytes: self.http_max_body,
+            ..HttpBounds::default()
+        }
+    }
 }
 
 /// Runs the server until Ctrl-C or SIGTERM.
@@ -44,7 +93,7 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<()> {
     init_logging(&args.log_level)?;
     let mut config = args.store.config();
     if let StoreConfig::Memory { .. } = config.store {
-        config.store = StoreConfig::Memory { max_keys: args.max_keys.max(1) };
+        config.store = StoreConfig::Memory { max_keys: args.max_keys, max_memory: args.max_memory };
     }
     let limits = match &args.config {
         Some(path) => tollgate_server::config::load_limits(path).map_err(anyhow::Error::msg)?,
@@ -52,9 +101,16 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<()> {
     };
     let config = Config {
         limits,
-        max_frame_bytes: args.max_frame_bytes.max(64),
-        max_args: args.max_args.max(1),
-        max_connections: args.max_connections.max(1),
+        resp: RespBounds {
+            max_frame_bytes: args.max_frame_bytes,
+            max_inline_bytes: args.max_inline_bytes,
+            max_args: args.max_args,
+            max_connections: args.max_connections,
+            write_timeout: args.write_timeout,
+            idle_timeout: args.idle_timeout,
+        },
+        http: args.limits.bounds(),
+        shutdown_grace: args.limits.shutdown_grace,
         ..config
     };
     let runtime =

@@ -5,6 +5,8 @@ use std::time::Duration;
 use clap::Args;
 use tollgate_server::{Config, OnStoreError, StoreConfig};
 
+use crate::units;
+
 /// Where state lives, and what to do when it cannot be reached.
 #[derive(Debug, Args)]
 pub(crate) struct StoreArgs {
@@ -14,9 +16,15 @@ pub(crate) struct StoreArgs {
     /// With Redis: what to answer while Redis fails (open admits, closed denies, local decides in memory).
     #[arg(long, value_name = "POLICY", default_value = "local")]
     pub(crate) on_store_error: OnStoreError,
-    /// With Redis: milliseconds before a Redis call counts as failed.
-    #[arg(long, value_name = "MS", default_value_t = 50)]
-    pub(crate) store_timeout_ms: u64,
+    /// With Redis: how long a Redis call may take before it counts as failed.
+    #[arg(long, value_name = "DURATION", default_value = "50ms", value_parser = units::duration)]
+    pub(crate) store_timeout: Duration,
+    /// With Redis: consecutive failures that open the circuit breaker (calls then skip Redis).
+    #[arg(long, value_name = "N", default_value = "3", value_parser = units::positive)]
+    pub(crate) breaker_threshold: usize,
+    /// With Redis: how often an open breaker probes Redis.
+    #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = units::duration)]
+    pub(crate) breaker_probe: Duration,
 }
 
 impl StoreArgs {
@@ -25,7 +33,9 @@ impl StoreArgs {
         Config {
             store: self.store,
             on_store_error: self.on_store_error,
-            store_timeout: Duration::from_millis(self.store_timeout_ms.max(1)),
+            store_timeout: self.store_timeout,
+            breaker_threshold: u32::try_from(self.breaker_threshold).unwrap_or(u32::MAX),
+            breaker_probe: self.breaker_probe,
             ..Config::default()
         }
     }

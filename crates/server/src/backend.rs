@@ -1,8 +1,14 @@
-//! The store behind the server, chosen at start-up: memory, or Redis / Redis Cluster wrapped in
-//! the configured failure policy.
+//! The store behind the server, chosen at start-up: memory, or Redis / Redis Cluster behind the
+//! configured failure policy and circuit breaker.
 
-use tollgate_core::{Decision, Limit};
-use tollgate_store::{Check, FailurePolicy, Fallback, MemoryStore, RedisOptions, RedisStore, Store, StoreError};
+use std::sync::Arc;
+
+use tollgate_core::{Decision, Limit, SystemClock};
+use tollgate_store::fallback::FallbackOptions;
+use tollgate_store::memory::Evictions;
+use tollgate_store::{
+    Breaker, Check, FailurePolicy, Fallback, FallbackStats, MemoryStore, RedisOptions, RedisStore, Store, StoreError,
+};
 
 use crate::config::{Config, OnStoreError, StoreConfig};
 
@@ -15,14 +21,23 @@ pub enum Backend {
     Redis(Fallback<RedisStore>),
 }
 
+/// What the store reports for the metrics.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BackendStats {
+    /// The memory store's keys, bytes and evictions (the memory store only).
+    pub memory: Option<(usize, usize, Evictions)>,
+    /// The failure policy's counters (Redis only).
+    pub fallback: Option<FallbackStats>,
+}
+
 impl Backend {
     /// Opens the configured store. A single Redis server may be down at start (the connection
     /// is made on first use); a cluster must answer, to learn its slots.
     pub async fn open(config: &Config) -> Result<Self, String> {
         let options = RedisOptions { timeout: config.store_timeout, ..RedisOptions::default() };
         let redis = match &config.store {
-            StoreConfig::Memory { max_keys } => {
-                return Ok(Backend::Memory(MemoryStore::builder().max_keys(*max_keys).build()));
+            StoreConfig::Memory { max_keys, max_memory } => {
+                return Ok(Backend::Memory(MemoryStore::builder().max_keys(*max_keys).max_memory(*max_memory).build()));
             }
             StoreConfig::Redis(url) => RedisStore::open(url, options).map_err(|e| e.to_string())?,
             StoreConfig::Cluster(nodes) => RedisStore::open_cluster(nodes, options).await.map_err(|e| e.to_string())?,
@@ -30,29 +45,37 @@ impl Backend {
         let policy = match config.on_store_error {
             OnStoreError::Open => FailurePolicy::Open,
             OnStoreError::Closed => FailurePolicy::Closed,
-            OnStoreError::Local => FailurePolicy::Local(MemoryStore::new()),
+            OnStoreError::Local => FailurePolicy::Local,
         };
-        Ok(Backend::Redis(Fallback::new(redis, policy)))
+        let options = FallbackOptions {
+            breaker: Breaker::new(config.breaker_threshold, config.breaker_probe),
+            clock: Arc::new(SystemClock::new()),
+            ..FallbackOptions::default()
+        };
+        Ok(Backend::Redis(Fallback::with_options(redis, policy, options)))
     }
 
-    /// Backend errors answered by the failure policy so far.
-    pub fn fallbacks(&self) -> u64 {
+    /// Decides one check.
+    pub async fn check_one(&self, check: Check<'_>) -> Result<Decision, StoreError> {
         match self {
-            Backend::Memory(_) => 0,
-            Backend::Redis(store) => store.backend_errors(),
+            // The memory store decides on this thread; no future to build.
+            Backend::Memory(store) => store.check_one(check),
+            Backend::Redis(store) => store.check_all(&[check]).await?.pop().ok_or(StoreError::NoChecks),
+        }
+    }
+
+    /// The store's figures, for the metrics.
+    pub fn stats(&self) -> BackendStats {
+        match self {
+            Backend::Memory(store) => {
+                BackendStats { memory: Some((store.len(), store.bytes(), store.evictions())), fallback: None }
+            }
+            Backend::Redis(store) => BackendStats { memory: None, fallback: Some(store.stats()) },
         }
     }
 }
 
 impl Store for Backend {
-    async fn check(&self, key: &str, limit: &Limit, cost: u64) -> Result<Decision, StoreError> {
-        match self {
-            // The memory store decides on this thread; no future to build.
-            Backend::Memory(store) => store.check_sync(key, limit, cost),
-            Backend::Redis(store) => store.check(key, limit, cost).await,
-        }
-    }
-
     async fn check_all(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
         match self {
             Backend::Memory(store) => store.check_all_sync(checks),
@@ -60,13 +83,17 @@ impl Store for Backend {
         }
     }
 
-    async fn reset(&self, key: &str, limit: &Limit) -> Result<(), StoreError> {
+    async fn check(&self, key: &[u8], limit: &Limit, cost: u64) -> Result<Decision, StoreError> {
+        self.check_one(Check::new(key, limit, cost)).await
+    }
+
+    async fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> Result<(), StoreError> {
         match self {
             Backend::Memory(store) => {
-                store.reset_sync(key, limit);
+                store.reset_sync(scope, key, limit);
                 Ok(())
             }
-            Backend::Redis(store) => store.reset(key, limit).await,
+            Backend::Redis(store) => store.reset(scope, key, limit).await,
         }
     }
 }

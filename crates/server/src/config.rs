@@ -1,5 +1,5 @@
-//! Server configuration: listen addresses, the store, the failure policy, protocol bounds, and
-//! the named limits of the TOML config file.
+//! Server configuration: listen addresses, the store, the failure policy, every bound on what a
+//! client can make the server hold or wait for, and the named limits of the TOML config file.
 //!
 //! ```toml
 //! # tollgate.toml
@@ -17,17 +17,21 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 
+use std::time::Duration;
+
 use serde::Deserialize;
 use tollgate_core::Limit;
-pub use tollgate_store::memory::DEFAULT_MAX_KEYS;
+pub use tollgate_store::memory::{DEFAULT_MAX_KEYS, DEFAULT_MAX_MEMORY};
 
 /// Which store decides.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreConfig {
-    /// The embedded in-memory store, bounded at `max_keys` keys per table.
+    /// The embedded in-memory store, bounded in keys and bytes.
     Memory {
         /// See `MemoryStoreBuilder::max_keys`.
         max_keys: usize,
+        /// See `MemoryStoreBuilder::max_memory`.
+        max_memory: usize,
     },
     /// One Redis server, e.g. `redis://127.0.0.1:6379`.
     Redis(String),
@@ -39,7 +43,7 @@ impl StoreConfig {
     /// Parses `memory`, `redis://host:port[/db]` or `redis+cluster://host:port,host:port`.
     pub fn parse(text: &str) -> Result<Self, String> {
         if text == "memory" {
-            return Ok(StoreConfig::Memory { max_keys: tollgate_store::memory::DEFAULT_MAX_KEYS });
+            return Ok(StoreConfig::Memory { max_keys: DEFAULT_MAX_KEYS, max_memory: DEFAULT_MAX_MEMORY });
         }
         if let Some(nodes) = text.strip_prefix("redis+cluster://") {
             let nodes: Vec<String> =
@@ -88,28 +92,93 @@ pub struct Config {
     pub store: StoreConfig,
     /// The failure policy for Redis stores.
     pub on_store_error: OnStoreError,
-    /// Timeout of each Redis call.
-    pub store_timeout: std::time::Duration,
+    /// Timeout of each Redis call (default 50 ms).
+    pub store_timeout: Duration,
+    /// Consecutive Redis failures that open the circuit breaker (default 3).
+    pub breaker_threshold: u32,
+    /// How often an open breaker probes Redis (default 100 ms).
+    pub breaker_probe: Duration,
     /// Named limits (`TG.LIMIT`, HTTP `limit_name`).
     pub limits: BTreeMap<String, Limit>,
-    /// Largest RESP command accepted, in bytes (default 1 MiB).
+    /// RESP bounds.
+    pub resp: RespBounds,
+    /// HTTP bounds.
+    pub http: HttpBounds,
+    /// After a shutdown signal, how long connections may take to finish before they are closed
+    /// (default 5 s).
+    pub shutdown_grace: Duration,
+}
+
+/// What one RESP client can make the server hold or wait for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RespBounds {
+    /// Largest command, in bytes (default 1 MiB).
     pub max_frame_bytes: usize,
-    /// Most arguments in one RESP command (default 1,024).
+    /// Longest inline command (a line typed by hand), in bytes (default 64 KiB, as Redis).
+    pub max_inline_bytes: usize,
+    /// Most arguments in one command (default 1,024).
     pub max_args: usize,
-    /// Most simultaneous RESP connections (default 10,000).
+    /// Most simultaneous connections (default 10,000).
     pub max_connections: usize,
+    /// Longest a reply may take to be written before the connection is closed (a client that
+    /// does not read; default 10 s).
+    pub write_timeout: Duration,
+    /// Close a connection idle this long (default: never, as Redis's `timeout 0`).
+    pub idle_timeout: Option<Duration>,
+}
+
+impl Default for RespBounds {
+    fn default() -> Self {
+        RespBounds {
+            max_frame_bytes: 1 << 20,
+            max_inline_bytes: 64 << 10,
+            max_args: 1024,
+            max_connections: 10_000,
+            write_timeout: Duration::from_secs(10),
+            idle_timeout: None,
+        }
+    }
+}
+
+/// What one HTTP client can make the server hold or wait for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HttpBounds {
+    /// Longest the request head may take to arrive (slowloris; default 10 s).
+    pub header_read_timeout: Duration,
+    /// Longest one request may take, body included (default 10 s): 408 after it.
+    pub request_timeout: Duration,
+    /// Most simultaneous connections (default 10,000): more are answered 503 and closed.
+    pub max_connections: usize,
+    /// Largest request body (default 64 KiB): 413 beyond it.
+    pub max_body_bytes: usize,
+    /// Largest request head (default 64 KiB).
+    pub max_header_bytes: usize,
+}
+
+impl Default for HttpBounds {
+    fn default() -> Self {
+        HttpBounds {
+            header_read_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(10),
+            max_connections: 10_000,
+            max_body_bytes: 64 << 10,
+            max_header_bytes: 64 << 10,
+        }
+    }
 }
 
 impl Default for Config {
     fn default() -> Self {
         Config {
-            store: StoreConfig::Memory { max_keys: tollgate_store::memory::DEFAULT_MAX_KEYS },
+            store: StoreConfig::Memory { max_keys: DEFAULT_MAX_KEYS, max_memory: DEFAULT_MAX_MEMORY },
             on_store_error: OnStoreError::default(),
-            store_timeout: std::time::Duration::from_millis(50),
+            store_timeout: Duration::from_millis(50),
+            breaker_threshold: tollgate_store::fallback::DEFAULT_THRESHOLD,
+            breaker_probe: tollgate_store::fallback::DEFAULT_PROBE_EVERY,
             limits: BTreeMap::new(),
-            max_frame_bytes: 1 << 20,
-            max_args: 1024,
-            max_connections: 10_000,
+            resp: RespBounds::default(),
+            http: HttpBounds::default(),
+            shutdown_grace: Duration::from_secs(5),
         }
     }
 }
@@ -144,10 +213,20 @@ pub fn parse_limits(text: &str) -> Result<BTreeMap<String, Limit>, String> {
     file.limits
         .into_iter()
         .map(|(name, entry)| {
+            check_name(&name).map_err(|e| format!("limit {name:?}: {e}"))?;
             let limit = build(&entry).map_err(|e| format!("limit {name:?}: {e}"))?;
             Ok((name, limit))
         })
         .collect()
+}
+
+/// A limit's name is its state's scope (also in Redis keys) and a metric label: letters, digits,
+/// `_`, `-` and `.`, at most 64 of them.
+fn check_name(name: &str) -> Result<(), String> {
+    let valid = !name.is_empty()
+        && name.len() <= 64
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    if valid { Ok(()) } else { Err("a name is 1 to 64 letters, digits, '_', '-' or '.'".into()) }
 }
 
 fn build(entry: &LimitEntry) -> Result<Limit, String> {
@@ -176,6 +255,11 @@ mod tests {
         assert!(err.contains("limit \"bad\"") && err.contains("count must be at least 1"), "{err}");
         let err = parse_limits("[limits.x]\nlimit = \"1/s\"\nburts = 3\n").unwrap_err();
         assert!(err.contains("burts"), "{err}");
+        let err = parse_limits("[limits.\"a:b\"]\nlimit = \"1/s\"\n").unwrap_err();
+        assert!(err.contains("letters, digits"), "{err}");
+        let err =
+            parse_limits("[limits.big]\nlimit = \"1/s\"\nalgorithm = \"sub-window\"\nslices = 5000\n").unwrap_err();
+        assert!(err.contains("slices is 5000, above its maximum of 3600"), "{err}");
     }
 
     #[test]

@@ -1,11 +1,13 @@
 //! The engine every front end calls: the store, the named limits and the metrics, so that RESP
-//! and HTTP make the same decisions and count them the same way.
+//! and HTTP make the same decisions and count them the same way. A named limit's state is scoped
+//! by its name: two named limits never share state for one key, nor share it with an ad-hoc limit.
 
 use std::collections::BTreeMap;
 
-use prometheus_client::metrics::gauge::Gauge;
+use std::sync::Arc;
+
 use tollgate_core::{Algorithm, Decision, Limit};
-use tollgate_store::{Store, StoreError};
+use tollgate_store::{Check, Store, StoreError};
 
 use crate::backend::Backend;
 use crate::config::Config;
@@ -56,18 +58,17 @@ pub enum EngineError {
 /// Store, limits and metrics, shared by every connection.
 #[derive(Debug)]
 pub struct Engine {
-    store: Backend,
+    store: Arc<Backend>,
     named: BTreeMap<String, Named>,
     adhoc: Vec<DecisionCounters>,
     metrics: Metrics,
-    fallbacks: Gauge,
 }
 
 impl Engine {
     /// Opens the store and resolves the named limits' counters.
     pub async fn new(config: &Config) -> Result<Self, String> {
-        let store = Backend::open(config).await?;
-        let metrics = Metrics::new();
+        let store = Arc::new(Backend::open(config).await?);
+        let metrics = Metrics::new(store.clone());
         let named = config
             .limits
             .iter()
@@ -80,8 +81,7 @@ impl Engine {
             .iter()
             .flat_map(|source| Algorithm::ALL.iter().map(|&a| metrics.decision_counters(a, source.label())))
             .collect();
-        let fallbacks = metrics.fallbacks.clone();
-        Ok(Engine { store, named, adhoc, metrics, fallbacks })
+        Ok(Engine { store, named, adhoc, metrics })
     }
 
     /// The named limit `name`.
@@ -90,33 +90,29 @@ impl Engine {
     }
 
     /// Decides `cost` for `key` under an ad-hoc `limit`.
-    pub async fn check(&self, source: Source, key: &str, limit: &Limit, cost: u64) -> Result<Decision, StoreError> {
+    pub async fn check(&self, source: Source, key: &[u8], limit: &Limit, cost: u64) -> Result<Decision, StoreError> {
         let index = Source::ALL.iter().position(|&s| s == source).unwrap_or(0) * Algorithm::ALL.len()
             + Algorithm::ALL.iter().position(|&a| a == limit.algorithm()).unwrap_or(0);
-        self.decide(key, limit, cost, &self.adhoc[index]).await
+        self.decide(Check::new(key, limit, cost), &self.adhoc[index]).await
     }
 
-    /// Decides `cost` for `key` under the named limit `name`.
-    pub async fn check_named(&self, name: &str, key: &str, cost: u64) -> Result<(Decision, &Limit), EngineError> {
-        let named = self.named.get(name).ok_or_else(|| EngineError::UnknownLimit(name.to_string()))?;
-        let decision = self.decide(key, &named.limit, cost, &named.counters).await?;
+    /// Decides `cost` for `key` under the named limit `name` (in its own scope).
+    pub async fn check_named(&self, name: &str, key: &[u8], cost: u64) -> Result<(Decision, &Limit), EngineError> {
+        let (name, named) =
+            self.named.get_key_value(name).ok_or_else(|| EngineError::UnknownLimit(name.to_string()))?;
+        let decision = self.decide(Check::new(key, &named.limit, cost).scoped(name), &named.counters).await?;
         Ok((decision, &named.limit))
     }
 
-    /// Forgets `key`'s state under `limit`'s algorithm.
-    pub async fn reset(&self, key: &str, limit: &Limit) -> Result<(), StoreError> {
-        self.store.reset(key, limit).await.inspect_err(|e| self.count_error(e))
+    /// Forgets the state of `key` in `scope` under `limit`'s algorithm.
+    pub async fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> Result<(), StoreError> {
+        self.store.reset(scope, key, limit).await.inspect_err(|e| self.count_error(e))
     }
 
-    async fn decide(
-        &self,
-        key: &str,
-        limit: &Limit,
-        cost: u64,
-        counters: &DecisionCounters,
-    ) -> Result<Decision, StoreError> {
+    async fn decide(&self, check: Check<'_>, counters: &DecisionCounters) -> Result<Decision, StoreError> {
         let started = quanta::Instant::now();
-        let result = self.store.check(key, limit, cost).await;
+        let cost = check.cost;
+        let result = self.store.check_one(check).await;
         self.metrics.store_latency.observe(started.elapsed().as_secs_f64());
         match &result {
             // A peek is not a decision to count.
@@ -142,9 +138,8 @@ impl Engine {
         &self.metrics
     }
 
-    /// The metrics in Prometheus text format, with the failure policy's count brought up to date.
+    /// The metrics in the OpenMetrics text format.
     pub fn render_metrics(&self) -> String {
-        self.fallbacks.set(i64::try_from(self.store.fallbacks()).unwrap_or(i64::MAX));
         self.metrics.render()
     }
 }

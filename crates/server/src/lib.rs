@@ -19,7 +19,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-pub use config::{Config, OnStoreError, StoreConfig};
+pub use config::{Config, HttpBounds, OnStoreError, RespBounds, StoreConfig};
 pub use engine::Engine;
 
 /// The sockets the server answers on (bound by the caller, so that port 0 works).
@@ -31,8 +31,8 @@ pub struct Listeners {
     pub http: TcpListener,
 }
 
-/// Serves until `shutdown` completes, then stops accepting, answers what was already received,
-/// and returns.
+/// Serves until `shutdown` completes, then stops accepting, answers what was already received
+/// (for at most `config.shutdown_grace`; connections still open then are closed), and returns.
 pub async fn run(
     config: Config,
     listeners: Listeners,
@@ -40,21 +40,14 @@ pub async fn run(
 ) -> Result<(), String> {
     let engine = Arc::new(Engine::new(&config).await?);
     let (stop, stopped) = watch::channel(false);
-    let bounds = resp::frame::Bounds { max_frame_bytes: config.max_frame_bytes, max_args: config.max_args };
-    let resp =
-        tokio::spawn(resp::serve(listeners.resp, engine.clone(), bounds, config.max_connections, stopped.clone()));
-    let mut http_stopped = stopped.clone();
-    let http = tokio::spawn(
-        axum::serve(listeners.http, http::router(engine.clone()))
-            .with_graceful_shutdown(async move {
-                let _ = http_stopped.wait_for(|&stop| stop).await;
-            })
-            .into_future(),
-    );
+    let grace = config.shutdown_grace;
+    let resp = tokio::spawn(resp::serve(listeners.resp, engine.clone(), config.resp, grace, stopped.clone()));
+    let router = http::router(engine.clone(), config.http.max_body_bytes);
+    let http = tokio::spawn(http::server::serve(listeners.http, router, config.http, grace, stopped));
     shutdown.await;
     tracing::info!("shutting down: answering in-flight requests");
     let _ = stop.send(true);
     resp.await.map_err(|e| format!("RESP listener: {e}"))?;
-    http.await.map_err(|e| format!("HTTP listener: {e}"))?.map_err(|e| format!("HTTP listener: {e}"))?;
+    http.await.map_err(|e| format!("HTTP listener: {e}"))?;
     Ok(())
 }

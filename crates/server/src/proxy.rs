@@ -99,18 +99,13 @@ pub async fn run(
         )
         .route("/healthz", get(|| async { "ok\n" }));
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let wait = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|&s| s).await;
-    };
-    let proxy_task = tokio::spawn(
-        axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
-            .with_graceful_shutdown(wait(stopped.clone()))
-            .into_future(),
-    );
-    let admin_task = tokio::spawn(axum::serve(admin, admin_app).with_graceful_shutdown(wait(stopped)).into_future());
+    let (bounds, grace) = (config.http, config.shutdown_grace);
+    let app = app.layer(axum::extract::DefaultBodyLimit::max(bounds.max_body_bytes));
+    let proxy_task = tokio::spawn(crate::http::server::serve(listener, app, bounds, grace, stopped.clone()));
+    let admin_task = tokio::spawn(crate::http::server::serve(admin, admin_app, bounds, grace, stopped));
     shutdown.await;
     let _ = stop.send(true);
-    proxy_task.await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
-    admin_task.await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
+    proxy_task.await.map_err(|e| e.to_string())?;
+    admin_task.await.map_err(|e| e.to_string())?;
     Ok(())
 }

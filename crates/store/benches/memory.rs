@@ -31,7 +31,7 @@ struct Tollgate {
 
 impl Keyed for Tollgate {
     fn check(&self, key: &String) -> bool {
-        self.store.check_sync(key, &self.limit, 1).expect("unit cost").allowed
+        self.store.check_sync(key.as_bytes(), &self.limit, 1).expect("unit cost").allowed
     }
 }
 

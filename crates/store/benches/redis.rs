@@ -50,7 +50,7 @@ async fn tollgate(store: Arc<RedisStore>, limit: &Limit, spread: bool) -> f64 {
                 for i in 0..DECISIONS / TASKS {
                     let key =
                         if spread { format!("user:{}", (t * 7_919 + i * 104_729) % KEYS) } else { "hot".to_string() };
-                    store.check(&key, &limit, 1).await.expect("check");
+                    store.check(key.as_bytes(), &limit, 1).await.expect("check");
                 }
             })
         })

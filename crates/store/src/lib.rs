@@ -6,7 +6,9 @@
 //!   small sharded locks for the other algorithms), bounded in keys with idle keys evicted
 //!   first, and driven by an injectable [`Clock`](tollgate_core::Clock).
 //! - [`RedisStore`] (feature `redis`): Redis or Redis Cluster, one atomic script per decision.
-//! - [`Fallback`]: fail-open, fail-closed or a local memory store when a backend fails.
+//! - [`Fallback`]: what to answer when a [`Remote`] store (Redis) fails or is slow: fail-open,
+//!   fail-closed, or decide locally from the state last seen, charged back later; with a circuit
+//!   breaker so that a dead backend costs no timeout per call.
 //! - `testkit` (feature `testkit`): the conformance suite every store must pass, written once.
 //!
 //! Every store makes exactly the decisions of `tollgate-core` (see `SEMANTICS.md`); a store only
@@ -19,12 +21,12 @@
 //! # tokio_test_block_on(async {
 //! let limiter = MemoryStore::new();
 //! let limit = Limit::per_second(10).burst(20).build()?;
-//! let decision = limiter.check("user:42", &limit, 1).await?;
+//! let decision = limiter.check(b"user:42", &limit, 1).await?;
 //! assert!(decision.allowed);
 //! assert_eq!(decision.remaining, 19);
 //!
 //! // The memory store also answers synchronously, without a runtime:
-//! let decision = limiter.check_sync("user:42", &limit, 1)?;
+//! let decision = limiter.check_sync(b"user:42", &limit, 1)?;
 //! assert_eq!(decision.remaining, 18);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! # }).unwrap();
@@ -38,12 +40,14 @@ pub mod fallback;
 pub mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;
+pub mod remote;
 mod store;
+mod table;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 
 pub use error::StoreError;
-pub use fallback::{FailurePolicy, Fallback};
+pub use fallback::{Breaker, FailurePolicy, Fallback, FallbackStats};
 
 /// The README's examples, compiled and run as doctests so that they stay true.
 #[cfg(doctest)]
@@ -52,5 +56,6 @@ struct ReadmeExamples;
 pub use memory::{MemoryStore, MemoryStoreBuilder};
 #[cfg(feature = "redis")]
 pub use redis::{RedisOptions, RedisStore, TimeSource};
+pub use remote::{Charge, Remote, Reply};
 pub use store::{Check, Store, all_allowed};
 pub use tollgate_core::{Algorithm, Clock, Decision, Limit, ManualClock, SystemClock};

@@ -6,45 +6,84 @@ use tollgate_core::{Decision, Limit};
 
 use crate::StoreError;
 
-/// One limit to check as part of a request: the key, its limit, and the cost.
+/// One limit to check as part of a request: whose state (scope and key), under which limit, at
+/// which cost.
 #[derive(Debug, Clone, Copy)]
 pub struct Check<'a> {
-    /// The key whose state is checked (e.g. `user:42`).
-    pub key: &'a str,
+    /// Whose limit this is: a rule's or a named limit's name, so that two of them never share
+    /// state for the same key; empty for ad-hoc limits (`CL.THROTTLE`, `TG.CHECK`), which share
+    /// state per (algorithm, key) as redis-cell does.
+    pub scope: &'a str,
+    /// The key whose state is checked (any bytes, e.g. `user:42`).
+    pub key: &'a [u8],
     /// The limit for this key; each key may have its own.
     pub limit: &'a Limit,
     /// The cost of the request under this limit (0 peeks).
     pub cost: u64,
 }
 
+impl<'a> Check<'a> {
+    /// An ad-hoc check (empty scope).
+    #[must_use]
+    pub fn new(key: &'a [u8], limit: &'a Limit, cost: u64) -> Self {
+        Check { scope: "", key, limit, cost }
+    }
+
+    /// This check in `scope` (a rule's or named limit's name).
+    #[must_use]
+    pub fn scoped(self, scope: &'a str) -> Self {
+        Check { scope, ..self }
+    }
+}
+
 /// Where rate-limit state lives. Every implementation makes the decisions of `tollgate-core`
 /// exactly; the time is the store's own (its clock, or the Redis server's).
 ///
-/// A key's state belongs to the key and the limit's algorithm: the same key checked under two
-/// algorithms has two independent states. Within one algorithm, each call's limit applies to
-/// the key's state as it is (limits may differ per key and change over time).
+/// A key's state belongs to its scope, the limit's algorithm and the key: the same key checked
+/// under two algorithms or two scopes has independent states. Within one, each call's limit
+/// applies to the state as it is (limits may differ per key and change over time).
 pub trait Store: Send + Sync {
-    /// Decides a request of `cost` for `key` under `limit`, consuming capacity if admitted.
-    /// `cost = 0` peeks: it reports the state, changes nothing and creates no state.
-    fn check(&self, key: &str, limit: &Limit, cost: u64) -> impl Future<Output = Result<Decision, StoreError>> + Send;
-
     /// Decides one request under several limits, all or nothing: the request is admitted only if
     /// every check admits it, and then every check consumed its cost. Otherwise nothing is
     /// consumed; the checks that did not block it report their current state, as a peek would
     /// (`allowed: true`, nothing consumed). See [`all_allowed`].
     fn check_all(&self, checks: &[Check<'_>]) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send;
 
-    /// Reports `key`'s state under `limit` without changing it.
-    fn peek(&self, key: &str, limit: &Limit) -> impl Future<Output = Result<Decision, StoreError>> + Send {
+    /// Decides a request of `cost` for the ad-hoc `key` under `limit`, consuming capacity if
+    /// admitted. `cost = 0` peeks: it reports the state, changes nothing and creates no state.
+    fn check(&self, key: &[u8], limit: &Limit, cost: u64) -> impl Future<Output = Result<Decision, StoreError>> + Send {
+        async move {
+            let mut decisions = self.check_all(&[Check::new(key, limit, cost)]).await?;
+            decisions.pop().ok_or(StoreError::NoChecks)
+        }
+    }
+
+    /// Reports the ad-hoc `key`'s state under `limit` without changing it.
+    fn peek(&self, key: &[u8], limit: &Limit) -> impl Future<Output = Result<Decision, StoreError>> + Send {
         self.check(key, limit, 0)
     }
 
-    /// Forgets `key`'s state under `limit`'s algorithm: the key is idle again.
-    fn reset(&self, key: &str, limit: &Limit) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Forgets the state of `key` in `scope` under `limit`'s algorithm: the key is idle again.
+    fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
 /// Whether a [`Store::check_all`] admitted its request.
 #[must_use]
 pub fn all_allowed(decisions: &[Decision]) -> bool {
     decisions.iter().all(|d| d.allowed)
+}
+
+/// A shared store is a store.
+impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
+    fn check_all(&self, checks: &[Check<'_>]) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send {
+        (**self).check_all(checks)
+    }
+
+    fn check(&self, key: &[u8], limit: &Limit, cost: u64) -> impl Future<Output = Result<Decision, StoreError>> + Send {
+        (**self).check(key, limit, cost)
+    }
+
+    fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).reset(scope, key, limit)
+    }
 }

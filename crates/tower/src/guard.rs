@@ -193,7 +193,7 @@ impl<S: Store> Guard<S> {
             if applied.rule.count_status.is_some() {
                 after.push(After { rule: index, key: applied.key, cost: applied.cost });
             } else if applied.rule.action == Action::DryRun {
-                match self.store.check(&applied.key, &applied.rule.limit, applied.cost).await {
+                match self.store.check(applied.key.as_bytes(), &applied.rule.limit, applied.cost).await {
                     Ok(d) if !d.allowed => self.dry_run(applied.rule, &applied.key),
                     Ok(_) => {}
                     Err(e) => tracing::warn!(rule = %applied.rule.name, error = %e, "store error; not counted"),
@@ -206,7 +206,7 @@ impl<S: Store> Guard<S> {
             return Verdict::Proceed { delay_ns: 0, fields: None, after };
         }
         let checks: Vec<Check<'_>> =
-            enforce.iter().map(|(a, limit)| Check { key: &a.key, limit, cost: a.cost }).collect();
+            enforce.iter().map(|(a, limit)| Check::new(a.key.as_bytes(), limit, a.cost)).collect();
         let decisions = match self.store.check_all(&checks).await {
             Ok(decisions) => decisions,
             Err(e) => {
@@ -246,7 +246,7 @@ impl<S: Store> Guard<S> {
                 continue;
             }
             self.stats.bump(rule_index_of(&self.rules, rule), "counted_after");
-            match self.store.check(&key, &rule.limit, cost).await {
+            match self.store.check(key.as_bytes(), &rule.limit, cost).await {
                 Ok(d) if !d.allowed => {
                     if rule.action == Action::DryRun {
                         self.dry_run(rule, &key);

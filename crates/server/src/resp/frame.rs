@@ -3,7 +3,12 @@
 //! so a client cannot make the server buffer more than `max_frame_bytes` for one command.
 //!
 //! Two forms, as Redis accepts them: arrays of bulk strings (`*2\r\n$4\r\nPING\r\n...`), which
-//! every client library sends, and inline commands (`PING\r\n`), which people type.
+//! every client library sends, and inline commands (`PING\r\n`), which people type (at most
+//! `max_inline_bytes`, 64 KiB by default, as Redis).
+//!
+//! The [`Decoder`] resumes where its previous call stopped: the arguments already framed and the
+//! bytes already searched for a newline are not looked at again, so a command arriving a byte at a
+//! time costs O(its length), not O(length²).
 
 use std::ops::Range;
 
@@ -12,6 +17,8 @@ use std::ops::Range;
 pub struct Bounds {
     /// Largest command, in bytes.
     pub max_frame_bytes: usize,
+    /// Largest inline command, in bytes.
+    pub max_inline_bytes: usize,
     /// Most arguments.
     pub max_args: usize,
 }
@@ -34,6 +41,9 @@ pub enum ProtocolError {
     /// The command is larger than allowed.
     #[error("command larger than {0} bytes")]
     TooBig(usize),
+    /// An inline command is longer than allowed.
+    #[error("inline command longer than {0} bytes")]
+    InlineTooBig(usize),
     /// A bulk string not followed by CRLF.
     #[error("bulk string not terminated by CRLF")]
     Unterminated,
@@ -42,22 +52,138 @@ pub enum ProtocolError {
 /// The longest `*N` or `$N` header line we accept (with CRLF): `*` + 20 digits + CRLF.
 const MAX_HEADER: usize = 24;
 
-/// Parses the first command in `buf`. On success, `args` holds the ranges of its arguments in
-/// `buf` (empty for a blank line or `*0`) and the result is the number of bytes it used;
-/// `Ok(None)` means more bytes are needed.
-pub fn parse(buf: &[u8], args: &mut Vec<Range<usize>>, bounds: Bounds) -> Result<Option<usize>, ProtocolError> {
-    args.clear();
-    match buf.first() {
-        None => Ok(None),
-        Some(b'*') => parse_array(buf, args, bounds),
-        Some(_) => parse_inline(buf, args, bounds),
+/// Frames commands out of a connection's input buffer, one call per read.
+#[derive(Debug, Default)]
+pub struct Decoder {
+    args: Vec<Range<usize>>,
+    /// The arguments announced by the array's `*N` header (None until it is read).
+    expected: Option<usize>,
+    /// Where framing resumes in the buffer.
+    at: usize,
+    /// Inline commands: how much of the buffer holds no newline.
+    scanned: usize,
+    /// The last call returned a complete command: the caller has consumed it since.
+    complete: bool,
+}
+
+impl Decoder {
+    /// Frames the first command in `buf` (which holds what the previous call saw, plus more).
+    /// `Ok(Some(n))`: a command of `n` bytes, whose arguments are [`args`](Self::args) (none for a
+    /// blank line or `*0`); the caller consumes those `n` bytes before the next call.
+    /// `Ok(None)`: more bytes are needed.
+    pub fn decode(&mut self, buf: &[u8], bounds: Bounds) -> Result<Option<usize>, ProtocolError> {
+        if self.complete {
+            *self = Decoder { args: std::mem::take(&mut self.args), ..Decoder::default() };
+            self.args.clear();
+        }
+        let framed = match buf.first() {
+            None => return Ok(None),
+            Some(b'*') => self.array(buf, bounds)?,
+            Some(_) => self.inline(buf, bounds)?,
+        };
+        self.complete = framed.is_some();
+        Ok(framed)
     }
+
+    /// The ranges in the buffer of the last complete command's arguments.
+    #[must_use]
+    pub fn args(&self) -> &[Range<usize>] {
+        &self.args
+    }
+
+    /// Whether a command is partly framed (its bytes must stay where they are in the buffer).
+    #[must_use]
+    pub fn in_progress(&self) -> bool {
+        !self.complete && (self.at > 0 || self.scanned > 0)
+    }
+
+    fn array(&mut self, buf: &[u8], bounds: Bounds) -> Result<Option<usize>, ProtocolError> {
+        let expected = match self.expected {
+            Some(expected) => expected,
+            None => {
+                let Some((count, at)) = header(buf, 1, ProtocolError::MultibulkLength)? else { return Ok(None) };
+                if count <= 0 {
+                    // `*0` and `*-1` are empty commands: skipped, as Redis does.
+                    return Ok(Some(at));
+                }
+                let count = usize::try_from(count).map_err(|_| ProtocolError::MultibulkLength)?;
+                if count > bounds.max_args {
+                    return Err(ProtocolError::TooManyArgs(bounds.max_args));
+                }
+                self.expected = Some(count);
+                self.at = at;
+                count
+            }
+        };
+        while self.args.len() < expected {
+            let Some(&kind) = buf.get(self.at) else { return Ok(None) };
+            if kind != b'$' {
+                return Err(ProtocolError::ExpectedBulk(char::from(kind)));
+            }
+            let Some((len, start)) = header(buf, self.at + 1, ProtocolError::BulkLength)? else { return Ok(None) };
+            let len = usize::try_from(len).map_err(|_| ProtocolError::BulkLength)?;
+            // Refuse an oversized command from its declared lengths, before waiting for its data.
+            let end = start.checked_add(len).ok_or(ProtocolError::TooBig(bounds.max_frame_bytes))?;
+            if end > bounds.max_frame_bytes {
+                return Err(ProtocolError::TooBig(bounds.max_frame_bytes));
+            }
+            if buf.len() < end + 2 {
+                return Ok(None);
+            }
+            if &buf[end..end + 2] != b"\r\n" {
+                return Err(ProtocolError::Unterminated);
+            }
+            self.args.push(start..end);
+            self.at = end + 2;
+        }
+        Ok(Some(self.at))
+    }
+
+    fn inline(&mut self, buf: &[u8], bounds: Bounds) -> Result<Option<usize>, ProtocolError> {
+        let limit = buf.len().min(bounds.max_inline_bytes);
+        let Some(found) = buf[self.scanned.min(limit)..limit].iter().position(|&b| b == b'\n') else {
+            if buf.len() >= bounds.max_inline_bytes {
+                return Err(ProtocolError::InlineTooBig(bounds.max_inline_bytes));
+            }
+            self.scanned = limit;
+            return Ok(None);
+        };
+        let newline = self.scanned.min(limit) + found;
+        let line_end = if newline > 0 && buf[newline - 1] == b'\r' { newline - 1 } else { newline };
+        let mut at = 0;
+        while at < line_end {
+            while at < line_end && buf[at].is_ascii_whitespace() {
+                at += 1;
+            }
+            let start = at;
+            while at < line_end && !buf[at].is_ascii_whitespace() {
+                at += 1;
+            }
+            if at > start {
+                if self.args.len() == bounds.max_args {
+                    return Err(ProtocolError::TooManyArgs(bounds.max_args));
+                }
+                self.args.push(start..at);
+            }
+        }
+        Ok(Some(newline + 1))
+    }
+}
+
+/// Frames the first command in `buf` with a fresh [`Decoder`]: the arguments' ranges go into
+/// `args`. For tests and fuzzing; connections keep one decoder.
+pub fn parse(buf: &[u8], args: &mut Vec<Range<usize>>, bounds: Bounds) -> Result<Option<usize>, ProtocolError> {
+    let mut decoder = Decoder::default();
+    let framed = decoder.decode(buf, bounds);
+    args.clear();
+    args.extend_from_slice(decoder.args());
+    framed
 }
 
 /// The number on a header line starting at `at` (after its type byte), and where the next line
 /// starts. `Ok(None)`: the line is not complete yet.
 fn header(buf: &[u8], at: usize, error: ProtocolError) -> Result<Option<(i64, usize)>, ProtocolError> {
-    let window = &buf[at..buf.len().min(at + MAX_HEADER)];
+    let window = &buf[at.min(buf.len())..buf.len().min(at + MAX_HEADER)];
     let Some(cr) = window.iter().position(|&b| b == b'\r') else {
         return if window.len() >= MAX_HEADER { Err(error) } else { Ok(None) };
     };
@@ -70,74 +196,11 @@ fn header(buf: &[u8], at: usize, error: ProtocolError) -> Result<Option<(i64, us
     Ok(Some((value, at + cr + 2)))
 }
 
-fn parse_array(buf: &[u8], args: &mut Vec<Range<usize>>, bounds: Bounds) -> Result<Option<usize>, ProtocolError> {
-    let Some((count, mut at)) = header(buf, 1, ProtocolError::MultibulkLength)? else { return Ok(None) };
-    if count <= 0 {
-        // `*0` and `*-1` are empty commands: skipped, as Redis does.
-        return Ok(Some(at));
-    }
-    let count = usize::try_from(count).map_err(|_| ProtocolError::MultibulkLength)?;
-    if count > bounds.max_args {
-        return Err(ProtocolError::TooManyArgs(bounds.max_args));
-    }
-    for _ in 0..count {
-        let Some(&kind) = buf.get(at) else { return Ok(None) };
-        if kind != b'$' {
-            return Err(ProtocolError::ExpectedBulk(char::from(kind)));
-        }
-        let Some((len, start)) = header(buf, at + 1, ProtocolError::BulkLength)? else { return Ok(None) };
-        let len = usize::try_from(len).map_err(|_| ProtocolError::BulkLength)?;
-        // Refuse an oversized command from its declared lengths, before waiting for its data.
-        let end = start.checked_add(len).ok_or(ProtocolError::TooBig(bounds.max_frame_bytes))?;
-        if end > bounds.max_frame_bytes {
-            return Err(ProtocolError::TooBig(bounds.max_frame_bytes));
-        }
-        if buf.len() < end + 2 {
-            return Ok(None);
-        }
-        if &buf[end..end + 2] != b"\r\n" {
-            return Err(ProtocolError::Unterminated);
-        }
-        args.push(start..end);
-        at = end + 2;
-    }
-    Ok(Some(at))
-}
-
-fn parse_inline(buf: &[u8], args: &mut Vec<Range<usize>>, bounds: Bounds) -> Result<Option<usize>, ProtocolError> {
-    let limit = buf.len().min(bounds.max_frame_bytes);
-    let Some(newline) = buf[..limit].iter().position(|&b| b == b'\n') else {
-        return if buf.len() >= bounds.max_frame_bytes {
-            Err(ProtocolError::TooBig(bounds.max_frame_bytes))
-        } else {
-            Ok(None)
-        };
-    };
-    let line_end = if newline > 0 && buf[newline - 1] == b'\r' { newline - 1 } else { newline };
-    let mut at = 0;
-    while at < line_end {
-        while at < line_end && buf[at].is_ascii_whitespace() {
-            at += 1;
-        }
-        let start = at;
-        while at < line_end && !buf[at].is_ascii_whitespace() {
-            at += 1;
-        }
-        if at > start {
-            if args.len() == bounds.max_args {
-                return Err(ProtocolError::TooManyArgs(bounds.max_args));
-            }
-            args.push(start..at);
-        }
-    }
-    Ok(Some(newline + 1))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const BOUNDS: Bounds = Bounds { max_frame_bytes: 1 << 16, max_args: 8 };
+    const BOUNDS: Bounds = Bounds { max_frame_bytes: 1 << 16, max_inline_bytes: 1 << 10, max_args: 8 };
 
     type Parsed<'a> = Option<(Vec<&'a [u8]>, usize)>;
 
@@ -170,7 +233,33 @@ mod tests {
         assert_eq!(words(b"*1\r\n$2000000000\r\n"), Err(ProtocolError::TooBig(1 << 16)));
         assert_eq!(words(b"*1\r\n$99999999999999999999999\r\n"), Err(ProtocolError::BulkLength));
         assert_eq!(words(b"*100000000000000000000000000\r\n"), Err(ProtocolError::MultibulkLength));
-        assert_eq!(words(&vec![b'a'; 1 << 16]), Err(ProtocolError::TooBig(1 << 16)));
+        assert_eq!(words(&vec![b'a'; 1 << 10]), Err(ProtocolError::InlineTooBig(1 << 10)));
+    }
+
+    /// A command dribbled in a byte at a time: each call looks only at what is new (the old parser
+    /// rescanned the whole buffer on every read, quadratic in the command's length).
+    #[test]
+    fn a_decoder_resumes_where_it_stopped() {
+        let command: Vec<u8> = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nhello\r\nPING\r\n".to_vec();
+        let mut decoder = Decoder::default();
+        let mut framed = None;
+        for end in 1..=command.len() {
+            if let Some(used) = decoder.decode(&command[..end], BOUNDS).unwrap() {
+                framed = Some((end, used));
+                break;
+            }
+        }
+        let (end, used) = framed.unwrap();
+        assert_eq!((end, used), (31, 31));
+        let args: Vec<&[u8]> = decoder.args().iter().map(|r| &command[r.clone()]).collect();
+        assert_eq!(args, [&b"SET"[..], b"k", b"hello"]);
+        let rest = &command[used..];
+        for end in 1..rest.len() {
+            assert_eq!(decoder.decode(&rest[..end], BOUNDS), Ok(None));
+            assert!(decoder.in_progress());
+        }
+        assert_eq!(decoder.decode(rest, BOUNDS), Ok(Some(6)));
+        assert_eq!(decoder.args().len(), 1);
     }
 }
 
@@ -182,7 +271,7 @@ mod fuzz {
 
     use super::*;
 
-    const BOUNDS: Bounds = Bounds { max_frame_bytes: 4096, max_args: 16 };
+    const BOUNDS: Bounds = Bounds { max_frame_bytes: 4096, max_inline_bytes: 1024, max_args: 16 };
 
     fn encode(args: &[Vec<u8>]) -> Vec<u8> {
         let mut out = format!("*{}\r\n", args.len()).into_bytes();
@@ -227,10 +316,16 @@ mod fuzz {
             let used = parse(&bytes, &mut args, BOUNDS).unwrap().unwrap();
             prop_assert_eq!(used, bytes.len());
             let parsed: Vec<Vec<u8>> = args.iter().map(|r| bytes[r.clone()].to_vec()).collect();
-            prop_assert_eq!(parsed, command);
+            prop_assert_eq!(&parsed, &command);
             // Any strict prefix is incomplete, never an error.
             let cut = cut % bytes.len();
             prop_assert_eq!(parse(&bytes[..cut], &mut args, BOUNDS), Ok(None));
+            // Fed in two pieces to one decoder, the same command.
+            let mut decoder = Decoder::default();
+            prop_assert_eq!(decoder.decode(&bytes[..cut], BOUNDS), Ok(None));
+            prop_assert_eq!(decoder.decode(&bytes, BOUNDS), Ok(Some(bytes.len())));
+            let again: Vec<Vec<u8>> = decoder.args().iter().map(|r| bytes[r.clone()].to_vec()).collect();
+            prop_assert_eq!(again, command);
         }
     }
 }

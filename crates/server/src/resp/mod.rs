@@ -1,4 +1,5 @@
-//! The RESP listener: accepts connections up to the limit and serves each on its own task.
+//! The RESP listener: accepts connections up to the limit and serves each on its own task; on
+//! shutdown, lets them finish what they received for a grace period, then closes them.
 
 pub mod commands;
 mod connection;
@@ -7,24 +8,23 @@ pub mod reply;
 
 use std::sync::Arc;
 
-use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 
+use crate::config::RespBounds;
 use crate::engine::Engine;
-use frame::Bounds;
 
 /// Serves RESP on `listener` until `shutdown` turns true, then lets every connection finish the
-/// commands it has already read and returns.
+/// commands it has already read, for at most `grace`, and returns.
 pub async fn serve(
     listener: TcpListener,
     engine: Arc<Engine>,
-    bounds: Bounds,
-    max_connections: usize,
+    bounds: RespBounds,
+    grace: std::time::Duration,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let slots = Arc::new(Semaphore::new(max_connections));
+    let slots = Arc::new(Semaphore::new(bounds.max_connections));
     let mut connections = JoinSet::new();
     loop {
         let accepted = tokio::select! {
@@ -33,7 +33,7 @@ pub async fn serve(
         };
         // Reap finished connections so the set does not grow with the server's lifetime.
         while connections.try_join_next().is_some() {}
-        let (mut stream, peer) = match accepted {
+        let (stream, peer) = match accepted {
             Ok(pair) => pair,
             Err(error) => {
                 // Out of file descriptors and the like: wait a moment rather than spin.
@@ -45,7 +45,8 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             engine.metrics().connections_refused.inc();
-            let _ = stream.write_all(b"-ERR max number of clients reached\r\n").await;
+            // A few bytes into an empty socket buffer: never waits on the client.
+            let _ = stream.try_write(b"-ERR max number of clients reached\r\n");
             continue;
         };
         engine.metrics().connections_total.inc();
@@ -59,5 +60,9 @@ pub async fn serve(
             drop(slot);
         });
     }
-    while connections.join_next().await.is_some() {}
+    let drained = tokio::time::timeout(grace, async { while connections.join_next().await.is_some() {} }).await;
+    if drained.is_err() {
+        tracing::warn!(left = connections.len(), "RESP connections still busy after the grace period: closed");
+        connections.shutdown().await;
+    }
 }

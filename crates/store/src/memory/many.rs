@@ -1,135 +1,206 @@
-//! All-or-nothing checks of several keys ([`MemoryStore::check_all_sync`]).
+//! Several keys at once, atomically: all-or-nothing checks ([`MemoryStore::check_all_sync`]), and
+//! the remote store's call (charges, then checks, then snapshots; see `remote`).
 //!
 //! Every shard involved is locked for write, GCRA shards before the others and each table's in
 //! ascending order (single-key checks hold one lock at a time, so this order cannot deadlock).
 //! Holding the write locks excludes the lock-free GCRA path too, since it runs under the read
-//! lock. The checks are then decided in order on scratch copies (a key named twice sees its
-//! first check's effect), and the copies are written back only if every check admitted.
+//! lock. Each key's state is copied into a scratch value; charges and checks are applied in order
+//! to the copies (a key named twice sees its earlier effect), and the copies are written back:
+//! the charges' always, the checks' only if every check admitted.
 
 use std::sync::RwLockWriteGuard;
+use std::sync::atomic::Ordering;
 
-use tollgate_core::{Algorithm, Decision, Limit, State, algorithm::Gcra};
+use tollgate_core::{Algorithm, Decision, Limit, Snapshot, State, algorithm::Gcra};
 
 use super::MemoryStore;
 use super::slots::{GcraSlot, StateSlot};
-use super::table::Shard;
+use crate::table::Shard;
 use crate::{Check, StoreError};
 
-/// A check's key and what deciding it in order produced.
-struct Pending<'a> {
-    fingerprint: u64,
-    limit: &'a Limit,
-    /// The state after this check, if it consumed: a TAT or a `State`.
-    after: Option<After>,
-}
-
-enum After {
+/// A key's state while a call is decided: GCRA's bare TAT, or any other state.
+#[derive(Clone)]
+enum Scratch {
     Tat(u64),
     State(State),
 }
 
-impl MemoryStore {
-    pub(super) fn check_many(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
-        let now = self.clock.now_ns();
-        let mut pending: Vec<Pending<'_>> = checks
-            .iter()
-            .map(|c| Pending { fingerprint: self.fingerprint(c.limit.algorithm(), c.key), limit: c.limit, after: None })
-            .collect();
-        let is_gcra = |p: &Pending<'_>| p.limit.algorithm() == Algorithm::Gcra;
+impl Scratch {
+    fn check(&mut self, now: u64, limit: &Limit, cost: u64) -> Result<Decision, StoreError> {
+        match self {
+            Scratch::Tat(tat) => {
+                let (decision, next) = Gcra::step(*tat, now, limit, cost)?;
+                if let Some(next) = next {
+                    *tat = next;
+                }
+                Ok(decision)
+            }
+            Scratch::State(state) => Ok(state.check(now, limit, cost)?),
+        }
+    }
 
+    fn charge(&mut self, at: u64, limit: &Limit, cost: u64) -> Result<(), StoreError> {
+        match self {
+            Scratch::Tat(tat) => {
+                let mut gcra = Gcra { tat: *tat };
+                tollgate_core::RateState::charge(&mut gcra, at, limit, cost)?;
+                *tat = gcra.tat;
+            }
+            Scratch::State(state) => state.charge(at, limit, cost)?,
+        }
+        Ok(())
+    }
+
+    fn snapshot(&self, now: u64, limit: &Limit) -> Snapshot {
+        match self {
+            Scratch::Tat(tat) => tollgate_core::RateState::snapshot(&Gcra { tat: *tat }, now, limit),
+            Scratch::State(state) => state.snapshot(now, limit),
+        }
+    }
+}
+
+/// One key of the call: its fingerprint, its state as stored, as charged, and as checked.
+struct Key<'a> {
+    fingerprint: u64,
+    limit: &'a Limit,
+    stored: Option<Scratch>,
+    charged: Option<Scratch>,
+    checked: Option<Scratch>,
+}
+
+type Guards<'l, S> = Vec<(usize, RwLockWriteGuard<'l, Shard<S>>)>;
+
+impl MemoryStore {
+    /// Records `charges` (`(check, at)`: `check.cost` at instant `at`), then decides `checks` all
+    /// or nothing; returns the decisions and, if `snapshots`, each check's snapshot at now.
+    pub(super) fn check_many(
+        &self,
+        checks: &[Check<'_>],
+        charges: &[(Check<'_>, u64)],
+        snapshots: bool,
+    ) -> Result<(Vec<Decision>, Vec<Snapshot>), StoreError> {
+        let now = self.clock.now_ns();
+        let every = charges.iter().map(|(c, _)| c).chain(checks);
+        let mut keys: Vec<Key<'_>> = Vec::new();
+        for check in every.clone() {
+            let fingerprint = self.fingerprint(check);
+            if !keys.iter().any(|k| k.fingerprint == fingerprint) {
+                keys.push(Key { fingerprint, limit: check.limit, stored: None, charged: None, checked: None });
+            }
+        }
+        let is_gcra = |k: &Key<'_>| k.limit.algorithm() == Algorithm::Gcra;
         let mut gcra_shards: Vec<usize> =
-            pending.iter().filter(|p| is_gcra(p)).map(|p| self.gcra.shard_of(p.fingerprint)).collect();
+            keys.iter().filter(|k| is_gcra(k)).map(|k| self.gcra.shard_of(k.fingerprint)).collect();
         let mut state_shards: Vec<usize> =
-            pending.iter().filter(|p| !is_gcra(p)).map(|p| self.states.shard_of(p.fingerprint)).collect();
+            keys.iter().filter(|k| !is_gcra(k)).map(|k| self.states.shard_of(k.fingerprint)).collect();
         for shards in [&mut gcra_shards, &mut state_shards] {
             shards.sort_unstable();
             shards.dedup();
         }
-        let mut gcra_guards: Vec<(usize, RwLockWriteGuard<'_, Shard<GcraSlot>>)> =
-            gcra_shards.iter().map(|&i| (i, self.gcra.write(i))).collect();
-        let mut state_guards: Vec<(usize, RwLockWriteGuard<'_, Shard<StateSlot>>)> =
-            state_shards.iter().map(|&i| (i, self.states.write(i))).collect();
+        let mut gcra_guards: Guards<'_, GcraSlot> = gcra_shards.iter().map(|&i| (i, self.gcra.write(i))).collect();
+        let mut state_guards: Guards<'_, StateSlot> = state_shards.iter().map(|&i| (i, self.states.write(i))).collect();
 
-        // Decide in order, each check seeing the pending effect of earlier checks of its key.
-        let mut decisions = Vec::with_capacity(checks.len());
-        for i in 0..pending.len() {
-            let (fingerprint, limit, cost) = (pending[i].fingerprint, pending[i].limit, checks[i].cost);
-            let earlier = pending[..i].iter().rev().find(|p| p.fingerprint == fingerprint && p.after.is_some());
-            let decision = if is_gcra(&pending[i]) {
-                let tat = match earlier.and_then(|p| p.after.as_ref()) {
-                    Some(After::Tat(tat)) => *tat,
-                    _ => guard_of(&gcra_guards, self.gcra.shard_of(fingerprint))
-                        .slots
-                        .find(fingerprint, |s| s.fingerprint == fingerprint)
-                        .map_or(0, |s| s.tat.load(std::sync::atomic::Ordering::Acquire)),
-                };
-                let (decision, next) = Gcra::step(tat, now, limit, cost)?;
-                pending[i].after = next.map(After::Tat);
-                decision
+        for key in &mut keys {
+            let fp = key.fingerprint;
+            key.stored = if is_gcra(key) {
+                guard_of(&gcra_guards, self.gcra.shard_of(fp))
+                    .slots
+                    .find(fp, |s| s.fingerprint == fp)
+                    .map(|s| Scratch::Tat(s.tat.load(Ordering::Acquire)))
             } else {
-                let mut state = match earlier.and_then(|p| p.after.as_ref()) {
-                    Some(After::State(state)) => state.clone(),
-                    _ => guard_of(&state_guards, self.states.shard_of(fingerprint))
-                        .slots
-                        .find(fingerprint, |s| s.fingerprint == fingerprint)
-                        .map_or_else(|| State::idle(limit), |s| s.state.clone()),
-                };
-                let decision = state.check(now, limit, cost)?;
-                if decision.allowed && cost > 0 {
-                    pending[i].after = Some(After::State(state));
-                }
-                decision
+                guard_of(&state_guards, self.states.shard_of(fp))
+                    .slots
+                    .find(fp, |s| s.fingerprint == fp)
+                    .map(|s| Scratch::State(s.state.clone()))
             };
+        }
+        let fresh = |limit: &Limit| {
+            if limit.algorithm() == Algorithm::Gcra { Scratch::Tat(0) } else { Scratch::State(State::idle(limit)) }
+        };
+        let index = |keys: &[Key<'_>], check: &Check<'_>| {
+            let fp = self.fingerprint(check);
+            keys.iter().position(|k| k.fingerprint == fp).unwrap_or(0)
+        };
+
+        // 1. Charges, whatever the limits say.
+        for (check, at) in charges {
+            let i = index(&keys, check);
+            let key = &mut keys[i];
+            let mut state = key.charged.take().or_else(|| key.stored.clone()).unwrap_or_else(|| fresh(check.limit));
+            state.charge(*at, check.limit, check.cost)?;
+            key.charged = Some(state);
+        }
+        // 2. Checks, in order.
+        let mut decisions = Vec::with_capacity(checks.len());
+        for check in checks {
+            let i = index(&keys, check);
+            let key = &mut keys[i];
+            let mut state = key
+                .checked
+                .clone()
+                .or_else(|| key.charged.clone())
+                .or_else(|| key.stored.clone())
+                .unwrap_or_else(|| fresh(check.limit));
+            let decision = state.check(now, check.limit, check.cost)?;
+            if decision.allowed && check.cost > 0 {
+                key.checked = Some(state);
+            }
             decisions.push(decision);
         }
-
-        if decisions.iter().all(|d| d.allowed) {
-            // Commit in order: a key named twice ends with its last check's state.
-            for p in pending.iter_mut() {
-                match p.after.take() {
-                    Some(After::Tat(tat)) => {
-                        let shard = guard_of_mut(&mut gcra_guards, self.gcra.shard_of(p.fingerprint));
-                        match shard.slots.find(p.fingerprint, |s| s.fingerprint == p.fingerprint) {
-                            Some(slot) => slot.tat.store(tat, std::sync::atomic::Ordering::Release),
-                            None => self.gcra.insert(shard, GcraSlot::new(p.fingerprint, tat), now),
-                        }
-                    }
-                    Some(After::State(state)) => {
-                        let shard = guard_of_mut(&mut state_guards, self.states.shard_of(p.fingerprint));
-                        let slot = StateSlot::new(p.fingerprint, state, p.limit);
-                        match shard.slots.find_mut(p.fingerprint, |s| s.fingerprint == p.fingerprint) {
-                            Some(existing) => {
-                                shard.heap_bytes =
-                                    shard.heap_bytes + slot.state.heap_bytes() - existing.state.heap_bytes();
-                                *existing = slot;
-                            }
-                            None => self.states.insert(shard, slot, now),
-                        }
-                    }
-                    None => {}
-                }
+        let admitted = decisions.iter().all(|d| d.allowed);
+        let outcome = |key: &Key<'_>| {
+            if admitted { key.checked.clone().or_else(|| key.charged.clone()) } else { key.charged.clone() }
+        };
+        if !admitted {
+            // Nothing of the checks is kept; those that did not block report the state as is.
+            for (check, decision) in checks.iter().zip(decisions.iter_mut()).filter(|(_, d)| d.allowed) {
+                let key = &keys[index(&keys, check)];
+                let mut state =
+                    key.charged.clone().or_else(|| key.stored.clone()).unwrap_or_else(|| fresh(check.limit));
+                *decision = state.check(now, check.limit, 0)?;
             }
-            return Ok(decisions);
         }
+        let snapshots = checks
+            .iter()
+            .filter(|_| snapshots)
+            .map(|check| {
+                let key = &keys[index(&keys, check)];
+                outcome(key)
+                    .or_else(|| key.stored.clone())
+                    .unwrap_or_else(|| fresh(check.limit))
+                    .snapshot(now, check.limit)
+            })
+            .collect();
 
-        // Denied: nothing is written; the checks that did not block report their state as is.
-        for (i, decision) in decisions.iter_mut().enumerate().filter(|(_, d)| d.allowed) {
-            let (fingerprint, limit) = (pending[i].fingerprint, pending[i].limit);
-            *decision = if limit.algorithm() == Algorithm::Gcra {
-                let tat = guard_of(&gcra_guards, self.gcra.shard_of(fingerprint))
-                    .slots
-                    .find(fingerprint, |s| s.fingerprint == fingerprint)
-                    .map_or(0, |s| s.tat.load(std::sync::atomic::Ordering::Acquire));
-                Gcra::step(tat, now, limit, 0)?.0
-            } else {
-                guard_of(&state_guards, self.states.shard_of(fingerprint))
-                    .slots
-                    .find(fingerprint, |s| s.fingerprint == fingerprint)
-                    .map_or_else(|| State::idle(limit), |s| s.state.clone())
-                    .check(now, limit, 0)?
-            };
+        // 3. Write back, never evicting a key of this call.
+        let keep: Vec<u64> = keys.iter().map(|k| k.fingerprint).collect();
+        for key in &keys {
+            let fp = key.fingerprint;
+            match outcome(key) {
+                Some(Scratch::Tat(tat)) => {
+                    let shard = guard_of_mut(&mut gcra_guards, self.gcra.shard_of(fp));
+                    match shard.slots.find(fp, |s| s.fingerprint == fp) {
+                        Some(slot) => slot.tat.store(tat, Ordering::Release),
+                        None => self.gcra.insert(shard, GcraSlot::new(fp, tat), now, &keep),
+                    }
+                }
+                Some(Scratch::State(state)) => {
+                    let shard = guard_of_mut(&mut state_guards, self.states.shard_of(fp));
+                    let slot = StateSlot::new(fp, state, key.limit);
+                    match shard.slots.find_mut(fp, |s| s.fingerprint == fp) {
+                        Some(existing) => {
+                            let (before, after) = (existing.state.heap_bytes(), slot.state.heap_bytes());
+                            *existing = slot;
+                            shard.heap_bytes -= before;
+                            self.states.grew(shard, after, now, &keep);
+                        }
+                        None => self.states.insert(shard, slot, now, &keep),
+                    }
+                }
+                None => {}
+            }
         }
-        Ok(decisions)
+        Ok((decisions, snapshots))
     }
 }
 

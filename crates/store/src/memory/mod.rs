@@ -3,23 +3,27 @@
 //! GCRA keys live in a table of 16-byte slots (fingerprint, TAT) whose TAT is an `AtomicU64`
 //! updated by a compare-and-swap loop under a shared (read) lock: checks of any keys never wait
 //! for each other. The six other algorithms keep their `State` in a table whose shard lock is
-//! held for the few instructions of one step. Both tables are bounded (see [`table`]); both are
-//! locked for write, in a fixed order, only to insert, evict, or check several keys at once.
+//! held for the few instructions of one step. Both tables are bounded in keys and in bytes (see
+//! [`table`]); both are locked for write, in a fixed order, only to insert, evict, or check
+//! several keys at once.
 
 mod many;
+mod remote;
 mod slots;
-mod table;
 
 use std::sync::Arc;
 
 use tollgate_core::{Algorithm, Clock, Decision, Limit, State, SystemClock, algorithm::Gcra};
 
+use crate::table::Sharded;
 use crate::{Check, Store, StoreError};
 use slots::{GcraSlot, StateSlot, decide_gcra};
-use table::{Shard, Sharded};
 
 /// The default bound on keys per table (GCRA keys, and keys of the other algorithms).
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
+
+/// The default bound on the bytes the store holds (both tables and every state): 512 MiB.
+pub const DEFAULT_MAX_MEMORY: usize = 512 << 20;
 
 /// An in-memory [`Store`]: thread-safe, bounded, with an injectable clock.
 ///
@@ -31,6 +35,7 @@ pub struct MemoryStore {
     clock: Arc<dyn Clock>,
     hasher: foldhash::quality::RandomState,
     max_keys: usize,
+    max_memory: usize,
 }
 
 impl std::fmt::Debug for MemoryStore {
@@ -38,6 +43,7 @@ impl std::fmt::Debug for MemoryStore {
         f.debug_struct("MemoryStore")
             .field("keys", &self.len())
             .field("max_keys", &self.max_keys)
+            .field("max_memory", &self.max_memory)
             .field("shards", &self.gcra.shard_count())
             .field("clock", &self.clock)
             .finish_non_exhaustive()
@@ -48,16 +54,26 @@ impl std::fmt::Debug for MemoryStore {
 #[derive(Debug, Clone)]
 pub struct MemoryStoreBuilder {
     max_keys: usize,
+    max_memory: usize,
     shards: Option<usize>,
     clock: Arc<dyn Clock>,
 }
 
 impl MemoryStoreBuilder {
     /// At most this many GCRA keys, and at most this many keys of the other algorithms
-    /// (default 1,000,000). Idle keys are evicted first.
+    /// (default 1,000,000; at least 1). Idle keys are evicted first.
     #[must_use]
     pub fn max_keys(mut self, max_keys: usize) -> Self {
         self.max_keys = max_keys.max(1);
+        self
+    }
+
+    /// At most about this many bytes in all: both tables and every state's heap memory (default
+    /// [`DEFAULT_MAX_MEMORY`]). Idle keys are evicted first. A single state larger than a shard's
+    /// share of the budget (a sliding log holds up to 16 bytes per admitted request) is kept.
+    #[must_use]
+    pub fn max_memory(mut self, bytes: usize) -> Self {
+        self.max_memory = bytes.max(1);
         self
     }
 
@@ -79,25 +95,34 @@ impl MemoryStoreBuilder {
     /// Builds the store.
     #[must_use]
     pub fn build(self) -> MemoryStore {
-        let shards = self.shards.unwrap_or_else(|| (self.max_keys / 1024).next_power_of_two().clamp(1, 64));
+        // Enough shards for two threads not to meet, few enough that each holds a useful share of
+        // the bounds (at least 1,024 keys and 4 MiB: a full sliding log fits in one).
+        let by_keys = (self.max_keys / 1024).next_power_of_two();
+        let by_memory = (self.max_memory / (8 << 20)).next_power_of_two();
+        let shards = self.shards.unwrap_or_else(|| by_keys.min(by_memory).clamp(1, 64));
+        // No more shards than keys, so that the per-shard bounds add up to at most the total.
+        let shards = shards.min(self.max_keys.next_power_of_two() / 2).max(1);
+        // Each table gets half the byte budget.
+        let bytes = self.max_memory / 2;
         MemoryStore {
-            gcra: Sharded::new(shards, self.max_keys),
-            states: Sharded::new(shards, self.max_keys),
+            gcra: Sharded::new(shards, self.max_keys, bytes),
+            states: Sharded::new(shards, self.max_keys, bytes),
             clock: self.clock,
             hasher: foldhash::quality::RandomState::default(),
             max_keys: self.max_keys,
+            max_memory: self.max_memory,
         }
     }
 }
 
-/// How many keys were evicted to keep the store within its bound.
+/// How many keys were evicted to keep the store within its bounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Evictions {
     /// Keys dropped while idle: lossless, they decided exactly like absent keys.
     pub idle: u64,
-    /// Keys dropped before they were idle because a shard was full of active keys: each of these
-    /// keys starts over with full capacity.
-    pub active: u64,
+    /// Keys dropped before they were idle because a shard was full of live keys: each of these
+    /// keys starts over with full capacity (each one can over-grant).
+    pub live: u64,
 }
 
 impl Default for MemoryStore {
@@ -116,7 +141,12 @@ impl MemoryStore {
     /// Options: bound, shards, clock.
     #[must_use]
     pub fn builder() -> MemoryStoreBuilder {
-        MemoryStoreBuilder { max_keys: DEFAULT_MAX_KEYS, shards: None, clock: Arc::new(SystemClock::new()) }
+        MemoryStoreBuilder {
+            max_keys: DEFAULT_MAX_KEYS,
+            max_memory: DEFAULT_MAX_MEMORY,
+            shards: None,
+            clock: Arc::new(SystemClock::new()),
+        }
     }
 
     /// The store's clock.
@@ -126,13 +156,18 @@ impl MemoryStore {
     }
 
     /// [`Store::check`] without a future: the same decision, computed on the calling thread.
-    pub fn check_sync(&self, key: &str, limit: &Limit, cost: u64) -> Result<Decision, StoreError> {
+    pub fn check_sync(&self, key: &[u8], limit: &Limit, cost: u64) -> Result<Decision, StoreError> {
+        self.check_one(Check::new(key, limit, cost))
+    }
+
+    /// One check (in any scope) without a future.
+    pub fn check_one(&self, check: Check<'_>) -> Result<Decision, StoreError> {
         let now = self.clock.now_ns();
-        let fingerprint = self.fingerprint(limit.algorithm(), key);
-        if limit.algorithm() == Algorithm::Gcra {
-            self.check_gcra(fingerprint, limit, cost, now)
+        let fingerprint = self.fingerprint(&check);
+        if check.limit.algorithm() == Algorithm::Gcra {
+            self.check_gcra(fingerprint, check.limit, check.cost, now)
         } else {
-            self.check_state(fingerprint, limit, cost, now)
+            self.check_state(fingerprint, check.limit, check.cost, now)
         }
     }
 
@@ -140,14 +175,14 @@ impl MemoryStore {
     pub fn check_all_sync(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
         match checks {
             [] => Err(StoreError::NoChecks),
-            [one] => Ok(vec![self.check_sync(one.key, one.limit, one.cost)?]),
-            _ => self.check_many(checks),
+            [one] => Ok(vec![self.check_one(*one)?]),
+            _ => Ok(self.check_many(checks, &[], false)?.0),
         }
     }
 
     /// [`Store::reset`] without a future.
-    pub fn reset_sync(&self, key: &str, limit: &Limit) {
-        let fingerprint = self.fingerprint(limit.algorithm(), key);
+    pub fn reset_sync(&self, scope: &str, key: &[u8], limit: &Limit) {
+        let fingerprint = self.fingerprint(&Check::new(key, limit, 0).scoped(scope));
         if limit.algorithm() == Algorithm::Gcra {
             self.gcra.remove(fingerprint);
         } else {
@@ -176,9 +211,9 @@ impl MemoryStore {
     /// Keys evicted so far to stay within the bound.
     #[must_use]
     pub fn evictions(&self) -> Evictions {
-        let (gcra_idle, gcra_active) = self.gcra.evictions();
-        let (idle, active) = self.states.evictions();
-        Evictions { idle: gcra_idle + idle, active: gcra_active + active }
+        let (gcra_idle, gcra_live) = self.gcra.evictions();
+        let (idle, live) = self.states.evictions();
+        Evictions { idle: gcra_idle + idle, live: gcra_live + live }
     }
 
     /// The bound on keys per table.
@@ -187,9 +222,16 @@ impl MemoryStore {
         self.max_keys
     }
 
-    fn fingerprint(&self, algorithm: Algorithm, key: &str) -> u64 {
+    /// The bound on bytes.
+    #[must_use]
+    pub fn max_memory(&self) -> usize {
+        self.max_memory
+    }
+
+    /// The fingerprint of a check's state: its scope, algorithm and key.
+    fn fingerprint(&self, check: &Check<'_>) -> u64 {
         use std::hash::BuildHasher;
-        self.hasher.hash_one((algorithm as u8, key))
+        self.hasher.hash_one((check.scope, check.limit.algorithm() as u8, check.key))
     }
 
     fn check_gcra(&self, fingerprint: u64, limit: &Limit, cost: u64, now: u64) -> Result<Decision, StoreError> {
@@ -205,33 +247,34 @@ impl MemoryStore {
             // Another thread inserted it meanwhile: decide against its state instead.
             return Ok(decide_gcra(&slot.tat, now, limit, cost)?);
         }
-        self.gcra.insert(&mut shard, GcraSlot::new(fingerprint, tat), now);
+        self.gcra.insert(&mut shard, GcraSlot::new(fingerprint, tat), now, &[]);
         Ok(decision)
     }
 
     fn check_state(&self, fingerprint: u64, limit: &Limit, cost: u64, now: u64) -> Result<Decision, StoreError> {
         let mut guard = self.states.write(self.states.shard_of(fingerprint));
-        let Shard { slots, heap_bytes } = &mut *guard;
-        if let Some(slot) = slots.find_mut(fingerprint, |s| s.fingerprint == fingerprint) {
+        if let Some(slot) = guard.slots.find_mut(fingerprint, |s| s.fingerprint == fingerprint) {
             let before = slot.state.heap_bytes();
             let decision = slot.state.check(now, limit, cost)?;
             if decision.allowed && cost > 0 {
                 slot.idle_at = slot.state.idle_at(limit);
-                *heap_bytes = *heap_bytes + slot.state.heap_bytes() - before;
+                let after = slot.state.heap_bytes();
+                guard.heap_bytes -= before;
+                self.states.grew(&mut guard, after, now, &[fingerprint]);
             }
             return Ok(decision);
         }
         let mut state = State::idle(limit);
         let decision = state.check(now, limit, cost)?;
         if decision.allowed && cost > 0 {
-            self.states.insert(&mut guard, StateSlot::new(fingerprint, state, limit), now);
+            self.states.insert(&mut guard, StateSlot::new(fingerprint, state, limit), now, &[]);
         }
         Ok(decision)
     }
 }
 
 impl Store for MemoryStore {
-    async fn check(&self, key: &str, limit: &Limit, cost: u64) -> Result<Decision, StoreError> {
+    async fn check(&self, key: &[u8], limit: &Limit, cost: u64) -> Result<Decision, StoreError> {
         self.check_sync(key, limit, cost)
     }
 
@@ -239,8 +282,8 @@ impl Store for MemoryStore {
         self.check_all_sync(checks)
     }
 
-    async fn reset(&self, key: &str, limit: &Limit) -> Result<(), StoreError> {
-        self.reset_sync(key, limit);
+    async fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> Result<(), StoreError> {
+        self.reset_sync(scope, key, limit);
         Ok(())
     }
 }

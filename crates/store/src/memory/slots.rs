@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tollgate_core::{Decision, Error, Limit, State, algorithm::Gcra};
 
-use super::table::Slot;
+use crate::table::Slot;
 
 /// A GCRA key: 16 bytes.
 pub(super) struct GcraSlot {

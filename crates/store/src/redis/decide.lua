@@ -1,14 +1,20 @@
 -- tollgate: the seven algorithms of SEMANTICS.md as one atomic Redis script.
 --
--- KEYS[i]: the state key of check i.
--- ARGV: now_sec, now_nsec (both '' to use the server's TIME), ttl_margin_ms, n, then 8 values per
---       check: algorithm, count, period_ns, burst, slices, emission_ns, tolerance_ns, cost.
--- Returns 5 integers per check: allowed (1/0), limit, remaining, retry_after_ns, reset_after_ns.
--- The checks are decided in order; the states are written only if every check admitted.
+-- KEYS: the state key of each check, then of each charge.
+-- ARGV: now_sec, now_nsec (both '' to use the server's TIME), ttl_margin_ms, checks, charges,
+--       then 8 values per check: algorithm, count, period_ns, burst, slices, emission_ns,
+--       tolerance_ns, cost; then 9 per charge: the same 8 and its age in ns.
+-- Charges (admissions made elsewhere, e.g. by a node's fallback while Redis was unreachable) are
+-- recorded first, whatever the limit says, dated `age` ns before now. Then the checks are decided
+-- in order; their states are written only if every check admitted (the charges are written anyway).
+-- Returns 7 integers per check: allowed (1/0), limit, remaining, retry_after_ns, reset_after_ns,
+-- and the key's snapshot after the call (used, previous; see tollgate-core's Snapshot), then the
+-- server's now as seconds and nanoseconds.
 --
 -- Exact nanoseconds with Lua's doubles: instants are kept as decimal strings of ns since the
--- epoch and turned into ns relative to now (exact below 2^53), so every step works around now = 0.
--- Durations (period, burst * T) are below 2^52 ns (checked by the caller).
+-- epoch and turned into ns relative to now (exact below 2^53, 104 days), so every step works
+-- around now = 0. Periods and burst * T are at most 50 days (tollgate-core's MAX_PERIOD_NS), so
+-- the sliding window counter's two periods back stay exact; instants further than FAR are clamped.
 
 local S, N
 if ARGV[1] == '' then
@@ -19,13 +25,26 @@ else
 end
 local MARGIN = tonumber(ARGV[3])
 local BILLION = 1000000000
-local FAR = 4503599627370496 -- 2^52 ns: further than this from now counts as "long ago" or "far ahead"
+local FAR_SEC = 9000000
+local FAR = FAR_SEC * BILLION -- 104 days: further than this from now counts as "long ago" or "far ahead"
+local MAX_AHEAD = 52 * 86400 * BILLION -- tollgate-core's MAX_AHEAD_NS: how far a charge may push a schedule
+
+local MAX_COUNTER = 4503599627370496 -- 2^52, tollgate-core's MAX_COUNTER: the most a window counts
+
+-- How much of a charge of `cost` a window counting `used` records.
+local function counted(used, cost) return math.min(cost, math.max(MAX_COUNTER - used, 0)) end
+
+-- The bucket family's schedule end after charging `cost_ns` at `at` (see tollgate-core).
+local function charged_tat(tat, at, cost_ns)
+  local from = math.max(tat, at)
+  return math.max(math.min(from + cost_ns, at + MAX_AHEAD), from)
+end
 
 local function bad(key, what)
   error({ err = 'TOLLGATE_BADSTATE key ' .. key .. ' holds ' .. what .. ', not state written by tollgate' })
 end
 
--- Exact floor(a / b) for integers 0 <= a < 2^53, b > 0.
+-- Exact floor(a / b) for integers |a| < 2^53, b > 0.
 local function idiv(a, b)
   local q = math.floor(a / b)
   if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
@@ -34,7 +53,8 @@ end
 
 local function imod(a, b) return a - idiv(a, b) * b end
 
--- Exact floor(a * b / m) and (a * b) mod m for integers below 2^52, by binary long multiplication.
+-- Exact floor(a * b / m) and (a * b) mod m for integers 0 <= a, b < 2^53, m > 0, by binary long
+-- multiplication.
 local function muldiv(a, b, m)
   local qb = idiv(b, m)
   local rb = b - qb * m
@@ -56,10 +76,10 @@ local function muldiv(a, b, m)
   return a * qb + q, r
 end
 
--- now mod p, exactly: where the epoch-aligned window of length p holding now started, as -result.
-local function now_mod(p)
-  local _, r = muldiv(S, BILLION, p)
-  return imod(r + N, p)
+-- Start of the epoch-aligned window of length p holding the instant `r` (ns relative to now).
+local function win(r, p)
+  local _, m = muldiv(S, BILLION, p)
+  return r - imod(imod(m + N, p) + r, p)
 end
 
 -- A stored instant (decimal ns since the epoch) as ns relative to now.
@@ -71,8 +91,8 @@ local function rel(key, text)
     sec = tonumber(string.sub(text, 1, len - 9)); nsec = tonumber(string.sub(text, len - 8))
   end
   local ds = sec - S
-  if ds < -4000000 then return -FAR end
-  if ds > 4000000 then return FAR end
+  if ds < -FAR_SEC then return -FAR end
+  if ds > FAR_SEC then return FAR end
   return ds * BILLION + (nsec - N)
 end
 
@@ -99,28 +119,39 @@ local function fields(key, value, n)
 end
 
 -- Milliseconds a key must live: until its state is idle again, plus the clock margin.
-local function px(idle_ns)
-  local ms = math.ceil(idle_ns / 1000000)
+local function px(idle)
+  local ms = math.ceil(idle / 1000000)
   if ms < 1 then ms = 1 end
   return ms + MARGIN
 end
 
 local function decision(allowed, limit, remaining, retry, reset)
   if remaining < 0 then remaining = 0 end
+  if reset < 0 then reset = 0 end
   return { allowed, limit, remaining, retry, reset }
 end
 
+local function copy(t)
+  local c = {}
+  for k, v in pairs(t) do c[k] = v end
+  return c
+end
+
+-- Each algorithm: load(key) reads the state (nil: no history); decide(st, p, cost) returns the
+-- decision and, when it consumed, the new state and when it is idle (ns relative to now);
+-- charge(st, p, cost, at) returns the state after a forced admission at `at` and when it is idle;
+-- snapshot(st, p) the used and previous counts at now; store(key, st, idle) writes. `decide` and
+-- `charge` never modify `st`.
 local ALGS = {}
 
 ALGS['gcra'] = {
   load = function(key)
     local v = redis.call('GET', key)
-    if not v then return {} end
+    if not v then return nil end
     return { tat = rel(key, v) }
   end,
   decide = function(st, p, cost)
-    local tat = st.tat or 0
-    if tat < 0 then tat = 0 end
+    local tat = math.max(st and st.tat or 0, 0)
     local new = tat + cost * p.T
     local allowed = new <= p.tol
     local ahead = allowed and new or tat
@@ -128,71 +159,106 @@ ALGS['gcra'] = {
     if allowed and cost > 0 then return d, { tat = new }, new end
     return d
   end,
+  charge = function(st, p, cost, at)
+    local tat = charged_tat(st and st.tat or -FAR, at, cost * p.T)
+    return { tat = tat }, tat
+  end,
+  snapshot = function(st)
+    return math.max(st and st.tat or 0, 0), 0
+  end,
   store = function(key, st, idle)
     redis.call('SET', key, abs(st.tat), 'PX', px(idle))
   end,
 }
 
+-- The token bucket and the leaky bucket keep their own two fields and make exactly GCRA's
+-- decisions, debt and clocks going backwards included: the bucket is full (empty) again at
+-- GCRA's theoretical arrival time.
+local function bucket_tat(st, cap)
+  if not st then return -FAR end
+  return st.last + math.max(cap - st.tokens, 0)
+end
+
 ALGS['token-bucket'] = {
   load = function(key)
     local f = fields(key, redis.call('GET', key), 2)
-    if not f then return {} end
+    if not f then return nil end
     return { tokens = int(key, f[1]), last = rel(key, f[2]) }
   end,
   decide = function(st, p, cost)
     local cap, need = p.tol, cost * p.T
-    local tokens, last = st.tokens or cap, st.last or -FAR
-    local available = math.min(tokens + math.max(-last, 0), cap)
+    -- Tokens at now: negative while in debt, or before `last` (a clock gone backwards).
+    local available = cap
+    if st then available = math.min(st.tokens - st.last, cap) end
     local allowed = available >= need
     local left = allowed and available - need or available
-    local d = decision(allowed, p.burst, idiv(left, p.T), allowed and 0 or need - available, cap - left)
-    if allowed and cost > 0 then
-      local at = math.max(last, 0)
-      return d, { tokens = left, last = at }, at + cap - left
-    end
+    local d = decision(allowed, p.burst, idiv(math.max(left, 0), p.T), allowed and 0 or need - available, cap - left)
+    if allowed and cost > 0 then return d, { tokens = left, last = 0 }, cap - left end
     return d
+  end,
+  charge = function(st, p, cost, at)
+    local cap = p.tol
+    local tat = charged_tat(bucket_tat(st, cap), at, cost * p.T)
+    local last = math.max(at, tat - cap)
+    return { tokens = cap - (tat - last), last = last }, tat
+  end,
+  snapshot = function(st, p)
+    return math.max(bucket_tat(st, p.tol), 0), 0
   end,
   store = function(key, st, idle)
     redis.call('SET', key, string.format('%d ', st.tokens) .. abs(st.last), 'PX', px(idle))
   end,
 }
 
+local function leaky_level(st, at)
+  if not st then return 0 end
+  return math.max(st.last + st.level - at, 0)
+end
+
 ALGS['leaky-bucket'] = {
   load = function(key)
     local f = fields(key, redis.call('GET', key), 2)
-    if not f then return {} end
+    if not f then return nil end
     return { level = int(key, f[1]), last = rel(key, f[2]) }
   end,
   decide = function(st, p, cost)
     local cap = p.tol
-    local last = st.last or -FAR
-    local level = math.max((st.level or 0) - math.max(-last, 0), 0)
+    local level = leaky_level(st, 0)
     local filled = level + cost * p.T
     local allowed = filled <= cap
     local after = allowed and filled or level
     local d = decision(allowed, p.burst, idiv(math.max(cap - after, 0), p.T), allowed and 0 or filled - cap, after)
-    if allowed and cost > 0 then
-      local at = math.max(last, 0)
-      return d, { level = filled, last = at }, at + filled
-    end
+    if allowed and cost > 0 then return d, { level = filled, last = 0 }, filled end
     return d
+  end,
+  charge = function(st, p, cost, at)
+    local empty = charged_tat(st and st.last + st.level or -FAR, at, cost * p.T)
+    return { level = empty - at, last = at }, empty
+  end,
+  snapshot = function(st)
+    return leaky_level(st, 0), 0
   end,
   store = function(key, st, idle)
     redis.call('SET', key, string.format('%d ', st.level) .. abs(st.last), 'PX', px(idle))
   end,
 }
 
+-- The fixed window counting at `at`: at's window, or the stored one if later (a clock gone
+-- backwards, or a charge dated in an earlier window), which still counts.
+local function fixed_rolled(st, p, at)
+  local current = win(at, p.period)
+  if st and st.start >= current and st.used > 0 then return st.start, st.used end
+  return current, 0
+end
+
 ALGS['fixed-window'] = {
   load = function(key)
     local f = fields(key, redis.call('GET', key), 2)
-    if not f then return {} end
+    if not f then return nil end
     return { start = rel(key, f[1]), used = int(key, f[2]) }
   end,
   decide = function(st, p, cost)
-    local current = -now_mod(p.period)
-    local start, used = current, 0
-    -- A stored window later than now's (a clock gone backwards) still counts.
-    if st.start and st.start >= current and st.used > 0 then start, used = st.start, st.used end
+    local start, used = fixed_rolled(st, p, 0)
     local finish = start + p.period
     local wanted = used + cost
     local allowed = wanted <= p.count
@@ -201,26 +267,37 @@ ALGS['fixed-window'] = {
     if allowed and cost > 0 then return d, { start = start, used = wanted }, finish end
     return d
   end,
+  charge = function(st, p, cost, at)
+    local start, used = fixed_rolled(st, p, at)
+    return { start = start, used = used + counted(used, cost) }, start + p.period
+  end,
+  snapshot = function(st, p)
+    local _, used = fixed_rolled(st, p, 0)
+    return used, 0
+  end,
   store = function(key, st, idle)
     redis.call('SET', key, abs(st.start) .. string.format(' %d', st.used), 'PX', px(idle))
   end,
 }
 
+-- The sliding window counter's counters as seen from the window holding `at`.
+local function sliding_rolled(st, p, at)
+  local current = win(at, p.period)
+  if not st then return current, 0, 0 end
+  if st.start >= current then return st.start, st.prev, st.curr end
+  if st.start + p.period == current then return current, st.curr, 0 end
+  return current, 0, 0
+end
+
 ALGS['sliding-window'] = {
   load = function(key)
     local f = fields(key, redis.call('GET', key), 3)
-    if not f then return {} end
+    if not f then return nil end
     return { start = rel(key, f[1]), prev = int(key, f[2]), curr = int(key, f[3]) }
   end,
   decide = function(st, p, cost)
     local P, count = p.period, p.count
-    local current = -now_mod(P)
-    local start, prev, curr = current, 0, 0
-    if st.start and st.start >= current then
-      start, prev, curr = st.start, st.prev, st.curr
-    elseif st.start and st.start + P == current then
-      prev = st.curr
-    end
+    local start, prev, curr = sliding_rolled(st, p, 0)
     local finish = start + P
     local elapsed = math.max(-start, 0)
     -- prev*(P - e) + wanted*P <= count*P  <=>  prev + wanted - count <= floor(prev*e / P)
@@ -242,168 +319,340 @@ ALGS['sliding-window'] = {
     if allowed and cost > 0 then return d, { start = start, prev = prev, curr = wanted }, start + 2 * P end
     return d
   end,
+  charge = function(st, p, cost, at)
+    local start, prev, curr = sliding_rolled(st, p, at)
+    return { start = start, prev = prev, curr = curr + counted(curr, cost) }, start + 2 * p.period
+  end,
+  snapshot = function(st, p)
+    local _, prev, curr = sliding_rolled(st, p, 0)
+    return curr, prev
+  end,
   store = function(key, st, idle)
     redis.call('SET', key, abs(st.start) .. string.format(' %d %d', st.prev, st.curr), 'PX', px(idle))
   end,
 }
 
+-- Sub-window counter: `newest` is the start of the newest slice written, `slice` the length the
+-- counts were taken in, counts[n] the newest slice and counts[i] the one (n - i) slices before.
+-- A state taken under another slice count or length is folded into the slice holding its newest
+-- one (as tollgate-core does).
+local function sub_conform(st, p)
+  if not st then return nil end
+  local n, L = p.slices, idiv(p.period, p.slices)
+  if #st.counts == n and st.slice == L then return st end
+  local total, counts = 0, {}
+  for i = 1, #st.counts do total = total + st.counts[i] end
+  for i = 1, n do counts[i] = 0 end
+  counts[n] = total
+  return { newest = win(st.newest, L), slice = L, counts = counts }
+end
+
+-- The state conformed, the slice counting at `at`, and how many slices it is past the newest.
+local function sub_at(st, p, at)
+  local L = idiv(p.period, p.slices)
+  local current = win(at, L)
+  if not st then return nil, current, p.slices end
+  st = sub_conform(st, p)
+  current = math.max(current, st.newest)
+  return st, current, idiv(current - st.newest, L)
+end
+
+-- The counts of `st` moved `d` slices on, to end at `current`, plus `cost` in the newest.
+local function sub_count(st, p, current, d, cost)
+  local n, counts = p.slices, {}
+  for i = 1, n do
+    local from = i + d
+    counts[i] = (st and from <= n) and st.counts[from] or 0
+  end
+  counts[n] = counts[n] + cost
+  return { newest = current, slice = idiv(p.period, n), counts = counts }
+end
+
+local function sub_used(st, n, d)
+  local used = 0
+  if st then for i = d + 1, n do used = used + st.counts[i] end end
+  return used
+end
+
 ALGS['sub-window'] = {
   load = function(key)
     local f = fields(key, redis.call('GET', key))
-    if not f then return {} end
-    if #f < 2 then bad(key, 'a value of ' .. #f .. ' fields') end
+    if not f then return nil end
+    if #f < 3 then bad(key, 'a value of ' .. #f .. ' fields') end
     local counts = {}
-    for i = 2, #f do counts[i - 1] = int(key, f[i]) end
-    return { newest = rel(key, f[1]), counts = counts }
+    for i = 3, #f do counts[i - 2] = int(key, f[i]) end
+    return { newest = rel(key, f[1]), slice = int(key, f[2]), counts = counts }
   end,
   decide = function(st, p, cost)
     local n, count = p.slices, p.count
-    local L = idiv(p.period, n)
-    local current = -now_mod(L)
-    local newest, counts, d = current, {}, 0
-    for i = 1, n do counts[i] = 0 end
-    if st.newest then
-      -- A changed slice count folds every count into the newest slice (never under-counts).
-      if #st.counts == n then
-        for i = 1, n do counts[i] = st.counts[i] end
-      else
-        local total = 0
-        for i = 1, #st.counts do total = total + st.counts[i] end
-        counts[n] = total
-      end
-      newest = st.newest
-      -- A clock gone backwards counts from the newest slice written.
-      current = math.max(current, newest)
-      d = idiv(current - newest, L)
-    end
-    -- Slot i (n = newest) holds the slice starting at newest - (n - i)*L; live iff i > d.
-    local used = 0
-    for i = d + 1, n do used = used + counts[i] end
+    local cur, current, d = sub_at(st, p, 0)
+    local used = sub_used(cur, n, d)
     local allowed = used + cost <= count
     local retry = 0
-    if allowed and cost > 0 then
-      local shifted = {}
-      for i = 1, n do
-        local from = i + d
-        shifted[i] = from <= n and counts[from] or 0
-      end
-      counts, newest, d = shifted, current, 0
-      counts[n] = counts[n] + cost
-    elseif not allowed then
+    if not allowed then
+      -- Slot i (live iff i > d) holds the slice starting at newest - (n - i)*L; it leaves the
+      -- window at newest + i*L.
       local excess, freed = used + cost - count, 0
       for i = d + 1, n do
-        freed = freed + counts[i]
-        if freed >= excess then retry = newest + i * L; break end
+        freed = freed + cur.counts[i]
+        if freed >= excess then retry = cur.newest + i * cur.slice; break end
       end
     end
-    local reset = 0
-    for i = n, d + 1, -1 do
-      if counts[i] > 0 then reset = newest + i * L; break end
-    end
     local after = allowed and used + cost or used
+    local final, fd = cur, d
+    if allowed and cost > 0 then final, fd = sub_count(cur, p, current, d, cost), 0 end
+    local reset = 0
+    if final then
+      for i = n, fd + 1, -1 do
+        if final.counts[i] > 0 then reset = final.newest + i * final.slice; break end
+      end
+    end
     local dec = decision(allowed, count, count - after, retry, reset)
-    if allowed and cost > 0 then return dec, { newest = newest, counts = counts }, reset end
+    if allowed and cost > 0 then return dec, final, reset end
     return dec
   end,
+  charge = function(st, p, cost, at)
+    local cur, current, d = sub_at(st, p, at)
+    local new = sub_count(cur, p, current, d, counted(sub_used(cur, p.slices, d), cost))
+    return new, new.newest + p.slices * new.slice
+  end,
+  snapshot = function(st, p)
+    local cur, _, d = sub_at(st, p, 0)
+    return sub_used(cur, p.slices, d), 0
+  end,
   store = function(key, st, idle)
-    local parts = { abs(st.newest) }
+    local parts = { abs(st.newest), string.format('%d', st.slice) }
     for i = 1, #st.counts do parts[#parts + 1] = string.format('%d', st.counts[i]) end
     redis.call('SET', key, table.concat(parts, ' '), 'PX', px(idle))
   end,
 }
 
+-- Sliding log: a list whose element 0 is `base` (the running total before the first entry) and
+-- whose elements 1..n are "t total" entries, oldest first (total: the running total of the costs
+-- logged up to and including the entry). The state read is a view of the list: entries are read
+-- one at a time (binary search), pruned ones skipped (from `first` on), entries appended by this
+-- call kept in `extra`, and the newest list entry possibly re-totalled (`tail`). Nothing is read
+-- whole and nothing is rewritten whole: an admission trims the expired head and appends.
+local REBASE_ABOVE = 1125899906842624 -- 2^50: totals count from 0 again past it (as tollgate-core)
+
+local function log_entry(st, i)
+  if i > st.n then
+    local e = st.extra[i - st.n]
+    return e[1], e[2]
+  end
+  if i == st.n and st.tail then return st.tail[1], st.tail[2] end
+  local f = fields(st.key, redis.call('LINDEX', st.key, i), 2)
+  if not f then bad(st.key, 'a log shorter than its length') end
+  return rel(st.key, f[1]), int(st.key, f[2]) - st.shift
+end
+
+local function log_last(st) return st.n + #st.extra end
+
+local function log_total_before(st, i)
+  if i <= st.first then return st.base end
+  local _, total = log_entry(st, i - 1)
+  return total
+end
+
+-- The first index from `lo` on whose entry satisfies `pred` (entries are in order), or last + 1.
+local function log_search(st, pred)
+  local lo, hi = st.first, log_last(st) + 1
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if pred(log_entry(st, mid)) then hi = mid else lo = mid + 1 end
+  end
+  return lo
+end
+
+local function log_view(st, key)
+  return st or { key = key, n = 0, base = 0, first = 1, extra = {}, fresh = true, shift = 0 }
+end
+
+-- The view after pruning what left the window at `at` and logging `cost` at `at` (or at the newest
+-- entry's time if later). Returns it and the stamp.
+local function log_add(st, P, at, cost)
+  local live = log_search(st, function(t) return t + P > at end)
+  local new = copy(st)
+  new.base = log_total_before(st, live)
+  new.first = live
+  new.extra = {}
+  for i = 1, #st.extra do new.extra[i] = st.extra[i] end
+  if new.base > REBASE_ABOVE then
+    -- Count from 0 again: list entries are read shifted, and rewritten when stored.
+    local by = new.base
+    new.shift, new.base = st.shift + by, 0
+    for i = 1, #new.extra do new.extra[i] = { new.extra[i][1], new.extra[i][2] - by } end
+    if new.tail then new.tail = { new.tail[1], new.tail[2] - by } end
+  end
+  local last = log_last(new)
+  if last < live then
+    new.extra[#new.extra + 1] = { at, new.base + cost }
+    return new, at
+  end
+  local t, total = log_entry(new, last)
+  if t >= at then
+    -- Same instant, or a clock gone backwards: add to the newest entry, keeping the log sorted.
+    if last > new.n then new.extra[last - new.n] = { t, total + cost } else new.tail = { t, total + cost } end
+    return new, t
+  end
+  new.extra[#new.extra + 1] = { at, total + cost }
+  return new, at
+end
+
 ALGS['sliding-log'] = {
   load = function(key)
-    local raw = redis.call('LRANGE', key, 0, -1)
-    local entries = {}
-    for i = 1, #raw do
-      local f = fields(key, raw[i], 2)
-      entries[i] = { t = rel(key, f[1]), c = int(key, f[2]) }
-    end
-    return { entries = entries }
+    local n = redis.call('LLEN', key)
+    if n == 0 then return nil end
+    return { key = key, n = n - 1, base = int(key, redis.call('LINDEX', key, 0)), first = 1, extra = {}, shift = 0 }
   end,
   decide = function(st, p, cost)
-    local P, count, e = p.period, p.count, st.entries or {}
-    -- An entry stamped t is in the window (now - P, now] until t + P.
-    local live = #e + 1
-    for i = 1, #e do
-      if e[i].t + P > 0 then live = i; break end
+    local P, count = p.period, p.count
+    local view = log_view(st, p.key)
+    local live = log_search(view, function(t) return t + P > 0 end)
+    local last = log_last(view)
+    local from = log_total_before(view, live)
+    local used, newest = 0, nil
+    if last >= live then
+      local t, total = log_entry(view, last)
+      used, newest = total - from, t
     end
-    local used = 0
-    for i = live, #e do used = used + e[i].c end
     local allowed = used + cost <= count
-    local newest = live <= #e and e[#e].t or nil
     local reset = newest and newest + P or 0
-    local retry = 0
     if allowed and cost > 0 then
-      local kept = {}
-      for i = live, #e do kept[#kept + 1] = { t = e[i].t, c = e[i].c } end
-      -- A clock gone backwards stamps at the newest entry's time, keeping the log sorted.
-      local stamp = newest and math.max(newest, 0) or 0
-      if #kept > 0 and kept[#kept].t == stamp then
-        kept[#kept].c = kept[#kept].c + cost
-      else
-        kept[#kept + 1] = { t = stamp, c = cost }
-      end
-      reset = stamp + P
-      local after = used + cost
-      return decision(true, count, count - after, 0, reset), { entries = kept }, reset
-    elseif not allowed then
-      local excess, freed = used + cost - count, 0
-      for i = live, #e do
-        freed = freed + e[i].c
-        if freed >= excess then retry = e[i].t + P; break end
-      end
+      local new, stamp = log_add(view, P, 0, cost)
+      return decision(true, count, count - used - cost, 0, stamp + P), new, stamp + P
     end
-    local after = allowed and used + cost or used
-    return decision(allowed, count, count - after, retry, reset)
+    local retry = 0
+    if not allowed then
+      -- When the oldest entries holding at least the excess have left the window.
+      local excess = used + cost - count
+      local enough = log_search(view, function(_, total) return total >= from + excess end)
+      if enough <= last then retry = select(1, log_entry(view, enough)) + P end
+    end
+    return decision(allowed, count, count - (allowed and used + cost or used), retry, reset)
+  end,
+  charge = function(st, p, cost, at)
+    local view = log_view(st, p.key)
+    local live = log_search(view, function(t) return t + p.period > at end)
+    local last = log_last(view)
+    local used = 0
+    if last >= live then used = select(2, log_entry(view, last)) - log_total_before(view, live) end
+    cost = counted(used, cost)
+    if cost == 0 then
+      if last < view.first then return view, 0 end
+      return view, select(1, log_entry(view, last)) + p.period
+    end
+    local new, stamp = log_add(view, p.period, at, cost)
+    return new, stamp + p.period
+  end,
+  snapshot = function(st, p)
+    if not st then return 0, 0 end
+    local live = log_search(st, function(t) return t + p.period > 0 end)
+    local last = log_last(st)
+    if last < live then return 0, 0 end
+    local _, total = log_entry(st, last)
+    return total - log_total_before(st, live), 0
   end,
   store = function(key, st, idle)
-    redis.call('DEL', key)
-    local values = {}
-    for i = 1, #st.entries do values[i] = abs(st.entries[i].t) .. string.format(' %d', st.entries[i].c) end
-    redis.call('RPUSH', key, unpack(values))
+    local base = string.format('%d', st.base)
+    local pruned = math.min(st.first - 1, st.n)
+    local entries = {}
+    if st.shift > 0 then
+      -- A rebase (once per 2^50 units): every kept entry is rewritten, read before anything is.
+      for i = st.first, st.n do
+        local t, total = log_entry(st, i)
+        entries[#entries + 1] = { t, total }
+      end
+    end
+    if st.fresh or pruned == st.n or st.shift > 0 then
+      -- Nothing of the list is kept as is (O(expired) to free): a header, then the entries.
+      redis.call('DEL', key)
+      redis.call('RPUSH', key, base)
+    elseif pruned > 0 then
+      -- The last expired entry becomes the header; everything before it goes.
+      redis.call('LSET', key, pruned, base)
+      redis.call('LTRIM', key, pruned, -1)
+    end
+    if st.shift == 0 and st.tail and st.n >= st.first then
+      redis.call('LSET', key, -1, abs(st.tail[1]) .. string.format(' %d', st.tail[2]))
+    end
+    for i = 1, #st.extra do
+      if st.n + i >= st.first then entries[#entries + 1] = st.extra[i] end
+    end
+    for i = 1, #entries do
+      redis.call('RPUSH', key, abs(entries[i][1]) .. string.format(' %d', entries[i][2]))
+    end
     redis.call('PEXPIRE', key, px(idle))
   end,
 }
 
--- Decide every check in order; a key checked twice sees its first check's pending state.
-local n = tonumber(ARGV[4])
-local loaded, pending, writes, params, costs, decisions = {}, {}, {}, {}, {}, {}
-local all = true
-for i = 1, n do
-  local b = 4 + (i - 1) * 8
+-- Read every argument first: a malformed call fails before anything is written.
+local checks, charges = tonumber(ARGV[4]), tonumber(ARGV[5])
+local function params(b, key)
   local p = {
     alg = ARGV[b + 1], count = tonumber(ARGV[b + 2]), period = tonumber(ARGV[b + 3]), burst = tonumber(ARGV[b + 4]),
-    slices = tonumber(ARGV[b + 5]), T = tonumber(ARGV[b + 6]), tol = tonumber(ARGV[b + 7]),
+    slices = tonumber(ARGV[b + 5]), T = tonumber(ARGV[b + 6]), tol = tonumber(ARGV[b + 7]), key = key,
   }
-  local A = ALGS[p.alg]
-  if not A then return redis.error_reply('TOLLGATE_ARGS unknown algorithm ' .. tostring(p.alg)) end
-  local key, cost = KEYS[i], tonumber(ARGV[b + 8])
-  if loaded[key] == nil then loaded[key] = A.load(key) end
-  local st = pending[key] or loaded[key]
-  local d, new, idle = A.decide(st, p, cost)
-  if new then
-    pending[key] = new
-    writes[#writes + 1] = { A, key, new, idle }
+  if not ALGS[p.alg] then error({ err = 'TOLLGATE_ARGS unknown algorithm ' .. tostring(p.alg) }) end
+  return p, tonumber(ARGV[b + 8])
+end
+
+local loaded, state, idle, algs = {}, {}, {}, {}
+local function current(key, p)
+  algs[key] = p.alg
+  if loaded[key] == nil then loaded[key] = ALGS[p.alg].load(key) or false end
+  if state[key] == nil then return loaded[key] or nil end
+  return state[key]
+end
+
+-- 1. Charges, recorded whatever the limit says.
+for j = 1, charges do
+  local b = 5 + checks * 8 + (j - 1) * 9
+  local key = KEYS[checks + j]
+  local p, cost = params(b, key)
+  if cost > 0 then
+    local new, at_idle = ALGS[p.alg].charge(current(key, p), p, cost, -tonumber(ARGV[b + 9]))
+    state[key], idle[key] = new, at_idle
   end
+end
+local charged = {}
+for k, v in pairs(state) do charged[k] = { v, idle[k] } end
+
+-- 2. Checks, in order; a key checked twice sees its first check's pending state.
+local ps, decisions = {}, {}
+local all = true
+for i = 1, checks do
+  local key = KEYS[i]
+  local p, cost = params(5 + (i - 1) * 8, key)
+  local d, new, at_idle = ALGS[p.alg].decide(current(key, p), p, cost)
+  if new then state[key], idle[key] = new, at_idle end
   if d[1] == false then all = false end
-  params[i], costs[i], decisions[i] = p, cost, d
+  ps[i], decisions[i] = p, d
 end
 
-if all then
-  for _, w in ipairs(writes) do w[1].store(w[2], w[3], w[4]) end
-else
-  -- Nothing is written; the checks that did not block report their state as a peek would.
-  for i = 1, n do
-    if decisions[i][1] then decisions[i] = ALGS[params[i].alg].decide(loaded[KEYS[i]], params[i], 0) end
+-- 3. Everything is kept if every check admitted; otherwise only the charges, and the checks that
+-- did not block report the state as a peek would.
+if not all then
+  state, idle = {}, {}
+  for k, v in pairs(charged) do state[k], idle[k] = v[1], v[2] end
+  for i = 1, checks do
+    if decisions[i][1] then decisions[i] = ALGS[ps[i].alg].decide(current(KEYS[i], ps[i]), ps[i], 0) end
   end
 end
 
+-- 4. The reply, read before anything is written (the log's view reads the list as it was).
 local out = {}
-for i = 1, n do
+for i = 1, checks do
   local d = decisions[i]
   out[#out + 1] = d[1] and 1 or 0
   for j = 2, 5 do out[#out + 1] = d[j] end
+  local used, previous = ALGS[ps[i].alg].snapshot(current(KEYS[i], ps[i]), ps[i])
+  out[#out + 1] = used
+  out[#out + 1] = previous
 end
+out[#out + 1] = S
+out[#out + 1] = N
+
+-- 5. Write.
+for key, st in pairs(state) do ALGS[algs[key]].store(key, st, idle[key]) end
 return out

@@ -1,32 +1,86 @@
-//! The Redis key scheme: `PREFIX:ALGORITHM:{KEY}`.
+//! The Redis key scheme, one-to-one with (scope, algorithm, key):
 //!
-//! The user's key is wrapped in braces, making it the Redis Cluster hash tag: the key's state
-//! lives in the slot of the user's key, whatever the prefix and algorithm. A user key that
-//! already has a hash tag (`{user42}:minute`) is kept as is, so that keys sharing a tag share a
-//! slot: that is how one request's several limits (`{user42}:minute`, `{user42}:day`) can be
-//! checked all-or-nothing in one script on a cluster.
+//! - `PREFIX:ALGORITHM:{KEY}` for an ad-hoc key without a hash tag;
+//! - `PREFIX:ALGORITHM:t:KEY` for an ad-hoc key with one;
+//! - `PREFIX:ALGORITHM:@SCOPE:` followed by either form, for a rule's or named limit's key.
+//!
+//! **Cluster slots (the hash-tag rule).** A key that contains a Redis Cluster hash tag (a non-empty
+//! `{…}`: its first `{` and the first `}` after it) is placed by that tag, so keys sharing a tag
+//! share a slot and can be checked together; that is how one request's several limits
+//! (`{user42}:minute`, `{user42}:day`) are decided all-or-nothing in one script on a cluster.
+//! Any other key is wrapped in braces and placed by itself, except that a `}` in it ends the tag
+//! early (`a}b` is placed by `a`): still one slot per key, just not chosen by the whole key.
+//!
+//! The marker after `ALGORITHM:` (`{`, `t` or `@`) tells the forms apart, and a scope holds no
+//! `:` (refused), so two different (scope, key) pairs never share a Redis key: before this scheme,
+//! `user` and `{user}` did.
 
 use tollgate_core::Algorithm;
 
-/// The Redis key holding `key`'s state under `algorithm`.
-pub(super) fn state_key(prefix: &str, algorithm: Algorithm, key: &str) -> String {
-    if has_hash_tag(key) { format!("{prefix}:{algorithm}:{key}") } else { format!("{prefix}:{algorithm}:{{{key}}}") }
+use crate::StoreError;
+
+/// The Redis key holding `key`'s state in `scope` under `algorithm`.
+pub(super) fn state_key(prefix: &str, scope: &str, algorithm: Algorithm, key: &[u8]) -> Result<Vec<u8>, StoreError> {
+    if scope.contains([':', '{', '}']) {
+        return Err(StoreError::Unsupported(format!(
+            "scope {scope:?}: a rule or limit name used on Redis cannot contain ':', '{{' or '}}'"
+        )));
+    }
+    let mut out = Vec::with_capacity(prefix.len() + scope.len() + key.len() + 24);
+    out.extend_from_slice(prefix.as_bytes());
+    out.push(b':');
+    out.extend_from_slice(algorithm.name().as_bytes());
+    out.push(b':');
+    if !scope.is_empty() {
+        out.push(b'@');
+        out.extend_from_slice(scope.as_bytes());
+        out.push(b':');
+    }
+    if has_hash_tag(key) {
+        out.extend_from_slice(b"t:");
+        out.extend_from_slice(key);
+    } else {
+        out.push(b'{');
+        out.extend_from_slice(key);
+        out.push(b'}');
+    }
+    Ok(out)
 }
 
 /// Whether Redis Cluster would hash `key` by a `{tag}` inside it (a non-empty one, first `{`
 /// to the first `}` after it).
-fn has_hash_tag(key: &str) -> bool {
-    key.find('{').is_some_and(|open| key[open + 1..].find('}').is_some_and(|close| close > 0))
+fn has_hash_tag(key: &[u8]) -> bool {
+    key.iter()
+        .position(|&b| b == b'{')
+        .is_some_and(|open| key[open + 1..].iter().position(|&b| b == b'}').is_some_and(|close| close > 0))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn key(scope: &str, algorithm: Algorithm, key: &[u8]) -> Vec<u8> {
+        state_key("tg", scope, algorithm, key).unwrap()
+    }
+
     #[test]
     fn wraps_plain_keys_and_keeps_hash_tags() {
-        assert_eq!(state_key("tg", Algorithm::Gcra, "user:42"), "tg:gcra:{user:42}");
-        assert_eq!(state_key("tg", Algorithm::FixedWindow, "{u42}:day"), "tg:fixed-window:{u42}:day");
-        assert_eq!(state_key("tg", Algorithm::Gcra, "a{}b"), "tg:gcra:{a{}b}", "an empty tag is no tag");
+        assert_eq!(key("", Algorithm::Gcra, b"user:42"), b"tg:gcra:{user:42}");
+        assert_eq!(key("", Algorithm::FixedWindow, b"{u42}:day"), b"tg:fixed-window:t:{u42}:day");
+        assert_eq!(key("", Algorithm::Gcra, b"a{}b"), b"tg:gcra:{a{}b}", "an empty tag is no tag");
+        assert_eq!(key("api", Algorithm::Gcra, b"u"), b"tg:gcra:@api:{u}");
+        assert_eq!(key("", Algorithm::Gcra, b"\xff\x00k"), b"tg:gcra:{\xff\x00k}", "any bytes");
+    }
+
+    #[test]
+    fn different_keys_never_share_a_redis_key() {
+        let keys: [&[u8]; 6] = [b"user", b"{user}", b"t:{user}", b"@api:{u}", b"u", b"{u}"];
+        let mut seen = std::collections::HashSet::new();
+        for scope in ["", "api"] {
+            for k in keys {
+                assert!(seen.insert(key(scope, Algorithm::Gcra, k)), "{scope:?} {k:?}");
+            }
+        }
+        assert!(state_key("tg", "a:b", Algorithm::Gcra, b"k").is_err());
     }
 }

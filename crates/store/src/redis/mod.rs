@@ -9,10 +9,13 @@
 //!   manual one); TTLs then get a margin (default 60 s) for the skew between that clock and the
 //!   server's.
 //! - **Exact nanoseconds.** Lua numbers are doubles; the script keeps instants as decimal strings
-//!   and computes around "now" so that every value it handles is exact. The cost: the period and
-//!   `burst * T` must be below 2^52 ns (52 days) on Redis.
+//!   and computes around "now" so that every value it handles is exact, for every limit `Limit`
+//!   accepts (periods and `burst * T` up to 50 days).
 //! - **Bounded waits.** Each call has a timeout (default 50 ms); the connection is multiplexed
 //!   (concurrent calls are pipelined automatically) and reconnects by itself.
+//! - **A remote for the failure policy** ([`Remote`]): the script also records charges (what a
+//!   node admitted while Redis could not be reached) and answers each key's snapshot and the
+//!   server's time, which [`Fallback`](crate::Fallback) uses.
 
 mod keys;
 
@@ -21,12 +24,10 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
-use tollgate_core::{Clock, Decision, Limit};
+use tollgate_core::{Clock, Decision, Limit, Snapshot};
 
+use crate::remote::{Charge, Remote, Reply};
 use crate::{Check, Store, StoreError};
-
-/// The longest period or `burst * T` the script computes exactly: 2^52 ns.
-pub const MAX_DURATION_NS: u64 = 1 << 52;
 
 /// Where the Redis store takes "now" from.
 #[derive(Debug, Clone)]
@@ -40,7 +41,7 @@ pub enum TimeSource {
 /// Options of a [`RedisStore`].
 #[derive(Debug, Clone)]
 pub struct RedisOptions {
-    /// Prefix of every key (default `tollgate`).
+    /// Prefix of every key (default `tollgate`; no `{` or `}`).
     pub prefix: String,
     /// The longest a call may take before it fails with [`StoreError::Timeout`] (default 50 ms).
     pub timeout: Duration,
@@ -94,6 +95,7 @@ impl RedisStore {
     /// connection is made on first use and remade after failures, so a store can be created
     /// while Redis is down.
     pub fn open(url: &str, options: RedisOptions) -> Result<Self, StoreError> {
+        check_prefix(&options.prefix)?;
         let client = redis::Client::open(url).map_err(|e| backend(&e))?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(options.timeout))
@@ -107,6 +109,7 @@ impl RedisStore {
 
     /// A store on the Redis Cluster reachable through any of `nodes` (`redis://host:port`).
     pub async fn open_cluster(nodes: &[String], options: RedisOptions) -> Result<Self, StoreError> {
+        check_prefix(&options.prefix)?;
         let client = redis::cluster::ClusterClientBuilder::new(nodes.to_vec())
             .connection_timeout(options.timeout)
             .response_timeout(options.timeout)
@@ -124,23 +127,30 @@ impl RedisStore {
     }
 
     /// This store's connection with other options (another prefix, clock or timeout).
-    #[must_use]
-    pub fn with_options(&self, options: RedisOptions) -> Self {
-        RedisStore { connection: self.connection.clone(), options, script: self.script.clone() }
+    pub fn with_options(&self, options: RedisOptions) -> Result<Self, StoreError> {
+        check_prefix(&options.prefix)?;
+        Ok(RedisStore { connection: self.connection.clone(), options, script: self.script.clone() })
     }
 
-    /// The Redis key that holds `key`'s state under `limit` (see the key scheme in `keys`).
-    #[must_use]
-    pub fn state_key(&self, key: &str, limit: &Limit) -> String {
-        keys::state_key(&self.options.prefix, limit.algorithm(), key)
+    /// The Redis key that holds the state of `key` in `scope` under `limit` (see the key scheme
+    /// in `keys`).
+    pub fn state_key(&self, scope: &str, key: &[u8], limit: &Limit) -> Result<Vec<u8>, StoreError> {
+        keys::state_key(&self.options.prefix, scope, limit.algorithm(), key)
     }
 
-    /// Decides `checks` in one script call.
-    async fn decide(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
-        if checks.is_empty() {
+    /// Records `charges` and decides `checks` in one script call.
+    async fn call(&self, checks: &[Check<'_>], charges: &[Charge<'_>]) -> Result<Reply, StoreError> {
+        if let Some(c) = checks.iter().find(|c| c.cost > c.limit.capacity()) {
+            return Err(tollgate_core::Error::CostExceedsCapacity { cost: c.cost, capacity: c.limit.capacity() }.into());
+        }
+        let keys = checks
+            .iter()
+            .chain(charges.iter().map(|c| &c.check))
+            .map(|c| self.state_key(c.scope, c.key, c.limit))
+            .collect::<Result<Vec<_>, _>>()?;
+        if keys.is_empty() {
             return Err(StoreError::NoChecks);
         }
-        let keys: Vec<String> = checks.iter().map(|c| self.state_key(c.key, c.limit)).collect();
         if matches!(self.connection, Connection::Cluster(_)) {
             let slot = redis::cluster_routing::Slot::for_key(&keys[0]);
             if keys.iter().any(|k| redis::cluster_routing::Slot::for_key(k) != slot) {
@@ -149,7 +159,7 @@ impl RedisStore {
         }
         let mut invocation = self.script.prepare_invoke();
         for key in &keys {
-            invocation.key(key);
+            invocation.key(key.as_slice());
         }
         match &self.options.time {
             TimeSource::Server => invocation.arg("").arg(""),
@@ -162,10 +172,8 @@ impl RedisStore {
             TimeSource::Server => 0,
             TimeSource::Clock(_) => u64::try_from(self.options.clock_skew_margin.as_millis()).unwrap_or(u64::MAX),
         };
-        invocation.arg(margin_ms).arg(checks.len());
-        for check in checks {
-            let limit = check.limit;
-            check_fits(limit, check.cost)?;
+        invocation.arg(margin_ms).arg(checks.len()).arg(charges.len());
+        let limit_args = |invocation: &mut redis::ScriptInvocation<'_>, limit: &Limit, cost: u64| {
             invocation
                 .arg(limit.algorithm().name())
                 .arg(limit.count())
@@ -174,7 +182,14 @@ impl RedisStore {
                 .arg(limit.slices())
                 .arg(limit.emission_interval_ns())
                 .arg(limit.tolerance_ns())
-                .arg(check.cost);
+                .arg(cost);
+        };
+        for check in checks {
+            limit_args(&mut invocation, check.limit, check.cost);
+        }
+        for charge in charges {
+            limit_args(&mut invocation, charge.check.limit, charge.check.cost);
+            invocation.arg(charge.age_ns);
         }
         let call = async {
             match &self.connection {
@@ -186,71 +201,95 @@ impl RedisStore {
             .await
             .map_err(|_| StoreError::Timeout(self.options.timeout))?
             .map_err(|e| script_error(&e, &keys))?;
-        decisions(&reply, checks.len())
+        parse_reply(&reply, checks.len())
     }
 }
 
-/// Refuses what the script cannot decide exactly, before any round trip.
-fn check_fits(limit: &Limit, cost: u64) -> Result<(), StoreError> {
-    if cost > limit.capacity() {
-        return Err(tollgate_core::Error::CostExceedsCapacity { cost, capacity: limit.capacity() }.into());
-    }
-    if limit.period_ns() >= MAX_DURATION_NS || limit.tolerance_ns() >= MAX_DURATION_NS {
+fn check_prefix(prefix: &str) -> Result<(), StoreError> {
+    if prefix.contains(['{', '}']) {
         return Err(StoreError::Unsupported(format!(
-            "{limit}: the Redis store computes periods and burst × emission interval below 2^52 ns (52 days)"
+            "key prefix {prefix:?}: braces would change the keys' Redis Cluster slots"
         )));
     }
     Ok(())
 }
 
-fn script_error(error: &redis::RedisError, keys: &[String]) -> StoreError {
+fn script_error(error: &redis::RedisError, keys: &[Vec<u8>]) -> StoreError {
     match error.code() {
-        Some("WRONGTYPE") => StoreError::BadState(format!(
-            "one of {keys:?} holds a Redis type tollgate does not write (another program uses the key)"
-        )),
+        Some("WRONGTYPE") => {
+            let keys: Vec<String> = keys.iter().map(|k| String::from_utf8_lossy(k).into_owned()).collect();
+            StoreError::BadState(format!(
+                "one of {keys:?} holds a Redis type tollgate does not write (another program uses the key)"
+            ))
+        }
         Some("TOLLGATE_BADSTATE") => StoreError::BadState(error.detail().unwrap_or("").to_string()),
         _ if error.to_string().contains("TOLLGATE_BADSTATE") => StoreError::BadState(error.to_string()),
         _ => backend(error),
     }
 }
 
-fn decisions(reply: &[i64], n: usize) -> Result<Vec<Decision>, StoreError> {
-    if reply.len() != 5 * n {
+/// 7 values per check (the decision and the snapshot), then the server's seconds and nanoseconds.
+fn parse_reply(reply: &[i64], n: usize) -> Result<Reply, StoreError> {
+    if reply.len() != 7 * n + 2 {
         return Err(StoreError::Backend(format!("the script answered {} values for {n} checks", reply.len())));
     }
-    let field = |v: i64| u64::try_from(v).map_err(|_| StoreError::Backend(format!("negative value {v} in a decision")));
-    reply
-        .chunks_exact(5)
-        .map(|d| {
-            Ok(Decision {
-                allowed: d[0] == 1,
-                limit: field(d[1])?,
-                remaining: field(d[2])?,
-                retry_after_ns: field(d[3])?,
-                reset_after_ns: field(d[4])?,
-            })
-        })
-        .collect()
+    let field = |v: i64| u64::try_from(v).map_err(|_| StoreError::Backend(format!("negative value {v} in a reply")));
+    let now_ns = field(reply[7 * n])?
+        .checked_mul(1_000_000_000)
+        .and_then(|s| s.checked_add(field(reply[7 * n + 1]).ok()?))
+        .ok_or_else(|| StoreError::Backend("the server's time is out of range".into()))?;
+    let mut decisions = Vec::with_capacity(n);
+    let mut snapshots = Vec::with_capacity(n);
+    for d in reply[..7 * n].chunks_exact(7) {
+        decisions.push(Decision {
+            allowed: d[0] == 1,
+            limit: field(d[1])?,
+            remaining: field(d[2])?,
+            retry_after_ns: field(d[3])?,
+            reset_after_ns: field(d[4])?,
+        });
+        snapshots.push(Snapshot { at: now_ns, used: field(d[5])?, previous: field(d[6])? });
+    }
+    Ok(Reply { decisions, snapshots, now_ns })
 }
 
 impl Store for RedisStore {
-    async fn check(&self, key: &str, limit: &Limit, cost: u64) -> Result<Decision, StoreError> {
-        let mut decisions = self.decide(&[Check { key, limit, cost }]).await?;
-        Ok(decisions.remove(0))
-    }
-
     async fn check_all(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
-        self.decide(checks).await
+        if checks.is_empty() {
+            return Err(StoreError::NoChecks);
+        }
+        Ok(self.call(checks, &[]).await?.decisions)
     }
 
-    async fn reset(&self, key: &str, limit: &Limit) -> Result<(), StoreError> {
-        let key = self.state_key(key, limit);
+    async fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> Result<(), StoreError> {
+        let key = self.state_key(scope, key, limit)?;
         let call = async {
             let mut cmd = redis::cmd("DEL");
-            cmd.arg(&key);
+            cmd.arg(key.as_slice());
             match &self.connection {
                 Connection::Single(c) => cmd.query_async::<i64>(&mut c.clone()).await,
                 Connection::Cluster(c) => cmd.query_async::<i64>(&mut c.clone()).await,
+            }
+        };
+        tokio::time::timeout(self.options.timeout, call)
+            .await
+            .map_err(|_| StoreError::Timeout(self.options.timeout))?
+            .map_err(|e| backend(&e))?;
+        Ok(())
+    }
+}
+
+impl Remote for RedisStore {
+    async fn decide(&self, checks: &[Check<'_>], charges: &[Charge<'_>]) -> Result<Reply, StoreError> {
+        self.call(checks, charges).await
+    }
+
+    async fn probe(&self) -> Result<(), StoreError> {
+        let call = async {
+            let cmd = redis::cmd("PING");
+            match &self.connection {
+                Connection::Single(c) => cmd.query_async::<String>(&mut c.clone()).await,
+                Connection::Cluster(c) => cmd.query_async::<String>(&mut c.clone()).await,
             }
         };
         tokio::time::timeout(self.options.timeout, call)

@@ -136,11 +136,11 @@ pub async fn run<S: Store>(store: &S, clock: &ManualClock, case: &Case, namespac
         match step {
             Step::At(t) => clock.set(*t),
             Step::Check(k, limit, cost, (allowed, remaining)) => {
-                let d = store.check(&key(k), limit, *cost).await.unwrap_or_else(|e| panic!("{at}: {e}"));
+                let d = store.check(key(k).as_bytes(), limit, *cost).await.unwrap_or_else(|e| panic!("{at}: {e}"));
                 assert_eq!((d.allowed, d.remaining), (*allowed, *remaining), "{at}: got {d:?}");
             }
             Step::CostError(k, limit, cost) => {
-                let result = store.check(&key(k), limit, *cost).await;
+                let result = store.check(key(k).as_bytes(), limit, *cost).await;
                 assert!(
                     matches!(result, Err(StoreError::Limit(tollgate_core::Error::CostExceedsCapacity { .. }))),
                     "{at}: got {result:?}"
@@ -148,13 +148,18 @@ pub async fn run<S: Store>(store: &S, clock: &ManualClock, case: &Case, namespac
             }
             Step::CheckAll(checks, expected) => {
                 let keys: Vec<String> = checks.iter().map(|(k, _, _)| key(k)).collect();
-                let checks: Vec<Check<'_>> =
-                    checks.iter().zip(&keys).map(|((_, limit, cost), key)| Check { key, limit, cost: *cost }).collect();
+                let checks: Vec<Check<'_>> = checks
+                    .iter()
+                    .zip(&keys)
+                    .map(|((_, limit, cost), key)| Check::new(key.as_bytes(), limit, *cost))
+                    .collect();
                 let got = store.check_all(&checks).await.unwrap_or_else(|e| panic!("{at}: {e}"));
                 let got: Vec<(bool, u64)> = got.iter().map(|d| (d.allowed, d.remaining)).collect();
                 assert_eq!(&got, expected, "{at}");
             }
-            Step::Reset(k, limit) => store.reset(&key(k), limit).await.unwrap_or_else(|e| panic!("{at}: {e}")),
+            Step::Reset(k, limit) => {
+                store.reset("", key(k).as_bytes(), limit).await.unwrap_or_else(|e| panic!("{at}: {e}"))
+            }
         }
     }
 }

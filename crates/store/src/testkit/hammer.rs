@@ -26,7 +26,7 @@ pub async fn tasks<S: Store + 'static>(store: Arc<S>, key: &str, limit: &Limit, 
             let (store, admitted, key, limit) = (store.clone(), admitted.clone(), key.to_string(), limit.clone());
             tokio::spawn(async move {
                 for _ in 0..calls {
-                    if store.check(&key, &limit, 1).await.expect("check").allowed {
+                    if store.check(key.as_bytes(), &limit, 1).await.expect("check").allowed {
                         admitted.fetch_add(1, Ordering::Relaxed);
                     }
                 }

@@ -15,9 +15,11 @@
 //! - [`cases`]: store-level behaviour the traces cannot express (all-or-nothing multi-key checks,
 //!   reset, peeks creating no state, per-key limits, a clock going backwards, bad costs);
 //! - [`hammer`]: many concurrent callers on one key, for zero-over-grant tests;
+//! - [`faults`]: a remote store whose calls fail on demand, for tests of the failure policy;
 //! - `redis_server` (with feature `redis`): real `redis-server` processes and a 3-node cluster.
 
 pub mod cases;
+pub mod faults;
 pub mod hammer;
 #[cfg(feature = "redis")]
 pub mod redis_server;

@@ -53,6 +53,8 @@ impl RedisServer {
         let mut command = Command::new("redis-server");
         command
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            // DEBUG SLEEP, for tests of a frozen server, from loopback clients only.
+            .args(["--enable-debug-command", "local"])
             .arg("--dir")
             .arg(&self.dir)
             .stdout(Stdio::null())
@@ -104,6 +106,24 @@ impl RedisServer {
     pub fn restart(&mut self) {
         self.kill();
         self.spawn();
+    }
+
+    /// Stops the process (SIGSTOP): connections stay open and nothing answers, as with a frozen
+    /// or swapping server. [`thaw`](Self::thaw) resumes it.
+    pub fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Resumes a frozen server (SIGCONT).
+    pub fn thaw(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        if let Some(child) = &self.child {
+            let status = Command::new("kill").arg(signal).arg(child.id().to_string()).status();
+            assert!(status.is_ok_and(|s| s.success()), "kill {signal} failed");
+        }
     }
 
     /// Runs `redis-cli -p PORT ARGS...` and returns its output.

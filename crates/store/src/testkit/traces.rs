@@ -99,7 +99,7 @@ pub async fn replay<S: Store>(store: &S, clock: &ManualClock, trace: &Trace, nam
         clock.set(request.t);
         let key = format!("{namespace}:{}", request.key);
         let got = store
-            .check(&key, &trace.limit, request.cost)
+            .check(key.as_bytes(), &trace.limit, request.cost)
             .await
             .unwrap_or_else(|e| panic!("{} request {}: {e}", trace.name, i + 1));
         let want = &request.expect;

@@ -14,11 +14,11 @@ const CHECK_USAGE: &str =
     "ERR Usage: TG.CHECK <key> <algorithm> <count> <period_ms> [BURST <b>] [SLICES <s>] [COST <c>]";
 
 /// `key algorithm count period_ms [BURST b] [SLICES s] [COST c]`; `COST` only if `with_cost`.
-fn parse<'a>(args: &[&'a [u8]], with_cost: bool) -> Result<(&'a str, Limit, u64), String> {
+fn parse<'a>(args: &[&'a [u8]], with_cost: bool) -> Result<(&'a [u8], Limit, u64), String> {
     if args.len() < 4 || !args.len().is_multiple_of(2) {
         return Err(CHECK_USAGE.into());
     }
-    let key = text(args[0], "the key")?;
+    let key = args[0];
     let algorithm: Algorithm = text(args[1], "the algorithm")?.parse().map_err(|e| format!("ERR {e}"))?;
     let per_period = count(args[2], "count", 1)?;
     let period_ms = count(args[3], "period_ms", 1)?;
@@ -71,7 +71,7 @@ pub(super) async fn check(engine: &Engine, args: &[&[u8]], out: &mut BytesMut, p
 pub(super) async fn reset(engine: &Engine, args: &[&[u8]], out: &mut BytesMut) {
     let result = async {
         let (key, limit, _) = parse(args, false)?;
-        engine.reset(key, &limit).await.map_err(|e| format!("ERR {e}"))
+        engine.reset("", key, &limit).await.map_err(|e| format!("ERR {e}"))
     }
     .await;
     match result {
@@ -88,7 +88,7 @@ pub(super) async fn named(engine: &Engine, args: &[&[u8]], out: &mut BytesMut) {
             [_, _, option, c] if option.eq_ignore_ascii_case(b"COST") => count(c, "COST", 0)?,
             _ => return Err("ERR Usage: TG.LIMIT <name> <key> [COST <c>]".to_string()),
         };
-        let (name, key) = (text(args[0], "the limit name")?, text(args[1], "the key")?);
+        let (name, key) = (text(args[0], "the limit name")?, args[1]);
         match engine.check_named(name, key, cost).await {
             Ok((d, _)) => Ok(d),
             Err(EngineError::UnknownLimit(name)) => Err(format!("ERR no limit named '{name}' in the config")),

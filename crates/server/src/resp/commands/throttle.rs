@@ -5,14 +5,14 @@
 //! seconds rounded up, `retry_after = -1` when allowed. As in redis-cell, a quantity above the
 //! capacity is answered "limited" with `remaining` unchanged and `retry_after = -1` (it can never
 //! pass). Unlike redis-cell, bad arguments, overflow and store failures are errors for this call
-//! only, never a crash or a wrap.
+//! only, never a crash or a wrap. Keys are bytes, as in Redis: any bytes are a key.
 
 use std::time::Duration;
 
 use bytes::BytesMut;
 use tollgate_core::Limit;
 
-use super::{at_least, ceil_units, integer, reply, text};
+use super::{at_least, ceil_units, integer, reply};
 use crate::engine::{Engine, Source};
 
 const USAGE: &str = "ERR Usage: CL.THROTTLE <key> <max_burst> <count per period> <period> [<quantity>]";
@@ -29,7 +29,7 @@ async fn throttle(engine: &Engine, args: &[&[u8]]) -> Result<[i64; 5], String> {
     if args.len() != 4 && args.len() != 5 {
         return Err(USAGE.into());
     }
-    let key = text(args[0], "the key")?;
+    let key = args[0];
     // Parse every number first, as redis-cell does, then check ranges.
     let (max_burst, per_period, period) = (integer(args[1])?, integer(args[2])?, integer(args[3])?);
     let quantity = args.get(4).map_or(Ok(1), |q| integer(q))?;

@@ -1,4 +1,5 @@
-//! The HTTP listener: `POST /v1/check`, `GET /metrics`, `GET /healthz`.
+//! The HTTP API: `POST /v1/check`, `GET /metrics`, `GET /healthz` ([`router`]), served with the
+//! bounds of [`server`].
 //!
 //! `POST /v1/check` takes `{"key", "algorithm", "limit": "10/s", "burst", "slices", "cost"}` or
 //! `{"limit_name", "key", "cost"}` and answers the decision as JSON: 200 when allowed, 429 when
@@ -6,10 +7,13 @@
 //! httpapi draft's `RateLimit-Policy` / `RateLimit` fields. Bad input is a 400 saying what is
 //! wrong; a store failure is a 503.
 
+pub mod server;
+
 use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
+use axum::extract::DefaultBodyLimit;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -20,12 +24,13 @@ use tollgate_store::StoreError;
 
 use crate::engine::{Engine, EngineError, Source};
 
-/// The router, for `axum::serve`.
-pub fn router(engine: Arc<Engine>) -> Router {
+/// The router; bodies larger than `max_body_bytes` are answered 413.
+pub fn router(engine: Arc<Engine>, max_body_bytes: usize) -> Router {
     Router::new()
         .route("/v1/check", post(check))
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
+        .layer(DefaultBodyLimit::max(max_body_bytes))
         .with_state(engine)
 }
 
@@ -76,7 +81,7 @@ async fn check(State(engine): State<Arc<Engine>>, body: Bytes) -> Response {
         {
             return bad_request("give either \"limit_name\" or an inline limit, not both".into());
         }
-        match engine.check_named(name, &request.key, cost).await {
+        match engine.check_named(name, request.key.as_bytes(), cost).await {
             Ok((decision, limit)) => (decision, limit.clone(), name.clone()),
             Err(EngineError::UnknownLimit(name)) => {
                 return bad_request(format!("no limit named {name:?} in the config"));
@@ -88,7 +93,7 @@ async fn check(State(engine): State<Arc<Engine>>, body: Bytes) -> Response {
             Ok(limit) => limit,
             Err(message) => return bad_request(message),
         };
-        match engine.check(Source::Http, &request.key, &limit, cost).await {
+        match engine.check(Source::Http, request.key.as_bytes(), &limit, cost).await {
             Ok(decision) => (decision, limit, "default".to_string()),
             Err(e) => return store_error(&e),
         }

@@ -1,0 +1,61 @@
+//! Values given on the command line with units: durations (`500ms`, `10s`, `2m`) and sizes
+//! (`64KiB`, `512MiB`, `1GiB`, or plain bytes). Zero is refused where it would mean "nothing
+//! allowed", with the flag named by clap.
+
+use std::time::Duration;
+
+/// A duration: a number and a unit among ns, us, ms, s, m, h, d (e.g. `10s`, `250ms`).
+pub(crate) fn duration(text: &str) -> Result<Duration, String> {
+    let ns = tollgate_core::parse_period_ns(text).map_err(|e| e.to_string())?;
+    if ns == 0 {
+        return Err("must be longer than 0".into());
+    }
+    Ok(Duration::from_nanos(ns))
+}
+
+/// A size in bytes: a number, optionally followed by KiB, MiB or GiB (or K, M, G, powers of 1024).
+pub(crate) fn bytes(text: &str) -> Result<usize, String> {
+    let t = text.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (number, unit) = t.split_at(digits);
+    let number: usize = number.parse().map_err(|_| format!("{text:?} is not a size such as 65536, 64KiB or 512MiB"))?;
+    let shift = match unit.trim() {
+        "" | "B" => 0,
+        "K" | "KiB" => 10,
+        "M" | "MiB" => 20,
+        "G" | "GiB" => 30,
+        other => return Err(format!("unknown unit {other:?}: use KiB, MiB or GiB (or none for bytes)")),
+    };
+    let size = number.checked_shl(shift).filter(|s| s >> shift == number).ok_or("too large")?;
+    if size == 0 {
+        return Err("must be at least 1 byte".into());
+    }
+    Ok(size)
+}
+
+/// A count of at least 1.
+pub(crate) fn positive(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("{text:?} is not a whole number")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_sizes_and_durations() {
+        assert_eq!(bytes("65536"), Ok(65536));
+        assert_eq!(bytes("64KiB"), Ok(65536));
+        assert_eq!(bytes("512MiB"), Ok(512 << 20));
+        assert_eq!(bytes("1G"), Ok(1 << 30));
+        assert!(bytes("0").is_err() && bytes("5 furlongs").is_err() && bytes("99999999999999999999G").is_err());
+        assert_eq!(duration("250ms"), Ok(Duration::from_millis(250)));
+        assert!(duration("0s").is_err() && duration("10").is_err());
+        assert_eq!(positive("3"), Ok(3));
+        assert!(positive("0").is_err());
+    }
+}

@@ -1,0 +1,110 @@
+//! Serving HTTP/1.1 with bounds, for `tollgate serve` and `tollgate proxy`: a header-read timeout
+//! (slowloris), a timeout per request (body included: 408), a connection cap (503 and close
+//! beyond it), a bound on the request head, and on shutdown a grace period after which the
+//! connections still open are closed, whatever their clients do.
+//!
+//! hyper's own HTTP/1 connection does the protocol (hyper-util's timer gives it the header-read
+//! timeout); the router is an axum `Router`, which also bounds bodies (413). The peer's address is
+//! given to the router as axum's `ConnectInfo<SocketAddr>`.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::ConnectInfo;
+use axum::response::{IntoResponse, Response};
+use http::StatusCode;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinSet;
+use tower_service::Service;
+
+use crate::config::HttpBounds;
+
+/// Answered, without reading the request, to a connection beyond the cap.
+const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+
+/// Serves `app` on `listener` until `shutdown` turns true; then stops accepting, lets open
+/// connections finish their requests for at most `grace`, closes the rest and returns.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    bounds: HttpBounds,
+    grace: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let slots = Arc::new(Semaphore::new(bounds.max_connections));
+    let mut connections = JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = shutdown.wait_for(|&stop| stop) => break,
+        };
+        while connections.try_join_next().is_some() {}
+        let (stream, peer) = match accepted {
+            Ok(pair) => pair,
+            Err(error) => {
+                tracing::warn!(%error, "accept failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            // A few bytes into an empty socket buffer: never waits on the client.
+            let _ = stream.try_write(BUSY);
+            continue;
+        };
+        let (app, mut stop) = (app.clone(), shutdown.clone());
+        connections.spawn(async move {
+            let service = hyper::service::service_fn(move |mut request: http::Request<Incoming>| {
+                request.extensions_mut().insert(ConnectInfo::<SocketAddr>(peer));
+                let mut app = app.clone();
+                async move {
+                    let response = match tokio::time::timeout(bounds.request_timeout, app.call(request)).await {
+                        Ok(Ok(response)) => response,
+                        Ok(Err(never)) => match never {},
+                        Err(_) => too_slow(bounds.request_timeout),
+                    };
+                    Ok::<Response, Infallible>(response)
+                }
+            });
+            let connection = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(bounds.header_read_timeout)
+                .max_buf_size(bounds.max_header_bytes.max(8192))
+                .serve_connection(TokioIo::new(stream), service);
+            tokio::pin!(connection);
+            tokio::select! {
+                result = connection.as_mut() => {
+                    if let Err(error) = result {
+                        tracing::debug!(%peer, %error, "HTTP connection closed");
+                    }
+                }
+                () = async { let _ = stop.wait_for(|&stop| stop).await; } => {
+                    connection.as_mut().graceful_shutdown();
+                    let _ = connection.await;
+                }
+            }
+            drop(slot);
+        });
+    }
+    let drained = tokio::time::timeout(grace, async { while connections.join_next().await.is_some() {} }).await;
+    if drained.is_err() {
+        tracing::warn!(left = connections.len(), "HTTP connections still busy after the grace period: closed");
+        connections.shutdown().await;
+    }
+}
+
+/// 408 for a request that took longer than the request timeout.
+fn too_slow(timeout: Duration) -> Response {
+    let body = serde_json::json!({ "error": format!("the request took longer than {} ms", timeout.as_millis()) });
+    let mut response = (StatusCode::REQUEST_TIMEOUT, axum::Json(body)).into_response();
+    response.headers_mut().insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+    response
+}

@@ -1,0 +1,75 @@
+//! A `tollgate serve` started in-process on port 0, and the real clients the tests drive it with.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::Command;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tollgate_server::{Config, Listeners};
+
+pub struct Server {
+    pub resp: SocketAddr,
+    pub http: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<Result<(), String>>,
+}
+
+impl Server {
+    pub async fn start(config: Config) -> Server {
+        let resp = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (resp_addr, http_addr) = (resp.local_addr().unwrap(), http.local_addr().unwrap());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(tollgate_server::run(config, Listeners { resp, http }, async move {
+            let _ = stopped.await;
+        }));
+        Server { resp: resp_addr, http: http_addr, stop: Some(stop), task }
+    }
+
+    pub async fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        self.task.await.unwrap().unwrap();
+    }
+
+    /// Signals shutdown and returns the server's task, to time it.
+    pub fn shutdown(mut self) -> tokio::task::JoinHandle<Result<(), String>> {
+        let _ = self.stop.take().unwrap().send(());
+        self.task
+    }
+
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(format!("redis://{}", self.resp)).unwrap()
+    }
+
+    pub fn cli(&self, args: &[&str]) -> String {
+        let output = Command::new("redis-cli")
+            .args(["-p", &self.resp.port().to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// Raw bytes in, whatever comes back until the server closes or goes quiet.
+    pub fn raw(&self, bytes: &[u8]) -> String {
+        let mut stream = TcpStream::connect(self.resp).unwrap();
+        stream.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+        stream.write_all(bytes).unwrap();
+        let mut reply = Vec::new();
+        let _ = stream.read_to_end(&mut reply);
+        String::from_utf8_lossy(&reply).into_owned()
+    }
+
+    pub fn curl(&self, args: &[&str]) -> String {
+        let output = Command::new("curl")
+            .args(["-s", "-i", "--max-time", "5"])
+            .args(args.iter().map(|a| a.replace("HTTP", &format!("http://{}", self.http))))
+            .output()
+            .expect("curl");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+}

@@ -1,0 +1,288 @@
+//! The ledger: what a node knows of each key of a remote store, so that deciding locally never
+//! lets the node admit more than the limit.
+//!
+//! Per key (bounded like the memory store, see `table`):
+//! - the **snapshot** of the key from the latest reply the node received (the remote's state,
+//!   every node's admissions included, as of that reply);
+//! - the **in-flight** cost: calls sent and not answered yet, which the remote may still admit;
+//! - the **debt**: what this node admitted locally and the remote has not recorded yet, as charges
+//!   `(at, cost)` sent with the next call for the key (or by the background flush) and dropped once
+//!   a reply confirms them.
+//!
+//! A local decision rebuilds the key's state from the snapshot, charges it with the debt and with
+//! the in-flight cost (as if every call still in flight were admitted), and decides on that.
+//! Instants are on the remote's clock (the node's clock plus the offset seen in replies).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tollgate_core::{Decision, Limit, Snapshot, State};
+
+use crate::remote::Reply;
+use crate::table::{Shard, Sharded, Slot};
+use crate::{Check, StoreError};
+
+/// At most this many charges are kept per key; older ones are merged (dated at the later of the
+/// two, which frees capacity no earlier: never an over-grant).
+const MAX_CHARGES: usize = 64;
+
+/// A charge not yet confirmed by the remote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Pending {
+    /// When it was admitted (remote's clock).
+    pub(crate) at: u64,
+    pub(crate) cost: u64,
+    /// Increasing per ledger: a reply confirms the charges up to the ones it carried.
+    pub(crate) seq: u64,
+}
+
+/// What a key owes the remote, with what is needed to send it.
+#[derive(Debug, Clone)]
+pub(crate) struct Debt {
+    pub(crate) scope: Box<str>,
+    pub(crate) key: Box<[u8]>,
+    pub(crate) limit: Limit,
+    pub(crate) charges: Vec<Pending>,
+}
+
+struct Entry {
+    fingerprint: u64,
+    /// The latest snapshot received, and when its state is idle.
+    seen: Option<(Snapshot, u64)>,
+    in_flight: u64,
+    debt: Option<Box<Debt>>,
+}
+
+impl Slot for Entry {
+    fn fingerprint(&self) -> u64 {
+        self.fingerprint
+    }
+
+    fn idle_at(&self) -> u64 {
+        if self.in_flight > 0 || self.debt.is_some() { u64::MAX } else { self.seen.map_or(0, |(_, idle)| idle) }
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.debt
+            .as_ref()
+            .map_or(0, |d| std::mem::size_of::<Debt>() + d.scope.len() + d.key.len() + d.charges.capacity() * 24)
+    }
+}
+
+/// The ledger of a failure policy.
+pub(crate) struct Ledger {
+    table: Sharded<Entry>,
+    hasher: foldhash::quality::RandomState,
+    seq: AtomicU64,
+}
+
+impl Ledger {
+    pub(crate) fn new(max_keys: usize, max_bytes: usize) -> Self {
+        let shards = (max_keys / 1024).next_power_of_two().clamp(1, 64);
+        Ledger { table: Sharded::new(shards, max_keys, max_bytes), hasher: Default::default(), seq: AtomicU64::new(0) }
+    }
+
+    fn fingerprint(&self, check: &Check<'_>) -> u64 {
+        use std::hash::BuildHasher;
+        self.hasher.hash_one((check.scope, check.limit.algorithm() as u8, check.key))
+    }
+
+    /// Runs `f` on the entry of `check` (created if missing and `create`).
+    fn with<T>(&self, check: &Check<'_>, now: u64, create: bool, f: impl FnOnce(&mut Entry) -> T) -> Option<T> {
+        let fingerprint = self.fingerprint(check);
+        let mut shard = self.table.write(self.table.shard_of(fingerprint));
+        if shard.slots.find(fingerprint, |e| e.fingerprint == fingerprint).is_none() {
+            if !create {
+                return None;
+            }
+            let entry = Entry { fingerprint, seen: None, in_flight: 0, debt: None };
+            self.table.insert(&mut shard, entry, now, &[]);
+        }
+        let entry = shard.slots.find_mut(fingerprint, |e| e.fingerprint == fingerprint)?;
+        let before = entry.heap_bytes();
+        let result = f(entry);
+        let after = entry.heap_bytes();
+        shard.heap_bytes -= before;
+        self.table.grew(&mut shard, after, now, &[fingerprint]);
+        Some(result)
+    }
+
+    /// Calls for `checks` are about to be sent.
+    pub(crate) fn begin(&self, checks: &[Check<'_>], now: u64) {
+        for check in checks.iter().filter(|c| c.cost > 0) {
+            self.with(check, now, true, |e| e.in_flight += check.cost);
+        }
+    }
+
+    /// The calls for `checks` were answered, failed or given up.
+    pub(crate) fn end(&self, checks: &[Check<'_>], now: u64) {
+        for check in checks.iter().filter(|c| c.cost > 0) {
+            self.with(check, now, false, |e| e.in_flight = e.in_flight.saturating_sub(check.cost));
+        }
+    }
+
+    /// The debts of the keys of `checks`, to send with them.
+    pub(crate) fn debts_of(&self, checks: &[Check<'_>], now: u64) -> Vec<Debt> {
+        let mut seen: Vec<u64> = Vec::with_capacity(checks.len());
+        let mut debts = Vec::new();
+        for check in checks {
+            let fingerprint = self.fingerprint(check);
+            if seen.contains(&fingerprint) {
+                continue;
+            }
+            seen.push(fingerprint);
+            if let Some(Some(debt)) = self.with(check, now, false, |e| e.debt.as_deref().cloned()) {
+                debts.push(debt);
+            }
+        }
+        debts
+    }
+
+    /// Every debt, for the background flush.
+    pub(crate) fn debts(&self) -> Vec<Debt> {
+        (0..self.table.shard_count())
+            .flat_map(|i| {
+                let shard = self.table.read(i);
+                shard.slots.iter().filter_map(|e| e.debt.as_deref().cloned()).collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    /// A reply confirmed these debts' charges: drop them.
+    pub(crate) fn settle(&self, sent: &[Debt], now: u64) {
+        for debt in sent {
+            let Some(last) = debt.charges.iter().map(|c| c.seq).max() else { continue };
+            let check = Check { scope: &debt.scope, key: &debt.key, limit: &debt.limit, cost: 0 };
+            self.with(&check, now, false, |e| {
+                if let Some(mine) = e.debt.as_mut() {
+                    mine.charges.retain(|c| c.seq > last);
+                    if mine.charges.is_empty() {
+                        e.debt = None;
+                    }
+                }
+            });
+        }
+    }
+
+    /// Keeps the snapshots of a reply to `checks` (newer than what is kept).
+    pub(crate) fn record(&self, checks: &[Check<'_>], reply: &Reply, now: u64) {
+        for (check, snapshot) in checks.iter().zip(&reply.snapshots) {
+            let idle = snapshot.idle_at(check.limit);
+            let fresh = snapshot.used > 0 || snapshot.previous > 0;
+            self.with(check, now, fresh, |e| {
+                if e.seen.is_none_or(|(seen, _)| seen.at <= snapshot.at) {
+                    e.seen = Some((*snapshot, idle));
+                }
+            });
+        }
+    }
+
+    /// Forgets a key (after a reset).
+    pub(crate) fn forget(&self, check: &Check<'_>) {
+        self.table.remove(self.fingerprint(check));
+    }
+
+    /// Decides `checks` locally at `now` (the remote's clock), all or nothing; admissions become
+    /// debt.
+    pub(crate) fn decide(&self, checks: &[Check<'_>], now: u64) -> Result<Vec<Decision>, StoreError> {
+        let fingerprints: Vec<u64> = checks.iter().map(|c| self.fingerprint(c)).collect();
+        let mut shards: Vec<usize> = fingerprints.iter().map(|&f| self.table.shard_of(f)).collect();
+        shards.sort_unstable();
+        shards.dedup();
+        let mut guards: Vec<_> = shards.iter().map(|&i| (i, self.table.write(i))).collect();
+        let shard_of = |guards: &mut Vec<(usize, std::sync::RwLockWriteGuard<'_, Shard<Entry>>)>, fp: u64| {
+            let index = self.table.shard_of(fp);
+            guards.iter().position(|(i, _)| *i == index).unwrap_or(0)
+        };
+
+        // Each key's state as this node knows it: the snapshot, charged with the debt and with
+        // everything still in flight.
+        let mut states: Vec<(u64, State)> = Vec::new();
+        let mut decisions = Vec::with_capacity(checks.len());
+        for (check, &fp) in checks.iter().zip(&fingerprints) {
+            if !states.iter().any(|(f, _)| *f == fp) {
+                let g = shard_of(&mut guards, fp);
+                let entry = guards[g].1.slots.find(fp, |e| e.fingerprint == fp);
+                let mut state = match entry.and_then(|e| e.seen) {
+                    Some((snapshot, _)) => State::from_snapshot(check.limit, &snapshot),
+                    None => State::idle(check.limit),
+                };
+                if let Some(entry) = entry {
+                    for charge in entry.debt.iter().flat_map(|d| &d.charges) {
+                        state.charge(charge.at, check.limit, charge.cost)?;
+                    }
+                    state.charge(now, check.limit, entry.in_flight)?;
+                }
+                states.push((fp, state));
+            }
+            let state = &mut states.iter_mut().find(|(f, _)| *f == fp).map(|(_, s)| s).ok_or(StoreError::NoChecks)?;
+            let mut probe = state.clone();
+            let decision = probe.check(now, check.limit, check.cost)?;
+            if decision.allowed {
+                **state = probe;
+            }
+            decisions.push(decision);
+        }
+        if decisions.iter().any(|d| !d.allowed) {
+            // Nothing is admitted; the checks that did not block report the state as a peek would.
+            let passed: Vec<usize> = (0..checks.len()).filter(|&i| decisions[i].allowed).collect();
+            for i in passed {
+                let check = &checks[i];
+                let fp = fingerprints[i];
+                let g = shard_of(&mut guards, fp);
+                let entry = guards[g].1.slots.find(fp, |e| e.fingerprint == fp);
+                let mut state = entry.and_then(|e| e.seen).map_or_else(
+                    || State::idle(check.limit),
+                    |(snapshot, _)| State::from_snapshot(check.limit, &snapshot),
+                );
+                if let Some(entry) = entry {
+                    for charge in entry.debt.iter().flat_map(|d| &d.charges) {
+                        state.charge(charge.at, check.limit, charge.cost)?;
+                    }
+                    state.charge(now, check.limit, entry.in_flight)?;
+                }
+                decisions[i] = state.check(now, check.limit, 0)?;
+            }
+            return Ok(decisions);
+        }
+
+        // Admitted: each cost is owed to the remote.
+        for (check, &fp) in checks.iter().zip(&fingerprints).filter(|(c, _)| c.cost > 0) {
+            let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+            let g = shard_of(&mut guards, fp);
+            let shard = &mut *guards[g].1;
+            if shard.slots.find(fp, |e| e.fingerprint == fp).is_none() {
+                let entry = Entry { fingerprint: fp, seen: None, in_flight: 0, debt: None };
+                self.table.insert(shard, entry, now, &fingerprints);
+            }
+            let Some(entry) = shard.slots.find_mut(fp, |e| e.fingerprint == fp) else { continue };
+            let before = entry.heap_bytes();
+            let debt = entry.debt.get_or_insert_with(|| {
+                Box::new(Debt {
+                    scope: check.scope.into(),
+                    key: check.key.into(),
+                    limit: check.limit.clone(),
+                    charges: Vec::new(),
+                })
+            });
+            debt.limit = check.limit.clone();
+            debt.charges.push(Pending { at: now, cost: check.cost, seq });
+            if debt.charges.len() > MAX_CHARGES {
+                let first = debt.charges.remove(0);
+                let second = &mut debt.charges[0];
+                second.cost = second.cost.saturating_add(first.cost);
+            }
+            let after = entry.heap_bytes();
+            shard.heap_bytes -= before;
+            self.table.grew(shard, after, now, &fingerprints);
+        }
+        Ok(decisions)
+    }
+
+    /// Keys with a debt, and live entries evicted (each can make this node over-grant).
+    pub(crate) fn counts(&self) -> (usize, u64) {
+        let debts = (0..self.table.shard_count())
+            .map(|i| self.table.read(i).slots.iter().filter(|e| e.debt.is_some()).count())
+            .sum();
+        (debts, self.table.evictions().1)
+    }
+}

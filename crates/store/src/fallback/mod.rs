@@ -1,0 +1,400 @@
+//! [`Fallback`]: what a [`Remote`] store (Redis) answers when it fails or is slow, so that trouble
+//! with the backend costs availability or under-grants, never over-grants on one node.
+//!
+//! - **Failure policy**: `Open` admits, `Closed` denies, `Local` decides in this process.
+//! - **Local continues from what the node last saw.** Every reply carries each key's snapshot;
+//!   a local decision rebuilds the key's state from the latest one, charges it with what this node
+//!   admitted locally since (its debt) and with every call still in flight (which the backend may
+//!   yet admit), and decides on that. Not from a full bucket.
+//! - **Debts are paid.** What the node admitted locally is charged to the backend with the next
+//!   call for the key, or by a background flush once the backend answers again; the charge may put
+//!   the key in debt there, so the fleet's later decisions account for it. A reply that arrives
+//!   after its timeout is never used: the call was decided locally, and if the backend admitted it
+//!   too, the key is charged twice (an under-grant of that one call).
+//! - **Circuit breaker** ([`Breaker`]): after a few consecutive failures, calls stop waiting on
+//!   the backend and are answered by the policy at once; one background task probes the backend
+//!   and closes the breaker when it answers. A dead or frozen backend costs no timeout per call.
+//!
+//! **The bound.** One node never admits more than the limit across a slow, paused or failing
+//! backend: its local decisions start from the backend's state as of its latest reply (every
+//! node's admissions up to then) plus everything it sent since. With `N` nodes, each decides on its
+//! own during an outage of length `D`: the fleet admits at most `N × (capacity + D / T)` for a
+//! bucket (`N × count` per window for the window family) where the limit allows `capacity + D / T`,
+//! and once the backend is back every node's debt is charged, so the key is denied until the
+//! excess is paid back. `Open` has no bound; `Closed` never over-grants.
+
+mod breaker;
+mod ledger;
+
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+pub use breaker::{Breaker, DEFAULT_PROBE_EVERY, DEFAULT_THRESHOLD};
+use ledger::{Debt, Ledger};
+use tollgate_core::{Clock, Decision, Limit, SystemClock};
+
+use crate::memory::{DEFAULT_MAX_KEYS, DEFAULT_MAX_MEMORY};
+use crate::remote::{Charge, Remote, Reply};
+use crate::{Check, Store, StoreError};
+
+/// What to answer while the backend fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailurePolicy {
+    /// Admit every request (availability first): `remaining` is reported as the capacity left
+    /// after the cost, `retry_after` and `reset_after` as 0.
+    Open,
+    /// Deny every request (protection first): `retry_after` is one emission interval.
+    Closed,
+    /// Decide in this process, from the state last seen and what was admitted since.
+    Local,
+}
+
+/// Settings of a [`Fallback`].
+#[derive(Debug)]
+pub struct FallbackOptions {
+    /// The circuit breaker (default: opens after 3 consecutive failures, probes every 100 ms).
+    pub breaker: Breaker,
+    /// The node's clock, for local decisions (default: the system clock). Instants are moved to
+    /// the backend's clock by the offset seen in its replies.
+    pub clock: Arc<dyn Clock>,
+    /// Keys the ledger follows (default 1,000,000) and the bytes it may hold (default 512 MiB).
+    pub max_keys: usize,
+    /// See `max_keys`.
+    pub max_memory: usize,
+}
+
+impl Default for FallbackOptions {
+    fn default() -> Self {
+        FallbackOptions {
+            breaker: Breaker::default(),
+            clock: Arc::new(SystemClock::new()),
+            max_keys: DEFAULT_MAX_KEYS,
+            max_memory: DEFAULT_MAX_MEMORY,
+        }
+    }
+}
+
+/// Counters of a [`Fallback`], for metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FallbackStats {
+    /// Calls answered by the failure policy (backend failed, or breaker open).
+    pub fallbacks: u64,
+    /// Calls to the backend that failed or timed out.
+    pub backend_errors: u64,
+    /// Whether the breaker is open now.
+    pub breaker_open: bool,
+    /// How many times the breaker opened.
+    pub breaker_opened: u64,
+    /// Keys whose local admissions the backend has not recorded yet.
+    pub debts: usize,
+    /// Charges the backend confirmed.
+    pub charges_paid: u64,
+    /// Ledger entries dropped while still needed (each can let this node over-grant).
+    pub ledger_evictions: u64,
+}
+
+/// A store that answers by `policy` whenever the remote `R` fails (see the module docs).
+/// Cheap to clone: clones share everything.
+pub struct Fallback<R> {
+    shared: Arc<Shared<R>>,
+}
+
+impl<R> Clone for Fallback<R> {
+    fn clone(&self) -> Self {
+        Fallback { shared: self.shared.clone() }
+    }
+}
+
+struct Shared<R> {
+    remote: R,
+    policy: FailurePolicy,
+    breaker: Breaker,
+    ledger: Ledger,
+    clock: Arc<dyn Clock>,
+    /// The backend's now minus the node's, from the latest reply.
+    offset_ns: AtomicI64,
+    fallbacks: AtomicU64,
+    backend_errors: AtomicU64,
+    charges_paid: AtomicU64,
+    flush: Arc<tokio::sync::Notify>,
+    flusher: AtomicBool,
+}
+
+impl<R: std::fmt::Debug> std::fmt::Debug for Fallback<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fallback")
+            .field("remote", &self.shared.remote)
+            .field("policy", &self.shared.policy)
+            .field("breaker", &self.shared.breaker)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<R: Remote> Fallback<R> {
+    /// Wraps `remote` with default options.
+    pub fn new(remote: R, policy: FailurePolicy) -> Self {
+        Fallback::with_options(remote, policy, FallbackOptions::default())
+    }
+
+    /// Wraps `remote`.
+    pub fn with_options(remote: R, policy: FailurePolicy, options: FallbackOptions) -> Self {
+        let FallbackOptions { breaker, clock, max_keys, max_memory } = options;
+        Fallback {
+            shared: Arc::new(Shared {
+                remote,
+                policy,
+                breaker,
+                ledger: Ledger::new(max_keys, max_memory),
+                clock,
+                offset_ns: AtomicI64::new(0),
+                fallbacks: AtomicU64::new(0),
+                backend_errors: AtomicU64::new(0),
+                charges_paid: AtomicU64::new(0),
+                flush: Arc::new(tokio::sync::Notify::new()),
+                flusher: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// The wrapped store.
+    pub fn inner(&self) -> &R {
+        &self.shared.remote
+    }
+
+    /// The failure policy.
+    pub fn policy(&self) -> FailurePolicy {
+        self.shared.policy
+    }
+
+    /// The circuit breaker.
+    pub fn breaker(&self) -> &Breaker {
+        &self.shared.breaker
+    }
+
+    /// Calls answered by the failure policy so far.
+    pub fn fallbacks(&self) -> u64 {
+        self.shared.fallbacks.load(Ordering::Relaxed)
+    }
+
+    /// Counters for metrics.
+    pub fn stats(&self) -> FallbackStats {
+        let sh = &self.shared;
+        let (debts, ledger_evictions) = sh.ledger.counts();
+        FallbackStats {
+            fallbacks: sh.fallbacks.load(Ordering::Relaxed),
+            backend_errors: sh.backend_errors.load(Ordering::Relaxed),
+            breaker_open: sh.breaker.is_open(),
+            breaker_opened: sh.breaker.times_opened(),
+            debts,
+            charges_paid: sh.charges_paid.load(Ordering::Relaxed),
+            ledger_evictions,
+        }
+    }
+}
+
+/// The charges of `debts`, dated relative to `now`.
+fn charges_of(debts: &[Debt], now: u64) -> Vec<Charge<'_>> {
+    debts
+        .iter()
+        .flat_map(|d| {
+            d.charges.iter().map(move |c| Charge {
+                check: Check { scope: &d.scope, key: &d.key, limit: &d.limit, cost: c.cost },
+                age_ns: now.saturating_sub(c.at),
+            })
+        })
+        .collect()
+}
+
+/// Counts `checks` in flight until dropped (also when the caller gives up on the call).
+struct InFlight<'a> {
+    ledger: &'a Ledger,
+    checks: &'a [Check<'a>],
+    now: u64,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.ledger.end(self.checks, self.now);
+    }
+}
+
+impl<R: Remote> Shared<R> {
+    /// Now on the backend's clock, as estimated from the node's.
+    fn now(&self) -> u64 {
+        let local = i128::from(self.clock.now_ns());
+        u64::try_from((local + i128::from(self.offset_ns.load(Ordering::Relaxed))).max(0)).unwrap_or(u64::MAX)
+    }
+
+    /// The backend answered `checks` (sent with `debts`' charges).
+    fn answered(&self, checks: &[Check<'_>], debts: &[Debt], reply: &Reply) {
+        self.breaker.success();
+        let offset = i128::from(reply.now_ns) - i128::from(self.clock.now_ns());
+        self.offset_ns.store(i64::try_from(offset).unwrap_or(0), Ordering::Relaxed);
+        if self.policy == FailurePolicy::Local {
+            let now = self.now();
+            // Record before settling: in between, a local decision counts the charges twice
+            // (stricter), never zero times.
+            self.ledger.record(checks, reply, now);
+            self.ledger.settle(debts, now);
+            let paid: usize = debts.iter().map(|d| d.charges.len()).sum();
+            self.charges_paid.fetch_add(paid as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Answers `checks` by the policy.
+    fn fall_back(self: &Arc<Self>, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
+        self.fallbacks.fetch_add(1, Ordering::Relaxed);
+        match self.policy {
+            FailurePolicy::Open => Ok(checks.iter().map(|c| open(c.limit, c.cost)).collect()),
+            FailurePolicy::Closed => Ok(checks.iter().map(|c| closed(c.limit)).collect()),
+            FailurePolicy::Local => {
+                let decisions = self.ledger.decide(checks, self.now())?;
+                if decisions.iter().all(|d| d.allowed) && checks.iter().any(|c| c.cost > 0) {
+                    self.start_flusher();
+                    self.flush.notify_one();
+                }
+                Ok(decisions)
+            }
+        }
+    }
+
+    /// A call to the backend failed: count it, and start probing if that opened the breaker.
+    fn failed(self: &Arc<Self>, error: &StoreError) {
+        self.backend_errors.fetch_add(1, Ordering::Relaxed);
+        if self.breaker.failure() {
+            tracing::warn!(%error, "store unavailable: circuit breaker open, answering by the failure policy");
+            self.start_probe();
+        }
+    }
+
+    fn start_probe(self: &Arc<Self>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // No runtime to probe from: let the next call try the backend.
+            self.breaker.close();
+            return;
+        };
+        let weak: Weak<Self> = Arc::downgrade(self);
+        let every = self.breaker.probe_every();
+        runtime.spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(shared) = weak.upgrade() else { return };
+                if shared.remote.probe().await.is_ok() {
+                    shared.breaker.close();
+                    tracing::info!("store reachable again: circuit breaker closed");
+                    shared.flush.notify_one();
+                    return;
+                }
+            }
+        });
+    }
+
+    /// Starts the task that charges debts to the backend once it answers (once per store).
+    fn start_flusher(self: &Arc<Self>) {
+        if self.flusher.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.flusher.store(false, Ordering::Release);
+            return;
+        };
+        let weak: Weak<Self> = Arc::downgrade(self);
+        let notify = self.flush.clone();
+        runtime.spawn(async move {
+            loop {
+                let _ = tokio::time::timeout(Duration::from_secs(1), notify.notified()).await;
+                let Some(shared) = weak.upgrade() else { return };
+                if !shared.breaker.is_open() {
+                    shared.flush_debts().await;
+                }
+            }
+        });
+    }
+
+    /// Sends every debt, one key per call (with a peek of the key, to learn its state).
+    async fn flush_debts(self: &Arc<Self>) {
+        for debt in self.ledger.debts() {
+            let now = self.now();
+            let sent = [debt];
+            let charges = charges_of(&sent, now);
+            let peek = Check { scope: &sent[0].scope, key: &sent[0].key, limit: &sent[0].limit, cost: 0 };
+            match self.remote.decide(&[peek], &charges).await {
+                Ok(reply) => self.answered(&[peek], &sent, &reply),
+                Err(error) if error.is_backend() => {
+                    self.failed(&error);
+                    return;
+                }
+                Err(error) => {
+                    // The key holds something tollgate cannot charge (another program's value):
+                    // there is nothing to pay into; drop the debt rather than retry forever.
+                    tracing::warn!(%error, "cannot charge a key's local admissions to the store; dropped");
+                    self.ledger.settle(&sent, now);
+                }
+            }
+        }
+    }
+}
+
+fn open(limit: &Limit, cost: u64) -> Decision {
+    let capacity = limit.capacity();
+    Decision {
+        allowed: true,
+        limit: capacity,
+        remaining: capacity.saturating_sub(cost),
+        retry_after_ns: 0,
+        reset_after_ns: 0,
+    }
+}
+
+fn closed(limit: &Limit) -> Decision {
+    Decision {
+        allowed: false,
+        limit: limit.capacity(),
+        remaining: 0,
+        retry_after_ns: limit.emission_interval_ns(),
+        reset_after_ns: 0,
+    }
+}
+
+impl<R: Remote> Store for Fallback<R> {
+    async fn check_all(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
+        if checks.is_empty() {
+            return Err(StoreError::NoChecks);
+        }
+        if let Some(c) = checks.iter().find(|c| c.cost > c.limit.capacity()) {
+            return Err(tollgate_core::Error::CostExceedsCapacity { cost: c.cost, capacity: c.limit.capacity() }.into());
+        }
+        let sh = &self.shared;
+        if sh.breaker.is_open() {
+            return sh.fall_back(checks);
+        }
+        let local = sh.policy == FailurePolicy::Local;
+        let now = sh.now();
+        let debts = if local { sh.ledger.debts_of(checks, now) } else { Vec::new() };
+        let charges = charges_of(&debts, now);
+        let in_flight = local.then(|| {
+            sh.ledger.begin(checks, now);
+            InFlight { ledger: &sh.ledger, checks, now }
+        });
+        let result = sh.remote.decide(checks, &charges).await;
+        drop(in_flight);
+        match result {
+            Ok(reply) => {
+                sh.answered(checks, &debts, &reply);
+                Ok(reply.decisions)
+            }
+            Err(error) if error.is_backend() => {
+                sh.failed(&error);
+                sh.fall_back(checks)
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    async fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> Result<(), StoreError> {
+        self.shared.remote.reset(scope, key, limit).await?;
+        self.shared.ledger.forget(&Check { scope, key, limit, cost: 0 });
+        Ok(())
+    }
+}

@@ -1,0 +1,19 @@
+//! The memory store as a [`Remote`]: charges and snapshots, so that a failure policy can be put in
+//! front of it (for tests of the policy with faults injected, and for embedding a memory store
+//! behind another process's front end).
+
+use crate::remote::{Charge, Remote, Reply};
+use crate::{Check, MemoryStore, StoreError};
+
+impl Remote for MemoryStore {
+    async fn decide(&self, checks: &[Check<'_>], charges: &[Charge<'_>]) -> Result<Reply, StoreError> {
+        let now = self.clock.now_ns();
+        let charges: Vec<(Check<'_>, u64)> = charges.iter().map(|c| (c.check, now.saturating_sub(c.age_ns))).collect();
+        let (decisions, snapshots) = self.check_many(checks, &charges, true)?;
+        Ok(Reply { decisions, snapshots, now_ns: now })
+    }
+
+    async fn probe(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+}

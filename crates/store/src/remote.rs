@@ -1,0 +1,65 @@
+//! [`Remote`]: a store in another process (Redis), as the failure policy ([`Fallback`]) sees it.
+//!
+//! Besides deciding, a remote store takes *charges* (admissions made elsewhere: what a node's
+//! fallback admitted while the remote could not be reached, recorded whatever the limit says), and
+//! answers with each key's [`Snapshot`] and its own "now", so that a node can continue from the
+//! state it last saw when the remote fails again.
+//!
+//! [`Fallback`]: crate::Fallback
+
+use std::future::Future;
+
+use tollgate_core::{Decision, Snapshot};
+
+use crate::{Check, Store, StoreError};
+
+/// An admission made elsewhere, to record: `check.cost` units at `age_ns` before the remote's now.
+#[derive(Debug, Clone, Copy)]
+pub struct Charge<'a> {
+    /// Whose state, under which limit, and how much.
+    pub check: Check<'a>,
+    /// How long ago the admission was made (relative, so that clock skew between the node and the
+    /// remote does not move it).
+    pub age_ns: u64,
+}
+
+/// What a remote answers to [`Remote::decide`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    /// One decision per check, as [`Store::check_all`] answers them.
+    pub decisions: Vec<Decision>,
+    /// Each check's key after the call, seen at `now_ns`.
+    pub snapshots: Vec<Snapshot>,
+    /// The remote's now, in ns since the epoch.
+    pub now_ns: u64,
+}
+
+/// A store in another process, with what a failure policy needs besides deciding.
+pub trait Remote: Store + 'static {
+    /// Records `charges`, then decides `checks` all or nothing (as [`Store::check_all`]), in one
+    /// atomic call. `checks` may be empty (a call that only records charges); keys of one call must
+    /// be able to meet (on Redis Cluster: one hash slot).
+    fn decide(
+        &self,
+        checks: &[Check<'_>],
+        charges: &[Charge<'_>],
+    ) -> impl Future<Output = Result<Reply, StoreError>> + Send;
+
+    /// One cheap round trip: whether the remote answers now.
+    fn probe(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+/// A shared remote is a remote.
+impl<R: Remote> Remote for std::sync::Arc<R> {
+    fn decide(
+        &self,
+        checks: &[Check<'_>],
+        charges: &[Charge<'_>],
+    ) -> impl Future<Output = Result<Reply, StoreError>> + Send {
+        (**self).decide(checks, charges)
+    }
+
+    fn probe(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).probe()
+    }
+}

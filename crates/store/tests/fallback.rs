@@ -1,0 +1,282 @@
+//! The failure policy over a remote store whose calls fail on demand (a memory store behind
+//! `testkit::faults`), deterministically: the local fallback continues from the state last seen,
+//! counts calls still in flight, charges its admissions back, and the breaker stops the waiting.
+//! The same properties against a real, paused or killed redis-server are in `tests/redis.rs`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tollgate_store::fallback::FallbackOptions;
+use tollgate_store::remote::{Charge, Remote, Reply};
+use tollgate_store::testkit::faults::{Fault, Faulty};
+use tollgate_store::{
+    Breaker, Check, FailurePolicy, Fallback, Limit, ManualClock, MemoryStore, Store, StoreError, all_allowed,
+};
+
+const SEC: u64 = 1_000_000_000;
+const T0: u64 = 1_700_000_000 * SEC;
+
+struct Node {
+    store: Fallback<Arc<Faulty<MemoryStore>>>,
+}
+
+fn backend(clock: &Arc<ManualClock>) -> Arc<Faulty<MemoryStore>> {
+    Arc::new(Faulty::new(MemoryStore::builder().clock(clock.clone()).build()))
+}
+
+fn node(remote: &Arc<Faulty<MemoryStore>>, clock: &Arc<ManualClock>, policy: FailurePolicy) -> Node {
+    let options = FallbackOptions {
+        clock: clock.clone(),
+        breaker: Breaker::new(3, Duration::from_millis(100)),
+        ..FallbackOptions::default()
+    };
+    Node { store: Fallback::with_options(remote.clone(), policy, options) }
+}
+
+impl Node {
+    async fn admitted(&self, key: &[u8], limit: &Limit, calls: usize) -> usize {
+        let mut admitted = 0;
+        for _ in 0..calls {
+            admitted += usize::from(self.store.check(key, limit, 1).await.unwrap().allowed);
+        }
+        admitted
+    }
+}
+
+/// Waits (on tokio's paused clock) until the breaker has closed and the debts are paid.
+async fn until_settled(node: &Node) {
+    for _ in 0..1_000 {
+        let stats = node.store.stats();
+        if !stats.breaker_open && stats.debts == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("not settled: {:?}", node.store.stats());
+}
+
+fn hourly(burst: u64) -> Limit {
+    Limit::per_hour(burst).burst(burst).build().unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_local_fallback_continues_from_the_state_last_seen_and_charges_it_back() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let remote = backend(&clock);
+    let node = node(&remote, &clock, FailurePolicy::Local);
+    let limit = hourly(10);
+    assert_eq!(node.admitted(b"k", &limit, 7).await, 7);
+
+    remote.set(Fault::Refuse);
+    // The old fallback started from a full bucket here and admitted 10 more.
+    assert_eq!(node.admitted(b"k", &limit, 10).await, 3, "only what the backend had left");
+    assert!(node.store.stats().breaker_open);
+    assert_eq!(node.store.stats().debts, 1);
+
+    remote.set(Fault::None);
+    until_settled(&node).await;
+    let seen = remote.inner().check_sync(b"k", &limit, 0).unwrap();
+    assert_eq!(seen.remaining, 0, "the 3 local admissions were charged to the backend");
+    assert!(!node.store.check(b"k", &limit, 1).await.unwrap().allowed);
+    assert_eq!(node.store.stats().charges_paid, 3);
+}
+
+/// Replies lost after the backend decided (a slow or paused backend) never add admissions: each
+/// call is decided once, locally, and the backend's own admission of it only under-grants.
+#[tokio::test(start_paused = true)]
+async fn lost_replies_never_over_grant() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let remote = backend(&clock);
+    let node = node(&remote, &clock, FailurePolicy::Local);
+    let limit = hourly(20);
+    let mut admitted = 0;
+    for i in 0..60u64 {
+        // A deterministic mix: lost replies, refused calls, healthy calls.
+        remote.set(match i * 7 % 5 {
+            0 | 1 => Fault::LoseReply,
+            2 => Fault::Refuse,
+            _ => Fault::None,
+        });
+        if node.store.breaker().is_open() && i % 9 == 0 {
+            remote.set(Fault::None);
+            until_settled(&node).await;
+        }
+        admitted += usize::from(node.store.check(b"k", &limit, 1).await.unwrap().allowed);
+    }
+    remote.set(Fault::None);
+    until_settled(&node).await;
+    assert!(admitted <= 20, "{admitted} admitted under a limit of 20");
+    let used = 20 - remote.inner().check_sync(b"k", &limit, 0).unwrap().remaining;
+    assert_eq!(used, 20, "the backend counts at least what was admitted");
+}
+
+/// A remote whose calls wait at a gate until released: calls in flight.
+struct Gated {
+    inner: MemoryStore,
+    gate: tokio::sync::Semaphore,
+    fail: std::sync::atomic::AtomicBool,
+}
+
+impl Store for Gated {
+    async fn check_all(&self, checks: &[Check<'_>]) -> Result<Vec<tollgate_store::Decision>, StoreError> {
+        Ok(self.decide(checks, &[]).await?.decisions)
+    }
+
+    async fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> Result<(), StoreError> {
+        self.inner.reset(scope, key, limit).await
+    }
+}
+
+impl Remote for Gated {
+    async fn decide(&self, checks: &[Check<'_>], charges: &[Charge<'_>]) -> Result<Reply, StoreError> {
+        if self.fail.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(StoreError::Backend("down".into()));
+        }
+        // Each call uses up a permit: the test lets calls through one by one.
+        self.gate.acquire().await.map_err(|e| StoreError::Backend(e.to_string()))?.forget();
+        self.inner.decide(checks, charges).await
+    }
+
+    async fn probe(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+}
+
+/// Calls still in flight may all be admitted by the backend: a local decision counts them.
+#[tokio::test(start_paused = true)]
+async fn calls_in_flight_count_against_local_decisions() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let remote = Arc::new(Gated {
+        inner: MemoryStore::builder().clock(clock.clone()).build(),
+        gate: tokio::sync::Semaphore::new(0),
+        fail: false.into(),
+    });
+    let options = FallbackOptions { clock: clock.clone(), ..FallbackOptions::default() };
+    let store = Arc::new(Fallback::with_options(remote.clone(), FailurePolicy::Local, options));
+    let limit = hourly(10);
+    remote.gate.add_permits(5);
+    for _ in 0..5 {
+        assert!(store.check(b"k", &limit, 1).await.unwrap().allowed);
+    }
+    // Five calls in flight, stuck at the gate.
+    let stuck: Vec<_> = (0..5)
+        .map(|_| {
+            let (store, limit) = (store.clone(), limit.clone());
+            tokio::spawn(async move { store.check(b"k", &limit, 1).await.unwrap().allowed })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(remote.gate.available_permits(), 0);
+    remote.fail.store(true, std::sync::atomic::Ordering::SeqCst);
+    let local = (0..5).filter(|_| futures_ready(store.check_sync_local(&limit))).count();
+    assert_eq!(local, 0, "the 5 left may all go to the calls in flight");
+    remote.fail.store(false, std::sync::atomic::Ordering::SeqCst);
+    remote.gate.add_permits(100);
+    let mut admitted = 5;
+    for task in stuck {
+        admitted += usize::from(task.await.unwrap());
+    }
+    assert_eq!(admitted, 10);
+}
+
+trait LocalCheck {
+    fn check_sync_local(&self, limit: &Limit) -> Result<bool, StoreError>;
+}
+
+impl LocalCheck for Arc<Fallback<Arc<Gated>>> {
+    /// One call while the backend refuses: answered locally without waiting.
+    fn check_sync_local(&self, limit: &Limit) -> Result<bool, StoreError> {
+        let future = self.check(b"k", limit, 1);
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        match std::pin::pin!(future).poll(&mut cx) {
+            std::task::Poll::Ready(decision) => Ok(decision?.allowed),
+            std::task::Poll::Pending => Err(StoreError::Backend("the call waited".into())),
+        }
+    }
+}
+
+fn futures_ready(result: Result<bool, StoreError>) -> bool {
+    result.expect("answered at once")
+}
+
+/// After the threshold, calls are answered without reaching the backend, and the backend is
+/// used again once a probe gets through.
+#[tokio::test(start_paused = true)]
+async fn the_breaker_stops_calls_reaching_a_dead_backend_and_closes_when_it_answers() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let remote = backend(&clock);
+    let node = node(&remote, &clock, FailurePolicy::Closed);
+    let limit = hourly(100);
+    assert!(node.store.check(b"k", &limit, 1).await.unwrap().allowed);
+    remote.set(Fault::LoseReply);
+    for _ in 0..3 {
+        assert!(!node.store.check(b"k", &limit, 1).await.unwrap().allowed, "closed: denied");
+    }
+    let reached = remote.reached();
+    assert!(node.store.breaker().is_open());
+    for _ in 0..100 {
+        assert!(!node.store.check(b"k", &limit, 1).await.unwrap().allowed);
+    }
+    assert_eq!(remote.reached(), reached, "no call reached the backend while the breaker was open");
+    assert_eq!(node.store.stats().fallbacks, 103);
+    remote.set(Fault::None);
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert!(!node.store.breaker().is_open(), "a probe got through");
+    assert!(node.store.check(b"k", &limit, 1).await.unwrap().allowed);
+    assert_eq!(node.store.breaker().times_opened(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn open_and_closed_policies_answer_every_call() {
+    let clock = Arc::new(ManualClock::new(T0));
+    for (policy, expected) in [(FailurePolicy::Open, 20), (FailurePolicy::Closed, 0)] {
+        let remote = backend(&clock);
+        let node = node(&remote, &clock, policy);
+        remote.set(Fault::Refuse);
+        assert_eq!(node.admitted(b"k", &hourly(5), 20).await, expected, "{policy:?}");
+        assert_eq!(node.store.stats().debts, 0, "{policy:?} owes nothing");
+    }
+}
+
+/// Two nodes, one backend, an outage: each node admits only what it last saw left, and once the
+/// backend is back both debts are charged, so the key is denied until they are paid back.
+#[tokio::test(start_paused = true)]
+async fn two_nodes_over_an_outage_stay_within_twice_the_capacity_and_pay_it_back() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let remote = backend(&clock);
+    let (a, b) = (node(&remote, &clock, FailurePolicy::Local), node(&remote, &clock, FailurePolicy::Local));
+    let limit = Limit::per_minute(10).build().unwrap();
+    assert_eq!(a.admitted(b"k", &limit, 4).await, 4);
+    assert_eq!(b.admitted(b"k", &limit, 2).await, 2, "b last saw 4 left");
+    remote.set(Fault::Refuse);
+    let during = a.admitted(b"k", &limit, 10).await + b.admitted(b"k", &limit, 10).await;
+    assert_eq!(during, 6 + 4, "a saw 6 left, b saw 4 left");
+    remote.set(Fault::None);
+    until_settled(&a).await;
+    until_settled(&b).await;
+    let after = remote.inner().check_sync(b"k", &limit, 0).unwrap();
+    assert_eq!(after.remaining, 0);
+    // 16 admitted against a burst of 10: 6 in debt, paid back at one per 6 s.
+    clock.advance(Duration::from_secs(6 * 6));
+    assert!(!a.store.check(b"k", &limit, 1).await.unwrap().allowed, "still paying back");
+    clock.advance(Duration::from_secs(6));
+    assert!(a.store.check(b"k", &limit, 1).await.unwrap().allowed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn several_keys_fall_back_all_or_nothing() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let remote = backend(&clock);
+    let node = node(&remote, &clock, FailurePolicy::Local);
+    let (small, large) = (hourly(2), hourly(100));
+    let checks = [Check::new(b"{u}:a", &small, 1), Check::new(b"{u}:b", &large, 1)];
+    assert!(all_allowed(&node.store.check_all(&checks).await.unwrap()));
+    remote.set(Fault::Refuse);
+    assert!(all_allowed(&node.store.check_all(&checks).await.unwrap()));
+    assert!(!all_allowed(&node.store.check_all(&checks).await.unwrap()));
+    remote.set(Fault::None);
+    until_settled(&node).await;
+    let b = remote.inner().check_sync(b"{u}:b", &large, 0).unwrap();
+    assert_eq!(b.remaining, 98, "the denied call charged nothing to b");
+}
