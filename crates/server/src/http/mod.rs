@@ -71,7 +71,12 @@ fn store_error(e: &StoreError) -> Response {
 }
 
 async fn check(State(engine): State<Arc<Engine>>, body: Bytes) -> Response {
-    let request: CheckRequest = match serde_json::from_slice(&body) {
+    check_json(&engine, &body).await
+}
+
+/// `POST /v1/check` on a request body: the decision, or the error, as the response.
+pub async fn check_json(engine: &Engine, body: &[u8]) -> Response {
+    let request: CheckRequest = match serde_json::from_slice(body) {
         Ok(request) => request,
         Err(e) => return bad_request(format!("invalid JSON body: {e}")),
     };
