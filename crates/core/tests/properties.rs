@@ -5,6 +5,8 @@
 //! - a peek or a denial never changes state;
 //! - a charge that fits is exactly an admission, and one that does not puts the key in debt;
 //! - a state rebuilt from a snapshot never admits what the original would not;
+//! - a refund right after a reservation undoes it, and a refund never leaves a state looser than
+//!   one that never had the reservation;
 //! - no input whatsoever makes a decision or a charge panic.
 
 use proptest::prelude::*;
@@ -176,6 +178,65 @@ proptest! {
             // Both record what the rebuilt state admitted.
             if mine.allowed {
                 original.charge(now, &limit, cost).unwrap();
+            }
+        }
+    }
+
+    /// A reservation refunded at once leaves a state that decides every later request exactly as
+    /// if it had never been made.
+    #[test]
+    fn a_refund_right_after_a_reservation_undoes_it(
+        (limit, trace) in limit_and_trace(&Algorithm::ALL),
+        split in 0usize..120,
+    ) {
+        let split = split % trace.len();
+        let mut state = State::idle(&limit);
+        let mut now = ORIGIN;
+        for &(gap, cost) in &trace[..split] {
+            now += gap;
+            state.check(now, &limit, cost).unwrap();
+        }
+        let before = state.clone();
+        let cost = trace[split].1.max(1);
+        let decision = state.check(now, &limit, cost).unwrap();
+        state.refund(now, &decision, &limit, cost);
+        let (mut refunded, mut never) = (state, before);
+        for (i, &(gap, cost)) in trace[split..].iter().enumerate() {
+            now += gap;
+            prop_assert_eq!(refunded.check(now, &limit, cost).unwrap(), never.check(now, &limit, cost).unwrap(), "request {} after", i);
+        }
+    }
+
+    /// A reservation refunded after other requests were decided: the state never admits what a
+    /// state that never had the reservation (and saw the same admissions) would not.
+    #[test]
+    fn a_refund_never_leaves_a_state_looser_than_without_the_reservation(
+        (limit, trace) in limit_and_trace(&Algorithm::ALL),
+        split in 0usize..120,
+        refund_after in 0usize..20,
+    ) {
+        let split = split % trace.len();
+        let mut state = State::idle(&limit);
+        let mut now = ORIGIN;
+        for &(gap, cost) in &trace[..split] {
+            now += gap;
+            state.check(now, &limit, cost).unwrap();
+        }
+        let mut never = state.clone();
+        let (reserved_at, cost) = (now, trace[split].1.max(1));
+        let reservation = state.check(now, &limit, cost).unwrap();
+        let rest = &trace[split + 1..];
+        let refund_at = refund_after.min(rest.len());
+        for (i, &(gap, cost)) in rest.iter().enumerate() {
+            if i == refund_at {
+                state.refund(reserved_at, &reservation, &limit, trace[split].1.max(1));
+            }
+            now += gap;
+            let mine = state.check(now, &limit, cost).unwrap();
+            let theirs = never.clone().check(now, &limit, cost).unwrap();
+            prop_assert!(!mine.allowed || theirs.allowed || i < refund_at, "admitted request {} the state without the reservation denies", i);
+            if mine.allowed {
+                never.charge(now, &limit, cost).unwrap();
             }
         }
     }

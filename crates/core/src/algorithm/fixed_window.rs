@@ -53,6 +53,14 @@ impl RateState for FixedWindow {
         Ok(())
     }
 
+    fn refund(&mut self, at: u64, decision: &Decision, limit: &Limit, cost: u64) {
+        // Counted in the window ending `reset_after` after the admission.
+        let end = at.saturating_add(decision.reset_after_ns);
+        if decision.allowed && self.used > 0 && self.window_start.checked_add(limit.period_ns()) == Some(end) {
+            self.used -= cost.min(self.used);
+        }
+    }
+
     fn snapshot(&self, now: u64, limit: &Limit) -> Snapshot {
         Snapshot { at: now, used: self.rolled(now, limit.period_ns()).1, previous: 0 }
     }

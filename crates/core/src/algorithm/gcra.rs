@@ -10,7 +10,7 @@
 //! compared with `>=`, written here as `new - now <= burst*T`. It admits exactly `burst` at once
 //! from idle and `burst + floor(L/T)` in any closed interval of length `L`.
 
-use super::{RateState, Snapshot, charged_tat, cost_ns};
+use super::{RateState, Snapshot, charged_tat, cost_ns, reserved_tat};
 use crate::{Decision, Error, Limit};
 
 /// GCRA state: the theoretical arrival time in ns since the epoch (0 for a key with no history).
@@ -45,6 +45,12 @@ impl RateState for Gcra {
         let cost_ns = cost.saturating_mul(limit.emission_interval_ns());
         self.tat = charged_tat(self.tat, at, cost_ns);
         Ok(())
+    }
+
+    fn refund(&mut self, at: u64, decision: &Decision, limit: &Limit, cost: u64) {
+        if reserved_tat(at, decision, cost) == Some(self.tat) {
+            self.tat -= cost.saturating_mul(limit.emission_interval_ns()).min(self.tat);
+        }
     }
 
     fn snapshot(&self, now: u64, _: &Limit) -> Snapshot {

@@ -5,7 +5,7 @@
 //! is empty again at `last + level`, GCRA's theoretical arrival time: the meter makes exactly
 //! GCRA's decisions in every case (a property test holds it to that) with its own two fields.
 
-use super::{RateState, Snapshot, add, charged_tat, cost_ns};
+use super::{RateState, Snapshot, add, charged_tat, cost_ns, reserved_tat};
 use crate::{Decision, Error, Limit};
 
 /// Leaky bucket (meter) state.
@@ -62,6 +62,13 @@ impl RateState for LeakyBucket {
         let empty_at = charged_tat(self.idle_at(limit), at, pour);
         *self = LeakyBucket { level: empty_at - at, last: at };
         Ok(())
+    }
+
+    fn refund(&mut self, at: u64, decision: &Decision, limit: &Limit, cost: u64) {
+        if reserved_tat(at, decision, cost) == Some(self.idle_at(limit)) {
+            let empty_at = self.idle_at(limit).saturating_sub(cost.saturating_mul(limit.emission_interval_ns()));
+            *self = LeakyBucket { level: empty_at.saturating_sub(at), last: at };
+        }
     }
 
     fn snapshot(&self, now: u64, _: &Limit) -> Snapshot {

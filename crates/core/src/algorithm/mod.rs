@@ -54,6 +54,14 @@ pub trait RateState: Clone + PartialEq + std::fmt::Debug + Send + Sync + 'static
     /// the state's own instants is charged as late as those (never less strictly).
     fn charge(&mut self, at: u64, limit: &Limit, cost: u64) -> Result<(), Error>;
 
+    /// Withdraws an admission of `cost` made at `at` whose decision was `decision` (a reservation
+    /// that turned out not to count): exactly where it was counted, if the state still holds it
+    /// there. The decision locates it (its `reset_after` says which window, slice, log entry or
+    /// schedule end it went to). For the bucket family only while nothing else was admitted since
+    /// (the schedule is not a sum that can be taken apart); otherwise, or once it left the window,
+    /// nothing changes: the reservation stays counted, an under-grant, never an over-grant.
+    fn refund(&mut self, at: u64, decision: &Decision, limit: &Limit, cost: u64);
+
     /// What this state has consumed, seen at `now`.
     fn snapshot(&self, now: u64, limit: &Limit) -> Snapshot;
 
@@ -62,6 +70,12 @@ pub trait RateState: Clone + PartialEq + std::fmt::Debug + Send + Sync + 'static
     /// the sliding window counter; for the sliding log and the sub-window counter as if every
     /// unit in the window had been admitted at `snapshot.at` (so it frees up no earlier).
     fn from_snapshot(limit: &Limit, snapshot: &Snapshot) -> Self;
+}
+
+/// The end of the bucket family's schedule right after the admission `decision` made at `at`, if
+/// that admission consumed something a refund can give back.
+fn reserved_tat(at: u64, decision: &Decision, cost: u64) -> Option<u64> {
+    (decision.allowed && cost > 0).then(|| at.saturating_add(decision.reset_after_ns))
 }
 
 /// The furthest a charge may push the bucket family's schedule ahead of the charge's instant:

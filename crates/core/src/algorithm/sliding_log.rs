@@ -125,6 +125,24 @@ impl RateState for SlidingLog {
         Ok(())
     }
 
+    fn refund(&mut self, at: u64, decision: &Decision, limit: &Limit, cost: u64) {
+        // Logged at the entry that leaves the window `reset_after` after the admission.
+        let Some(stamp) = at.saturating_add(decision.reset_after_ns).checked_sub(limit.period_ns()) else { return };
+        let i = self.entries.partition_point(|&(t, _)| t < stamp);
+        if !decision.allowed || cost == 0 || self.entries.get(i).is_none_or(|&(t, _)| t != stamp) {
+            return;
+        }
+        let logged = self.entries[i].1 - self.total_before(i);
+        let refunded = cost.min(logged);
+        for entry in self.entries.range_mut(i..) {
+            entry.1 -= refunded;
+        }
+        if refunded == logged {
+            // An empty entry goes: the log stays at most `count` entries long.
+            self.entries.remove(i);
+        }
+    }
+
     fn snapshot(&self, now: u64, limit: &Limit) -> Snapshot {
         Snapshot { at: now, used: self.used_from(self.first_live(now, limit.period_ns())), previous: 0 }
     }

@@ -100,6 +100,20 @@ impl RateState for SlidingWindow {
         Ok(())
     }
 
+    fn refund(&mut self, at: u64, decision: &Decision, limit: &Limit, cost: u64) {
+        // Counted in the window starting two periods before its state's reset.
+        let period = limit.period_ns();
+        let Some(start) = at.saturating_add(decision.reset_after_ns).checked_sub(2 * period) else { return };
+        if !decision.allowed || cost == 0 {
+            return;
+        }
+        if self.window_start == start {
+            self.curr -= cost.min(self.curr);
+        } else if self.window_start.checked_sub(period) == Some(start) {
+            self.prev -= cost.min(self.prev);
+        }
+    }
+
     fn snapshot(&self, now: u64, limit: &Limit) -> Snapshot {
         let (_, prev, curr) = self.rolled(now, limit.period_ns());
         Snapshot { at: now, used: curr, previous: prev }

@@ -100,6 +100,23 @@ impl State {
         }
     }
 
+    /// Withdraws a reservation (see [`RateState::refund`]); nothing for a state of another
+    /// algorithm than the limit's.
+    pub fn refund(&mut self, at: u64, decision: &Decision, limit: &Limit, cost: u64) {
+        if self.algorithm() != limit.algorithm() {
+            return;
+        }
+        match self {
+            State::Gcra(s) => s.refund(at, decision, limit, cost),
+            State::TokenBucket(s) => s.refund(at, decision, limit, cost),
+            State::LeakyBucket(s) => s.refund(at, decision, limit, cost),
+            State::FixedWindow(s) => s.refund(at, decision, limit, cost),
+            State::SlidingLog(s) => s.refund(at, decision, limit, cost),
+            State::SlidingWindow(s) => s.refund(at, decision, limit, cost),
+            State::SubWindow(s) => s.refund(at, decision, limit, cost),
+        }
+    }
+
     /// What this state has consumed, seen at `now` (see [`RateState::snapshot`]); an idle
     /// snapshot for a state of another algorithm than the limit's.
     #[must_use]

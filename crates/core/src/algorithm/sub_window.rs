@@ -157,6 +157,20 @@ impl RateState for SubWindow {
         }
     }
 
+    fn refund(&mut self, at: u64, decision: &Decision, limit: &Limit, cost: u64) {
+        // Counted in the slice that leaves the window `reset_after` after the admission.
+        if !decision.allowed || cost == 0 || !self.laid_out_for(limit) {
+            return;
+        }
+        let n = limit.slices();
+        let Some(slice) = (at.saturating_add(decision.reset_after_ns) / self.slice_ns).checked_sub(n) else { return };
+        let newest = self.newest_slice();
+        if slice <= newest && slice + n > newest {
+            let at = slot(slice, n);
+            self.counts[at] -= cost.min(self.counts[at]);
+        }
+    }
+
     fn snapshot(&self, now: u64, limit: &Limit) -> Snapshot {
         let mut state = std::borrow::Cow::Borrowed(self);
         if !state.laid_out_for(limit) {

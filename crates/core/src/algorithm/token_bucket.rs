@@ -6,7 +6,7 @@
 //! case, debt and clocks going backwards included (a property test holds it to that), while
 //! storing its own two fields.
 
-use super::{RateState, Snapshot, charged_tat, cost_ns};
+use super::{RateState, Snapshot, charged_tat, cost_ns, reserved_tat};
 use crate::{Decision, Error, Limit};
 
 /// Token bucket state.
@@ -75,6 +75,15 @@ impl RateState for TokenBucket {
         let last = at.max(tat.saturating_sub(capacity));
         *self = TokenBucket { tokens: capacity - (tat - last), last };
         Ok(())
+    }
+
+    fn refund(&mut self, at: u64, decision: &Decision, limit: &Limit, cost: u64) {
+        if reserved_tat(at, decision, cost) == Some(self.idle_at(limit)) {
+            // Full again `cost * T` sooner, counted from the admission.
+            let capacity = limit.tolerance_ns();
+            let tat = self.idle_at(limit).saturating_sub(cost.saturating_mul(limit.emission_interval_ns()));
+            *self = TokenBucket { tokens: capacity - tat.saturating_sub(at).min(capacity), last: at };
+        }
     }
 
     fn snapshot(&self, now: u64, limit: &Limit) -> Snapshot {
