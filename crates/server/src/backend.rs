@@ -7,7 +7,8 @@ use tollgate_core::{Decision, Limit, SystemClock};
 use tollgate_store::fallback::FallbackOptions;
 use tollgate_store::memory::Evictions;
 use tollgate_store::{
-    Breaker, Check, FailurePolicy, Fallback, FallbackStats, MemoryStore, RedisOptions, RedisStore, Store, StoreError,
+    Breaker, Check, FailurePolicy, Fallback, FallbackStats, MemoryStore, RedisOptions, RedisStore, Refund, Reserved,
+    Store, StoreError,
 };
 
 use crate::config::{Config, OnStoreError, StoreConfig};
@@ -80,6 +81,23 @@ impl Store for Backend {
         match self {
             Backend::Memory(store) => store.check_all_sync(checks),
             Backend::Redis(store) => store.check_all(checks).await,
+        }
+    }
+
+    async fn reserve(&self, checks: &[Check<'_>]) -> Result<Reserved, StoreError> {
+        match self {
+            Backend::Memory(store) => store.reserve_sync(checks),
+            Backend::Redis(store) => store.reserve(checks).await,
+        }
+    }
+
+    async fn refund(&self, refunds: &[Refund<'_>]) -> Result<(), StoreError> {
+        match self {
+            Backend::Memory(store) => {
+                store.refund_sync(refunds);
+                Ok(())
+            }
+            Backend::Redis(store) => store.refund(refunds).await,
         }
     }
 

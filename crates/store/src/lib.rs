@@ -57,5 +57,5 @@ pub use memory::{MemoryStore, MemoryStoreBuilder};
 #[cfg(feature = "redis")]
 pub use redis::{RedisOptions, RedisStore, TimeSource};
 pub use remote::{Charge, Remote, Reply};
-pub use store::{Check, Store, all_allowed};
+pub use store::{Check, Refund, Reserved, Store, all_allowed};
 pub use tollgate_core::{Algorithm, Clock, Decision, Limit, ManualClock, SystemClock};

@@ -36,6 +36,28 @@ impl<'a> Check<'a> {
     }
 }
 
+/// What a store answered to a [`Store::reserve`]: the decisions, and the store's instant when it
+/// made them, which a later [`Store::refund`] needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reserved {
+    /// One decision per check.
+    pub decisions: Vec<Decision>,
+    /// The store's now, in ns since the epoch (the Redis server's time on Redis).
+    pub at: u64,
+}
+
+/// An admission to withdraw: the check that was admitted (its `cost` is given back), when, and
+/// its decision (which says where it was counted).
+#[derive(Debug, Clone, Copy)]
+pub struct Refund<'a> {
+    /// Whose state, under which limit, and how much to give back.
+    pub check: Check<'a>,
+    /// [`Reserved::at`] of the admission.
+    pub at: u64,
+    /// The admission's decision.
+    pub decision: Decision,
+}
+
 /// Where rate-limit state lives. Every implementation makes the decisions of `tollgate-core`
 /// exactly; the time is the store's own (its clock, or the Redis server's).
 ///
@@ -47,7 +69,18 @@ pub trait Store: Send + Sync {
     /// every check admits it, and then every check consumed its cost. Otherwise nothing is
     /// consumed; the checks that did not block it report their current state, as a peek would
     /// (`allowed: true`, nothing consumed). See [`all_allowed`].
-    fn check_all(&self, checks: &[Check<'_>]) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send;
+    fn check_all(&self, checks: &[Check<'_>]) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send {
+        async move { Ok(self.reserve(checks).await?.decisions) }
+    }
+
+    /// [`check_all`](Self::check_all), answering also the store's instant, so that what was
+    /// admitted can be withdrawn later with [`refund`](Self::refund).
+    fn reserve(&self, checks: &[Check<'_>]) -> impl Future<Output = Result<Reserved, StoreError>> + Send;
+
+    /// Withdraws admissions that turned out not to count (a response whose status a rule does not
+    /// count; a request denied by a limit in another Redis Cluster slot), each exactly where it
+    /// was counted if the state still holds it (see `RateState::refund`): never an over-grant.
+    fn refund(&self, refunds: &[Refund<'_>]) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Decides a request of `cost` for the ad-hoc `key` under `limit`, consuming capacity if
     /// admitted. `cost = 0` peeks: it reports the state, changes nothing and creates no state.
@@ -77,6 +110,14 @@ pub fn all_allowed(decisions: &[Decision]) -> bool {
 impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
     fn check_all(&self, checks: &[Check<'_>]) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send {
         (**self).check_all(checks)
+    }
+
+    fn reserve(&self, checks: &[Check<'_>]) -> impl Future<Output = Result<Reserved, StoreError>> + Send {
+        (**self).reserve(checks)
+    }
+
+    fn refund(&self, refunds: &[Refund<'_>]) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).refund(refunds)
     }
 
     fn check(&self, key: &[u8], limit: &Limit, cost: u64) -> impl Future<Output = Result<Decision, StoreError>> + Send {

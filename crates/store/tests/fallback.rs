@@ -10,7 +10,8 @@ use tollgate_store::fallback::FallbackOptions;
 use tollgate_store::remote::{Charge, Remote, Reply};
 use tollgate_store::testkit::faults::{Fault, Faulty};
 use tollgate_store::{
-    Breaker, Check, FailurePolicy, Fallback, Limit, ManualClock, MemoryStore, Store, StoreError, all_allowed,
+    Breaker, Check, FailurePolicy, Fallback, Limit, ManualClock, MemoryStore, Refund, Reserved, Store, StoreError,
+    all_allowed,
 };
 
 const SEC: u64 = 1_000_000_000;
@@ -118,8 +119,13 @@ struct Gated {
 }
 
 impl Store for Gated {
-    async fn check_all(&self, checks: &[Check<'_>]) -> Result<Vec<tollgate_store::Decision>, StoreError> {
-        Ok(self.decide(checks, &[]).await?.decisions)
+    async fn reserve(&self, checks: &[Check<'_>]) -> Result<Reserved, StoreError> {
+        let reply = self.decide(checks, &[]).await?;
+        Ok(Reserved { decisions: reply.decisions, at: reply.now_ns })
+    }
+
+    async fn refund(&self, refunds: &[Refund<'_>]) -> Result<(), StoreError> {
+        self.inner.refund(refunds).await
     }
 
     async fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> Result<(), StoreError> {
@@ -279,4 +285,25 @@ async fn several_keys_fall_back_all_or_nothing() {
     until_settled(&node).await;
     let b = remote.inner().check_sync(b"{u}:b", &large, 0).unwrap();
     assert_eq!(b.remaining, 98, "the denied call charged nothing to b");
+}
+
+/// A reservation decided locally is taken back from the debt; one decided by the backend is
+/// refunded there.
+#[tokio::test(start_paused = true)]
+async fn refunds_reach_the_debt_or_the_backend() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let remote = backend(&clock);
+    let node = node(&remote, &clock, FailurePolicy::Local);
+    let limit = hourly(10);
+    let check = Check::new(b"k", &limit, 2);
+    let reserved = node.store.reserve(&[check]).await.unwrap();
+    node.store.refund(&[Refund { check, at: reserved.at, decision: reserved.decisions[0] }]).await.unwrap();
+    assert_eq!(remote.inner().check_sync(b"k", &limit, 0).unwrap().remaining, 10, "refunded on the backend");
+
+    remote.set(Fault::Refuse);
+    let reserved = node.store.reserve(&[check]).await.unwrap();
+    assert!(reserved.decisions[0].allowed);
+    assert_eq!(node.store.stats().debts, 1);
+    node.store.refund(&[Refund { check, at: reserved.at, decision: reserved.decisions[0] }]).await.unwrap();
+    assert_eq!(node.store.stats().debts, 0, "taken back from the debt, nothing to charge");
 }

@@ -60,7 +60,9 @@ impl RateState for LeakyBucket {
         }
         let pour = cost.saturating_mul(limit.emission_interval_ns());
         let empty_at = charged_tat(self.idle_at(limit), at, pour);
-        *self = LeakyBucket { level: empty_at - at, last: at };
+        // Measured from the later of the two instants, so the level stays within what it counts.
+        let last = self.last.max(at);
+        *self = LeakyBucket { level: empty_at - last, last };
         Ok(())
     }
 

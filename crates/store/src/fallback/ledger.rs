@@ -176,6 +176,26 @@ impl Ledger {
         }
     }
 
+    /// Withdraws a reservation this node decided locally (still owed, not yet charged): true if
+    /// it was found in the debt.
+    pub(crate) fn refund(&self, refund: &crate::Refund<'_>, now: u64) -> bool {
+        self.with(&refund.check, now, false, |e| {
+            let Some(debt) = e.debt.as_mut() else { return false };
+            let Some(i) = debt.charges.iter().position(|c| c.at == refund.at && c.cost >= refund.check.cost) else {
+                return false;
+            };
+            debt.charges[i].cost -= refund.check.cost;
+            if debt.charges[i].cost == 0 {
+                debt.charges.remove(i);
+            }
+            if debt.charges.is_empty() {
+                e.debt = None;
+            }
+            true
+        })
+        .unwrap_or(false)
+    }
+
     /// Forgets a key (after a reset).
     pub(crate) fn forget(&self, check: &Check<'_>) {
         self.table.remove(self.fingerprint(check));

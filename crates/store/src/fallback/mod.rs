@@ -36,7 +36,7 @@ use tollgate_core::{Clock, Decision, Limit, SystemClock};
 
 use crate::memory::{DEFAULT_MAX_KEYS, DEFAULT_MAX_MEMORY};
 use crate::remote::{Charge, Remote, Reply};
-use crate::{Check, Store, StoreError};
+use crate::{Check, Refund, Reserved, Store, StoreError};
 
 /// What to answer while the backend fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -243,20 +243,22 @@ impl<R: Remote> Shared<R> {
     }
 
     /// Answers `checks` by the policy.
-    fn fall_back(self: &Arc<Self>, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
+    fn fall_back(self: &Arc<Self>, checks: &[Check<'_>]) -> Result<Reserved, StoreError> {
         self.fallbacks.fetch_add(1, Ordering::Relaxed);
-        match self.policy {
-            FailurePolicy::Open => Ok(checks.iter().map(|c| open(c.limit, c.cost)).collect()),
-            FailurePolicy::Closed => Ok(checks.iter().map(|c| closed(c.limit)).collect()),
+        let at = self.now();
+        let decisions = match self.policy {
+            FailurePolicy::Open => checks.iter().map(|c| open(c.limit, c.cost)).collect(),
+            FailurePolicy::Closed => checks.iter().map(|c| closed(c.limit)).collect(),
             FailurePolicy::Local => {
-                let decisions = self.ledger.decide(checks, self.now())?;
+                let decisions = self.ledger.decide(checks, at)?;
                 if decisions.iter().all(|d| d.allowed) && checks.iter().any(|c| c.cost > 0) {
                     self.start_flusher();
                     self.flush.notify_one();
                 }
-                Ok(decisions)
+                decisions
             }
-        }
+        };
+        Ok(Reserved { decisions, at })
     }
 
     /// A call to the backend failed: count it, and start probing if that opened the breaker.
@@ -358,7 +360,7 @@ fn closed(limit: &Limit) -> Decision {
 }
 
 impl<R: Remote> Store for Fallback<R> {
-    async fn check_all(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
+    async fn reserve(&self, checks: &[Check<'_>]) -> Result<Reserved, StoreError> {
         if checks.is_empty() {
             return Err(StoreError::NoChecks);
         }
@@ -382,13 +384,31 @@ impl<R: Remote> Store for Fallback<R> {
         match result {
             Ok(reply) => {
                 sh.answered(checks, &debts, &reply);
-                Ok(reply.decisions)
+                Ok(Reserved { decisions: reply.decisions, at: reply.now_ns })
             }
             Err(error) if error.is_backend() => {
                 sh.failed(&error);
                 sh.fall_back(checks)
             }
             Err(error) => Err(error),
+        }
+    }
+
+    /// A reservation decided locally is withdrawn from the debt; one decided by the backend is
+    /// refunded there. If the backend cannot be reached, the refund is dropped: the reservation
+    /// stays counted (an under-grant).
+    async fn refund(&self, refunds: &[Refund<'_>]) -> Result<(), StoreError> {
+        let sh = &self.shared;
+        let remote: Vec<Refund<'_>> = refunds.iter().filter(|r| !sh.ledger.refund(r, sh.now())).copied().collect();
+        if remote.is_empty() || sh.breaker.is_open() {
+            return Ok(());
+        }
+        match sh.remote.refund(&remote).await {
+            Err(error) if error.is_backend() => {
+                sh.failed(&error);
+                Ok(())
+            }
+            other => other,
         }
     }
 

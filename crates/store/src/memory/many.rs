@@ -72,13 +72,13 @@ type Guards<'l, S> = Vec<(usize, RwLockWriteGuard<'l, Shard<S>>)>;
 
 impl MemoryStore {
     /// Records `charges` (`(check, at)`: `check.cost` at instant `at`), then decides `checks` all
-    /// or nothing; returns the decisions and, if `snapshots`, each check's snapshot at now.
+    /// or nothing; returns the decisions, if `snapshots` each check's snapshot, and now.
     pub(super) fn check_many(
         &self,
         checks: &[Check<'_>],
         charges: &[(Check<'_>, u64)],
         snapshots: bool,
-    ) -> Result<(Vec<Decision>, Vec<Snapshot>), StoreError> {
+    ) -> Result<(Vec<Decision>, Vec<Snapshot>, u64), StoreError> {
         let now = self.clock.now_ns();
         let every = charges.iter().map(|(c, _)| c).chain(checks);
         let mut keys: Vec<Key<'_>> = Vec::new();
@@ -200,7 +200,7 @@ impl MemoryStore {
                 None => {}
             }
         }
-        Ok((decisions, snapshots))
+        Ok((decisions, snapshots, now))
     }
 }
 

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use tollgate_core::{Algorithm, Clock, Decision, Limit, State, SystemClock, algorithm::Gcra};
 
 use crate::table::Sharded;
-use crate::{Check, Store, StoreError};
+use crate::{Check, Refund, Reserved, Store, StoreError};
 use slots::{GcraSlot, StateSlot, decide_gcra};
 
 /// The default bound on keys per table (GCRA keys, and keys of the other algorithms).
@@ -162,7 +162,10 @@ impl MemoryStore {
 
     /// One check (in any scope) without a future.
     pub fn check_one(&self, check: Check<'_>) -> Result<Decision, StoreError> {
-        let now = self.clock.now_ns();
+        self.check_one_at(check, self.clock.now_ns())
+    }
+
+    fn check_one_at(&self, check: Check<'_>, now: u64) -> Result<Decision, StoreError> {
         let fingerprint = self.fingerprint(&check);
         if check.limit.algorithm() == Algorithm::Gcra {
             self.check_gcra(fingerprint, check.limit, check.cost, now)
@@ -173,10 +176,55 @@ impl MemoryStore {
 
     /// [`Store::check_all`] without a future.
     pub fn check_all_sync(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
+        Ok(self.reserve_sync(checks)?.decisions)
+    }
+
+    /// [`Store::reserve`] without a future.
+    pub fn reserve_sync(&self, checks: &[Check<'_>]) -> Result<Reserved, StoreError> {
         match checks {
             [] => Err(StoreError::NoChecks),
-            [one] => Ok(vec![self.check_one(*one)?]),
-            _ => Ok(self.check_many(checks, &[], false)?.0),
+            [one] => {
+                let at = self.clock.now_ns();
+                Ok(Reserved { decisions: vec![self.check_one_at(*one, at)?], at })
+            }
+            _ => {
+                let (decisions, _, at) = self.check_many(checks, &[], false)?;
+                Ok(Reserved { decisions, at })
+            }
+        }
+    }
+
+    /// [`Store::refund`] without a future.
+    pub fn refund_sync(&self, refunds: &[Refund<'_>]) {
+        let now = self.clock.now_ns();
+        for refund in refunds {
+            let Refund { check, at, decision } = *refund;
+            let fingerprint = self.fingerprint(&check);
+            if check.limit.algorithm() == Algorithm::Gcra {
+                let shard = self.gcra.read(self.gcra.shard_of(fingerprint));
+                if let Some(slot) = shard.slots.find(fingerprint, |s| s.fingerprint == fingerprint) {
+                    let mut gcra = Gcra { tat: slot.tat.load(std::sync::atomic::Ordering::Acquire) };
+                    let seen = gcra.tat;
+                    tollgate_core::RateState::refund(&mut gcra, at, &decision, check.limit, check.cost);
+                    // Only if no other admission moved the schedule meanwhile.
+                    let _ = slot.tat.compare_exchange(
+                        seen,
+                        gcra.tat,
+                        std::sync::atomic::Ordering::AcqRel,
+                        std::sync::atomic::Ordering::Acquire,
+                    );
+                }
+            } else {
+                let mut guard = self.states.write(self.states.shard_of(fingerprint));
+                if let Some(slot) = guard.slots.find_mut(fingerprint, |s| s.fingerprint == fingerprint) {
+                    let before = slot.state.heap_bytes();
+                    slot.state.refund(at, &decision, check.limit, check.cost);
+                    slot.idle_at = slot.state.idle_at(check.limit);
+                    let after = slot.state.heap_bytes();
+                    guard.heap_bytes -= before;
+                    self.states.grew(&mut guard, after, now, &[fingerprint]);
+                }
+            }
         }
     }
 
@@ -280,6 +328,15 @@ impl Store for MemoryStore {
 
     async fn check_all(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
         self.check_all_sync(checks)
+    }
+
+    async fn reserve(&self, checks: &[Check<'_>]) -> Result<Reserved, StoreError> {
+        self.reserve_sync(checks)
+    }
+
+    async fn refund(&self, refunds: &[Refund<'_>]) -> Result<(), StoreError> {
+        self.refund_sync(refunds);
+        Ok(())
     }
 
     async fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> Result<(), StoreError> {

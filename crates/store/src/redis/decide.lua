@@ -1,11 +1,14 @@
 -- tollgate: the seven algorithms of SEMANTICS.md as one atomic Redis script.
 --
--- KEYS: the state key of each check, then of each charge.
+-- KEYS: the state key of each check, then of each charge, then of each refund.
 -- ARGV: now_sec, now_nsec (both '' to use the server's TIME), ttl_margin_ms, checks, charges,
---       then 8 values per check: algorithm, count, period_ns, burst, slices, emission_ns,
---       tolerance_ns, cost; then 9 per charge: the same 8 and its age in ns.
+--       refunds, then 8 values per check: algorithm, count, period_ns, burst, slices, emission_ns,
+--       tolerance_ns, cost; then 9 per charge: the same 8 and its age in ns; then 10 per refund:
+--       the same 8, the admission's instant (decimal ns since the epoch) and its reset_after_ns.
+-- Refunds (admissions withdrawn: a reservation that did not count) are applied first, each exactly
+-- where its admission was counted if the state still holds it (see tollgate-core's refund).
 -- Charges (admissions made elsewhere, e.g. by a node's fallback while Redis was unreachable) are
--- recorded first, whatever the limit says, dated `age` ns before now. Then the checks are decided
+-- recorded next, whatever the limit says, dated `age` ns before now. Then the checks are decided
 -- in order; their states are written only if every check admitted (the charges are written anyway).
 -- Returns 7 integers per check: allowed (1/0), limit, remaining, retry_after_ns, reset_after_ns,
 -- and the key's snapshot after the call (used, previous; see tollgate-core's Snapshot), then the
@@ -163,6 +166,12 @@ ALGS['gcra'] = {
     local tat = charged_tat(st and st.tat or -FAR, at, cost * p.T)
     return { tat = tat }, tat
   end,
+  refund = function(st, p, cost, at, reset)
+    if st and st.tat == at + reset then
+      local tat = st.tat - cost * p.T
+      return { tat = tat }, tat
+    end
+  end,
   snapshot = function(st)
     return math.max(st and st.tat or 0, 0), 0
   end,
@@ -202,6 +211,12 @@ ALGS['token-bucket'] = {
     local last = math.max(at, tat - cap)
     return { tokens = cap - (tat - last), last = last }, tat
   end,
+  refund = function(st, p, cost, at, reset)
+    if st and bucket_tat(st, p.tol) == at + reset then
+      local tat = at + reset - cost * p.T
+      return { tokens = p.tol - math.min(math.max(tat - at, 0), p.tol), last = at }, tat
+    end
+  end,
   snapshot = function(st, p)
     return math.max(bucket_tat(st, p.tol), 0), 0
   end,
@@ -233,7 +248,15 @@ ALGS['leaky-bucket'] = {
   end,
   charge = function(st, p, cost, at)
     local empty = charged_tat(st and st.last + st.level or -FAR, at, cost * p.T)
-    return { level = empty - at, last = at }, empty
+    -- Measured from the later of the two instants (as tollgate-core).
+    local last = math.max(st and st.last or -FAR, at)
+    return { level = empty - last, last = last }, empty
+  end,
+  refund = function(st, p, cost, at, reset)
+    if st and st.last + st.level == at + reset then
+      local empty = at + reset - cost * p.T
+      return { level = math.max(empty - at, 0), last = at }, empty
+    end
   end,
   snapshot = function(st)
     return leaky_level(st, 0), 0
@@ -270,6 +293,11 @@ ALGS['fixed-window'] = {
   charge = function(st, p, cost, at)
     local start, used = fixed_rolled(st, p, at)
     return { start = start, used = used + counted(used, cost) }, start + p.period
+  end,
+  refund = function(st, p, cost, at, reset)
+    if st and st.used > 0 and st.start + p.period == at + reset then
+      return { start = st.start, used = st.used - math.min(cost, st.used) }, st.start + p.period
+    end
   end,
   snapshot = function(st, p)
     local _, used = fixed_rolled(st, p, 0)
@@ -322,6 +350,15 @@ ALGS['sliding-window'] = {
   charge = function(st, p, cost, at)
     local start, prev, curr = sliding_rolled(st, p, at)
     return { start = start, prev = prev, curr = curr + counted(curr, cost) }, start + 2 * p.period
+  end,
+  refund = function(st, p, cost, at, reset)
+    if not st then return end
+    local start = at + reset - 2 * p.period
+    if st.start == start then
+      return { start = st.start, prev = st.prev, curr = st.curr - math.min(cost, st.curr) }, st.start + 2 * p.period
+    elseif st.start - p.period == start then
+      return { start = st.start, prev = st.prev - math.min(cost, st.prev), curr = st.curr }, st.start + 2 * p.period
+    end
   end,
   snapshot = function(st, p)
     local _, prev, curr = sliding_rolled(st, p, 0)
@@ -413,8 +450,30 @@ ALGS['sub-window'] = {
   end,
   charge = function(st, p, cost, at)
     local cur, current, d = sub_at(st, p, at)
-    local new = sub_count(cur, p, current, d, counted(sub_used(cur, p.slices, d), cost))
+    local counts = counted(sub_used(cur, p.slices, d), cost)
+    if counts == 0 then
+      -- Nothing counted: the state only re-laid out (as tollgate-core), idle when its newest
+      -- counted slice leaves.
+      if not cur then return nil, 0 end
+      for i = p.slices, 1, -1 do
+        if cur.counts[i] > 0 then return cur, cur.newest + i * cur.slice end
+      end
+      return cur, 0
+    end
+    local new = sub_count(cur, p, current, d, counts)
     return new, new.newest + p.slices * new.slice
+  end,
+  refund = function(st, p, cost, at, reset)
+    local n, L = p.slices, idiv(p.period, p.slices)
+    if not st or #st.counts ~= n or st.slice ~= L then return end
+    -- Counted in the slice that leaves the window `reset` after the admission: the one starting
+    -- n slices before that; slot i holds the slice starting at newest - (n - i)*L.
+    local i = n - idiv(st.newest - (at + reset - n * L), L)
+    if i < 1 or i > n or st.counts[i] == 0 then return end
+    local counts = {}
+    for j = 1, n do counts[j] = st.counts[j] end
+    counts[i] = counts[i] - math.min(cost, counts[i])
+    return { newest = st.newest, slice = L, counts = counts }, st.newest + n * L
   end,
   snapshot = function(st, p)
     local cur, _, d = sub_at(st, p, 0)
@@ -545,6 +604,26 @@ ALGS['sliding-log'] = {
     local new, stamp = log_add(view, p.period, at, cost)
     return new, stamp + p.period
   end,
+  -- In place (the list is edited, not rebuilt): the entries after the refunded one are re-totalled,
+  -- O(entries after it); an emptied entry goes.
+  refund_in_place = function(key, p, cost, at, reset)
+    local st = ALGS['sliding-log'].load(key)
+    if not st then return end
+    local stamp = at + reset - p.period
+    local i = log_search(st, function(t) return t >= stamp end)
+    if i > st.n or select(1, log_entry(st, i)) ~= stamp then return end
+    local t, total = log_entry(st, i)
+    local logged = total - log_total_before(st, i)
+    local refunded = math.min(cost, logged)
+    if refunded == 0 then return end
+    local updates = {}
+    for j = i, st.n do
+      local tj, totalj = log_entry(st, j)
+      updates[#updates + 1] = { j, abs(tj) .. string.format(' %d', totalj - refunded) }
+    end
+    for _, u in ipairs(updates) do redis.call('LSET', key, u[1], u[2]) end
+    if refunded == logged then redis.call('LREM', key, -1, updates[1][2]) end
+  end,
   snapshot = function(st, p)
     if not st then return 0, 0 end
     local live = log_search(st, function(t) return t + p.period > 0 end)
@@ -587,7 +666,7 @@ ALGS['sliding-log'] = {
 }
 
 -- Read every argument first: a malformed call fails before anything is written.
-local checks, charges = tonumber(ARGV[4]), tonumber(ARGV[5])
+local checks, charges, refunds = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local function params(b, key)
   local p = {
     alg = ARGV[b + 1], count = tonumber(ARGV[b + 2]), period = tonumber(ARGV[b + 3]), burst = tonumber(ARGV[b + 4]),
@@ -605,9 +684,26 @@ local function current(key, p)
   return state[key]
 end
 
+-- 0. Refunds, each read and written in turn (a refund never needs to meet a check of its call).
+for k = 1, refunds do
+  local b = 6 + checks * 8 + charges * 9 + (k - 1) * 10
+  local key = KEYS[checks + charges + k]
+  local p, cost = params(b, key)
+  local at, reset = rel(key, ARGV[b + 9]), tonumber(ARGV[b + 10])
+  local A = ALGS[p.alg]
+  if cost > 0 then
+    if A.refund_in_place then
+      A.refund_in_place(key, p, cost, at, reset)
+    else
+      local new, at_idle = A.refund(A.load(key), p, cost, at, reset)
+      if new then A.store(key, new, at_idle) end
+    end
+  end
+end
+
 -- 1. Charges, recorded whatever the limit says.
 for j = 1, charges do
-  local b = 5 + checks * 8 + (j - 1) * 9
+  local b = 6 + checks * 8 + (j - 1) * 9
   local key = KEYS[checks + j]
   local p, cost = params(b, key)
   if cost > 0 then
@@ -623,7 +719,7 @@ local ps, decisions = {}, {}
 local all = true
 for i = 1, checks do
   local key = KEYS[i]
-  local p, cost = params(5 + (i - 1) * 8, key)
+  local p, cost = params(6 + (i - 1) * 8, key)
   local d, new, at_idle = ALGS[p.alg].decide(current(key, p), p, cost)
   if new then state[key], idle[key] = new, at_idle end
   if d[1] == false then all = false end

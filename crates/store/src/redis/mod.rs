@@ -27,7 +27,7 @@ use redis::cluster_async::ClusterConnection;
 use tollgate_core::{Clock, Decision, Limit, Snapshot};
 
 use crate::remote::{Charge, Remote, Reply};
-use crate::{Check, Store, StoreError};
+use crate::{Check, Refund, Reserved, Store, StoreError};
 
 /// Where the Redis store takes "now" from.
 #[derive(Debug, Clone)]
@@ -138,14 +138,21 @@ impl RedisStore {
         keys::state_key(&self.options.prefix, scope, limit.algorithm(), key)
     }
 
-    /// Records `charges` and decides `checks` in one script call.
-    async fn call(&self, checks: &[Check<'_>], charges: &[Charge<'_>]) -> Result<Reply, StoreError> {
+    /// Applies `refunds`, records `charges` and decides `checks` in one script call (all of their
+    /// keys in one slot on a cluster).
+    async fn call(
+        &self,
+        checks: &[Check<'_>],
+        charges: &[Charge<'_>],
+        refunds: &[Refund<'_>],
+    ) -> Result<Reply, StoreError> {
         if let Some(c) = checks.iter().find(|c| c.cost > c.limit.capacity()) {
             return Err(tollgate_core::Error::CostExceedsCapacity { cost: c.cost, capacity: c.limit.capacity() }.into());
         }
         let keys = checks
             .iter()
             .chain(charges.iter().map(|c| &c.check))
+            .chain(refunds.iter().map(|r| &r.check))
             .map(|c| self.state_key(c.scope, c.key, c.limit))
             .collect::<Result<Vec<_>, _>>()?;
         if keys.is_empty() {
@@ -172,7 +179,7 @@ impl RedisStore {
             TimeSource::Server => 0,
             TimeSource::Clock(_) => u64::try_from(self.options.clock_skew_margin.as_millis()).unwrap_or(u64::MAX),
         };
-        invocation.arg(margin_ms).arg(checks.len()).arg(charges.len());
+        invocation.arg(margin_ms).arg(checks.len()).arg(charges.len()).arg(refunds.len());
         let limit_args = |invocation: &mut redis::ScriptInvocation<'_>, limit: &Limit, cost: u64| {
             invocation
                 .arg(limit.algorithm().name())
@@ -190,6 +197,10 @@ impl RedisStore {
         for charge in charges {
             limit_args(&mut invocation, charge.check.limit, charge.check.cost);
             invocation.arg(charge.age_ns);
+        }
+        for refund in refunds {
+            limit_args(&mut invocation, refund.check.limit, refund.check.cost);
+            invocation.arg(refund.at).arg(refund.decision.reset_after_ns);
         }
         let call = async {
             match &self.connection {
@@ -228,6 +239,68 @@ fn script_error(error: &redis::RedisError, keys: &[Vec<u8>]) -> StoreError {
     }
 }
 
+impl RedisStore {
+    /// A multi-slot reservation was denied in its last group: refund what the earlier groups
+    /// admitted, then report every check as `check_all` does.
+    async fn withdraw(&self, checks: &[Check<'_>], done: Vec<(Vec<Check<'_>>, Reply)>) -> Result<Reserved, StoreError> {
+        let (denied_group, denied) = done.last().map(|(g, r)| (g.clone(), r.clone())).ok_or(StoreError::NoChecks)?;
+        for (group, reply) in &done[..done.len() - 1] {
+            let refunds: Vec<Refund<'_>> = group
+                .iter()
+                .zip(&reply.decisions)
+                .map(|(check, decision)| Refund { check: *check, at: reply.now_ns, decision: *decision })
+                .collect();
+            self.call(&[], &[], &refunds).await?;
+        }
+        // Every check that did not block reports its state as a peek would.
+        let mut answered: Vec<(Vec<Check<'_>>, Reply)> = Vec::new();
+        for (group, _) in &done[..done.len() - 1] {
+            let peeks: Vec<Check<'_>> = group.iter().map(|c| Check { cost: 0, ..*c }).collect();
+            answered.push((group.clone(), self.call(&peeks, &[], &[]).await?));
+        }
+        answered.push((denied_group, denied.clone()));
+        let mut decisions = in_order(checks, &answered);
+        // Checks of groups never tried: peeks too.
+        for (i, check) in checks.iter().enumerate() {
+            if !answered.iter().any(|(group, _)| group.iter().any(|c| same(c, check))) {
+                decisions[i] = self.call(&[Check { cost: 0, ..*check }], &[], &[]).await?.decisions[0];
+            }
+        }
+        Ok(Reserved { decisions, at: denied.now_ns })
+    }
+}
+
+/// Whether two checks name the same state.
+fn same(a: &Check<'_>, b: &Check<'_>) -> bool {
+    a.scope == b.scope && a.key == b.key && a.limit.algorithm() == b.limit.algorithm()
+}
+
+/// The decisions of `groups` in the order of `checks` (a state checked twice in one group: in turn).
+fn in_order(checks: &[Check<'_>], groups: &[(Vec<Check<'_>>, Reply)]) -> Vec<Decision> {
+    let mut used: Vec<Vec<bool>> = groups.iter().map(|(g, _)| vec![false; g.len()]).collect();
+    let mut decisions = Vec::with_capacity(checks.len());
+    for check in checks {
+        let mut found = Decision {
+            allowed: true,
+            limit: check.limit.capacity(),
+            remaining: 0,
+            retry_after_ns: 0,
+            reset_after_ns: 0,
+        };
+        'groups: for (g, (group, reply)) in groups.iter().enumerate() {
+            for (i, c) in group.iter().enumerate() {
+                if !used[g][i] && same(c, check) && c.cost == check.cost {
+                    used[g][i] = true;
+                    found = reply.decisions[i];
+                    break 'groups;
+                }
+            }
+        }
+        decisions.push(found);
+    }
+    decisions
+}
+
 /// 7 values per check (the decision and the snapshot), then the server's seconds and nanoseconds.
 fn parse_reply(reply: &[i64], n: usize) -> Result<Reply, StoreError> {
     if reply.len() != 7 * n + 2 {
@@ -253,12 +326,63 @@ fn parse_reply(reply: &[i64], n: usize) -> Result<Reply, StoreError> {
     Ok(Reply { decisions, snapshots, now_ns })
 }
 
+impl RedisStore {
+    /// `items` grouped by the Redis Cluster slot of their check's key, groups in order of first
+    /// appearance (one group on a single server).
+    fn by_slot<T: Copy>(&self, items: &[T], check: impl Fn(&T) -> Check<'_>) -> Result<Vec<Vec<T>>, StoreError> {
+        if !matches!(self.connection, Connection::Cluster(_)) {
+            return Ok(vec![items.to_vec()]);
+        }
+        let mut groups: Vec<(redis::cluster_routing::Slot, Vec<T>)> = Vec::new();
+        for item in items {
+            let c = check(item);
+            let slot = redis::cluster_routing::Slot::for_key(self.state_key(c.scope, c.key, c.limit)?);
+            match groups.iter_mut().find(|(s, _)| *s == slot) {
+                Some((_, group)) => group.push(*item),
+                None => groups.push((slot, vec![*item])),
+            }
+        }
+        Ok(groups.into_iter().map(|(_, group)| group).collect())
+    }
+}
+
 impl Store for RedisStore {
-    async fn check_all(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
+    /// One script call when every key shares a slot. On a cluster, keys in several slots are
+    /// decided slot by slot, all or nothing still: once a slot denies, what the slots before it
+    /// admitted is refunded (exactly, unless something else was admitted there meanwhile: then it
+    /// stays counted, an under-grant), and every check that did not block reports its state.
+    async fn reserve(&self, checks: &[Check<'_>]) -> Result<Reserved, StoreError> {
         if checks.is_empty() {
             return Err(StoreError::NoChecks);
         }
-        Ok(self.call(checks, &[]).await?.decisions)
+        if let Some(c) = checks.iter().find(|c| c.cost > c.limit.capacity()) {
+            return Err(tollgate_core::Error::CostExceedsCapacity { cost: c.cost, capacity: c.limit.capacity() }.into());
+        }
+        let groups = self.by_slot(checks, |c| *c)?;
+        if groups.len() == 1 {
+            let reply = self.call(checks, &[], &[]).await?;
+            return Ok(Reserved { decisions: reply.decisions, at: reply.now_ns });
+        }
+        let mut done: Vec<(Vec<Check<'_>>, Reply)> = Vec::new();
+        for group in groups {
+            let reply = self.call(&group, &[], &[]).await?;
+            let denied = !reply.decisions.iter().all(|d| d.allowed);
+            done.push((group, reply));
+            if denied {
+                return self.withdraw(checks, done).await;
+            }
+        }
+        let at = done.first().map_or(0, |(_, reply)| reply.now_ns);
+        Ok(Reserved { decisions: in_order(checks, &done), at })
+    }
+
+    async fn refund(&self, refunds: &[Refund<'_>]) -> Result<(), StoreError> {
+        let refunds: Vec<Refund<'_>> =
+            refunds.iter().filter(|r| r.decision.allowed && r.check.cost > 0).copied().collect();
+        for group in self.by_slot(&refunds, |r| r.check)? {
+            self.call(&[], &[], &group).await?;
+        }
+        Ok(())
     }
 
     async fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> Result<(), StoreError> {
@@ -281,7 +405,7 @@ impl Store for RedisStore {
 
 impl Remote for RedisStore {
     async fn decide(&self, checks: &[Check<'_>], charges: &[Charge<'_>]) -> Result<Reply, StoreError> {
-        self.call(checks, charges).await
+        self.call(checks, charges, &[]).await
     }
 
     async fn probe(&self) -> Result<(), StoreError> {

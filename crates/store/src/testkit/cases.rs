@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tollgate_core::{Algorithm, Limit, LimitBuilder, ManualClock};
 
-use crate::{Check, Store, StoreError};
+use crate::{Check, Refund, Store, StoreError};
 
 const SEC: u64 = 1_000_000_000;
 /// An epoch-aligned instant, so window seams are where the cases expect them.
@@ -24,6 +24,9 @@ pub enum Step {
     CheckAll(Vec<(&'static str, Limit, u64)>, Vec<(bool, u64)>),
     /// `reset(key, limit)`.
     Reset(&'static str, Limit),
+    /// `reserve` a check of this cost (it must be admitted), then `refund` it: a peek must then
+    /// answer what it answered before.
+    ReserveThenRefund(&'static str, Limit, u64),
 }
 
 /// A named list of steps.
@@ -42,7 +45,7 @@ fn limit(algorithm: Algorithm, text: &str) -> Limit {
 /// Every case, for every algorithm.
 #[must_use]
 pub fn all() -> Vec<Case> {
-    use Step::{At, Check, CheckAll, CostError, Reset};
+    use Step::{At, Check, CheckAll, CostError, ReserveThenRefund, Reset};
     let mut cases = Vec::new();
     for &a in &Algorithm::ALL {
         let three = limit(a, "3/s");
@@ -104,6 +107,15 @@ pub fn all() -> Vec<Case> {
             vec![At(T0), Check("k", three.clone(), 3, (true, 0)), Check("k", limit(other, "3/s"), 1, (true, 2))],
         );
         case(
+            "a reservation refunded at once is given back",
+            vec![
+                At(T0),
+                Check("k", three.clone(), 1, (true, 2)),
+                ReserveThenRefund("k", three.clone(), 2),
+                Check("k", three.clone(), 2, (true, 0)),
+            ],
+        );
+        case(
             "a clock going backwards never over-grants",
             vec![
                 At(T0 + SEC / 2),
@@ -159,6 +171,17 @@ pub async fn run<S: Store>(store: &S, clock: &ManualClock, case: &Case, namespac
             }
             Step::Reset(k, limit) => {
                 store.reset("", key(k).as_bytes(), limit).await.unwrap_or_else(|e| panic!("{at}: {e}"))
+            }
+            Step::ReserveThenRefund(k, limit, cost) => {
+                let key = key(k);
+                let before = store.check(key.as_bytes(), limit, 0).await.unwrap_or_else(|e| panic!("{at}: {e}"));
+                let check = Check::new(key.as_bytes(), limit, *cost);
+                let reserved = store.reserve(&[check]).await.unwrap_or_else(|e| panic!("{at}: {e}"));
+                assert!(reserved.decisions[0].allowed, "{at}: not admitted");
+                let refund = Refund { check, at: reserved.at, decision: reserved.decisions[0] };
+                store.refund(&[refund]).await.unwrap_or_else(|e| panic!("{at}: {e}"));
+                let after = store.check(key.as_bytes(), limit, 0).await.unwrap_or_else(|e| panic!("{at}: {e}"));
+                assert_eq!(after.remaining, before.remaining, "{at}: not given back");
             }
         }
     }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use tollgate_core::Limit;
 
 use crate::remote::{Charge, Remote, Reply};
-use crate::{Check, Store, StoreError};
+use crate::{Check, Refund, Reserved, Store, StoreError};
 
 /// What happens to the next calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,8 +64,20 @@ fn injected() -> StoreError {
 }
 
 impl<R: Remote> Store for Faulty<R> {
-    async fn check_all(&self, checks: &[Check<'_>]) -> Result<Vec<tollgate_core::Decision>, StoreError> {
-        Ok(self.decide(checks, &[]).await?.decisions)
+    async fn reserve(&self, checks: &[Check<'_>]) -> Result<Reserved, StoreError> {
+        let reply = self.decide(checks, &[]).await?;
+        Ok(Reserved { decisions: reply.decisions, at: reply.now_ns })
+    }
+
+    async fn refund(&self, refunds: &[Refund<'_>]) -> Result<(), StoreError> {
+        match self.fault() {
+            Fault::None => self.inner.refund(refunds).await,
+            Fault::Refuse => Err(injected()),
+            Fault::LoseReply => {
+                let _ = self.inner.refund(refunds).await;
+                Err(StoreError::Timeout(std::time::Duration::from_millis(50)))
+            }
+        }
     }
 
     async fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> Result<(), StoreError> {
