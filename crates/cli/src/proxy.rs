@@ -32,6 +32,9 @@ pub(crate) struct ProxyArgs {
     /// Also send the legacy X-RateLimit-Limit/Remaining/Reset headers.
     #[arg(long)]
     legacy_headers: bool,
+    /// Longest the upstream may take to accept a connection and to answer (then 504).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = crate::units::duration)]
+    upstream_timeout: std::time::Duration,
     /// Log filter: error, warn, info, debug, trace.
     #[arg(long, value_name = "LEVEL", default_value = "info")]
     log_level: String,
@@ -52,6 +55,8 @@ pub(crate) fn run(args: ProxyArgs) -> anyhow::Result<()> {
     let proxy = tollgate_server::proxy::ProxyConfig {
         upstream: args.upstream,
         rules,
+        rules_file: Some(args.rules.clone()),
+        upstream_timeout: args.upstream_timeout,
         options: tollgate_tower::Options {
             headers_on_allowed: args.headers_on_allowed,
             legacy_headers: args.legacy_headers,

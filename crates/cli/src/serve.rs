@@ -28,9 +28,10 @@ pub(crate) struct ServeArgs {
     /// With memory: most bytes the store holds, every algorithm's state included (e.g. 512MiB).
     #[arg(long, value_name = "SIZE", default_value = "512MiB", value_parser = units::bytes)]
     max_memory: usize,
-    /// TOML file of named limits (see the README).
-    #[arg(long, value_name = "FILE")]
-    config: Option<PathBuf>,
+    /// Rules file: rules on request characteristics and named limits for TG.LIMIT and
+    /// limit_name (see the README); reloaded on SIGHUP and when it changes.
+    #[arg(long, value_name = "FILE", alias = "config")]
+    rules: Option<PathBuf>,
     /// Largest RESP command accepted (e.g. 1MiB).
     #[arg(long, value_name = "SIZE", default_value = "1MiB", value_parser = units::bytes)]
     max_frame_bytes: usize,
@@ -95,12 +96,13 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<()> {
     if let StoreConfig::Memory { .. } = config.store {
         config.store = StoreConfig::Memory { max_keys: args.max_keys, max_memory: args.max_memory };
     }
-    let limits = match &args.config {
-        Some(path) => tollgate_server::config::load_limits(path).map_err(anyhow::Error::msg)?,
-        None => Default::default(),
+    let rules = match &args.rules {
+        Some(path) => tollgate_rules::Rules::load(path).map_err(anyhow::Error::msg)?,
+        None => tollgate_rules::Rules::default(),
     };
     let config = Config {
-        limits,
+        rules,
+        rules_file: args.rules.clone(),
         resp: RespBounds {
             max_frame_bytes: args.max_frame_bytes,
             max_inline_bytes: args.max_inline_bytes,

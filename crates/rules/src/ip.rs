@@ -1,6 +1,9 @@
 //! The client's IP address: the peer's, unless the peer is a trusted proxy; then the forwarding
-//! headers are walked from the right (the entries our own proxies appended) past every trusted
-//! proxy, and the first untrusted address is the client.
+//! header those proxies write (one, configured: `X-Forwarded-For` by default, or RFC 7239
+//! `Forwarded`; the other is ignored, since a client can send it and no proxy of ours rewrites
+//! it) is walked from the right (the entries our own proxies appended) past every trusted proxy,
+//! and the first untrusted address is the client. A hop that does not parse ends the walk: the
+//! client is then the last trusted hop (nothing to its left can be believed).
 //!
 //! Never the leftmost `X-Forwarded-For` entry: any client can write it (tower_governor's flaw).
 
@@ -65,45 +68,79 @@ fn masked(net: u128, address: u128, bits: u32, prefix: u8) -> bool {
     shift >= bits || (net >> shift) == (address >> shift)
 }
 
-/// The proxies whose forwarding headers are believed.
+/// Which header the trusted proxies write the client's address into.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ForwardingHeader {
+    /// `X-Forwarded-For: client, proxy1, proxy2` (nginx, most load balancers, `tollgate proxy`).
+    #[default]
+    XForwardedFor,
+    /// RFC 7239 `Forwarded: for=client, for=proxy1`.
+    Forwarded,
+}
+
+impl ForwardingHeader {
+    /// The header's (lowercase) name.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            ForwardingHeader::XForwardedFor => "x-forwarded-for",
+            ForwardingHeader::Forwarded => "forwarded",
+        }
+    }
+}
+
+/// The proxies whose forwarding header is believed, and which header that is.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TrustedProxies(Vec<Cidr>);
+pub struct TrustedProxies {
+    blocks: Vec<Cidr>,
+    header: ForwardingHeader,
+}
 
 impl TrustedProxies {
-    /// Trust these blocks.
+    /// Trust these blocks, reading `X-Forwarded-For`.
     #[must_use]
     pub fn new(blocks: Vec<Cidr>) -> Self {
-        TrustedProxies(blocks)
+        TrustedProxies { blocks, header: ForwardingHeader::default() }
+    }
+
+    /// Read `header` instead.
+    #[must_use]
+    pub fn reading(self, header: ForwardingHeader) -> Self {
+        TrustedProxies { header, ..self }
+    }
+
+    /// The header read.
+    #[must_use]
+    pub fn header(&self) -> ForwardingHeader {
+        self.header
+    }
+
+    /// Whether any proxy is trusted (otherwise the client is always the peer).
+    #[must_use]
+    pub fn any(&self) -> bool {
+        !self.blocks.is_empty()
     }
 
     fn trusts(&self, address: IpAddr) -> bool {
-        self.0.iter().any(|block| block.contains(address))
+        self.blocks.iter().any(|block| block.contains(address))
     }
 
-    /// The client's address for a request from `peer` with these `X-Forwarded-For` and
-    /// `Forwarded` header values (in the order received).
+    /// The client's address for a request from `peer` whose configured forwarding header has
+    /// these values (in the order received).
     #[must_use]
-    pub fn client_ip(&self, peer: IpAddr, x_forwarded_for: &[&str], forwarded: &[&str]) -> IpAddr {
+    pub fn client_ip(&self, peer: IpAddr, values: &[&str]) -> IpAddr {
         if !self.trusts(peer) {
             return peer;
         }
-        // The hops as our proxies recorded them, nearest last: prefer `Forwarded` (RFC 7239).
-        let hops: Vec<IpAddr> = if forwarded.is_empty() {
-            x_forwarded_for.iter().flat_map(|v| v.split(',')).filter_map(parse_hop).collect()
-        } else {
-            forwarded
-                .iter()
-                .flat_map(|v| v.split(','))
-                .filter_map(|element| {
-                    element.split(';').find_map(|pair| {
-                        let (name, value) = pair.split_once('=')?;
-                        name.trim().eq_ignore_ascii_case("for").then(|| parse_hop(value)).flatten()
-                    })
-                })
-                .collect()
-        };
+        // The hops as our proxies recorded them, nearest last; walked from the right.
+        let hops = values.iter().rev().flat_map(|v| v.rsplit(','));
         let mut client = peer;
-        for hop in hops.into_iter().rev() {
+        for hop in hops {
+            let parsed = match self.header {
+                ForwardingHeader::XForwardedFor => parse_hop(hop),
+                ForwardingHeader::Forwarded => forwarded_for(hop),
+            };
+            let Some(hop) = parsed else { break };
             client = hop;
             if !self.trusts(hop) {
                 break;
@@ -111,6 +148,14 @@ impl TrustedProxies {
         }
         client
     }
+}
+
+/// The `for=` address of one RFC 7239 element (`for=1.2.3.4;proto=https`).
+fn forwarded_for(element: &str) -> Option<IpAddr> {
+    element.split(';').find_map(|pair| {
+        let (name, value) = pair.split_once('=')?;
+        name.trim().eq_ignore_ascii_case("for").then(|| parse_hop(value)).flatten()
+    })
 }
 
 /// One hop: `1.2.3.4`, `1.2.3.4:5678`, `"[2001:db8::1]:80"`, `2001:db8::1`.
@@ -145,22 +190,30 @@ mod tests {
     }
 
     #[test]
-    fn walks_forwarding_headers_from_the_right_past_trusted_proxies() {
+    fn walks_the_forwarding_header_from_the_right_past_trusted_proxies() {
         let trusted = TrustedProxies::new(vec!["10.0.0.0/8".parse().unwrap()]);
         // Untrusted peer: headers are ignored, whatever they say.
-        assert_eq!(trusted.client_ip(ip("203.0.113.9"), &["1.1.1.1"], &[]), ip("203.0.113.9"));
+        assert_eq!(trusted.client_ip(ip("203.0.113.9"), &["1.1.1.1"]), ip("203.0.113.9"));
         // A spoofed leftmost entry does not change the key: the first untrusted from the right wins.
-        assert_eq!(trusted.client_ip(ip("10.0.0.2"), &["6.6.6.6, 198.51.100.7, 10.0.0.5"], &[]), ip("198.51.100.7"));
-        assert_eq!(trusted.client_ip(ip("10.0.0.2"), &["6.6.6.6", "198.51.100.7"], &[]), ip("198.51.100.7"));
-        // Forwarded (RFC 7239) is preferred, with ports and brackets.
+        assert_eq!(trusted.client_ip(ip("10.0.0.2"), &["6.6.6.6, 198.51.100.7, 10.0.0.5"]), ip("198.51.100.7"));
+        assert_eq!(trusted.client_ip(ip("10.0.0.2"), &["6.6.6.6", "198.51.100.7"]), ip("198.51.100.7"));
+        // Only trusted hops: the leftmost trusted one is as far as we can see.
+        assert_eq!(trusted.client_ip(ip("10.0.0.2"), &["10.1.1.1"]), ip("10.1.1.1"));
+        // A hop that does not parse ends the walk (before: it was skipped, and the attacker's
+        // entry to its left was believed).
+        assert_eq!(trusted.client_ip(ip("10.0.0.2"), &["6.6.6.6, not-an-ip, 10.0.0.5"]), ip("10.0.0.5"));
+        assert_eq!(trusted.client_ip(ip("10.0.0.2"), &["6.6.6.6, not-an-ip"]), ip("10.0.0.2"));
+        assert_eq!(trusted.client_ip(ip("10.0.0.2"), &["198.51.100.7:443"]), ip("198.51.100.7"));
+        assert_eq!(trusted.client_ip(ip("10.0.0.2"), &[]), ip("10.0.0.2"));
+    }
+
+    #[test]
+    fn reads_forwarded_only_when_configured() {
+        let trusted = TrustedProxies::new(vec!["10.0.0.0/8".parse().unwrap()]).reading(ForwardingHeader::Forwarded);
         assert_eq!(
-            trusted.client_ip(ip("10.0.0.2"), &["6.6.6.6"], &["for=6.6.6.6, for=\"[2001:db8::7]:4711\";proto=https"]),
+            trusted.client_ip(ip("10.0.0.2"), &["for=6.6.6.6, for=\"[2001:db8::7]:4711\";proto=https"]),
             ip("2001:db8::7")
         );
-        // Only trusted hops: the leftmost trusted one is as far as we can see.
-        assert_eq!(trusted.client_ip(ip("10.0.0.2"), &["10.1.1.1"], &[]), ip("10.1.1.1"));
-        // Garbage is skipped, never a panic.
-        assert_eq!(trusted.client_ip(ip("10.0.0.2"), &["not-an-ip, 198.51.100.7:443"], &[]), ip("198.51.100.7"));
-        assert_eq!(trusted.client_ip(ip("10.0.0.2"), &[], &[]), ip("10.0.0.2"));
+        assert_eq!(trusted.client_ip(ip("10.0.0.2"), &["for=unknown"]), ip("10.0.0.2"));
     }
 }

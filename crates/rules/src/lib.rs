@@ -4,18 +4,24 @@
 //! rules file shared by the middleware, the server and the proxy. Pure: no I/O besides reading
 //! the file, no clock, no store.
 //!
-//! - [`Rules::counting`]: the rules that count a request, with its key (rule name + the values
-//!   of the characteristics: client IP, headers, cookies, query parameters, path, method) and cost;
+//! - [`Rules::counting`]: the rules that count a request, with its key (the values of the
+//!   characteristics: client IP, headers, cookies, query parameters, normalised path, method, the
+//!   caller's key) and cost; each rule's state is scoped by its name;
 //! - [`Rules::mitigating`]: the rules whose mitigation match covers it (possibly broader);
 //! - [`TrustedProxies::client_ip`]: the client address, never the spoofable leftmost
-//!   `X-Forwarded-For` entry.
+//!   `X-Forwarded-For` entry;
+//! - [`normalize`]: paths and query values as they are meant, not as they are spelled.
 
 mod ip;
 mod matcher;
+pub mod normalize;
 mod request;
 mod rules;
 
-pub use ip::{Cidr, TrustedProxies};
-pub use matcher::{HeaderEquals, Match};
+pub use ip::{Cidr, ForwardingHeader, TrustedProxies};
+pub use matcher::{Glob, HeaderEquals, Match};
 pub use request::Request;
-pub use rules::{Action, Applied, Characteristic, Cost, RequestError, Rule, Rules, RulesError};
+pub use rules::{
+    Action, Applied, Characteristic, Cost, OnBadCost, OnError, OnMissing, RequestError, Rule, Rules, RulesError,
+    check_name,
+};

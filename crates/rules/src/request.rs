@@ -1,5 +1,7 @@
-//! What the rules see of a request: method, path, query, host, headers and the client address.
+//! What the rules see of a request: method, path, query, host, headers, the client address, and
+//! for the server's named checks the caller's key.
 
+use std::borrow::Cow;
 use std::net::IpAddr;
 
 /// A request as the rules see it; borrowed from whatever HTTP types the caller has.
@@ -17,6 +19,9 @@ pub struct Request<'a> {
     pub headers: &'a [(&'a str, &'a str)],
     /// The client's address (see [`TrustedProxies::client_ip`](crate::TrustedProxies::client_ip)).
     pub client_ip: IpAddr,
+    /// The key a caller names (`TG.LIMIT name KEY`, `{"limit_name", "key"}`): the `key`
+    /// characteristic; none for HTTP requests.
+    pub key: Option<&'a [u8]>,
 }
 
 impl<'a> Request<'a> {
@@ -41,13 +46,13 @@ impl<'a> Request<'a> {
             .map(|(_, v)| v)
     }
 
-    /// The (undecoded) value of query parameter `name`.
+    /// The value of query parameter `name`, percent-decoded (names are matched decoded too).
     #[must_use]
-    pub fn query_param(&self, name: &str) -> Option<&'a str> {
+    pub fn query_param(&self, name: &str) -> Option<Cow<'a, str>> {
         self.query
             .split('&')
             .map(|pair| pair.split_once('=').unwrap_or((pair, "")))
-            .find(|(n, _)| *n == name)
-            .map(|(_, v)| v)
+            .find(|(n, _)| crate::normalize::query_value(n) == name)
+            .map(|(_, v)| crate::normalize::query_value(v))
     }
 }

@@ -2,29 +2,38 @@
 //! which rules may mitigate it.
 //!
 //! ```toml
-//! trusted_proxies = ["10.0.0.0/8"]      # whose X-Forwarded-For / Forwarded to believe
+//! trusted_proxies = ["10.0.0.0/8"]      # whose forwarding header to believe
+//! client_ip_header = "x-forwarded-for" # the header those proxies write ("forwarded": RFC 7239)
+//! on_error = "reject"                  # a store error for a rule: 503 ("allow": let it through)
 //!
 //! [[rules]]
-//! name = "login-failures"
+//! name = "login-failures"              # letters, digits, _ - . (the state's scope, a metric label)
 //! limit = "5/1m"                       # COUNT/PERIOD
 //! algorithm = "fixed-window"           # default gcra; burst / slices as for any limit
-//! key = ["client_ip"]                  # client_ip, method, path, global, header:NAME, cookie:NAME, query:NAME
-//! count_status = [401]                 # count only these responses (counted after the response)
+//! key = ["client_ip"]                  # client_ip, method, path, global, key, header:NAME, cookie:NAME, query:NAME
+//! on_missing = "skip"                  # a key part the request lacks: skip | shared | reject
+//! count_status = [401]                 # count only these responses (reserved before, refunded after)
 //! match = { method = "POST", path = "/login" }
 //! [rules.mitigation]
 //! action = "reject"                    # reject | shadow-ban | dry-run | delay
 //! match = {}                           # which requests are mitigated while over (default: the rule's match)
 //! timeout = "60s"                      # keep mitigating this long after the key went over
+//!
+//! [limits.api]                         # a named limit: a rule keyed on the caller's key
+//! limit = "100/1m"                     # (TG.LIMIT api KEY, {"limit_name": "api", "key": ...})
+//! burst = 20
 //! ```
 
+use std::fmt::Write as _;
 use std::path::Path;
 
 use serde::Deserialize;
 use tollgate_core::{Limit, parse_period_ns};
 
 use crate::Request;
-use crate::ip::{Cidr, TrustedProxies};
+use crate::ip::{Cidr, ForwardingHeader, TrustedProxies};
 use crate::matcher::Match;
+use crate::normalize;
 
 /// What to do with a request while its key is over the limit.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,15 +65,17 @@ pub enum Characteristic {
     ClientIp,
     /// The method.
     Method,
-    /// The path.
+    /// The normalised path.
     Path,
     /// Nothing: one key for every request (a global limit).
     Global,
+    /// The key the caller names (the server's `TG.LIMIT` and `limit_name`).
+    Key,
     /// A header's value.
     Header(String),
     /// A cookie's value.
     Cookie(String),
-    /// A query parameter's value.
+    /// A query parameter's (decoded) value.
     Query(String),
 }
 
@@ -73,14 +84,51 @@ pub enum Characteristic {
 pub enum Cost {
     /// Always this much.
     Fixed(u64),
-    /// Taken from this header (a non-negative integer; 1 when absent).
+    /// Taken from this header (an integer from 1 to the limit's capacity).
     Header(String),
+}
+
+/// What a rule does when the request lacks a part of its key (a header, cookie or query
+/// parameter it keys on, or the caller's key).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum OnMissing {
+    /// The rule does not apply to the request (the default, as Envoy's rate-limit actions do):
+    /// pair it with a rule on the client address if lacking the part must not be a way around.
+    #[default]
+    Skip,
+    /// Every request lacking it shares one key (one client can use it up for all of them).
+    Shared,
+    /// The request is answered 400.
+    Reject,
+}
+
+/// What a rule does with a `cost_header` that is missing, not an integer, 0 or above the
+/// limit's capacity.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum OnBadCost {
+    /// Answer 400, naming the header and what it must hold (the default).
+    #[default]
+    Reject,
+    /// Count the rule's `cost` (default 1) instead; above the capacity, the capacity.
+    Default,
+}
+
+/// What to answer when the store fails for a rule (after its own failure policy): never a silent
+/// admission.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum OnError {
+    /// 503 (the default).
+    #[default]
+    Reject,
+    /// Let the request through, logged and counted.
+    Allow,
 }
 
 /// A rule, validated.
 #[derive(Debug, Clone)]
 pub struct Rule {
-    /// Its name (unique): the policy name in the RateLimit headers, the metric label.
+    /// Its name (unique): the scope of its state, the policy name in the RateLimit headers, the
+    /// metric label.
     pub name: String,
     /// Which requests it counts.
     pub matcher: Match,
@@ -90,7 +138,14 @@ pub struct Rule {
     pub limit: Limit,
     /// The cost of a counted request.
     pub cost: Cost,
-    /// If set, only responses with these statuses are counted (after the response).
+    /// The rule's `cost` when a `cost_header` cannot be used (see [`OnBadCost::Default`]).
+    pub default_cost: u64,
+    /// When the request lacks a key part.
+    pub on_missing: OnMissing,
+    /// When the cost header cannot be used.
+    pub on_bad_cost: OnBadCost,
+    /// If set, only responses with these statuses are counted (reserved before the request,
+    /// refunded after a response with another status).
     pub count_status: Option<Vec<u16>>,
     /// What happens once over.
     pub action: Action,
@@ -101,12 +156,12 @@ pub struct Rule {
 }
 
 /// A rule that applies to a request, with the request's key and cost under it.
-#[derive(Debug, Clone)]
-pub struct Applied<'r> {
-    /// The rule.
-    pub rule: &'r Rule,
-    /// The store key: the rule's name and the characteristics' values.
-    pub key: String,
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    /// The rule's index in [`Rules::rules`].
+    pub rule: usize,
+    /// The store key: the characteristics' values (one part: as is; several: each as `LEN:VALUE`).
+    pub key: Vec<u8>,
     /// The request's cost under the rule.
     pub cost: u64,
 }
@@ -119,7 +174,8 @@ pub struct RulesError {
     what: String,
 }
 
-/// A request the rules cannot evaluate (e.g. a cost header that is not a number).
+/// A request the rules refuse before any store is asked (a bad cost header, a missing key part
+/// under `on_missing = "reject"`): answered 400 with the message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct RequestError(pub String);
@@ -127,9 +183,11 @@ pub struct RequestError(pub String);
 /// A loaded rules file.
 #[derive(Debug, Clone, Default)]
 pub struct Rules {
-    /// Proxies whose forwarding headers are believed.
+    /// Proxies whose forwarding header is believed.
     pub trusted_proxies: TrustedProxies,
-    /// The rules, in file order.
+    /// What a store error for a rule is answered with.
+    pub on_error: OnError,
+    /// The rules, in file order (named limits after them, by name).
     pub rules: Vec<Rule>,
 }
 
@@ -138,8 +196,12 @@ pub struct Rules {
 struct File {
     #[serde(default)]
     trusted_proxies: Vec<String>,
+    client_ip_header: Option<String>,
+    on_error: Option<String>,
     #[serde(default)]
     rules: Vec<RuleEntry>,
+    #[serde(default)]
+    limits: std::collections::BTreeMap<String, LimitEntry>,
 }
 
 #[derive(Deserialize)]
@@ -154,10 +216,22 @@ struct RuleEntry {
     key: Vec<String>,
     cost: Option<u64>,
     cost_header: Option<String>,
+    on_bad_cost: Option<String>,
+    on_missing: Option<String>,
     count_status: Option<Vec<u16>>,
     #[serde(default, rename = "match")]
     matcher: Match,
     mitigation: Option<MitigationEntry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LimitEntry {
+    #[serde(default)]
+    algorithm: Option<String>,
+    limit: String,
+    burst: Option<u64>,
+    slices: Option<u64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -171,6 +245,15 @@ struct MitigationEntry {
     status: Option<u16>,
     body: Option<String>,
     content_type: Option<String>,
+}
+
+/// A rule's or named limit's name: 1 to 64 letters, digits, `_`, `-` or `.` (it scopes the state,
+/// in Redis keys too, and labels metrics).
+pub fn check_name(name: &str) -> Result<(), String> {
+    let valid = !name.is_empty()
+        && name.len() <= 64
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    if valid { Ok(()) } else { Err(format!("name {name:?}: use 1 to 64 letters, digits, '_', '-' or '.'")) }
 }
 
 impl Rules {
@@ -191,18 +274,39 @@ impl Rules {
             .iter()
             .map(|t| t.parse::<Cidr>().map_err(|e| fail(format!("trusted_proxies: {e}"))))
             .collect::<Result<Vec<_>, _>>()?;
+        let header = match file.client_ip_header.as_deref().map(str::to_ascii_lowercase).as_deref() {
+            None | Some("x-forwarded-for") => ForwardingHeader::XForwardedFor,
+            Some("forwarded") => ForwardingHeader::Forwarded,
+            Some(other) => {
+                return Err(fail(format!("client_ip_header {other:?}: use \"x-forwarded-for\" or \"forwarded\"")));
+            }
+        };
+        let on_error = match file.on_error.as_deref() {
+            None | Some("reject") => OnError::Reject,
+            Some("allow") => OnError::Allow,
+            Some(other) => return Err(fail(format!("on_error {other:?}: use \"reject\" or \"allow\""))),
+        };
         let mut rules: Vec<Rule> = Vec::new();
-        for entry in file.rules {
-            let name = entry.name.clone();
-            if rules.iter().any(|r| r.name == name) {
+        let mut add = |rule: Result<Rule, String>, name: &str| -> Result<(), RulesError> {
+            let rule = rule.map_err(|e| fail(format!("rule {name:?}: {e}")))?;
+            if rules.iter().any(|r| r.name == rule.name) {
                 return Err(fail(format!("rule {name:?}: the name is used twice")));
             }
-            rules.push(rule(entry).map_err(|e| fail(format!("rule {name:?}: {e}")))?);
+            rules.push(rule);
+            Ok(())
+        };
+        for entry in file.rules {
+            let name = entry.name.clone();
+            add(rule(entry), &name)?;
         }
-        Ok(Rules { trusted_proxies: TrustedProxies::new(trusted), rules })
+        for (name, entry) in file.limits {
+            add(named_limit(&name, entry), &name)?;
+        }
+        Ok(Rules { trusted_proxies: TrustedProxies::new(trusted).reading(header), on_error, rules })
     }
 
-    /// The (lowercase) names of the headers any rule reads: callers need not copy the others.
+    /// The (lowercase) names of the headers the rules read, the forwarding header included:
+    /// callers need not copy the others.
     #[must_use]
     pub fn header_names(&self) -> Vec<String> {
         let mut names: Vec<String> = Vec::new();
@@ -212,6 +316,9 @@ impl Rules {
                 names.push(name);
             }
         };
+        if self.trusted_proxies.any() {
+            add(self.trusted_proxies.header().name());
+        }
         for rule in &self.rules {
             for matcher in [&rule.matcher, &rule.mitigation_matcher] {
                 if let Some(h) = &matcher.header {
@@ -241,60 +348,114 @@ impl Rules {
         self.rules.iter().any(|r| r.matcher.host.is_some() || r.mitigation_matcher.host.is_some())
     }
 
-    /// The rules that count `request`, with its key and cost under each.
-    pub fn counting<'r>(&'r self, request: &Request<'_>) -> Result<Vec<Applied<'r>>, RequestError> {
-        self.rules
-            .iter()
-            .filter(|rule| rule.matcher.matches(request))
-            .map(|rule| Ok(Applied { rule, key: rule.key_for(request), cost: rule.cost_for(request)? }))
-            .collect()
+    /// The rules that count `request`, with its key and cost under each. A rule lacking a key
+    /// part or a usable cost is skipped, shares a key, or refuses the request, as it says.
+    pub fn counting(&self, request: &Request<'_>) -> Result<Vec<Applied>, RequestError> {
+        let path = normalize::path(request.path);
+        let mut applied = Vec::new();
+        for (index, rule) in self.rules.iter().enumerate() {
+            if !rule.matcher.matches(request, &path) {
+                continue;
+            }
+            let mut key = Vec::new();
+            if !rule.key_into(request, &path, &mut key)? {
+                continue;
+            }
+            applied.push(Applied { rule: index, key, cost: rule.cost_for(request)? });
+        }
+        Ok(applied)
     }
 
     /// The rules that would mitigate `request` if its key were over, with its key under each.
-    pub fn mitigating<'r>(&'r self, request: &Request<'_>) -> Vec<Applied<'r>> {
-        self.rules
-            .iter()
-            .filter(|rule| rule.mitigation_matcher.matches(request))
-            .map(|rule| Applied { rule, key: rule.key_for(request), cost: 0 })
-            .collect()
+    #[must_use]
+    pub fn mitigating(&self, request: &Request<'_>) -> Vec<Applied> {
+        let path = normalize::path(request.path);
+        let mut applied = Vec::new();
+        for (index, rule) in self.rules.iter().enumerate() {
+            let mut key = Vec::new();
+            if rule.mitigation_matcher.matches(request, &path)
+                && rule.key_into(request, &path, &mut key).unwrap_or(false)
+            {
+                applied.push(Applied { rule: index, key, cost: 0 });
+            }
+        }
+        applied
+    }
+
+    /// The rule named `name`, and its index.
+    #[must_use]
+    pub fn named(&self, name: &str) -> Option<(usize, &Rule)> {
+        self.rules.iter().enumerate().find(|(_, r)| r.name == name)
     }
 }
 
 impl Rule {
-    /// The store key of `request` under this rule: the name and each characteristic's value,
-    /// separated by a byte no header can hold.
-    #[must_use]
-    pub fn key_for(&self, request: &Request<'_>) -> String {
-        let mut key = self.name.clone();
+    /// Writes the store key of `request` (whose normalised path is `path`) into `out`: the
+    /// characteristics' values, each as `LEN:VALUE` when there are several. False if the rule
+    /// does not apply (a missing part under `on_missing = "skip"`).
+    pub fn key_into(&self, request: &Request<'_>, path: &str, out: &mut Vec<u8>) -> Result<bool, RequestError> {
+        let framed = self.key.len() > 1;
         for part in &self.key {
-            key.push('\u{1f}');
-            match part {
+            let mut text = String::new();
+            let value: Option<&[u8]> = match part {
                 Characteristic::ClientIp => {
-                    use std::fmt::Write as _;
-                    let _ = write!(key, "{}", request.client_ip);
+                    let _ = write!(text, "{}", request.client_ip);
+                    Some(text.as_bytes())
                 }
-                Characteristic::Method => key.push_str(&request.method.to_ascii_uppercase()),
-                Characteristic::Path => key.push_str(request.path),
-                Characteristic::Global => {}
-                Characteristic::Header(name) => key.push_str(request.header(name).unwrap_or("")),
-                Characteristic::Cookie(name) => key.push_str(request.cookie(name).unwrap_or("")),
-                Characteristic::Query(name) => key.push_str(request.query_param(name).unwrap_or("")),
+                Characteristic::Method => {
+                    text = request.method.to_ascii_uppercase();
+                    Some(text.as_bytes())
+                }
+                Characteristic::Path => Some(path.as_bytes()),
+                Characteristic::Global => Some(b""),
+                Characteristic::Key => request.key,
+                Characteristic::Header(name) => request.header(name).map(str::as_bytes),
+                Characteristic::Cookie(name) => request.cookie(name).map(str::as_bytes),
+                Characteristic::Query(name) => match request.query_param(name) {
+                    Some(decoded) => {
+                        text = decoded.into_owned();
+                        Some(text.as_bytes())
+                    }
+                    None => None,
+                },
+            };
+            let value = match (value, self.on_missing) {
+                (Some(value), _) => value,
+                (None, OnMissing::Skip) => return Ok(false),
+                (None, OnMissing::Shared) => b"",
+                (None, OnMissing::Reject) => {
+                    return Err(RequestError(format!(
+                        "rule {:?} needs {} and the request has none",
+                        self.name,
+                        describe(part)
+                    )));
+                }
+            };
+            if framed {
+                let _ = write!(Framed(out), "{}:", value.len());
             }
+            out.extend_from_slice(value);
         }
-        key
+        Ok(true)
     }
 
-    /// The cost of `request` under this rule.
+    /// The cost of `request` under this rule: the fixed cost, or the cost header's value (an
+    /// integer from 1 to the capacity; otherwise as `on_bad_cost` says, never a peek).
     pub fn cost_for(&self, request: &Request<'_>) -> Result<u64, RequestError> {
-        match &self.cost {
-            Cost::Fixed(cost) => Ok(*cost),
-            Cost::Header(name) => match request.header(name) {
-                None => Ok(1),
-                Some(value) => value
-                    .trim()
-                    .parse()
-                    .map_err(|_| RequestError(format!("header {name} must be a non-negative integer, got {value:?}"))),
-            },
+        let name = match &self.cost {
+            Cost::Fixed(cost) => return Ok(*cost),
+            Cost::Header(name) => name,
+        };
+        let capacity = self.limit.capacity();
+        let parsed = request.header(name).map(|v| v.trim().parse::<u64>());
+        match (parsed, self.on_bad_cost) {
+            (Some(Ok(cost)), _) if (1..=capacity).contains(&cost) => Ok(cost),
+            (Some(Ok(cost)), OnBadCost::Default) if cost > capacity => Ok(capacity),
+            (_, OnBadCost::Default) => Ok(self.default_cost),
+            (_, OnBadCost::Reject) => Err(RequestError(format!(
+                "header {name} must hold the request's cost, an integer from 1 to {capacity} (rule {:?})",
+                self.name
+            ))),
         }
     }
 
@@ -303,41 +464,85 @@ impl Rule {
     pub fn counts_status(&self, status: u16) -> bool {
         self.count_status.as_ref().is_none_or(|statuses| statuses.contains(&status))
     }
+
+    /// Whether the rule is keyed on the caller's key alone (usable by `TG.LIMIT` and `limit_name`).
+    #[must_use]
+    pub fn keyed_on_callers_key(&self) -> bool {
+        self.key == [Characteristic::Key]
+    }
+}
+
+/// `write!` into a byte vector.
+struct Framed<'a>(&'a mut Vec<u8>);
+
+impl std::fmt::Write for Framed<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0.extend_from_slice(s.as_bytes());
+        Ok(())
+    }
+}
+
+fn describe(part: &Characteristic) -> String {
+    match part {
+        Characteristic::Header(name) => format!("header {name}"),
+        Characteristic::Cookie(name) => format!("cookie {name}"),
+        Characteristic::Query(name) => format!("query parameter {name}"),
+        Characteristic::Key => "a key".into(),
+        other => format!("{other:?}"),
+    }
 }
 
 fn duration(text: &str, what: &str) -> Result<u64, String> {
     parse_period_ns(text).map_err(|e| format!("{what}: {e}"))
 }
 
+fn characteristic(k: &str) -> Result<Characteristic, String> {
+    Ok(match k.split_once(':') {
+        None if k == "client_ip" => Characteristic::ClientIp,
+        None if k == "method" => Characteristic::Method,
+        None if k == "path" => Characteristic::Path,
+        None if k == "global" => Characteristic::Global,
+        None if k == "key" => Characteristic::Key,
+        Some(("header", name)) if !name.is_empty() => Characteristic::Header(name.to_ascii_lowercase()),
+        Some(("cookie", name)) if !name.is_empty() => Characteristic::Cookie(name.to_string()),
+        Some(("query", name)) if !name.is_empty() => Characteristic::Query(name.to_string()),
+        _ => {
+            return Err(format!(
+                "key {k:?}: use client_ip, method, path, global, key, header:NAME, cookie:NAME or query:NAME"
+            ));
+        }
+    })
+}
+
 fn rule(entry: RuleEntry) -> Result<Rule, String> {
+    check_name(&entry.name)?;
     let limit = Limit::from_parts(&entry.limit, entry.algorithm.as_deref(), entry.burst, entry.slices)
         .map_err(|e| e.to_string())?;
-    let key = entry
-        .key
-        .iter()
-        .map(|k| match k.split_once(':') {
-            None if k == "client_ip" => Ok(Characteristic::ClientIp),
-            None if k == "method" => Ok(Characteristic::Method),
-            None if k == "path" => Ok(Characteristic::Path),
-            None if k == "global" => Ok(Characteristic::Global),
-            Some(("header", name)) if !name.is_empty() => Ok(Characteristic::Header(name.to_string())),
-            Some(("cookie", name)) if !name.is_empty() => Ok(Characteristic::Cookie(name.to_string())),
-            Some(("query", name)) if !name.is_empty() => Ok(Characteristic::Query(name.to_string())),
-            _ => Err(format!("key {k:?}: use client_ip, method, path, global, header:NAME, cookie:NAME or query:NAME")),
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let key = entry.key.iter().map(|k| characteristic(k)).collect::<Result<Vec<_>, _>>()?;
     if key.is_empty() {
         return Err("key: name at least one characteristic (\"global\" for one key for everyone)".into());
     }
-    let cost = match (entry.cost, entry.cost_header) {
-        (Some(_), Some(_)) => return Err("give cost or cost_header, not both".into()),
-        (_, Some(header)) => Cost::Header(header),
-        (cost, None) => Cost::Fixed(cost.unwrap_or(1)),
+    let default_cost = entry.cost.unwrap_or(1);
+    let cost = match (entry.cost_header, entry.cost) {
+        (Some(header), _) => Cost::Header(header.to_ascii_lowercase()),
+        (None, cost) => Cost::Fixed(cost.unwrap_or(1)),
     };
-    if let Cost::Fixed(c) = cost
-        && c > limit.capacity()
-    {
-        return Err(format!("cost {c} exceeds the limit's capacity {}", limit.capacity()));
+    if default_cost == 0 || default_cost > limit.capacity() {
+        return Err(format!("cost {default_cost}: use 1 to the limit's capacity {}", limit.capacity()));
+    }
+    let on_missing = match entry.on_missing.as_deref() {
+        None | Some("skip") => OnMissing::Skip,
+        Some("shared") => OnMissing::Shared,
+        Some("reject") => OnMissing::Reject,
+        Some(other) => return Err(format!("on_missing {other:?}: use skip, shared or reject")),
+    };
+    let on_bad_cost = match entry.on_bad_cost.as_deref() {
+        None | Some("reject") => OnBadCost::Reject,
+        Some("default") => OnBadCost::Default,
+        Some(other) => return Err(format!("on_bad_cost {other:?}: use reject or default")),
+    };
+    if entry.on_bad_cost.is_some() && !matches!(cost, Cost::Header(_)) {
+        return Err("on_bad_cost applies with cost_header only".into());
     }
     let mitigation = entry.mitigation.unwrap_or_default();
     let action = match mitigation.action.as_deref().unwrap_or("reject") {
@@ -369,9 +574,33 @@ fn rule(entry: RuleEntry) -> Result<Rule, String> {
         key,
         limit,
         cost,
+        default_cost,
+        on_missing,
+        on_bad_cost,
         count_status: entry.count_status,
         action,
         mitigation_matcher,
         timeout_ns,
+    })
+}
+
+/// `[limits.NAME]`: a rule keyed on the caller's key, that no HTTP request (which has none) meets.
+fn named_limit(name: &str, entry: LimitEntry) -> Result<Rule, String> {
+    check_name(name)?;
+    let limit = Limit::from_parts(&entry.limit, entry.algorithm.as_deref(), entry.burst, entry.slices)
+        .map_err(|e| e.to_string())?;
+    Ok(Rule {
+        name: name.to_string(),
+        matcher: Match::default(),
+        key: vec![Characteristic::Key],
+        limit,
+        cost: Cost::Fixed(1),
+        default_cost: 1,
+        on_missing: OnMissing::Skip,
+        on_bad_cost: OnBadCost::Reject,
+        count_status: None,
+        action: Action::Reject,
+        mitigation_matcher: Match::default(),
+        timeout_ns: 0,
     })
 }

@@ -3,10 +3,18 @@
 use std::net::IpAddr;
 use std::path::Path;
 
-use tollgate_rules::{Action, Request, Rules};
+use tollgate_rules::{Action, OnMissing, Request, Rules};
 
 fn request<'a>(method: &'a str, path: &'a str, headers: &'a [(&'a str, &'a str)], ip: &str) -> Request<'a> {
-    Request { method, path, query: "", host: "api.example.com", headers, client_ip: ip.parse::<IpAddr>().unwrap() }
+    Request {
+        method,
+        path,
+        query: "",
+        host: "api.example.com",
+        headers,
+        client_ip: ip.parse::<IpAddr>().unwrap(),
+        key: None,
+    }
 }
 
 #[test]
@@ -21,7 +29,7 @@ fn the_login_example_loads_and_keys_failed_logins_per_client_ip() {
     let login = request("POST", "/login", &[], "198.51.100.7");
     let counted = rules.counting(&login).unwrap();
     assert_eq!(counted.len(), 1);
-    assert_eq!(counted[0].key, "login-failures\u{1f}198.51.100.7");
+    assert_eq!(counted[0].key, b"198.51.100.7", "the rule's name scopes the state; the key is the address");
     assert!(rules.counting(&request("GET", "/login", &[], "198.51.100.7")).unwrap().is_empty());
     // Mitigation covers every request from the client.
     let home = request("GET", "/", &[], "198.51.100.7");
@@ -35,7 +43,7 @@ fn a_spoofed_forwarded_for_does_not_change_the_key() {
         "t",
     )
     .unwrap();
-    let ip = |peer: &str, xff: &str| rules.trusted_proxies.client_ip(peer.parse().unwrap(), &[xff], &[]);
+    let ip = |peer: &str, xff: &str| rules.trusted_proxies.client_ip(peer.parse().unwrap(), &[xff]);
     // Behind our proxy (10.0.0.2), the client can prepend anything: the key stays its address.
     assert_eq!(ip("10.0.0.2", "198.51.100.7"), ip("10.0.0.2", "1.2.3.4, 198.51.100.7"));
     // A client talking to us directly cannot claim another address.
@@ -54,12 +62,98 @@ fn keys_combine_characteristics_and_costs_come_from_headers() {
     let mut req = request("post", "/api/items", &headers, "192.0.2.1");
     req.query = "org=acme&x=1";
     let counted = rules.counting(&req).unwrap();
-    assert_eq!(counted[0].key, "api\u{1f}k1\u{1f}s9\u{1f}acme\u{1f}POST\u{1f}/api/items");
+    assert_eq!(counted[0].key, b"2:k12:s94:acme4:POST10:/api/items", "several parts: each as LEN:VALUE");
     assert_eq!(counted[0].cost, 7);
-    let bad = [("x-api-key", "k1"), ("x-cost", "lots")];
-    let err = rules.counting(&request("GET", "/api/x", &bad, "192.0.2.1")).unwrap_err();
-    assert!(err.to_string().contains("x-cost"), "{err}");
     assert!(rules.counting(&request("GET", "/api/x", &[], "192.0.2.1")).unwrap().is_empty(), "header required");
+}
+
+/// Before: a cost header of 0 was a peek (never consumed), and one above the capacity failed the
+/// check, which the middleware answered by letting the request through with no rule applied.
+#[test]
+fn a_bad_cost_header_is_refused_never_a_peek() {
+    let rules = Rules::parse(
+        "[[rules]]\nname = \"api\"\nlimit = \"100/1m\"\nkey = [\"global\"]\ncost_header = \"x-cost\"\n",
+        "t",
+    )
+    .unwrap();
+    for bad in [None, Some("0"), Some("101"), Some("lots"), Some("-1")] {
+        let headers: Vec<(&str, &str)> = bad.map(|v| ("x-cost", v)).into_iter().collect();
+        let err = rules.counting(&request("GET", "/", &headers, "192.0.2.1")).unwrap_err();
+        assert!(err.to_string().contains("an integer from 1 to 100"), "{bad:?}: {err}");
+    }
+    let lenient = Rules::parse(
+        "[[rules]]\nname = \"api\"\nlimit = \"100/1m\"\nkey = [\"global\"]\ncost = 2\ncost_header = \"x-cost\"\non_bad_cost = \"default\"\n",
+        "t",
+    )
+    .unwrap();
+    for (value, cost) in [("0", 2), ("lots", 2), ("500", 100), ("7", 7)] {
+        let headers = [("x-cost", value)];
+        assert_eq!(lenient.counting(&request("GET", "/", &headers, "192.0.2.1")).unwrap()[0].cost, cost, "{value}");
+    }
+}
+
+/// Before: a missing header, cookie or query characteristic became "": every client without it
+/// shared one bucket that any of them could use up.
+#[test]
+fn a_missing_key_part_follows_the_rules_policy() {
+    let rule = |on_missing: &str| {
+        Rules::parse(
+            &format!("[[rules]]\nname = \"r\"\nlimit = \"5/1m\"\nkey = [\"header:x-api-key\"]\non_missing = \"{on_missing}\"\n"),
+            "t",
+        )
+        .unwrap()
+    };
+    let bare = request("GET", "/", &[], "192.0.2.1");
+    assert_eq!(rule("skip").rules[0].on_missing, OnMissing::Skip);
+    assert!(rule("skip").counting(&bare).unwrap().is_empty(), "skip: the rule does not apply");
+    assert_eq!(rule("shared").counting(&bare).unwrap()[0].key, b"", "shared: one key for all");
+    let err = rule("reject").counting(&bare).unwrap_err();
+    assert!(err.to_string().contains("needs header x-api-key"), "{err}");
+    let default = Rules::parse("[[rules]]\nname = \"r\"\nlimit = \"5/1m\"\nkey = [\"cookie:sid\"]\n", "t").unwrap();
+    assert!(default.counting(&bare).unwrap().is_empty(), "skip is the default");
+}
+
+/// Before: paths were matched as spelled: `//login`, `/%6Cogin` and `/x/../login` escaped a rule
+/// on `/login`; `?api_key=%61bc` and `?api_key=abc` were two keys.
+#[test]
+fn paths_and_query_values_are_matched_as_meant() {
+    let rules = Rules::parse(
+        "[[rules]]\nname = \"login\"\nlimit = \"5/1m\"\nkey = [\"query:api_key\"]\non_missing = \"shared\"\nmatch = { path = \"/login\" }\n",
+        "t",
+    )
+    .unwrap();
+    for path in ["/login", "//login", "/%6Cogin", "/x/../login", "/./login"] {
+        assert_eq!(rules.counting(&request("POST", path, &[], "192.0.2.1")).unwrap().len(), 1, "{path}");
+    }
+    let mut a = request("POST", "/login", &[], "192.0.2.1");
+    a.query = "api_key=%61bc";
+    let mut b = request("POST", "/login", &[], "192.0.2.1");
+    b.query = "api_key=abc";
+    assert_eq!(rules.counting(&a).unwrap()[0].key, rules.counting(&b).unwrap()[0].key);
+}
+
+/// Before: `Forwarded` won whenever present, so behind a proxy writing only X-Forwarded-For a
+/// client sending `Forwarded: for=<random>` got a fresh key per request.
+#[test]
+fn only_the_configured_forwarding_header_is_read() {
+    let rules = Rules::parse("trusted_proxies = [\"10.0.0.0/8\"]\n", "t").unwrap();
+    assert_eq!(rules.header_names(), ["x-forwarded-for"], "Forwarded is not even copied");
+    let forwarded =
+        Rules::parse("trusted_proxies = [\"10.0.0.0/8\"]\nclient_ip_header = \"forwarded\"\n", "t").unwrap();
+    assert_eq!(forwarded.header_names(), ["forwarded"]);
+    assert!(Rules::parse("client_ip_header = \"x-real-ip\"\n", "t").unwrap_err().to_string().contains("x-real-ip"));
+}
+
+#[test]
+fn named_limits_are_rules_keyed_on_the_callers_key() {
+    let rules = Rules::parse("[limits.api]\nlimit = \"100/1m\"\nburst = 20\n", "t").unwrap();
+    let (_, api) = rules.named("api").unwrap();
+    assert!(api.keyed_on_callers_key());
+    assert_eq!(api.limit.burst(), 20);
+    assert!(rules.counting(&request("GET", "/", &[], "192.0.2.1")).unwrap().is_empty(), "no HTTP request has a key");
+    let mut named = request("GET", "/", &[], "192.0.2.1");
+    named.key = Some(b"\xffuser");
+    assert_eq!(rules.counting(&named).unwrap()[0].key, b"\xffuser");
 }
 
 #[test]
@@ -82,6 +176,10 @@ fn bad_files_name_the_file_the_rule_and_the_reason() {
         ),
         ("trusted_proxies = [\"10.0.0.0/99\"]\n", "trusted_proxies"),
         ("[[rules]]\nname = \"a\"\nlimt = \"1/s\"\n", "limt"),
+        ("[[rules]]\nname = \"a:b\"\nlimit = \"1/s\"\nkey = [\"global\"]\n", "use 1 to 64 letters"),
+        ("[[rules]]\nname = \"a\"\nlimit = \"1/s\"\nkey = [\"global\"]\ncost = 0\n", "cost 0"),
+        ("[[rules]]\nname = \"a\"\nlimit = \"1/s\"\nkey = [\"global\"]\non_missing = \"maybe\"\n", "on_missing"),
+        ("[limits.a]\nlimit = \"1/s\"\n[[rules]]\nname = \"a\"\nlimit = \"1/s\"\nkey = [\"global\"]\n", "used twice"),
     ] {
         let err = Rules::parse(text, "t").unwrap_err().to_string();
         assert!(err.contains(wanted), "{text}\n=> {err}");

@@ -1,5 +1,6 @@
 //! Server configuration: listen addresses, the store, the failure policy, every bound on what a
-//! client can make the server hold or wait for, and the named limits of the TOML config file.
+//! client can make the server hold or wait for, and the rules (a `tollgate-rules` file: rules on
+//! request characteristics, and named limits, which are rules keyed on the caller's key):
 //!
 //! ```toml
 //! # tollgate.toml
@@ -8,19 +9,18 @@
 //! limit = "100/1m"          # COUNT/PERIOD
 //! burst = 20                # bucket family only; default: the count
 //!
-//! [limits.login]
+//! [[rules]]                 # usable by name too when keyed on the caller's key
+//! name = "login"
 //! algorithm = "sliding-log"
 //! limit = "5/15m"
+//! key = ["key"]
 //! ```
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::Path;
-
+use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::Deserialize;
-use tollgate_core::Limit;
+use tollgate_rules::Rules;
 pub use tollgate_store::memory::{DEFAULT_MAX_KEYS, DEFAULT_MAX_MEMORY};
 
 /// Which store decides.
@@ -98,8 +98,10 @@ pub struct Config {
     pub breaker_threshold: u32,
     /// How often an open breaker probes Redis (default 100 ms).
     pub breaker_probe: Duration,
-    /// Named limits (`TG.LIMIT`, HTTP `limit_name`).
-    pub limits: BTreeMap<String, Limit>,
+    /// The rules and named limits (`TG.LIMIT`, HTTP `limit_name`).
+    pub rules: Rules,
+    /// The file the rules came from: reloaded on SIGHUP and when it changes.
+    pub rules_file: Option<PathBuf>,
     /// RESP bounds.
     pub resp: RespBounds,
     /// HTTP bounds.
@@ -175,62 +177,13 @@ impl Default for Config {
             store_timeout: Duration::from_millis(50),
             breaker_threshold: tollgate_store::fallback::DEFAULT_THRESHOLD,
             breaker_probe: tollgate_store::fallback::DEFAULT_PROBE_EVERY,
-            limits: BTreeMap::new(),
+            rules: Rules::default(),
+            rules_file: None,
             resp: RespBounds::default(),
             http: HttpBounds::default(),
             shutdown_grace: Duration::from_secs(5),
         }
     }
-}
-
-/// The TOML file's shape.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct File {
-    #[serde(default)]
-    limits: BTreeMap<String, LimitEntry>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct LimitEntry {
-    #[serde(default)]
-    algorithm: Option<String>,
-    limit: String,
-    burst: Option<u64>,
-    slices: Option<u64>,
-}
-
-/// Reads named limits from a TOML file; errors name the file and the limit at fault.
-pub fn load_limits(path: &Path) -> Result<BTreeMap<String, Limit>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    parse_limits(&text).map_err(|e| format!("{}: {e}", path.display()))
-}
-
-/// Parses named limits from TOML text.
-pub fn parse_limits(text: &str) -> Result<BTreeMap<String, Limit>, String> {
-    let file: File = toml::from_str(text).map_err(|e| e.to_string())?;
-    file.limits
-        .into_iter()
-        .map(|(name, entry)| {
-            check_name(&name).map_err(|e| format!("limit {name:?}: {e}"))?;
-            let limit = build(&entry).map_err(|e| format!("limit {name:?}: {e}"))?;
-            Ok((name, limit))
-        })
-        .collect()
-}
-
-/// A limit's name is its state's scope (also in Redis keys) and a metric label: letters, digits,
-/// `_`, `-` and `.`, at most 64 of them.
-fn check_name(name: &str) -> Result<(), String> {
-    let valid = !name.is_empty()
-        && name.len() <= 64
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
-    if valid { Ok(()) } else { Err("a name is 1 to 64 letters, digits, '_', '-' or '.'".into()) }
-}
-
-fn build(entry: &LimitEntry) -> Result<Limit, String> {
-    Limit::from_parts(&entry.limit, entry.algorithm.as_deref(), entry.burst, entry.slices).map_err(|e| e.to_string())
 }
 
 /// Where the server listens.
@@ -245,22 +198,6 @@ pub struct Addresses {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parses_named_limits_and_names_the_bad_one() {
-        let limits = parse_limits("[limits.api]\nlimit = \"100/1m\"\nburst = 20\n[limits.login]\nalgorithm = \"sliding-log\"\nlimit = \"5/15m\"\n").unwrap();
-        assert_eq!(limits["api"].burst(), 20);
-        assert_eq!(limits["login"].algorithm(), tollgate_core::Algorithm::SlidingLog);
-        let err = parse_limits("[limits.bad]\nlimit = \"0/s\"\n").unwrap_err();
-        assert!(err.contains("limit \"bad\"") && err.contains("count must be at least 1"), "{err}");
-        let err = parse_limits("[limits.x]\nlimit = \"1/s\"\nburts = 3\n").unwrap_err();
-        assert!(err.contains("burts"), "{err}");
-        let err = parse_limits("[limits.\"a:b\"]\nlimit = \"1/s\"\n").unwrap_err();
-        assert!(err.contains("letters, digits"), "{err}");
-        let err =
-            parse_limits("[limits.big]\nlimit = \"1/s\"\nalgorithm = \"sub-window\"\nslices = 5000\n").unwrap_err();
-        assert!(err.contains("slices is 5000, above its maximum of 3600"), "{err}");
-    }
 
     #[test]
     fn parses_stores() {

@@ -5,9 +5,9 @@
 //! Prometheus metrics) over any tollgate store, until a shutdown future completes. Tests start it
 //! on port 0; the binary only parses flags.
 
+pub mod app;
 pub mod backend;
 pub mod config;
-pub mod engine;
 pub mod http;
 pub mod metrics;
 pub mod proxy;
@@ -19,8 +19,8 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+pub use app::App;
 pub use config::{Config, HttpBounds, OnStoreError, RespBounds, StoreConfig};
-pub use engine::Engine;
 
 /// The sockets the server answers on (bound by the caller, so that port 0 works).
 #[derive(Debug)]
@@ -38,11 +38,14 @@ pub async fn run(
     listeners: Listeners,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), String> {
-    let engine = Arc::new(Engine::new(&config).await?);
+    let app = Arc::new(App::new(&config).await?);
+    if let Some(path) = &config.rules_file {
+        reload_on_change(&app, path);
+    }
     let (stop, stopped) = watch::channel(false);
     let grace = config.shutdown_grace;
-    let resp = tokio::spawn(resp::serve(listeners.resp, engine.clone(), config.resp, grace, stopped.clone()));
-    let router = http::router(engine.clone(), config.http.max_body_bytes);
+    let resp = tokio::spawn(resp::serve(listeners.resp, app.clone(), config.resp, grace, stopped.clone()));
+    let router = http::router(app.clone(), config.http.max_body_bytes);
     let http = tokio::spawn(http::server::serve(listeners.http, router, config.http, grace, stopped));
     shutdown.await;
     tracing::info!("shutting down: answering in-flight requests");
@@ -50,4 +53,31 @@ pub async fn run(
     resp.await.map_err(|e| format!("RESP listener: {e}"))?;
     http.await.map_err(|e| format!("HTTP listener: {e}"))?;
     Ok(())
+}
+
+/// Reloads the rules when their file changes (polled every second) and on SIGHUP; a file that
+/// does not load keeps the rules in force.
+pub fn reload_on_change(app: &Arc<App>, path: &std::path::Path) {
+    reload_engine_on_change(&app.engine, path);
+}
+
+/// [`reload_on_change`] for any engine (the proxy's too).
+pub fn reload_engine_on_change<S: tollgate_store::Store + 'static>(
+    engine: &Arc<tollgate_engine::Engine<S>>,
+    path: &std::path::Path,
+) {
+    tollgate_engine::reload::watch(engine, path.to_path_buf(), tollgate_engine::reload::DEFAULT_POLL);
+    #[cfg(unix)]
+    {
+        let (engine, path) = (Arc::downgrade(engine), path.to_path_buf());
+        tokio::spawn(async move {
+            let Ok(mut hangups) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
+                return;
+            };
+            while hangups.recv().await.is_some() {
+                let Some(engine) = engine.upgrade() else { return };
+                let _ = tollgate_engine::reload::reload_file(&engine, &path);
+            }
+        });
+    }
 }

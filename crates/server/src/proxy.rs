@@ -1,21 +1,31 @@
-//! `tollgate proxy`: a reverse proxy applying a rules file (`tollgate-rules`, through the
+//! `tollgate proxy`: a reverse proxy applying a rules file (through `tollgate-engine`, by the
 //! `tollgate-tower` middleware) in front of any HTTP/1.1 service, with `/metrics` and `/healthz`
 //! on a separate admin listener so that the upstream's own paths stay untouched.
+//!
+//! Bounded like `serve`'s HTTP listener (header-read timeout, request timeout, connection cap,
+//! body limit); the upstream gets a connect and response timeout (504 after it). Hop-by-hop
+//! headers, and every header the `Connection` header names, are not forwarded; a 502 or 504 says
+//! nothing of the upstream's address or error (those go to the log). The rules are reloaded on
+//! SIGHUP and when their file changes.
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use http::{HeaderValue, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
+use tollgate_engine::Engine;
 use tollgate_rules::Rules;
 use tollgate_tower::{Options, RateLimitLayer};
 
@@ -29,18 +39,49 @@ pub struct ProxyConfig {
     pub upstream: String,
     /// The rules.
     pub rules: Rules,
+    /// The rules' file, reloaded on SIGHUP and when it changes.
+    pub rules_file: Option<PathBuf>,
     /// Header options of the middleware.
     pub options: Options,
+    /// Longest the upstream may take to accept a connection and to answer (default 30 s): 504.
+    pub upstream_timeout: Duration,
 }
 
 struct Upstream {
     client: Client<HttpConnector, Body>,
     base: String,
+    timeout: Duration,
 }
 
 /// Headers that belong to one hop, not to the request (RFC 9110 §7.6.1).
 const HOP_BY_HOP: [&str; 7] =
     ["connection", "keep-alive", "proxy-connection", "te", "trailer", "upgrade", "proxy-authorization"];
+
+/// Removes the hop-by-hop headers, and the ones the `Connection` header names.
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(http::header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+}
+
+fn gateway_error(status: StatusCode) -> Response {
+    let detail = if status == StatusCode::GATEWAY_TIMEOUT {
+        "the upstream service did not answer in time"
+    } else {
+        "the upstream service could not be reached"
+    };
+    tollgate_tower::response::problem(status, detail)
+}
 
 async fn forward(
     State(upstream): State<Arc<Upstream>>,
@@ -49,13 +90,11 @@ async fn forward(
 ) -> Response {
     let path = request.uri().path_and_query().map_or("/", |p| p.as_str());
     let Ok(uri) = format!("{}{path}", upstream.base).parse() else {
-        return (StatusCode::BAD_REQUEST, "request target cannot be forwarded").into_response();
+        return tollgate_tower::response::problem(StatusCode::BAD_REQUEST, "the request target cannot be forwarded");
     };
     *request.uri_mut() = uri;
     let headers = request.headers_mut();
-    for name in HOP_BY_HOP {
-        headers.remove(name);
-    }
+    strip_hop_by_hop(headers);
     // Append the peer: the upstream (and a tollgate behind it) can walk the chain from the right.
     let forwarded = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
         Some(chain) => format!("{chain}, {}", peer.ip()),
@@ -64,11 +103,19 @@ async fn forward(
     if let Ok(value) = HeaderValue::from_str(&forwarded) {
         headers.insert("x-forwarded-for", value);
     }
-    match upstream.client.request(request).await {
-        Ok(response) => response.map(Body::new),
-        Err(error) => {
-            tracing::warn!(%error, "upstream failed");
-            (StatusCode::BAD_GATEWAY, format!("upstream {} failed: {error}\n", upstream.base)).into_response()
+    match tokio::time::timeout(upstream.timeout, upstream.client.request(request)).await {
+        Ok(Ok(response)) => {
+            let mut response = response.map(Body::new);
+            strip_hop_by_hop(response.headers_mut());
+            response
+        }
+        Ok(Err(error)) => {
+            tracing::warn!(upstream = %upstream.base, %error, "upstream failed");
+            gateway_error(StatusCode::BAD_GATEWAY)
+        }
+        Err(_) => {
+            tracing::warn!(upstream = %upstream.base, timeout = ?upstream.timeout, "upstream timed out");
+            gateway_error(StatusCode::GATEWAY_TIMEOUT)
         }
     }
 }
@@ -81,26 +128,43 @@ pub async fn run(
     admin: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), String> {
-    let store = Backend::open(config).await?;
-    let layer = RateLimitLayer::with_options(proxy.rules, store, proxy.options);
+    let store = Arc::new(Backend::open(config).await?);
+    let mut registry = Registry::with_prefix("tollgate");
+    let _store_metrics = crate::metrics::Metrics::new(&mut registry, store.clone());
+    let engine = Arc::new(Engine::builder(store, proxy.rules).build(&mut registry));
+    if let Some(path) = &proxy.rules_file {
+        crate::reload_engine_on_change(&engine, path);
+    }
+    let layer = RateLimitLayer::from_engine(engine, proxy.options);
+    let mut connector = HttpConnector::new();
+    connector.set_connect_timeout(Some(proxy.upstream_timeout));
     let upstream = Arc::new(Upstream {
-        client: Client::builder(TokioExecutor::new()).build_http(),
+        client: Client::builder(TokioExecutor::new()).build(connector),
         base: proxy.upstream.trim_end_matches('/').to_string(),
+        timeout: proxy.upstream_timeout,
     });
-    let app = Router::new().fallback(forward).with_state(upstream).layer(layer.clone());
-    let metrics = layer.clone();
+    let (bounds, grace) = (config.http, config.shutdown_grace);
+    let app = Router::new()
+        .fallback(forward)
+        .with_state(upstream)
+        .layer(layer)
+        .layer(axum::extract::DefaultBodyLimit::max(bounds.max_body_bytes));
+    let registry = Arc::new(registry);
     let admin_app = Router::new()
         .route(
             "/metrics",
             get(move || {
-                let text = metrics.render_metrics();
-                async move { text }
+                let mut text = String::new();
+                // Writing into a String cannot fail.
+                let _ = prometheus_client::encoding::text::encode(&mut text, &registry);
+                async move {
+                    ([(http::header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text)
+                        .into_response()
+                }
             }),
         )
         .route("/healthz", get(|| async { "ok\n" }));
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let (bounds, grace) = (config.http, config.shutdown_grace);
-    let app = app.layer(axum::extract::DefaultBodyLimit::max(bounds.max_body_bytes));
     let proxy_task = tokio::spawn(crate::http::server::serve(listener, app, bounds, grace, stopped.clone()));
     let admin_task = tokio::spawn(crate::http::server::serve(admin, admin_app, bounds, grace, stopped));
     shutdown.await;
@@ -108,4 +172,20 @@ pub async fn run(
     proxy_task.await.map_err(|e| e.to_string())?;
     admin_task.await.map_err(|e| e.to_string())?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_named_by_connection_are_not_forwarded() {
+        let mut headers = HeaderMap::new();
+        headers.insert("connection", HeaderValue::from_static("close, x-secret, Keep-Alive"));
+        headers.insert("x-secret", HeaderValue::from_static("1"));
+        headers.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        headers.insert("x-kept", HeaderValue::from_static("1"));
+        strip_hop_by_hop(&mut headers);
+        assert_eq!(headers.keys().map(|k| k.as_str()).collect::<Vec<_>>(), ["x-kept"]);
+    }
 }

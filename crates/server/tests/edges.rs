@@ -49,10 +49,10 @@ async fn keys_are_bytes() {
 /// `TG.LIMIT search u` drew from one state.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn named_limits_never_share_state() {
-    let limits =
-        tollgate_server::config::parse_limits("[limits.api]\nlimit = \"1/1h\"\n[limits.search]\nlimit = \"1/1h\"\n")
+    let rules =
+        tollgate_rules::Rules::parse("[limits.api]\nlimit = \"1/1h\"\n[limits.search]\nlimit = \"1/1h\"\n", "t")
             .unwrap();
-    let server = Server::start(Config { limits, ..Config::default() }).await;
+    let server = Server::start(Config { rules, ..Config::default() }).await;
     for name in ["api", "search"] {
         assert_eq!(server.cli(&["TG.LIMIT", name, "u"]).lines().next(), Some("1"), "{name}: its own state");
         assert_eq!(server.cli(&["TG.LIMIT", name, "u"]).lines().next(), Some("0"), "{name}");

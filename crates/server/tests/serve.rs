@@ -13,11 +13,12 @@ use tollgate_server::{Config, RespBounds, StoreConfig};
 use tollgate_store::testkit::redis_server::RedisServer;
 
 fn config_with_limits() -> Config {
-    let limits = tollgate_server::config::parse_limits(
+    let rules = tollgate_rules::Rules::parse(
         "[limits.api]\nlimit = \"2/1m\"\n[limits.login]\nalgorithm = \"sliding-log\"\nlimit = \"1/1h\"\n",
+        "test",
     )
     .unwrap();
-    Config { limits, ..Config::default() }
+    Config { rules, ..Config::default() }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -102,7 +103,7 @@ async fn native_commands_cover_every_algorithm_and_named_limits() {
         .unwrap();
     assert_eq!(replies.iter().map(|r| r[0]).collect::<Vec<_>>(), [1, 1, 0]);
     let error = redis::cmd("TG.LIMIT").arg("nope").arg("u").query_async::<redis::Value>(&mut con).await.unwrap_err();
-    assert!(error.to_string().contains("no limit named 'nope'"), "{error}");
+    assert!(error.to_string().contains("no rule or limit named \"nope\""), "{error}");
     let error = redis::cmd("TG.CHECK")
         .arg("k")
         .arg("quantum")
@@ -234,7 +235,7 @@ async fn http_answers_decisions_headers_metrics_and_errors() {
         (r#"{"key":"h"}"#, "give either"),
         (r#"{"key":"h","limit":"2/fortnight"}"#, "fortnight"),
         (r#"{"key":"h","limit":"2/s","cost":3}"#, "exceeds the capacity"),
-        (r#"{"key":"h","limit_name":"nope"}"#, "no limit named"),
+        (r#"{"key":"h","limit_name":"nope"}"#, "no rule or limit named"),
     ] {
         let reply = post(bad);
         assert!(reply.starts_with("HTTP/1.1 400") && reply.contains(wanted), "{bad}: {reply}");

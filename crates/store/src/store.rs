@@ -44,6 +44,23 @@ pub struct Reserved {
     pub decisions: Vec<Decision>,
     /// The store's now, in ns since the epoch (the Redis server's time on Redis).
     pub at: u64,
+    /// Each check's instant, when they differ (keys decided slot by slot on a Redis Cluster);
+    /// empty when every check was decided at `at`.
+    pub per_check: Vec<u64>,
+}
+
+impl Reserved {
+    /// Decisions all made at `at`.
+    #[must_use]
+    pub fn at(decisions: Vec<Decision>, at: u64) -> Self {
+        Reserved { decisions, at, per_check: Vec::new() }
+    }
+
+    /// The instant check `i` was decided at.
+    #[must_use]
+    pub fn instant(&self, i: usize) -> u64 {
+        self.per_check.get(i).copied().unwrap_or(self.at)
+    }
 }
 
 /// An admission to withdraw: the check that was admitted (its `cost` is given back), when, and

@@ -121,7 +121,7 @@ struct Gated {
 impl Store for Gated {
     async fn reserve(&self, checks: &[Check<'_>]) -> Result<Reserved, StoreError> {
         let reply = self.decide(checks, &[]).await?;
-        Ok(Reserved { decisions: reply.decisions, at: reply.now_ns })
+        Ok(Reserved::at(reply.decisions, reply.now_ns))
     }
 
     async fn refund(&self, refunds: &[Refund<'_>]) -> Result<(), StoreError> {

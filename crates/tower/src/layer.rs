@@ -2,43 +2,69 @@
 
 use std::sync::Arc;
 
+use prometheus_client::registry::Registry;
+use tollgate_engine::Engine;
 use tollgate_rules::Rules;
 use tollgate_store::Store;
 use tower_layer::Layer;
 
-use crate::guard::{Guard, Options};
 use crate::service::RateLimit;
 
-/// Applies `rules` with `store` to every request of the wrapped service. Cheap to clone.
+/// What the middleware writes besides decisions.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Options {
+    /// Also put the `RateLimit` fields on allowed responses.
+    pub headers_on_allowed: bool,
+    /// Also write the legacy `X-RateLimit-Limit/Remaining/Reset` headers.
+    pub legacy_headers: bool,
+}
+
+/// Applies a policy engine to every request of the wrapped service. Cheap to clone.
 pub struct RateLimitLayer<S> {
-    guard: Arc<Guard<S>>,
+    pub(crate) engine: Arc<Engine<S>>,
+    pub(crate) options: Options,
+    registry: Option<Arc<Registry>>,
 }
 
 impl<S> Clone for RateLimitLayer<S> {
     fn clone(&self) -> Self {
-        RateLimitLayer { guard: self.guard.clone() }
+        RateLimitLayer { engine: self.engine.clone(), options: self.options, registry: self.registry.clone() }
     }
 }
 
 impl<S: Store> RateLimitLayer<S> {
-    /// A layer with default options (RateLimit fields on 429s only, no legacy headers).
+    /// A layer applying `rules` with `store` (default options; its metrics in its own registry,
+    /// see [`render_metrics`](Self::render_metrics)).
     pub fn new(rules: Rules, store: S) -> Self {
         Self::with_options(rules, store, Options::default())
     }
 
     /// A layer with these options.
     pub fn with_options(rules: Rules, store: S, options: Options) -> Self {
-        RateLimitLayer { guard: Arc::new(Guard::new(rules, store, options)) }
+        let mut registry = Registry::with_prefix("tollgate");
+        let engine = Arc::new(Engine::builder(store, rules).build(&mut registry));
+        RateLimitLayer { engine, options, registry: Some(Arc::new(registry)) }
     }
 
-    /// Requests per rule and outcome, in the Prometheus text format.
+    /// A layer over an engine built elsewhere (whose metrics its builder registered).
+    pub fn from_engine(engine: Arc<Engine<S>>, options: Options) -> Self {
+        RateLimitLayer { engine, options, registry: None }
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Arc<Engine<S>> {
+        &self.engine
+    }
+
+    /// The engine's metrics in the OpenMetrics text format (empty for a layer built
+    /// [`from_engine`](Self::from_engine): its registry is its builder's).
     pub fn render_metrics(&self) -> String {
-        self.guard.stats.render(&self.guard.rules)
-    }
-
-    /// Requests that dry-run rules would have mitigated so far.
-    pub fn dry_run_hits(&self) -> u64 {
-        self.guard.dry_run_hits()
+        let mut text = String::new();
+        if let Some(registry) = &self.registry {
+            // Writing into a String cannot fail.
+            let _ = prometheus_client::encoding::text::encode(&mut text, registry);
+        }
+        text
     }
 }
 
@@ -46,6 +72,6 @@ impl<I, S> Layer<I> for RateLimitLayer<S> {
     type Service = RateLimit<I, S>;
 
     fn layer(&self, inner: I) -> Self::Service {
-        RateLimit { inner, guard: self.guard.clone() }
+        RateLimit { inner, engine: self.engine.clone(), options: self.options }
     }
 }

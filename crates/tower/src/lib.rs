@@ -1,7 +1,7 @@
 //! # tollgate-tower
 //!
-//! tower middleware (works with axum and hyper) applying a `tollgate-rules` file with any
-//! tollgate store:
+//! tower middleware (works with axum and hyper): the HTTP front end of `tollgate-engine`,
+//! applying a `tollgate-rules` file with any tollgate store:
 //!
 //! - requests over a limit get `429` with `Retry-After` (whole seconds, rounded up, at least 1),
 //!   `RateLimit-Policy` / `RateLimit` (IETF httpapi draft), optional legacy `X-RateLimit-*`,
@@ -14,7 +14,7 @@
 //!   extension), read through trusted proxies only.
 //!
 //! Split as tower's own middleware: [`layer`], [`service`], [`future`]; `response` writes the
-//! headers and bodies.
+//! headers and bodies. The decisions, metrics and reloads are the engine's ([`Engine`]).
 //!
 //! ```no_run
 //! use std::net::SocketAddr;
@@ -32,11 +32,10 @@
 //! ```
 
 pub mod future;
-mod guard;
 pub mod layer;
 pub mod response;
 pub mod service;
 
-pub use guard::Options;
-pub use layer::RateLimitLayer;
+pub use layer::{Options, RateLimitLayer};
 pub use service::{PeerAddr, RateLimit};
+pub use tollgate_engine::Engine;

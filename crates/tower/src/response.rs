@@ -60,3 +60,14 @@ pub fn shadow(status: u16, body: &str, content_type: &str) -> Response<Body> {
     }
     response
 }
+
+/// An RFC 9457 problem for the middleware's own errors (400, 500, 503).
+pub fn problem(status: StatusCode, detail: &str) -> Response<Body> {
+    let title = status.canonical_reason().unwrap_or("Error");
+    let body =
+        serde_json::json!({ "type": "about:blank", "title": title, "status": status.as_u16(), "detail": detail });
+    let mut response = Response::new(Body::from(body.to_string()));
+    *response.status_mut() = status;
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+    response
+}

@@ -1,20 +1,25 @@
 //! [`RateLimit`]: the service. It never waits in `poll_ready` (readiness is the inner service's);
 //! a request over its limit is answered at once, like tower's `LoadShed` rather than its
 //! `RateLimit`, except for `delay` rules, which wait for the request's slot inside the call.
+//!
+//! The request's characteristics are read in place (the view borrows the request inside the
+//! response future): only the headers the rules read are looked at, nothing is copied.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use axum::extract::ConnectInfo;
 use axum_core::body::Body;
 use bytes::Bytes;
+use http::request::Parts;
 use http::{Request, Response};
+use tollgate_engine::{Admission, Answer, Engine, Policy};
 use tollgate_store::Store;
 use tower_service::Service;
 
 use crate::future::ResponseFuture;
-use crate::guard::{Guard, Owned, Verdict};
+use crate::layer::Options;
 use crate::response;
 
 /// The peer address, for servers other than axum (which provides `ConnectInfo<SocketAddr>`):
@@ -22,62 +27,97 @@ use crate::response;
 #[derive(Debug, Clone, Copy)]
 pub struct PeerAddr(pub SocketAddr);
 
-/// Applies rules to every request before (and after) the inner service.
+/// Applies the engine's rules to every request before (and after) the inner service.
 pub struct RateLimit<I, S> {
     pub(crate) inner: I,
-    pub(crate) guard: Arc<Guard<S>>,
+    pub(crate) engine: Arc<Engine<S>>,
+    pub(crate) options: Options,
 }
 
 impl<I: Clone, S> Clone for RateLimit<I, S> {
     fn clone(&self) -> Self {
-        RateLimit { inner: self.inner.clone(), guard: self.guard.clone() }
+        RateLimit { inner: self.inner.clone(), engine: self.engine.clone(), options: self.options }
     }
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-fn owned<B>(
-    request: &Request<B>,
-    wanted: &[String],
-    uses_host: bool,
-    guard_client: impl Fn(IpAddr, &[&str], &[&str]) -> IpAddr,
-) -> Owned {
-    let peer = request
-        .extensions()
+fn peer(request: &Parts) -> Option<IpAddr> {
+    let extensions = &request.extensions;
+    extensions
         .get::<ConnectInfo<SocketAddr>>()
         .map(|c| c.0.ip())
-        .or_else(|| request.extensions().get::<PeerAddr>().map(|p| p.0.ip()))
-        .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
-    let values =
-        |name: &str| -> Vec<&str> { request.headers().get_all(name).iter().filter_map(|v| v.to_str().ok()).collect() };
-    let client_ip = guard_client(peer, &values("x-forwarded-for"), &values("forwarded"));
-    let host = if !uses_host {
-        String::new()
-    } else {
-        request
-            .uri()
-            .host()
-            .map(str::to_string)
-            .or_else(|| {
-                request
-                    .headers()
-                    .get(http::header::HOST)
-                    .and_then(|h| h.to_str().ok())
-                    .map(|h| h.split(':').next().unwrap_or(h).to_string())
-            })
-            .unwrap_or_default()
+        .or_else(|| extensions.get::<PeerAddr>().map(|p| p.0.ip()))
+}
+
+/// The request's host, without port.
+fn host(request: &Parts) -> &str {
+    request
+        .uri
+        .host()
+        .or_else(|| {
+            let host = request.headers.get(http::header::HOST)?.to_str().ok()?;
+            Some(host.split(':').next().unwrap_or(host))
+        })
+        .unwrap_or("")
+}
+
+/// The values of the headers the rules read, as `(name, value)` pairs borrowed from the request.
+fn headers<'r>(request: &'r Parts, policy: &'r Policy) -> Vec<(&'r str, &'r str)> {
+    let mut pairs = Vec::new();
+    for name in &policy.header_names {
+        for value in request.headers.get_all(name.as_str()) {
+            if let Ok(value) = value.to_str() {
+                pairs.push((name.as_str(), value));
+            }
+        }
+    }
+    pairs
+}
+
+/// Admits the request (its head: the body is not needed, nor `Sync`) through `engine`: the
+/// answer to give instead, or what to settle later.
+async fn admit<S: Store>(engine: &Engine<S>, request: &Parts) -> Result<Admission, Response<Body>> {
+    let policy = engine.policy();
+    let client_ip = match peer(request) {
+        Some(peer) => {
+            let forwarded = policy.rules.trusted_proxies.header().name();
+            let values: Vec<&str> = request.headers.get_all(forwarded).iter().filter_map(|v| v.to_str().ok()).collect();
+            policy.rules.trusted_proxies.client_ip(peer, &values)
+        }
+        None if policy.uses_client_ip => {
+            tracing::error!(
+                "RateLimitLayer has no peer address for a rule keyed on client_ip: serve the app with \
+                 into_make_service_with_connect_info::<SocketAddr>() (or insert a PeerAddr extension)"
+            );
+            return Err(response::problem(
+                http::StatusCode::INTERNAL_SERVER_ERROR,
+                "the rate limiter has no client address",
+            ));
+        }
+        None => IpAddr::from([0, 0, 0, 0]),
     };
-    Owned {
-        method: request.method().clone(),
-        uri: request.uri().clone(),
-        host,
-        headers: request
-            .headers()
-            .iter()
-            .filter(|(n, _)| wanted.iter().any(|w| w == n.as_str()))
-            .filter_map(|(n, v)| v.to_str().ok().map(|v| (n.as_str().to_string(), v.to_string())))
-            .collect(),
+    let headers = headers(request, &policy);
+    let view = tollgate_engine::Request {
+        method: request.method.as_str(),
+        path: request.uri.path(),
+        query: request.uri.query().unwrap_or(""),
+        host: if policy.uses_host { host(request) } else { "" },
+        headers: &headers,
         client_ip,
+        key: None,
+    };
+    Ok(engine.admit(&view).await)
+}
+
+fn render(answer: Answer, options: Options) -> Response<Body> {
+    match answer {
+        Answer::TooMany(fields) => {
+            response::too_many_requests(&fields.policy, &fields.limit, &fields.decision, options.legacy_headers)
+        }
+        Answer::ShadowBan { status, body, content_type } => response::shadow(status, &body, &content_type),
+        Answer::BadRequest(message) => response::problem(http::StatusCode::BAD_REQUEST, &message),
+        Answer::Unavailable(message) => response::problem(http::StatusCode::SERVICE_UNAVAILABLE, &message),
     }
 }
 
@@ -100,33 +140,38 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        let guard = self.guard.clone();
+        let (engine, options) = (self.engine.clone(), self.options);
         // The inner service was made ready; keep it and leave a fresh clone (tower's usual swap).
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        let view = owned(&request, &guard.header_names, guard.uses_host, |peer, xff, fwd| {
-            guard.rules.trusted_proxies.client_ip(peer, xff, fwd)
-        });
         ResponseFuture {
             inner: Box::pin(async move {
-                match guard.admit(&view).await {
-                    Verdict::Respond(response) => Ok(response),
-                    Verdict::Proceed { delay_ns, fields, after } => {
-                        if delay_ns > 0 {
-                            tokio::time::sleep(std::time::Duration::from_nanos(delay_ns)).await;
-                        }
-                        let response = inner.call(request).await?;
-                        guard.after(after, response.status().as_u16()).await;
-                        let mut response = response.map(Body::new);
-                        if guard.options.headers_on_allowed
-                            && let Some((name, limit, decision)) = fields
-                        {
-                            let legacy = guard.options.legacy_headers;
-                            response::rate_limit_fields(response.headers_mut(), &name, &limit, &decision, legacy);
-                        }
-                        Ok(response)
-                    }
+                let (parts, body) = request.into_parts();
+                let proceed = match admit(&engine, &parts).await {
+                    Err(response) => return Ok(response),
+                    Ok(Admission::Answer(answer)) => return Ok(render(answer, options)),
+                    Ok(Admission::Proceed(proceed)) => proceed,
+                };
+                if !proceed.delay.is_zero() {
+                    tokio::time::sleep(proceed.delay).await;
                 }
+                let response = inner.call(Request::from_parts(parts, body)).await?;
+                if !proceed.pending.is_empty() {
+                    engine.complete(proceed.pending, response.status().as_u16()).await;
+                }
+                let mut response = response.map(Body::new);
+                if options.headers_on_allowed
+                    && let Some(fields) = proceed.fields
+                {
+                    response::rate_limit_fields(
+                        response.headers_mut(),
+                        &fields.policy,
+                        &fields.limit,
+                        &fields.decision,
+                        options.legacy_headers,
+                    );
+                }
+                Ok(response)
             }),
         }
     }

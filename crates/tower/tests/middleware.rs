@@ -1,30 +1,53 @@
-//! The middleware over real loopback HTTP (axum server, curl client): seed 003's login defence,
-//! shadow-ban, dry-run, delay, exact header values, spoofed X-Forwarded-For.
+//! The middleware driven directly as a tower service (no network where it adds nothing), on a
+//! manual clock shared by the engine and the store: seed 003's login defence, and each way around
+//! a rule that existed before (each test says what it was).
 
 use std::net::SocketAddr;
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::Router;
-use axum::http::{HeaderMap, StatusCode};
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::http::{HeaderMap, Request, StatusCode};
 use axum::routing::{get, post};
+use prometheus_client::registry::Registry;
+use tollgate_core::ManualClock;
+use tollgate_engine::Engine;
 use tollgate_rules::Rules;
 use tollgate_store::MemoryStore;
-use tollgate_tower::{Options, RateLimitLayer};
+use tollgate_tower::{Options, PeerAddr, RateLimitLayer};
+use tower_service::Service;
 
-/// An upstream app behind the layer; returns its address and its hit counter.
-async fn serve(layer: RateLimitLayer<MemoryStore>) -> (SocketAddr, Arc<AtomicU64>) {
+const SEC: u64 = 1_000_000_000;
+const T0: u64 = 1_700_000_000 * SEC;
+
+/// An app behind the layer, its hit counter, the clock and the metrics registry.
+struct App {
+    router: Router,
+    hits: Arc<AtomicU64>,
+    clock: Arc<ManualClock>,
+    registry: Arc<Registry>,
+}
+
+/// The app's handlers: `POST /login` (401 unless `x-password: right`, after `slow` ms), `GET /`.
+fn app(rules: &str, options: Options, slow: u64) -> App {
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = MemoryStore::builder().clock(clock.clone()).build();
+    let mut registry = Registry::with_prefix("tollgate");
+    let rules = Rules::parse(rules, "test").unwrap();
+    let engine = Arc::new(Engine::builder(store, rules).clock(clock.clone()).build(&mut registry));
     let hits = Arc::new(AtomicU64::new(0));
     let (h1, h2) = (hits.clone(), hits.clone());
-    let app = Router::new()
+    let router = Router::new()
         .route(
             "/login",
             post(move |headers: HeaderMap| {
                 let hits = h1.clone();
                 async move {
                     hits.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(slow)).await;
                     let right = headers.get("x-password").is_some_and(|p| p == "right");
                     if right { (StatusCode::OK, "welcome") } else { (StatusCode::UNAUTHORIZED, "no") }
                 }
@@ -40,180 +63,323 @@ async fn serve(layer: RateLimitLayer<MemoryStore>) -> (SocketAddr, Arc<AtomicU64
                 }
             }),
         )
-        .layer(layer);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await.unwrap();
-    });
-    (address, hits)
+        .fallback(|| async { "other" })
+        .layer(RateLimitLayer::from_engine(engine, options));
+    App { router, hits, clock, registry: Arc::new(registry) }
 }
 
-/// curl in a blocking task: (status, headers and body as one text).
-async fn curl(address: SocketAddr, args: &[&str]) -> (u16, String) {
-    let mut command = Command::new("curl");
-    command.args(["-s", "-i", "--max-time", "10"]);
-    for arg in args {
-        command.arg(arg.replace("URL", &format!("http://{address}")));
+fn request(method: &str, uri: &str, peer: &str, headers: &[(&str, &str)]) -> Request<Body> {
+    let mut builder = Request::builder().method(method).uri(uri);
+    for (name, value) in headers {
+        builder = builder.header(*name, *value);
     }
-    let output = tokio::task::spawn_blocking(move || command.output().expect("curl")).await.unwrap();
-    let text = String::from_utf8_lossy(&output.stdout).into_owned();
-    let status = text.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    (status, text)
+    let mut request = builder.body(Body::empty()).unwrap();
+    let peer: SocketAddr = format!("{peer}:40000").parse().unwrap();
+    request.extensions_mut().insert(ConnectInfo(peer));
+    request
 }
 
-fn rules(text: &str) -> Rules {
-    Rules::parse(text, "test").unwrap()
+impl App {
+    async fn send(&self, request: Request<Body>) -> (StatusCode, HeaderMap, String) {
+        let mut router = self.router.clone();
+        std::future::poll_fn(|cx| <Router as Service<Request<Body>>>::poll_ready(&mut router, cx)).await.unwrap();
+        let response = router.call(request).await.unwrap();
+        let (parts, body) = response.into_parts();
+        let bytes = axum::body::to_bytes(body, 1 << 20).await.unwrap();
+        (parts.status, parts.headers, String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    async fn status(&self, method: &str, uri: &str, peer: &str, headers: &[(&str, &str)]) -> StatusCode {
+        self.send(request(method, uri, peer, headers)).await.0
+    }
+
+    fn metrics(&self) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry).unwrap();
+        text
+    }
+
+    fn hits(&self) -> u64 {
+        self.hits.load(Ordering::Relaxed)
+    }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+fn header<'h>(headers: &'h HeaderMap, name: &str) -> &'h str {
+    headers.get(name).unwrap_or_else(|| panic!("no {name}")).to_str().unwrap()
+}
+
+const LOGIN: &str = include_str!("../../../examples/rules/login.toml");
+const PROXY: &str = "127.0.0.1";
+
+#[tokio::test]
 async fn seed_003_login_defence_blocks_the_ip_after_too_many_failures() {
-    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/rules/login.toml");
-    let (address, _) = serve(RateLimitLayer::new(Rules::load(&file).unwrap(), MemoryStore::new())).await;
-    let attacker = "X-Forwarded-For: 198.51.100.7";
-    // Successful logins do not count.
+    let app = app(LOGIN, Options::default(), 0);
+    let attacker = [("x-forwarded-for", "198.51.100.7")];
+    // Successful logins do not count (their reservations are refunded).
     for _ in 0..10 {
-        let (status, _) = curl(address, &["-X", "POST", "URL/login", "-H", attacker, "-H", "x-password: right"]).await;
-        assert_eq!(status, 200);
+        let ok = [("x-forwarded-for", "198.51.100.7"), ("x-password", "right")];
+        assert_eq!(app.status("POST", "/login", PROXY, &ok).await, StatusCode::OK);
     }
-    // Five failures are within the limit, the sixth goes over.
-    for attempt in 1..=6 {
-        let (status, _) = curl(address, &["-X", "POST", "URL/login", "-H", attacker]).await;
-        assert_eq!(status, 401, "failure {attempt} reaches the app");
+    // Five failures reach the app; the sixth attempt is over the limit before it is forwarded.
+    for attempt in 1..=5 {
+        assert_eq!(app.status("POST", "/login", PROXY, &attacker).await, StatusCode::UNAUTHORIZED, "failure {attempt}");
     }
+    assert_eq!(app.status("POST", "/login", PROXY, &attacker).await, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(app.hits(), 15);
     // Now every request from that IP is refused for the timeout, whatever it claims on the left.
-    for args in [
-        vec!["URL/", "-H", attacker],
-        vec!["URL/", "-H", "X-Forwarded-For: 1.2.3.4, 198.51.100.7"],
-        vec!["-X", "POST", "URL/login", "-H", attacker, "-H", "x-password: right"],
+    app.clock.advance(Duration::from_secs(30));
+    for headers in [
+        vec![("x-forwarded-for", "198.51.100.7")],
+        vec![("x-forwarded-for", "1.2.3.4, 198.51.100.7")],
+        vec![("x-forwarded-for", "198.51.100.7"), ("x-password", "right")],
     ] {
-        let (status, text) = curl(address, &args).await;
-        assert_eq!(status, 429, "{args:?}: {text}");
-        let retry: u64 = header(&text, "retry-after").parse().unwrap();
-        assert!((59..=60).contains(&retry), "Retry-After {retry}");
+        let (status, response, _) = app.send(request("GET", "/", PROXY, &headers)).await;
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{headers:?}");
+        assert_eq!(header(&response, "retry-after"), "30", "the timeout's 60 s, 30 s in");
     }
-    // Another client is unaffected.
-    let (status, _) = curl(address, &["URL/", "-H", "X-Forwarded-For: 198.51.100.8"]).await;
-    assert_eq!(status, 200);
+    assert_eq!(app.status("GET", "/", PROXY, &[("x-forwarded-for", "198.51.100.8")]).await, StatusCode::OK);
+    app.clock.advance(Duration::from_secs(31));
+    assert_eq!(app.status("GET", "/", PROXY, &attacker).await, StatusCode::OK, "the timeout ended");
+    let metrics = app.metrics();
+    for wanted in ["outcome=\"counted\"} 5", "outcome=\"refunded\"} 10", "outcome=\"rejected\"} 4"] {
+        assert!(
+            metrics.contains(&format!("tollgate_rule_decisions_total{{rule=\"login-failures\",{wanted}")),
+            "{wanted}: {metrics}"
+        );
+    }
 }
 
-fn header(text: &str, name: &str) -> String {
-    text.lines()
-        .find_map(|l| {
-            l.split_once(':').filter(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.trim().to_string())
-        })
-        .unwrap_or_else(|| panic!("no {name} in {text}"))
-}
-
+/// Before: a `count_status` rule counted after the response only, so 40 concurrent failed logins
+/// all reached the upstream. Now each is reserved before it is forwarded (so a key has at most
+/// `count` requests in flight under such a rule); good logins from other clients all pass.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rejections_carry_exact_headers_and_a_problem_body() {
-    let layer = RateLimitLayer::with_options(
-        rules("[[rules]]\nname = \"api\"\nlimit = \"2/1m\"\nalgorithm = \"fixed-window\"\nkey = [\"client_ip\"]\n"),
-        MemoryStore::new(),
-        Options { headers_on_allowed: true, legacy_headers: true },
+async fn forty_concurrent_failed_logins_let_at_most_five_through() {
+    let app = Arc::new(app(LOGIN, Options::default(), 50));
+    let attempts: Vec<_> = (0..40)
+        .map(|i| {
+            let app = app.clone();
+            tokio::spawn(async move {
+                let (peer, password) = if i % 2 == 0 {
+                    ("198.51.100.7".to_string(), "wrong")
+                } else {
+                    (format!("203.0.113.{i}"), "right")
+                };
+                let headers = [("x-forwarded-for", peer.as_str()), ("x-password", password)];
+                (i, app.status("POST", "/login", PROXY, &headers).await)
+            })
+        })
+        .collect();
+    let mut outcomes = Vec::new();
+    for attempt in attempts {
+        outcomes.push(attempt.await.unwrap());
+    }
+    let attacker: Vec<StatusCode> = outcomes.iter().filter(|(i, _)| i % 2 == 0).map(|(_, s)| *s).collect();
+    let failures = attacker.iter().filter(|s| **s == StatusCode::UNAUTHORIZED).count();
+    assert!(failures <= 5, "{failures} failed logins reached the app: {attacker:?}");
+    assert!(
+        outcomes.iter().filter(|(i, _)| i % 2 == 1).all(|(_, s)| *s == StatusCode::OK),
+        "good logins pass: {outcomes:?}"
     );
-    let (address, hits) = serve(layer).await;
-    let (status, first) = curl(address, &["URL/"]).await;
-    assert_eq!(status, 200);
+}
+
+/// Before: a cost header of 0 was a peek, and a huge one failed the check, after which the
+/// middleware let the request through with no rule applied.
+#[tokio::test]
+async fn a_bad_cost_header_is_refused_never_a_free_pass() {
+    let app = app(
+        "[[rules]]\nname = \"api\"\nlimit = \"3/1m\"\nkey = [\"client_ip\"]\ncost_header = \"x-cost\"\n",
+        Options::default(),
+        0,
+    );
+    for cost in ["0", "4", "99999999999999999999", "x"] {
+        let (status, headers, body) = app.send(request("GET", "/", "192.0.2.1", &[("x-cost", cost)])).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{cost}");
+        assert_eq!(header(&headers, "content-type"), "application/problem+json");
+        assert!(body.contains("x-cost must hold the request's cost, an integer from 1 to 3"), "{body}");
+    }
+    assert_eq!(app.hits(), 0);
+    assert_eq!(app.status("GET", "/", "192.0.2.1", &[("x-cost", "3")]).await, StatusCode::OK);
+    assert_eq!(app.status("GET", "/", "192.0.2.1", &[("x-cost", "1")]).await, StatusCode::TOO_MANY_REQUESTS);
+}
+
+/// Before: behind a proxy writing X-Forwarded-For, `Forwarded: for=<random>` gave a fresh key
+/// per request.
+#[tokio::test]
+async fn a_rotating_forwarded_header_does_not_reset_the_key() {
+    let app = app(
+        "trusted_proxies = [\"127.0.0.1/32\"]\n[[rules]]\nname = \"ip\"\nlimit = \"2/1m\"\nkey = [\"client_ip\"]\n",
+        Options::default(),
+        0,
+    );
+    let statuses: Vec<StatusCode> = futures_for(
+        5,
+        |i| {
+            let forwarded = format!("for=10.9.8.{i}");
+            request("GET", "/", PROXY, &[("x-forwarded-for", "198.51.100.7"), ("forwarded", &forwarded)])
+        },
+        &app,
+    )
+    .await;
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS,
+            StatusCode::TOO_MANY_REQUESTS,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
+    );
+}
+
+async fn futures_for(n: usize, make: impl Fn(usize) -> Request<Body>, app: &App) -> Vec<StatusCode> {
+    let mut out = Vec::new();
+    for i in 0..n {
+        out.push(app.send(make(i)).await.0);
+    }
+    out
+}
+
+/// Before: paths were matched as spelled: `//login` and `/%6Cogin` escaped a rule on `/login`.
+#[tokio::test]
+async fn spellings_of_a_path_count_toward_its_rule() {
+    let app = app(
+        "[[rules]]\nname = \"login\"\nlimit = \"3/1m\"\nkey = [\"client_ip\"]\nmatch = { path = \"/login\" }\n",
+        Options::default(),
+        0,
+    );
+    for path in ["/login", "//login", "/%6Cogin"] {
+        assert_ne!(app.status("POST", path, "192.0.2.1", &[]).await, StatusCode::TOO_MANY_REQUESTS, "{path}");
+    }
+    assert_eq!(app.status("POST", "/x/../login", "192.0.2.1", &[]).await, StatusCode::TOO_MANY_REQUESTS);
+    assert!(
+        app.metrics().contains("tollgate_rule_decisions_total{rule=\"login\",outcome=\"allowed\"} 3"),
+        "{}",
+        app.metrics()
+    );
+}
+
+/// A missing key part under `on_missing = "reject"` is a 400; under the default it skips the rule.
+#[tokio::test]
+async fn a_missing_key_part_follows_the_rule() {
+    let app = app(
+        "[[rules]]\nname = \"k\"\nlimit = \"1/1m\"\nkey = [\"header:x-api-key\"]\non_missing = \"reject\"\n",
+        Options::default(),
+        0,
+    );
+    let (status, _, body) = app.send(request("GET", "/", "192.0.2.1", &[])).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(body.contains("needs header x-api-key"), "{body}");
+    assert_eq!(app.status("GET", "/", "192.0.2.1", &[("x-api-key", "a")]).await, StatusCode::OK);
+    assert_eq!(app.status("GET", "/", "192.0.2.1", &[("x-api-key", "a")]).await, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(app.status("GET", "/", "192.0.2.1", &[("x-api-key", "b")]).await, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn rejections_carry_exact_headers_and_a_problem_body() {
+    let app = app(
+        "[[rules]]\nname = \"api\"\nlimit = \"2/1m\"\nalgorithm = \"fixed-window\"\nkey = [\"client_ip\"]\n",
+        Options { headers_on_allowed: true, legacy_headers: true },
+        0,
+    );
+    // 20 s into a minute window.
+    app.clock.set(T0 - T0 % (60 * SEC) + 20 * SEC);
+    let (status, first, _) = app.send(request("GET", "/", "192.0.2.1", &[])).await;
+    assert_eq!(status, StatusCode::OK);
     assert_eq!(header(&first, "ratelimit-policy"), "\"api\";q=2;w=60");
-    assert!(header(&first, "ratelimit").starts_with("\"api\";r=1;t="), "{first}");
-    curl(address, &["URL/"]).await;
-    let (status, denied) = curl(address, &["URL/"]).await;
-    assert_eq!(status, 429);
-    let reset: u64 = header(&denied, "x-ratelimit-reset").parse().unwrap();
-    assert!((1..=60).contains(&reset));
-    assert_eq!(header(&denied, "retry-after"), reset.to_string(), "fixed window: retry at the window's end");
-    assert_eq!(header(&denied, "ratelimit"), format!("\"api\";r=0;t={reset}"));
+    assert_eq!(header(&first, "ratelimit"), "\"api\";r=1;t=40");
+    app.send(request("GET", "/", "192.0.2.1", &[])).await;
+    let (status, denied, body) = app.send(request("GET", "/", "192.0.2.1", &[])).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&denied, "retry-after"), "40", "fixed window: retry at the window's end");
+    assert_eq!(header(&denied, "ratelimit"), "\"api\";r=0;t=40");
     assert_eq!(header(&denied, "ratelimit-policy"), "\"api\";q=2;w=60");
     assert_eq!(header(&denied, "cache-control"), "no-store");
     assert_eq!(header(&denied, "content-type"), "application/problem+json");
     assert_eq!(header(&denied, "x-ratelimit-limit"), "2");
     assert_eq!(header(&denied, "x-ratelimit-remaining"), "0");
-    assert!(denied.contains("\"title\":\"Too Many Requests\"") && denied.contains("\"status\":429"), "{denied}");
-    assert_eq!(hits.load(Ordering::Relaxed), 2, "the rejected request never reached the app");
+    assert_eq!(header(&denied, "x-ratelimit-reset"), "40");
+    assert!(body.contains("\"title\":\"Too Many Requests\"") && body.contains("\"status\":429"), "{body}");
+    assert_eq!(app.hits(), 2, "the rejected request never reached the app");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn shadow_ban_answers_success_without_calling_the_app() {
-    let layer = RateLimitLayer::new(
-        rules(
-            "[[rules]]\nname = \"s\"\nlimit = \"2/1m\"\nkey = [\"global\"]\n[rules.mitigation]\naction = \"shadow-ban\"\nbody = \"{\\\"ok\\\":true}\"\ncontent_type = \"application/json\"\n",
-        ),
-        MemoryStore::new(),
+    let app = app(
+        "[[rules]]\nname = \"s\"\nlimit = \"2/1m\"\nkey = [\"global\"]\n[rules.mitigation]\naction = \"shadow-ban\"\nbody = \"{\\\"ok\\\":true}\"\ncontent_type = \"application/json\"\n",
+        Options::default(),
+        0,
     );
-    let (address, hits) = serve(layer).await;
     for _ in 0..2 {
-        assert!(curl(address, &["URL/"]).await.1.ends_with("home"));
+        assert_eq!(app.send(request("GET", "/", "192.0.2.1", &[])).await.2, "home");
     }
-    let (status, text) = curl(address, &["URL/"]).await;
-    assert_eq!(status, 200);
-    assert!(text.ends_with("{\"ok\":true}") && header(&text, "content-type") == "application/json", "{text}");
-    assert_eq!(hits.load(Ordering::Relaxed), 2, "the app received nothing once banned");
+    let (status, headers, body) = app.send(request("GET", "/", "192.0.2.1", &[])).await;
+    assert_eq!(
+        (status, body.as_str(), header(&headers, "content-type")),
+        (StatusCode::OK, "{\"ok\":true}", "application/json")
+    );
+    assert_eq!(app.hits(), 2, "the app received nothing once banned");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn dry_run_never_blocks_but_counts() {
-    let layer = RateLimitLayer::new(
-        rules(
-            "[[rules]]\nname = \"d\"\nlimit = \"1/1m\"\nkey = [\"global\"]\n[rules.mitigation]\naction = \"dry-run\"\n",
-        ),
-        MemoryStore::new(),
+    let app = app(
+        "[[rules]]\nname = \"d\"\nlimit = \"1/1m\"\nkey = [\"global\"]\n[rules.mitigation]\naction = \"dry-run\"\n",
+        Options::default(),
+        0,
     );
-    let (address, hits) = serve(layer.clone()).await;
     for _ in 0..4 {
-        assert_eq!(curl(address, &["URL/"]).await.0, 200);
+        assert_eq!(app.status("GET", "/", "192.0.2.1", &[]).await, StatusCode::OK);
     }
-    assert_eq!(hits.load(Ordering::Relaxed), 4);
-    assert_eq!(layer.dry_run_hits(), 3);
+    assert_eq!(app.hits(), 4);
+    assert!(
+        app.metrics().contains("tollgate_rule_decisions_total{rule=\"d\",outcome=\"dry_run\"} 3"),
+        "{}",
+        app.metrics()
+    );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// Delays are slots of a GCRA shaper: the k-th request of a burst waits k emission intervals
+/// (tokio's paused clock: exact, and instant); beyond `max_delay`, 429.
+#[tokio::test(start_paused = true)]
 async fn delay_smooths_a_burst_to_one_request_per_interval() {
-    let layer = RateLimitLayer::new(
-        rules(
-            "[[rules]]\nname = \"shape\"\nlimit = \"10/s\"\nburst = 1\nkey = [\"global\"]\n[rules.mitigation]\naction = \"delay\"\nmax_delay = \"450ms\"\n",
-        ),
-        MemoryStore::new(),
+    let app = app(
+        "[[rules]]\nname = \"shape\"\nlimit = \"10/s\"\nburst = 1\nkey = [\"global\"]\n[rules.mitigation]\naction = \"delay\"\nmax_delay = \"450ms\"\n",
+        Options::default(),
+        0,
     );
-    let (address, _) = serve(layer).await;
-    let started = Instant::now();
-    let burst: Vec<_> =
-        (0..5).map(|_| tokio::spawn(async move { (curl(address, &["URL/"]).await.0, started.elapsed()) })).collect();
-    let mut done = Vec::new();
-    for request in burst {
-        done.push(request.await.unwrap());
+    let mut waits = Vec::new();
+    for _ in 0..5 {
+        let started = tokio::time::Instant::now();
+        assert_eq!(app.status("GET", "/", "192.0.2.1", &[]).await, StatusCode::OK);
+        waits.push(started.elapsed());
     }
-    assert!(done.iter().all(|(status, _)| *status == 200), "{done:?}");
-    let mut times: Vec<Duration> = done.iter().map(|(_, t)| *t).collect();
-    times.sort();
-    // Slots are 100 ms apart: the k-th request cannot finish before k*100 ms (a lower bound only).
-    for (k, t) in times.iter().enumerate() {
-        assert!(*t >= Duration::from_millis(100 * k as u64), "request {k} done at {t:?}");
-    }
-    // Beyond max_delay: 20 more at once, the queue (4.5 slots of wait) is full for some of them.
-    let over: Vec<_> = (0..20).map(|_| tokio::spawn(async move { curl(address, &["URL/"]).await.0 })).collect();
-    let mut statuses = Vec::new();
-    for request in over {
-        statuses.push(request.await.unwrap());
-    }
-    assert!(statuses.contains(&429), "{statuses:?}");
+    // The shaper's clock (the manual one) did not move: each slot is 100 ms after the last.
+    assert_eq!(waits, (0..5).map(|k| Duration::from_millis(100 * k)).collect::<Vec<_>>());
+    assert_eq!(
+        app.status("GET", "/", "192.0.2.1", &[]).await,
+        StatusCode::TOO_MANY_REQUESTS,
+        "a 500 ms wait is beyond max_delay"
+    );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_rule_counted_after_the_response_mitigates_while_over_even_without_timeout() {
-    let layer = RateLimitLayer::new(
-        rules(
-            "[[rules]]\nname = \"f\"\nlimit = \"2/1m\"\nalgorithm = \"fixed-window\"\nkey = [\"client_ip\"]\ncount_status = [401]\nmatch = { path = \"/login\" }\n",
-        ),
-        MemoryStore::new(),
+/// Before: without `ConnectInfo`, every client was keyed as 0.0.0.0: one global limit.
+#[tokio::test]
+async fn without_a_peer_address_a_client_ip_rule_refuses_to_guess() {
+    let app = app("[[rules]]\nname = \"ip\"\nlimit = \"5/1m\"\nkey = [\"client_ip\"]\n", Options::default(), 0);
+    let bare = Request::builder().uri("/").body(Body::empty()).unwrap();
+    assert_eq!(app.send(bare).await.0, StatusCode::INTERNAL_SERVER_ERROR);
+    let mut with_peer = Request::builder().uri("/").body(Body::empty()).unwrap();
+    with_peer.extensions_mut().insert(PeerAddr("192.0.2.1:1".parse().unwrap()));
+    assert_eq!(app.send(with_peer).await.0, StatusCode::OK);
+    let global = app_global();
+    assert_eq!(
+        global.send(Request::builder().uri("/").body(Body::empty()).unwrap()).await.0,
+        StatusCode::OK,
+        "no client_ip rule: no peer needed"
     );
-    let (address, hits) = serve(layer).await;
-    for _ in 0..3 {
-        assert_eq!(curl(address, &["-X", "POST", "URL/login"]).await.0, 401);
-    }
-    let (status, text) = curl(address, &["-X", "POST", "URL/login"]).await;
-    assert_eq!(status, 429, "{text}");
-    assert_eq!(hits.load(Ordering::Relaxed), 3);
-    // The mitigation match defaults to the counting match: other paths pass.
-    assert_eq!(curl(address, &["URL/"]).await.0, 200);
+}
+
+fn app_global() -> App {
+    app("[[rules]]\nname = \"g\"\nlimit = \"5/1m\"\nkey = [\"global\"]\n", Options::default(), 0)
 }

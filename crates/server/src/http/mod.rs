@@ -22,16 +22,18 @@ use serde::{Deserialize, Serialize};
 use tollgate_core::{Decision, Limit};
 use tollgate_store::StoreError;
 
-use crate::engine::{Engine, EngineError, Source};
+use tollgate_engine::{EngineError, Source};
+
+use crate::app::App;
 
 /// The router; bodies larger than `max_body_bytes` are answered 413.
-pub fn router(engine: Arc<Engine>, max_body_bytes: usize) -> Router {
+pub fn router(app: Arc<App>, max_body_bytes: usize) -> Router {
     Router::new()
         .route("/v1/check", post(check))
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .layer(DefaultBodyLimit::max(max_body_bytes))
-        .with_state(engine)
+        .with_state(app)
 }
 
 #[derive(Debug, Deserialize)]
@@ -70,12 +72,12 @@ fn store_error(e: &StoreError) -> Response {
     (status, axum::Json(serde_json::json!({ "error": e.to_string() }))).into_response()
 }
 
-async fn check(State(engine): State<Arc<Engine>>, body: Bytes) -> Response {
-    check_json(&engine, &body).await
+async fn check(State(app): State<Arc<App>>, body: Bytes) -> Response {
+    check_json(&app, &body).await
 }
 
 /// `POST /v1/check` on a request body: the decision, or the error, as the response.
-pub async fn check_json(engine: &Engine, body: &[u8]) -> Response {
+pub async fn check_json(app: &App, body: &[u8]) -> Response {
     let request: CheckRequest = match serde_json::from_slice(body) {
         Ok(request) => request,
         Err(e) => return bad_request(format!("invalid JSON body: {e}")),
@@ -86,19 +88,17 @@ pub async fn check_json(engine: &Engine, body: &[u8]) -> Response {
         {
             return bad_request("give either \"limit_name\" or an inline limit, not both".into());
         }
-        match engine.check_named(name, request.key.as_bytes(), cost).await {
-            Ok((decision, limit)) => (decision, limit.clone(), name.clone()),
-            Err(EngineError::UnknownLimit(name)) => {
-                return bad_request(format!("no limit named {name:?} in the config"));
-            }
+        match app.engine.check_named(name, request.key.as_bytes(), cost).await {
+            Ok((decision, limit)) => (decision, limit, name.clone()),
             Err(EngineError::Store(e)) => return store_error(&e),
+            Err(e) => return bad_request(e.to_string()),
         }
     } else {
         let limit = match limit_of(&request) {
             Ok(limit) => limit,
             Err(message) => return bad_request(message),
         };
-        match engine.check(Source::Http, request.key.as_bytes(), &limit, cost).await {
+        match app.engine.check_adhoc(Source::Http, request.key.as_bytes(), &limit, cost).await {
             Ok(decision) => (decision, limit, "default".to_string()),
             Err(e) => return store_error(&e),
         }
@@ -125,7 +125,7 @@ pub fn headers(decision: &Decision, limit: &Limit, policy: &str) -> HeaderMap {
     headers
 }
 
-async fn metrics(State(engine): State<Arc<Engine>>) -> Response {
-    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], engine.render_metrics())
+async fn metrics(State(app): State<Arc<App>>) -> Response {
+    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], app.render_metrics())
         .into_response()
 }

@@ -14,15 +14,15 @@ use tokio::sync::watch;
 use super::commands::{self, Flow};
 use super::frame::{Bounds, Decoder};
 use super::reply;
+use crate::app::App;
 use crate::config::RespBounds;
-use crate::engine::Engine;
 
 /// The size buffers start at and shrink back to.
 const BUFFER: usize = 16 * 1024;
 
 pub(super) async fn serve(
     mut stream: TcpStream,
-    engine: &Engine,
+    app: &App,
     bounds: RespBounds,
     mut shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
@@ -54,7 +54,7 @@ pub(super) async fn serve(
                             many = ranges.iter().map(|r| &input[r.clone()]).collect();
                             &many
                         };
-                        close = commands::execute(engine, args, &mut output).await == Flow::Close;
+                        close = commands::execute(app, args, &mut output).await == Flow::Close;
                     }
                     input.advance(used);
                     if close {

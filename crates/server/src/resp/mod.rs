@@ -12,14 +12,14 @@ use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 
+use crate::app::App;
 use crate::config::RespBounds;
-use crate::engine::Engine;
 
 /// Serves RESP on `listener` until `shutdown` turns true, then lets every connection finish the
 /// commands it has already read, for at most `grace`, and returns.
 pub async fn serve(
     listener: TcpListener,
-    engine: Arc<Engine>,
+    app: Arc<App>,
     bounds: RespBounds,
     grace: std::time::Duration,
     mut shutdown: watch::Receiver<bool>,
@@ -44,19 +44,19 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let Ok(slot) = slots.clone().try_acquire_owned() else {
-            engine.metrics().connections_refused.inc();
+            app.metrics().connections_refused.inc();
             // A few bytes into an empty socket buffer: never waits on the client.
             let _ = stream.try_write(b"-ERR max number of clients reached\r\n");
             continue;
         };
-        engine.metrics().connections_total.inc();
-        engine.metrics().connections.inc();
-        let (engine, shutdown) = (engine.clone(), shutdown.clone());
+        app.metrics().connections_total.inc();
+        app.metrics().connections.inc();
+        let (app, shutdown) = (app.clone(), shutdown.clone());
         connections.spawn(async move {
-            if let Err(error) = connection::serve(stream, &engine, bounds, shutdown).await {
+            if let Err(error) = connection::serve(stream, &app, bounds, shutdown).await {
                 tracing::debug!(%peer, %error, "connection closed");
             }
-            engine.metrics().connections.dec();
+            app.metrics().connections.dec();
             drop(slot);
         });
     }

@@ -258,7 +258,7 @@ impl<R: Remote> Shared<R> {
                 decisions
             }
         };
-        Ok(Reserved { decisions, at })
+        Ok(Reserved::at(decisions, at))
     }
 
     /// A call to the backend failed: count it, and start probing if that opened the breaker.
@@ -384,7 +384,12 @@ impl<R: Remote> Store for Fallback<R> {
         match result {
             Ok(reply) => {
                 sh.answered(checks, &debts, &reply);
-                Ok(Reserved { decisions: reply.decisions, at: reply.now_ns })
+                let per_check = if reply.snapshots.iter().all(|s| s.at == reply.now_ns) {
+                    Vec::new()
+                } else {
+                    reply.snapshots.iter().map(|s| s.at).collect()
+                };
+                Ok(Reserved { decisions: reply.decisions, at: reply.now_ns, per_check })
             }
             Err(error) if error.is_backend() => {
                 sh.failed(&error);

@@ -185,11 +185,11 @@ impl MemoryStore {
             [] => Err(StoreError::NoChecks),
             [one] => {
                 let at = self.clock.now_ns();
-                Ok(Reserved { decisions: vec![self.check_one_at(*one, at)?], at })
+                Ok(Reserved::at(vec![self.check_one_at(*one, at)?], at))
             }
             _ => {
                 let (decisions, _, at) = self.check_many(checks, &[], false)?;
-                Ok(Reserved { decisions, at })
+                Ok(Reserved::at(decisions, at))
             }
         }
     }

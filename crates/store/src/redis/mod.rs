@@ -239,66 +239,95 @@ fn script_error(error: &redis::RedisError, keys: &[Vec<u8>]) -> StoreError {
     }
 }
 
+/// One slot's share of a call: the indices of its checks in the call, and its charges.
+struct Group<'a> {
+    checks: Vec<usize>,
+    charges: Vec<Charge<'a>>,
+}
+
 impl RedisStore {
-    /// A multi-slot reservation was denied in its last group: refund what the earlier groups
-    /// admitted, then report every check as `check_all` does.
-    async fn withdraw(&self, checks: &[Check<'_>], done: Vec<(Vec<Check<'_>>, Reply)>) -> Result<Reserved, StoreError> {
-        let (denied_group, denied) = done.last().map(|(g, r)| (g.clone(), r.clone())).ok_or(StoreError::NoChecks)?;
-        for (group, reply) in &done[..done.len() - 1] {
-            let refunds: Vec<Refund<'_>> = group
-                .iter()
-                .zip(&reply.decisions)
-                .map(|(check, decision)| Refund { check: *check, at: reply.now_ns, decision: *decision })
-                .collect();
-            self.call(&[], &[], &refunds).await?;
+    /// Records `charges` and decides `checks` all or nothing, whatever slots their keys are in:
+    /// one script call when they share one; otherwise slot by slot, in order, and once a slot
+    /// denies, what the slots before it admitted is refunded (exactly, unless something else was
+    /// admitted there meanwhile: then it stays counted, an under-grant) and every check that did
+    /// not block reports its state as a peek would. Charges are recorded in any case.
+    async fn decide_across(&self, checks: &[Check<'_>], charges: &[Charge<'_>]) -> Result<Reply, StoreError> {
+        if let Some(c) = checks.iter().find(|c| c.cost > c.limit.capacity()) {
+            return Err(tollgate_core::Error::CostExceedsCapacity { cost: c.cost, capacity: c.limit.capacity() }.into());
         }
-        // Every check that did not block reports its state as a peek would.
-        let mut answered: Vec<(Vec<Check<'_>>, Reply)> = Vec::new();
-        for (group, _) in &done[..done.len() - 1] {
-            let peeks: Vec<Check<'_>> = group.iter().map(|c| Check { cost: 0, ..*c }).collect();
-            answered.push((group.clone(), self.call(&peeks, &[], &[]).await?));
+        let groups = self.groups(checks, charges)?;
+        if groups.len() <= 1 {
+            return self.call(checks, charges, &[]).await;
         }
-        answered.push((denied_group, denied.clone()));
-        let mut decisions = in_order(checks, &answered);
-        // Checks of groups never tried: peeks too.
-        for (i, check) in checks.iter().enumerate() {
-            if !answered.iter().any(|(group, _)| group.iter().any(|c| same(c, check))) {
-                decisions[i] = self.call(&[Check { cost: 0, ..*check }], &[], &[]).await?.decisions[0];
+        let mut decisions: Vec<Option<Decision>> = vec![None; checks.len()];
+        let mut snapshots = vec![Snapshot::default(); checks.len()];
+        let mut admitted: Vec<(Vec<usize>, u64)> = Vec::new();
+        let mut now_ns = 0;
+        let mut denied = false;
+        for group in &groups {
+            // After a denial, the remaining slots are only peeked (and charged).
+            let sent: Vec<Check<'_>> =
+                group.checks.iter().map(|&i| if denied { Check { cost: 0, ..checks[i] } } else { checks[i] }).collect();
+            let reply = self.call(&sent, &group.charges, &[]).await?;
+            now_ns = now_ns.max(reply.now_ns);
+            // Each check keeps its own slot's instant (in its snapshot): a refund needs it.
+            for (k, &i) in group.checks.iter().enumerate() {
+                decisions[i] = Some(reply.decisions[k]);
+                snapshots[i] = reply.snapshots[k];
+            }
+            if !denied && reply.decisions.iter().all(|d| d.allowed) {
+                admitted.push((group.checks.clone(), reply.now_ns));
+            } else if !denied {
+                denied = true;
+                // This slot decided all or nothing itself; its checks that did not block already
+                // report as peeks.
             }
         }
-        Ok(Reserved { decisions, at: denied.now_ns })
-    }
-}
-
-/// Whether two checks name the same state.
-fn same(a: &Check<'_>, b: &Check<'_>) -> bool {
-    a.scope == b.scope && a.key == b.key && a.limit.algorithm() == b.limit.algorithm()
-}
-
-/// The decisions of `groups` in the order of `checks` (a state checked twice in one group: in turn).
-fn in_order(checks: &[Check<'_>], groups: &[(Vec<Check<'_>>, Reply)]) -> Vec<Decision> {
-    let mut used: Vec<Vec<bool>> = groups.iter().map(|(g, _)| vec![false; g.len()]).collect();
-    let mut decisions = Vec::with_capacity(checks.len());
-    for check in checks {
-        let mut found = Decision {
-            allowed: true,
-            limit: check.limit.capacity(),
-            remaining: 0,
-            retry_after_ns: 0,
-            reset_after_ns: 0,
-        };
-        'groups: for (g, (group, reply)) in groups.iter().enumerate() {
-            for (i, c) in group.iter().enumerate() {
-                if !used[g][i] && same(c, check) && c.cost == check.cost {
-                    used[g][i] = true;
-                    found = reply.decisions[i];
-                    break 'groups;
+        if denied {
+            for (indices, at) in &admitted {
+                let refunds: Vec<Refund<'_>> = indices
+                    .iter()
+                    .filter_map(|&i| decisions[i].map(|decision| Refund { check: checks[i], at: *at, decision }))
+                    .collect();
+                self.call(&[], &[], &refunds).await?;
+                let peeks: Vec<Check<'_>> = indices.iter().map(|&i| Check { cost: 0, ..checks[i] }).collect();
+                let reply = self.call(&peeks, &[], &[]).await?;
+                for (k, &i) in indices.iter().enumerate() {
+                    decisions[i] = Some(reply.decisions[k]);
+                    snapshots[i] = reply.snapshots[k];
                 }
             }
         }
-        decisions.push(found);
+        let decisions = decisions.into_iter().map(|d| d.ok_or(StoreError::NoChecks)).collect::<Result<_, _>>()?;
+        Ok(Reply { decisions, snapshots, now_ns })
     }
-    decisions
+
+    /// The call's checks and charges grouped by slot, in order of first appearance (one group on
+    /// a single server).
+    fn groups<'a>(&self, checks: &[Check<'_>], charges: &[Charge<'a>]) -> Result<Vec<Group<'a>>, StoreError> {
+        if !matches!(self.connection, Connection::Cluster(_)) {
+            return Ok(vec![Group { checks: (0..checks.len()).collect(), charges: charges.to_vec() }]);
+        }
+        let mut slots: Vec<redis::cluster_routing::Slot> = Vec::new();
+        let mut groups: Vec<Group<'a>> = Vec::new();
+        let group_of = |c: &Check<'_>, slots: &mut Vec<_>, groups: &mut Vec<Group<'a>>| -> Result<usize, StoreError> {
+            let slot = redis::cluster_routing::Slot::for_key(self.state_key(c.scope, c.key, c.limit)?);
+            Ok(slots.iter().position(|s| *s == slot).unwrap_or_else(|| {
+                slots.push(slot);
+                groups.push(Group { checks: Vec::new(), charges: Vec::new() });
+                groups.len() - 1
+            }))
+        };
+        for (i, check) in checks.iter().enumerate() {
+            let g = group_of(check, &mut slots, &mut groups)?;
+            groups[g].checks.push(i);
+        }
+        for charge in charges {
+            let g = group_of(&charge.check, &mut slots, &mut groups)?;
+            groups[g].charges.push(*charge);
+        }
+        Ok(groups)
+    }
 }
 
 /// 7 values per check (the decision and the snapshot), then the server's seconds and nanoseconds.
@@ -347,33 +376,18 @@ impl RedisStore {
 }
 
 impl Store for RedisStore {
-    /// One script call when every key shares a slot. On a cluster, keys in several slots are
-    /// decided slot by slot, all or nothing still: once a slot denies, what the slots before it
-    /// admitted is refunded (exactly, unless something else was admitted there meanwhile: then it
-    /// stays counted, an under-grant), and every check that did not block reports its state.
+    /// One script call when every key shares a slot; see [`RedisStore::decide_across`] otherwise.
     async fn reserve(&self, checks: &[Check<'_>]) -> Result<Reserved, StoreError> {
         if checks.is_empty() {
             return Err(StoreError::NoChecks);
         }
-        if let Some(c) = checks.iter().find(|c| c.cost > c.limit.capacity()) {
-            return Err(tollgate_core::Error::CostExceedsCapacity { cost: c.cost, capacity: c.limit.capacity() }.into());
-        }
-        let groups = self.by_slot(checks, |c| *c)?;
-        if groups.len() == 1 {
-            let reply = self.call(checks, &[], &[]).await?;
-            return Ok(Reserved { decisions: reply.decisions, at: reply.now_ns });
-        }
-        let mut done: Vec<(Vec<Check<'_>>, Reply)> = Vec::new();
-        for group in groups {
-            let reply = self.call(&group, &[], &[]).await?;
-            let denied = !reply.decisions.iter().all(|d| d.allowed);
-            done.push((group, reply));
-            if denied {
-                return self.withdraw(checks, done).await;
-            }
-        }
-        let at = done.first().map_or(0, |(_, reply)| reply.now_ns);
-        Ok(Reserved { decisions: in_order(checks, &done), at })
+        let reply = self.decide_across(checks, &[]).await?;
+        let per_check = if reply.snapshots.iter().all(|s| s.at == reply.now_ns) {
+            Vec::new()
+        } else {
+            reply.snapshots.iter().map(|s| s.at).collect()
+        };
+        Ok(Reserved { decisions: reply.decisions, at: reply.now_ns, per_check })
     }
 
     async fn refund(&self, refunds: &[Refund<'_>]) -> Result<(), StoreError> {
@@ -405,7 +419,15 @@ impl Store for RedisStore {
 
 impl Remote for RedisStore {
     async fn decide(&self, checks: &[Check<'_>], charges: &[Charge<'_>]) -> Result<Reply, StoreError> {
-        self.call(checks, charges, &[]).await
+        if checks.is_empty() {
+            // Charges only (a flush): slot by slot.
+            let mut now_ns = 0;
+            for group in self.groups(&[], charges)? {
+                now_ns = now_ns.max(self.call(&[], &group.charges, &[]).await?.now_ns);
+            }
+            return Ok(Reply { decisions: Vec::new(), snapshots: Vec::new(), now_ns });
+        }
+        self.decide_across(checks, charges).await
     }
 
     async fn probe(&self) -> Result<(), StoreError> {

@@ -66,7 +66,7 @@ fn injected() -> StoreError {
 impl<R: Remote> Store for Faulty<R> {
     async fn reserve(&self, checks: &[Check<'_>]) -> Result<Reserved, StoreError> {
         let reply = self.decide(checks, &[]).await?;
-        Ok(Reserved { decisions: reply.decisions, at: reply.now_ns })
+        Ok(Reserved::at(reply.decisions, reply.now_ns))
     }
 
     async fn refund(&self, refunds: &[Refund<'_>]) -> Result<(), StoreError> {

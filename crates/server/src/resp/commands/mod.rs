@@ -18,7 +18,7 @@ mod throttle;
 use bytes::BytesMut;
 
 use super::reply;
-use crate::engine::Engine;
+use crate::app::App;
 
 /// What the connection does after a command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,20 +30,20 @@ pub enum Flow {
 }
 
 /// Runs one command (`args[0]` is its name), appending its reply to `out`.
-pub async fn execute(engine: &Engine, args: &[&[u8]], out: &mut BytesMut) -> Flow {
+pub async fn execute(app: &App, args: &[&[u8]], out: &mut BytesMut) -> Flow {
     let name = args[0];
     let rest = &args[1..];
     let is = |candidate: &str| name.eq_ignore_ascii_case(candidate.as_bytes());
     if is("CL.THROTTLE") {
-        throttle::run(engine, rest, out).await;
+        throttle::run(app, rest, out).await;
     } else if is("TG.CHECK") {
-        native::check(engine, rest, out, false).await;
+        native::check(app, rest, out, false).await;
     } else if is("TG.PEEK") {
-        native::check(engine, rest, out, true).await;
+        native::check(app, rest, out, true).await;
     } else if is("TG.RESET") {
-        native::reset(engine, rest, out).await;
+        native::reset(app, rest, out).await;
     } else if is("TG.LIMIT") {
-        native::named(engine, rest, out).await;
+        native::named(app, rest, out).await;
     } else {
         return admin::run(name, rest, out);
     }

@@ -7,7 +7,9 @@ use bytes::BytesMut;
 use tollgate_core::{Algorithm, Decision, Limit};
 
 use super::{ceil_units, count, reply, text};
-use crate::engine::{Engine, EngineError, Source};
+use tollgate_engine::Source;
+
+use crate::app::App;
 
 const MS: u64 = 1_000_000;
 const CHECK_USAGE: &str =
@@ -54,11 +56,11 @@ fn render(out: &mut BytesMut, d: &Decision) {
 }
 
 /// `TG.CHECK` (or `TG.PEEK` when `peek`).
-pub(super) async fn check(engine: &Engine, args: &[&[u8]], out: &mut BytesMut, peek: bool) {
+pub(super) async fn check(app: &App, args: &[&[u8]], out: &mut BytesMut, peek: bool) {
     let result = async {
         let (key, limit, cost) = parse(args, !peek)?;
         let cost = if peek { 0 } else { cost };
-        engine.check(Source::Check, key, &limit, cost).await.map_err(|e| format!("ERR {e}"))
+        app.engine.check_adhoc(Source::Check, key, &limit, cost).await.map_err(|e| format!("ERR {e}"))
     }
     .await;
     match result {
@@ -68,10 +70,10 @@ pub(super) async fn check(engine: &Engine, args: &[&[u8]], out: &mut BytesMut, p
 }
 
 /// `TG.RESET key algorithm count period_ms [BURST b] [SLICES s]`.
-pub(super) async fn reset(engine: &Engine, args: &[&[u8]], out: &mut BytesMut) {
+pub(super) async fn reset(app: &App, args: &[&[u8]], out: &mut BytesMut) {
     let result = async {
         let (key, limit, _) = parse(args, false)?;
-        engine.reset("", key, &limit).await.map_err(|e| format!("ERR {e}"))
+        app.engine.reset("", key, &limit).await.map_err(|e| format!("ERR {e}"))
     }
     .await;
     match result {
@@ -81,7 +83,7 @@ pub(super) async fn reset(engine: &Engine, args: &[&[u8]], out: &mut BytesMut) {
 }
 
 /// `TG.LIMIT name key [COST c]`.
-pub(super) async fn named(engine: &Engine, args: &[&[u8]], out: &mut BytesMut) {
+pub(super) async fn named(app: &App, args: &[&[u8]], out: &mut BytesMut) {
     let result = async {
         let cost = match args {
             [_, _] => 1,
@@ -89,9 +91,8 @@ pub(super) async fn named(engine: &Engine, args: &[&[u8]], out: &mut BytesMut) {
             _ => return Err("ERR Usage: TG.LIMIT <name> <key> [COST <c>]".to_string()),
         };
         let (name, key) = (text(args[0], "the limit name")?, args[1]);
-        match engine.check_named(name, key, cost).await {
+        match app.engine.check_named(name, key, cost).await {
             Ok((d, _)) => Ok(d),
-            Err(EngineError::UnknownLimit(name)) => Err(format!("ERR no limit named '{name}' in the config")),
             Err(e) => Err(format!("ERR {e}")),
         }
     }

@@ -13,19 +13,21 @@ use bytes::BytesMut;
 use tollgate_core::Limit;
 
 use super::{at_least, ceil_units, integer, reply};
-use crate::engine::{Engine, Source};
+use tollgate_engine::Source;
+
+use crate::app::App;
 
 const USAGE: &str = "ERR Usage: CL.THROTTLE <key> <max_burst> <count per period> <period> [<quantity>]";
 const SEC: u64 = 1_000_000_000;
 
-pub(super) async fn run(engine: &Engine, args: &[&[u8]], out: &mut BytesMut) {
-    match throttle(engine, args).await {
+pub(super) async fn run(app: &App, args: &[&[u8]], out: &mut BytesMut) {
+    match throttle(app, args).await {
         Ok(values) => reply::integers(out, &values),
         Err(message) => reply::error(out, &message),
     }
 }
 
-async fn throttle(engine: &Engine, args: &[&[u8]]) -> Result<[i64; 5], String> {
+async fn throttle(app: &App, args: &[&[u8]]) -> Result<[i64; 5], String> {
     if args.len() != 4 && args.len() != 5 {
         return Err(USAGE.into());
     }
@@ -43,10 +45,10 @@ async fn throttle(engine: &Engine, args: &[&[u8]]) -> Result<[i64; 5], String> {
     let capacity = i64::try_from(burst).unwrap_or(i64::MAX);
     if quantity > burst {
         // redis-cell's answer for a request that can never pass: limited, nothing consumed.
-        let peek = engine.check(Source::Throttle, key, &limit, 0).await.map_err(|e| format!("ERR {e}"))?;
+        let peek = app.engine.check_adhoc(Source::Throttle, key, &limit, 0).await.map_err(|e| format!("ERR {e}"))?;
         return Ok([1, capacity, remaining(peek.remaining), -1, ceil_units(peek.reset_after_ns, SEC)]);
     }
-    let d = engine.check(Source::Throttle, key, &limit, quantity).await.map_err(|e| format!("ERR {e}"))?;
+    let d = app.engine.check_adhoc(Source::Throttle, key, &limit, quantity).await.map_err(|e| format!("ERR {e}"))?;
     let retry = if d.allowed { -1 } else { ceil_units(d.retry_after_ns, SEC) };
     Ok([i64::from(!d.allowed), capacity, remaining(d.remaining), retry, ceil_units(d.reset_after_ns, SEC)])
 }
