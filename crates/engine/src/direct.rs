@@ -34,7 +34,7 @@ impl<S: Store> Engine<S> {
         limit: &Limit,
         cost: u64,
     ) -> Result<Decision, StoreError> {
-        let decision = self.timed(self.store.check(key, limit, cost)).await?;
+        let decision = self.counted(self.store.check(key, limit, cost).await)?;
         if cost > 0 {
             self.metrics.count_adhoc(source, limit.algorithm(), decision.allowed);
         }
@@ -49,7 +49,7 @@ impl<S: Store> Engine<S> {
             return Err(EngineError::NotByName(name.to_string()));
         }
         let check = Check::new(key, &rule.limit, cost).scoped(&rule.name);
-        let decision = self.timed(self.store.check_all(&[check])).await?.pop().ok_or(StoreError::NoChecks)?;
+        let decision = self.counted(self.store.check_one(check).await)?;
         if cost > 0 {
             let outcome = if decision.allowed { Outcome::Allowed } else { Outcome::Rejected };
             self.metrics.count(&policy.counters[index], outcome);
@@ -59,6 +59,6 @@ impl<S: Store> Engine<S> {
 
     /// Forgets the state of `key` in `scope` under `limit`'s algorithm.
     pub async fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> Result<(), StoreError> {
-        self.timed(self.store.reset(scope, key, limit)).await
+        self.counted(self.store.reset(scope, key, limit).await)
     }
 }

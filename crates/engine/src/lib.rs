@@ -25,13 +25,16 @@ mod direct;
 pub mod metrics;
 pub mod reload;
 
+use std::future::Future;
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use prometheus_client::registry::Registry;
+use smallvec::SmallVec;
 use tollgate_core::{Clock, Decision, Limit, SystemClock};
-use tollgate_rules::{Action, Applied, OnError, Rules};
+use tollgate_rules::{Action, OnError, Plan, Rules};
 use tollgate_store::{Check, Refund, Store, StoreError};
 
 pub use blocks::DEFAULT_MAX_BLOCKS;
@@ -40,6 +43,9 @@ pub use metrics::{Metrics, Outcome, Source};
 pub use tollgate_rules::Request;
 
 use metrics::RuleCounters;
+
+/// The rules in force, as [`Engine::current`] lends them.
+pub type Current = arc_swap::Guard<Arc<Policy>>;
 
 /// The rules in force, compiled for the hot path.
 #[derive(Debug)]
@@ -71,10 +77,25 @@ pub enum Admission {
 pub struct Proceed {
     /// How long to hold it first (a delay rule's slot).
     pub delay: Duration,
-    /// The tightest rule's name, limit and decision, for the RateLimit fields.
-    pub fields: Option<Fields>,
+    /// The tightest rule and its decision (see [`fields`](Self::fields)).
+    tightest: Option<(usize, Decision)>,
     /// What to settle once the response's status is known.
     pub pending: Pending,
+}
+
+impl Proceed {
+    fn free() -> Self {
+        Proceed { delay: Duration::ZERO, tightest: None, pending: Pending::default() }
+    }
+
+    /// The tightest rule's name, limit and decision, for the RateLimit fields (built only when a
+    /// front end writes them), under the `policy` the request was admitted with.
+    #[must_use]
+    pub fn fields(&self, policy: &Policy) -> Option<Fields> {
+        let (rule, decision) = self.tightest?;
+        let rule = policy.rules.rules.get(rule)?;
+        Some(Fields { policy: rule.name.clone(), limit: rule.limit.clone(), decision })
+    }
 }
 
 /// A rule's state as the RateLimit header fields report it.
@@ -126,11 +147,25 @@ struct Reservation {
 }
 
 impl Pending {
+    /// Adds a reservation, keeping the rules it was made under (to settle it under them).
+    fn hold(&mut self, policy: &Arc<Policy>, reservation: Reservation) {
+        self.policy.get_or_insert_with(|| policy.clone());
+        self.reservations.push(reservation);
+    }
+
     /// Whether there is nothing to settle.
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.reservations.is_empty()
     }
+}
+
+/// A rule that applies to the request, with its key (borrowed from the plan) and cost.
+#[derive(Debug, Clone, Copy)]
+struct Applies<'p> {
+    rule: usize,
+    key: &'p [u8],
+    cost: u64,
 }
 
 /// Options of an [`Engine`].
@@ -247,28 +282,34 @@ impl<S: Store> Engine<S> {
         self.metrics.reloaded(false);
     }
 
-    async fn timed<T>(&self, call: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
-        let started = std::time::Instant::now();
-        let result = call.await;
-        self.metrics.store_latency.observe(started.elapsed().as_secs_f64());
+    /// Counts a store error; the result passes through.
+    fn counted<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
         if let Err(error) = &result {
             self.metrics.store_error(error);
         }
         result
     }
 
-    /// Decides what to do with `request` (see the crate docs).
-    pub async fn admit(&self, request: &Request<'_>) -> Admission {
-        let policy = self.policy.load_full();
-        let now = self.clock.now_ns();
+    /// The rules in force, for one request: taking them touches no shared reference count (an
+    /// `Arc` clone would, on every request, from every core). Hold it while admitting a request,
+    /// not across long waits.
+    pub fn current(&self) -> Current {
+        self.policy.load()
+    }
 
+    /// Decides what to do with `request` under `policy` (see the crate docs; `policy` is
+    /// [`current`](Self::current), which front ends also read the request's headers by).
+    pub async fn admit(&self, policy: &Arc<Policy>, request: &Request<'_>) -> Admission {
+        let mut plan = Plan::default();
         // 1. Mitigations in force.
         if self.blocks.any() {
-            for applied in policy.rules.mitigating(request) {
-                let rule = &policy.rules.rules[applied.rule];
-                let Some(until) = self.blocks.until(&rule.name, &applied.key, now) else { continue };
+            let now = self.clock.now_ns();
+            policy.rules.mitigating_plan(request, &mut plan);
+            for (rule_index, key, _) in plan.iter() {
+                let rule = &policy.rules.rules[rule_index];
+                let Some(until) = self.blocks.until(&rule.name, key, now) else { continue };
                 if rule.action == Action::DryRun {
-                    self.dry_run(&policy, applied.rule, &applied.key);
+                    self.dry_run(policy, rule_index, key);
                     continue;
                 }
                 let wait = until - now;
@@ -279,82 +320,126 @@ impl<S: Store> Engine<S> {
                     retry_after_ns: wait,
                     reset_after_ns: wait,
                 };
-                return Admission::Answer(self.mitigate(&policy, applied.rule, decision));
+                return Admission::Answer(self.mitigate(policy, rule_index, decision));
             }
         }
 
         // 2. The plan.
-        let counted = match policy.rules.counting(request) {
-            Ok(counted) => counted,
-            Err(error) => {
-                tracing::debug!(%error, "request refused by the rules");
-                return Admission::Answer(Answer::BadRequest(error.0));
-            }
-        };
-        if counted.is_empty() {
-            return Admission::Proceed(Proceed { delay: Duration::ZERO, fields: None, pending: Pending::default() });
+        if let Err(error) = policy.rules.plan(request, &mut plan) {
+            tracing::debug!(%error, "request refused by the rules");
+            return Admission::Answer(Answer::BadRequest(error.0));
+        }
+        if plan.is_empty() {
+            return Admission::Proceed(Proceed::free());
+        }
+        if let Some(admission) = self.admit_one(policy, &plan).await {
+            return admission;
         }
 
         // 3. Dry-run rules on their own (never blocking); the others all or nothing.
-        let mut pending = Pending { policy: Some(policy.clone()), reservations: Vec::new() };
-        let (dry, enforced): (Vec<Applied>, Vec<Applied>) =
-            counted.into_iter().partition(|a| policy.rules.rules[a.rule].action == Action::DryRun);
-        for applied in dry {
-            self.check_dry_run(&policy, applied, &mut pending).await;
+        let mut pending = Pending::default();
+        let mut enforced: SmallVec<[Applies<'_>; 4]> = SmallVec::new();
+        for (rule, key, cost) in plan.iter() {
+            let applies = Applies { rule, key, cost };
+            if policy.rules.rules[rule].action == Action::DryRun {
+                self.check_dry_run(policy, applies, &mut pending).await;
+            } else {
+                enforced.push(applies);
+            }
         }
         if enforced.is_empty() {
-            return Admission::Proceed(Proceed { delay: Duration::ZERO, fields: None, pending });
+            return Admission::Proceed(Proceed { pending, ..Proceed::free() });
         }
-        let checks: Vec<Check<'_>> = enforced
+        let checks: SmallVec<[Check<'_>; 4]> = enforced
             .iter()
-            .map(|a| Check::new(&a.key, &policy.checked[a.rule], a.cost).scoped(&policy.rules.rules[a.rule].name))
+            .map(|a| Check::new(a.key, &policy.checked[a.rule], a.cost).scoped(&policy.rules.rules[a.rule].name))
             .collect();
-        let reserved = match self.timed(self.store.reserve(&checks)).await {
+        let reserved = match self.counted(self.store.reserve(&checks).await) {
             Ok(reserved) => reserved,
-            Err(error) => return self.store_failed(&policy, &enforced, &error, pending),
+            Err(error) => return self.store_failed(policy, &enforced, &error, pending),
         };
+        let decisions = &reserved.decisions;
 
         // 4. The first rule over its limit acts; otherwise everything is admitted.
-        if let Some(i) = reserved.decisions.iter().position(|d| !d.allowed) {
-            let applied = &enforced[i];
-            let decision = reserved.decisions[i];
-            let rule = &policy.rules.rules[applied.rule];
+        if let Some(i) = decisions.iter().position(|d| !d.allowed) {
+            let applies = enforced[i];
+            let decision = decisions[i];
+            let rule = &policy.rules.rules[applies.rule];
             if rule.timeout_ns > 0 {
+                let now = self.clock.now_ns();
                 let until = now.saturating_add(rule.timeout_ns.max(decision.retry_after_ns));
-                let dropped = self.blocks.block(&rule.name, &applied.key, until, now);
+                let dropped = self.blocks.block(&rule.name, applies.key, until, now);
                 self.metrics.blocks_dropped.inc_by(dropped);
                 self.metrics.blocked.set(i64::try_from(self.blocks.len()).unwrap_or(i64::MAX));
             }
             // Reservations of dry-run rules made above are settled now: the request goes no further.
             self.settle(pending, None).await;
-            return Admission::Answer(self.mitigate(&policy, applied.rule, decision));
+            return Admission::Answer(self.mitigate(policy, applies.rule, decision));
         }
         let mut delay = 0;
-        for (i, (applied, decision)) in enforced.iter().zip(&reserved.decisions).enumerate() {
-            let rule = &policy.rules.rules[applied.rule];
+        for (i, (applies, decision)) in enforced.iter().zip(decisions).enumerate() {
+            let rule = &policy.rules.rules[applies.rule];
             let wait = match rule.action {
                 Action::Delay { .. } => decision.reset_after_ns.saturating_sub(rule.limit.tolerance_ns()),
                 _ => 0,
             };
             self.metrics
-                .count(&policy.counters[applied.rule], if wait > 0 { Outcome::Delayed } else { Outcome::Allowed });
+                .count(&policy.counters[applies.rule], if wait > 0 { Outcome::Delayed } else { Outcome::Allowed });
             delay = delay.max(wait);
             if rule.count_status.is_some() {
-                pending.reservations.push(Reservation {
-                    rule: applied.rule,
-                    key: applied.key.clone(),
-                    cost: applied.cost,
-                    at: reserved.instant(i),
-                    decision: *decision,
-                });
+                pending.hold(
+                    policy,
+                    Reservation {
+                        rule: applies.rule,
+                        key: applies.key.to_vec(),
+                        cost: applies.cost,
+                        at: reserved.instant(i),
+                        decision: *decision,
+                    },
+                );
             }
         }
-        let fields = enforced.iter().zip(&reserved.decisions).min_by_key(|(_, d)| d.remaining).map(|(a, d)| Fields {
-            policy: policy.rules.rules[a.rule].name.clone(),
-            limit: policy.rules.rules[a.rule].limit.clone(),
-            decision: *d,
-        });
-        Admission::Proceed(Proceed { delay: Duration::from_nanos(delay), fields, pending })
+        let tightest = enforced.iter().zip(decisions).min_by_key(|(_, d)| d.remaining).map(|(a, d)| (a.rule, *d));
+        Admission::Proceed(Proceed { delay: Duration::from_nanos(delay), tightest, pending })
+    }
+
+    /// The usual case, a single rule that rejects when over and counts every request: one plain
+    /// store check, nothing to reserve or settle. `None` for any other plan.
+    async fn admit_one(&self, policy: &Policy, plan: &Plan) -> Option<Admission> {
+        let (index, key, cost) = plan.single()?;
+        let rule = &policy.rules.rules[index];
+        if rule.action != Action::Reject || rule.count_status.is_some() || rule.timeout_ns > 0 {
+            return None;
+        }
+        let check = Check::new(key, &policy.checked[index], cost).scoped(&rule.name);
+        let admission = match self.counted(self.store.check_one(check).await) {
+            Ok(decision) if decision.allowed => {
+                self.metrics.count(&policy.counters[index], Outcome::Allowed);
+                Admission::Proceed(Proceed { tightest: Some((index, decision)), ..Proceed::free() })
+            }
+            Ok(decision) => Admission::Answer(self.mitigate(policy, index, decision)),
+            Err(error) => self.store_failed(policy, &[Applies { rule: index, key, cost }], &error, Pending::default()),
+        };
+        Some(admission)
+    }
+
+    /// [`admit`](Self::admit) without a future, when the store decides in place
+    /// ([`Store::decides_in_place`]: its calls finish on their first poll); `None` for a store
+    /// that must be waited for. The middleware answers most requests this way, with no task or
+    /// allocation of its own.
+    pub fn admit_now(&self, policy: &Arc<Policy>, request: &Request<'_>) -> Option<Admission> {
+        if !self.store.decides_in_place() {
+            return None;
+        }
+        let admission = std::pin::pin!(self.admit(policy, request));
+        match admission.poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(admission) => Some(admission),
+            Poll::Pending => {
+                // A store breaking its word: what it did so far cannot be waited for.
+                tracing::error!("the store said it decides in place, then made a request wait");
+                Some(Admission::Answer(Answer::Unavailable("the rate limiter's store did not answer".into())))
+            }
+        }
     }
 
     /// Settles a request's reservations once its response's status is known: each `count_status`
@@ -382,27 +467,30 @@ impl<S: Store> Engine<S> {
             }
         }
         if !refunds.is_empty()
-            && let Err(error) = self.timed(self.store.refund(&refunds)).await
+            && let Err(error) = self.counted(self.store.refund(&refunds).await)
         {
             tracing::warn!(%error, "refund failed: the reservations stay counted");
         }
     }
 
-    async fn check_dry_run(&self, policy: &Arc<Policy>, applied: Applied, pending: &mut Pending) {
+    async fn check_dry_run(&self, policy: &Arc<Policy>, applied: Applies<'_>, pending: &mut Pending) {
         let rule = &policy.rules.rules[applied.rule];
-        let check = Check::new(&applied.key, &policy.checked[applied.rule], applied.cost).scoped(&rule.name);
-        match self.timed(self.store.reserve(&[check])).await {
-            Ok(reserved) if !reserved.decisions[0].allowed => self.dry_run(policy, applied.rule, &applied.key),
+        let check = Check::new(applied.key, &policy.checked[applied.rule], applied.cost).scoped(&rule.name);
+        match self.counted(self.store.reserve(&[check]).await) {
+            Ok(reserved) if !reserved.decisions[0].allowed => self.dry_run(policy, applied.rule, applied.key),
             Ok(reserved) => {
                 self.metrics.count(&policy.counters[applied.rule], Outcome::Allowed);
                 if rule.count_status.is_some() {
-                    pending.reservations.push(Reservation {
-                        rule: applied.rule,
-                        key: applied.key,
-                        cost: applied.cost,
-                        at: reserved.at,
-                        decision: reserved.decisions[0],
-                    });
+                    pending.hold(
+                        policy,
+                        Reservation {
+                            rule: applied.rule,
+                            key: applied.key.to_vec(),
+                            cost: applied.cost,
+                            at: reserved.at,
+                            decision: reserved.decisions[0],
+                        },
+                    );
                 }
             }
             Err(error) => {
@@ -436,7 +524,13 @@ impl<S: Store> Engine<S> {
     }
 
     /// The store failed for the enforced rules: `on_error` decides, never silently.
-    fn store_failed(&self, policy: &Policy, enforced: &[Applied], error: &StoreError, pending: Pending) -> Admission {
+    fn store_failed(
+        &self,
+        policy: &Policy,
+        enforced: &[Applies<'_>],
+        error: &StoreError,
+        pending: Pending,
+    ) -> Admission {
         for applied in enforced {
             self.metrics.count(&policy.counters[applied.rule], Outcome::Error);
         }
@@ -447,7 +541,7 @@ impl<S: Store> Engine<S> {
             }
             OnError::Allow => {
                 tracing::warn!(%error, "store error: request let through (on_error = \"allow\")");
-                Admission::Proceed(Proceed { delay: Duration::ZERO, fields: None, pending })
+                Admission::Proceed(Proceed { pending, ..Proceed::free() })
             }
         }
     }

@@ -6,7 +6,7 @@
 //!   `bad_request`, `error`);
 //! - `tollgate_decisions_total{outcome, algorithm, limit}`: ad-hoc limits (`CL.THROTTLE`,
 //!   `TG.CHECK`, HTTP inline limits; `limit` names the front end);
-//! - `tollgate_store_latency_seconds`, `tollgate_store_errors_total{kind}`;
+//! - `tollgate_store_errors_total{kind}` (a front end times its own store, if it is remote);
 //! - `tollgate_config_reloads_total{result}`, `tollgate_blocked_keys`.
 //!
 //! Labels are rule names, outcomes and algorithms from the configuration and the code: never a
@@ -19,7 +19,6 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tollgate_core::Algorithm;
 use tollgate_store::StoreError;
@@ -143,8 +142,6 @@ pub struct Metrics {
     adhoc_counters: [[[OnceLock<Counter>; 2]; Algorithm::ALL.len()]; Source::ALL.len()],
     store_errors: Family<KindLabels, Counter>,
     reloads: Family<ResultLabels, Counter>,
-    /// Seconds per store call.
-    pub(crate) store_latency: Histogram,
     pub(crate) blocked: Gauge,
     pub(crate) blocks_dropped: Counter,
 }
@@ -160,9 +157,6 @@ impl Metrics {
         registry.register("store_errors", "Store calls that failed, by kind", store_errors.clone());
         let reloads = Family::<ResultLabels, Counter>::default();
         registry.register("config_reloads", "Rules reloads, by result", reloads.clone());
-        // 10 µs .. ~1.3 s
-        let store_latency = Histogram::new(exponential_buckets(0.000_01, 2.0, 18));
-        registry.register("store_latency_seconds", "Time per store call", store_latency.clone());
         let blocked = Gauge::default();
         registry.register("blocked_keys", "Keys under a mitigation timeout", blocked.clone());
         let blocks_dropped = Counter::default();
@@ -172,7 +166,7 @@ impl Metrics {
             blocks_dropped.clone(),
         );
         let adhoc_counters = std::array::from_fn(|_| std::array::from_fn(|_| std::array::from_fn(|_| OnceLock::new())));
-        Metrics { rules, adhoc, adhoc_counters, store_errors, reloads, store_latency, blocked, blocks_dropped }
+        Metrics { rules, adhoc, adhoc_counters, store_errors, reloads, blocked, blocks_dropped }
     }
 
     pub(crate) fn rule(&self, name: &str) -> RuleCounters {

@@ -121,7 +121,9 @@ impl TrustedProxies {
         !self.blocks.is_empty()
     }
 
-    fn trusts(&self, address: IpAddr) -> bool {
+    /// Whether `address` is a trusted proxy (whose forwarding header is believed).
+    #[must_use]
+    pub fn trusts(&self, address: IpAddr) -> bool {
         self.blocks.iter().any(|block| block.contains(address))
     }
 

@@ -22,6 +22,6 @@ pub use ip::{Cidr, ForwardingHeader, TrustedProxies};
 pub use matcher::{Glob, HeaderEquals, Match};
 pub use request::Request;
 pub use rules::{
-    Action, Applied, Characteristic, Cost, OnBadCost, OnError, OnMissing, RequestError, Rule, Rules, RulesError,
-    check_name,
+    Action, Applied, Characteristic, Cost, KeyBuf, OnBadCost, OnError, OnMissing, Plan, RequestError, Rule, Rules,
+    RulesError, check_name,
 };

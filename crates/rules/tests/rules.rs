@@ -200,3 +200,15 @@ fn shadow_ban_and_delay_are_configured() {
     );
     assert_eq!(rules.rules[1].action, Action::Delay { max_delay_ns: 500_000_000 });
 }
+
+#[test]
+fn client_ip_keys_are_the_address_as_text() {
+    let rules = Rules::parse("[[rules]]\nname = \"ip\"\nlimit = \"5/1m\"\nkey = [\"client_ip\"]\n", "t").unwrap();
+    let mut addresses: Vec<String> =
+        ["0.0.0.0", "255.255.255.255", "10.0.1.20", "::1", "2001:db8::ff00:42:8329"].map(String::from).into();
+    addresses.extend((0..=255).map(|octet| format!("{octet}.{}.9.{octet}", 255 - octet)));
+    for address in addresses {
+        let counted = rules.counting(&request("GET", "/", &[], &address)).unwrap();
+        assert_eq!(counted[0].key, address.as_bytes(), "{address}");
+    }
+}

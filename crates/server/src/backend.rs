@@ -1,7 +1,13 @@
 //! The store behind the server, chosen at start-up: memory, or Redis / Redis Cluster behind the
-//! configured failure policy and circuit breaker.
+//! configured failure policy and circuit breaker. Calls to Redis are timed for
+//! `tollgate_store_latency_seconds`; the memory store decides in well under a microsecond, where
+//! reading the clock twice would cost more than the decision.
 
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Instant;
+
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 
 use tollgate_core::{Decision, Limit, SystemClock};
 use tollgate_store::fallback::FallbackOptions;
@@ -18,8 +24,8 @@ use crate::config::{Config, OnStoreError, StoreConfig};
 pub enum Backend {
     /// The embedded store.
     Memory(MemoryStore),
-    /// Redis or Redis Cluster, with its failure policy.
-    Redis(Fallback<RedisStore>),
+    /// Redis or Redis Cluster, with its failure policy, and the seconds per call.
+    Redis(Fallback<RedisStore>, Histogram),
 }
 
 /// What the store reports for the metrics.
@@ -53,15 +59,16 @@ impl Backend {
             clock: Arc::new(SystemClock::new()),
             ..FallbackOptions::default()
         };
-        Ok(Backend::Redis(Fallback::with_options(redis, policy, options)))
+        // 50 µs .. ~6.5 s: a loopback round trip up to a store timeout.
+        let latency = Histogram::new(exponential_buckets(0.000_05, 2.0, 18));
+        Ok(Backend::Redis(Fallback::with_options(redis, policy, options), latency))
     }
 
-    /// Decides one check.
-    pub async fn check_one(&self, check: Check<'_>) -> Result<Decision, StoreError> {
+    /// Seconds per Redis call (None for the memory store).
+    pub fn latency(&self) -> Option<&Histogram> {
         match self {
-            // The memory store decides on this thread; no future to build.
-            Backend::Memory(store) => store.check_one(check),
-            Backend::Redis(store) => store.check_all(&[check]).await?.pop().ok_or(StoreError::NoChecks),
+            Backend::Memory(_) => None,
+            Backend::Redis(_, latency) => Some(latency),
         }
     }
 
@@ -71,7 +78,7 @@ impl Backend {
             Backend::Memory(store) => {
                 BackendStats { memory: Some((store.len(), store.bytes(), store.evictions())), fallback: None }
             }
-            Backend::Redis(store) => BackendStats { memory: None, fallback: Some(store.stats()) },
+            Backend::Redis(store, _) => BackendStats { memory: None, fallback: Some(store.stats()) },
         }
     }
 }
@@ -80,14 +87,14 @@ impl Store for Backend {
     async fn check_all(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
         match self {
             Backend::Memory(store) => store.check_all_sync(checks),
-            Backend::Redis(store) => store.check_all(checks).await,
+            Backend::Redis(store, latency) => timed(latency, store.check_all(checks)).await,
         }
     }
 
     async fn reserve(&self, checks: &[Check<'_>]) -> Result<Reserved, StoreError> {
         match self {
             Backend::Memory(store) => store.reserve_sync(checks),
-            Backend::Redis(store) => store.reserve(checks).await,
+            Backend::Redis(store, latency) => timed(latency, store.reserve(checks)).await,
         }
     }
 
@@ -97,12 +104,24 @@ impl Store for Backend {
                 store.refund_sync(refunds);
                 Ok(())
             }
-            Backend::Redis(store) => store.refund(refunds).await,
+            Backend::Redis(store, latency) => timed(latency, store.refund(refunds)).await,
         }
     }
 
     async fn check(&self, key: &[u8], limit: &Limit, cost: u64) -> Result<Decision, StoreError> {
         self.check_one(Check::new(key, limit, cost)).await
+    }
+
+    async fn check_one(&self, check: Check<'_>) -> Result<Decision, StoreError> {
+        match self {
+            // The memory store decides on this thread; no future to build.
+            Backend::Memory(store) => store.check_one_sync(check),
+            Backend::Redis(store, latency) => timed(latency, store.check_one(check)).await,
+        }
+    }
+
+    fn decides_in_place(&self) -> bool {
+        matches!(self, Backend::Memory(_))
     }
 
     async fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> Result<(), StoreError> {
@@ -111,7 +130,15 @@ impl Store for Backend {
                 store.reset_sync(scope, key, limit);
                 Ok(())
             }
-            Backend::Redis(store) => store.reset(scope, key, limit).await,
+            Backend::Redis(store, latency) => timed(latency, store.reset(scope, key, limit)).await,
         }
     }
+}
+
+/// Runs `call`, observing how long it took.
+async fn timed<T>(latency: &Histogram, call: impl Future<Output = T>) -> T {
+    let start = Instant::now();
+    let result = call.await;
+    latency.observe(start.elapsed().as_secs_f64());
+    result
 }

@@ -1,6 +1,6 @@
 //! The server's Prometheus metrics: connections, and the store's own figures, read when scraped
 //! (the failure policy's fallbacks, breaker and debts on Redis; keys, bytes and evictions in
-//! memory). The decisions, store latency and errors are the engine's (`tollgate-engine`); all of
+//! memory), and the seconds per Redis call. The decisions and store errors are the engine's (`tollgate-engine`); all of
 //! them are rendered together at `GET /metrics` in the OpenMetrics text format.
 
 use std::sync::Arc;
@@ -14,7 +14,7 @@ use prometheus_client::registry::Registry;
 
 use crate::backend::Backend;
 
-/// The server's own metrics; the engine registers the decisions, store latency and errors.
+/// The server's own metrics; the engine registers the decisions and store errors.
 #[derive(Debug)]
 pub struct Metrics {
     /// RESP connections open now.
@@ -39,6 +39,9 @@ impl Metrics {
             "RESP connections refused at the limit",
             connections_refused.clone(),
         );
+        if let Some(latency) = store.latency() {
+            registry.register("store_latency_seconds", "Seconds per call to Redis", latency.clone());
+        }
         registry.register_collector(Box::new(StoreCollector(store)));
         Metrics { connections, connections_total, connections_refused }
     }

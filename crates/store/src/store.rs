@@ -108,6 +108,11 @@ pub trait Store: Send + Sync {
         }
     }
 
+    /// Decides one check (in any scope): [`check_all`](Self::check_all) of one, without its `Vec`.
+    fn check_one(&self, check: Check<'_>) -> impl Future<Output = Result<Decision, StoreError>> + Send {
+        async move { self.check_all(&[check]).await?.pop().ok_or(StoreError::NoChecks) }
+    }
+
     /// Reports the ad-hoc `key`'s state under `limit` without changing it.
     fn peek(&self, key: &[u8], limit: &Limit) -> impl Future<Output = Result<Decision, StoreError>> + Send {
         self.check(key, limit, 0)
@@ -115,6 +120,13 @@ pub trait Store: Send + Sync {
 
     /// Forgets the state of `key` in `scope` under `limit`'s algorithm: the key is idle again.
     fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Whether every call decides in place: its future is ready on its first poll, never waits
+    /// (the memory store). Callers may then decide without a task of their own (see
+    /// `tollgate_engine::Engine::admit_now`). A store that says so must keep its word.
+    fn decides_in_place(&self) -> bool {
+        false
+    }
 }
 
 /// Whether a [`Store::check_all`] admitted its request.
@@ -141,7 +153,15 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
         (**self).check(key, limit, cost)
     }
 
+    fn check_one(&self, check: Check<'_>) -> impl Future<Output = Result<Decision, StoreError>> + Send {
+        (**self).check_one(check)
+    }
+
     fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> impl Future<Output = Result<(), StoreError>> + Send {
         (**self).reset(scope, key, limit)
+    }
+
+    fn decides_in_place(&self) -> bool {
+        (**self).decides_in_place()
     }
 }

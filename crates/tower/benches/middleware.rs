@@ -1,9 +1,14 @@
-//! The middleware's cost in-process: an axum handler bare and behind `RateLimitLayer` (one rule
-//! keyed on the client IP, memory store, a limit that never denies), measured in the same run.
-//! `cargo bench -p tollgate-tower` (the summary line gives the ratio, back to back).
+//! The middleware's cost, next to tower_governor's measured in the same run: an axum handler
+//! bare, behind a layer that does nothing (the floor: what axum's per-route layering costs any
+//! middleware), behind `RateLimitLayer` (one rule keyed on the client IP, memory store) and
+//! behind tower_governor's `GovernorLayer` (keyed on the peer IP), both with limits that never
+//! deny, over 65,536 client addresses. In-process (tower `call` on the router) and over loopback
+//! HTTP. `cargo bench -p tollgate-tower` (the summary lines give the ratios, rounds back to back;
+//! `SUMMARY_ONLY=1` skips criterion).
 
 use std::hint::black_box;
 use std::net::SocketAddr;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -17,18 +22,60 @@ use tollgate_store::MemoryStore;
 use tollgate_tower::RateLimitLayer;
 use tower_service::Service;
 
-fn app(limited: bool) -> Router {
-    let router = Router::new().route("/", get(|| async { "ok" }));
-    if !limited {
-        return router;
+/// The apps compared.
+#[derive(Clone, Copy)]
+enum Behind {
+    Nothing,
+    NoOp,
+    Tollgate,
+    Governor,
+}
+
+const ALL: [Behind; 4] = [Behind::Nothing, Behind::NoOp, Behind::Tollgate, Behind::Governor];
+
+/// A layer that passes every request on: the cost of being a layer at all.
+#[derive(Clone)]
+struct PassThrough<S>(S);
+
+impl<S: Service<R>, R> Service<R> for PassThrough<S> {
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.0.poll_ready(cx)
     }
-    let rules = Rules::parse("[[rules]]\nname = \"api\"\nlimit = \"1000000000/1s\"\nkey = [\"client_ip\"]\n", "bench")
-        .expect("rules");
-    router.layer(RateLimitLayer::new(rules, MemoryStore::new()))
+
+    fn call(&mut self, request: R) -> S::Future {
+        self.0.call(request)
+    }
+}
+
+fn app(behind: Behind) -> Router {
+    let router = Router::new().route("/", get(|| async { "ok" }));
+    match behind {
+        Behind::Nothing => router,
+        Behind::NoOp => router.layer(tower_layer::layer_fn(PassThrough)),
+        Behind::Tollgate => {
+            let rules =
+                Rules::parse("[[rules]]\nname = \"api\"\nlimit = \"1000000000/1s\"\nkey = [\"client_ip\"]\n", "bench")
+                    .expect("rules");
+            router.layer(RateLimitLayer::new(rules, MemoryStore::new()))
+        }
+        Behind::Governor => {
+            let config = tower_governor::governor::GovernorConfigBuilder::default()
+                .per_nanosecond(1)
+                .burst_size(1_000_000_000)
+                .finish()
+                .expect("governor config");
+            router.layer(tower_governor::GovernorLayer::new(config))
+        }
+    }
 }
 
 fn request(i: u32) -> Request<Body> {
-    let [_, _, high, low] = i.to_be_bytes();
+    // 65,536 client addresses.
+    let [_, _, high, low] = (i & 0xFFFF).to_be_bytes();
     let peer = SocketAddr::from(([10, 0, high, low], 4000));
     let mut request = Request::builder().uri("/").header("user-agent", "bench").body(Body::empty()).expect("request");
     request.extensions_mut().insert(ConnectInfo(peer));
@@ -89,43 +136,53 @@ fn loopback_median(address: SocketAddr, n: usize) -> f64 {
 
 fn main() {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-    let (mut bare, mut limited) = (app(false), app(true));
+    let mut apps = ALL.map(app);
+    let names = [
+        "axum handler, bare",
+        "axum handler, behind a pass-through layer",
+        "axum handler, behind RateLimitLayer",
+        "axum handler, behind tower_governor",
+    ];
     if std::env::var_os("SUMMARY_ONLY").is_none() {
         let mut criterion = Criterion::default().configure_from_args().measurement_time(Duration::from_secs(2));
         let mut i = 0u32;
-        criterion.bench_function("axum handler, bare", |b| {
-            b.iter(|| {
-                i = i.wrapping_add(1);
-                one(&runtime, &mut bare, i)
-            })
-        });
-        criterion.bench_function("axum handler, behind RateLimitLayer", |b| {
-            b.iter(|| {
-                i = i.wrapping_add(1);
-                one(&runtime, &mut limited, i)
-            })
-        });
+        for (router, name) in apps.iter_mut().zip(names) {
+            criterion.bench_function(name, |b| {
+                b.iter(|| {
+                    i = i.wrapping_add(1);
+                    one(&runtime, router, i)
+                })
+            });
+        }
         criterion.final_summary();
     }
-    let mut rounds: Vec<(f64, f64)> = (0..9)
-        .map(|_| (ns_per_request(&runtime, &mut bare, 50_000), ns_per_request(&runtime, &mut limited, 50_000)))
-        .collect();
-    rounds.sort_by(|a, b| (a.1 / a.0).total_cmp(&(b.1 / b.0)));
-    let (b, l) = rounds[4];
+    // Rounds of the four back to back; the median round by tollgate's overhead over governor's.
+    let overhead = |round: &[f64; 4]| (round[2] - round[0]) / (round[3] - round[0]);
+    let mut rounds: Vec<[f64; 4]> =
+        (0..9).map(|_| std::array::from_fn(|k| ns_per_request(&runtime, &mut apps[k], 65_536))).collect();
+    rounds.sort_by(|a, b| overhead(a).total_cmp(&overhead(b)));
+    let [bare, noop, tollgate, governor] = rounds[4];
     println!(
-        "in-process, per request (median of 9 back-to-back rounds): bare {b:.0} ns, behind the middleware {l:.0} ns ({:.2}x, +{:.0} ns)",
-        l / b,
-        l - b
+        "in-process, per request (median of 9 rounds): bare {bare:.0} ns; a pass-through layer +{:.0} ns; \
+         tollgate +{:.0} ns; tower_governor +{:.0} ns; tollgate's overhead is {:.2}x governor's \
+         ({:.2}x beyond the pass-through layer's)",
+        noop - bare,
+        tollgate - bare,
+        governor - bare,
+        (tollgate - bare) / (governor - bare),
+        (tollgate - noop) / (governor - noop),
     );
-    let (bare_at, limited_at) = (serve_loopback(app(false)), serve_loopback(app(true)));
-    let mut rounds: Vec<(f64, f64)> =
-        (0..9).map(|_| (loopback_median(bare_at, 2_000), loopback_median(limited_at, 2_000))).collect();
-    rounds.sort_by(|a, b| (a.1 / a.0).total_cmp(&(b.1 / b.0)));
-    let (b, l) = rounds[4];
+    let addresses: Vec<SocketAddr> = ALL.map(|b| serve_loopback(app(b))).into();
+    let mut rounds: Vec<[f64; 4]> =
+        (0..9).map(|_| std::array::from_fn(|k| loopback_median(addresses[k], 2_000))).collect();
+    rounds.sort_by(|a, b| (a[2] / a[0]).total_cmp(&(b[2] / b[0])));
+    let [bare, noop, tollgate, governor] = rounds[4];
     println!(
-        "over loopback HTTP/1.1, median round trip: bare {:.1} us, behind the middleware {:.1} us ({:.2}x)",
-        b / 1e3,
-        l / 1e3,
-        l / b
+        "over loopback HTTP/1.1, median round trip: bare {:.1} us, pass-through layer {:.3}x, tollgate {:.3}x, \
+         tower_governor {:.3}x",
+        bare / 1e3,
+        noop / bare,
+        tollgate / bare,
+        governor / bare
     );
 }

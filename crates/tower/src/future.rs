@@ -1,26 +1,107 @@
 //! [`ResponseFuture`]: the future of a [`RateLimit`](crate::RateLimit) call.
+//!
+//! Most requests are decided in `call` itself (the memory store decides in place): they are
+//! either answered at once or passed on, and the future is then the inner service's own, plus
+//! the header fields to add. Only requests that must wait (a remote store, a `delay` rule, a
+//! `count_status` rule settled after the response) get a task of their own.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use axum_core::body::Body;
+use bytes::Bytes;
 use http::Response;
+use pin_project_lite::pin_project;
+use tollgate_engine::Fields;
 
-/// Resolves to the service's response, or to the middleware's own (429, shadow-ban).
-pub struct ResponseFuture<E> {
-    pub(crate) inner: Pin<Box<dyn Future<Output = Result<Response<Body>, E>> + Send>>,
-}
+use crate::layer::Options;
+use crate::response;
 
-impl<E> Future for ResponseFuture<E> {
-    type Output = Result<Response<Body>, E>;
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.inner.as_mut().poll(cx)
+/// A boxed response future, for the requests that must wait.
+pub(crate) type Waiting<E> = Pin<Box<dyn Future<Output = Result<Response<Body>, E>> + Send>>;
+
+pin_project! {
+    /// Resolves to the service's response, or to the middleware's own (429, shadow-ban, 400, 503).
+    pub struct ResponseFuture<F, E> {
+        #[pin]
+        state: State<F, E>,
     }
 }
 
-impl<E> std::fmt::Debug for ResponseFuture<E> {
+pin_project! {
+    #[project = StateProj]
+    enum State<F, E> {
+        // Answered by the middleware.
+        Answered { response: Option<Response<Body>> },
+        // Passed on: the inner service's future, and the fields to add to its response (boxed:
+        // rarely asked for, and they would make every future larger).
+        Passed { #[pin] future: F, fields: Option<Box<Fields>>, options: Options },
+        // Still to be decided or settled.
+        Waiting { future: Waiting<E> },
+    }
+}
+
+impl<F, E> ResponseFuture<F, E> {
+    pub(crate) fn answered(response: Response<Body>) -> Self {
+        ResponseFuture { state: State::Answered { response: Some(response) } }
+    }
+
+    pub(crate) fn passed(future: F, fields: Option<Box<Fields>>, options: Options) -> Self {
+        ResponseFuture { state: State::Passed { future, fields, options } }
+    }
+
+    pub(crate) fn waiting(future: Waiting<E>) -> Self {
+        ResponseFuture { state: State::Waiting { future } }
+    }
+}
+
+/// The inner service's response as the middleware returns it, with the `RateLimit` fields of an
+/// admitted request when the options ask for them.
+pub(crate) fn finish<RB>(response: Response<RB>, fields: Option<&Fields>, options: Options) -> Response<Body>
+where
+    RB: http_body::Body<Data = Bytes> + Send + 'static,
+    RB::Error: Into<BoxError>,
+{
+    let mut response = response.map(Body::new);
+    if let Some(fields) = fields {
+        response::rate_limit_fields(
+            response.headers_mut(),
+            &fields.policy,
+            &fields.limit,
+            &fields.decision,
+            options.legacy_headers,
+        );
+    }
+    response
+}
+
+impl<F, RB, E> Future for ResponseFuture<F, E>
+where
+    F: Future<Output = Result<Response<RB>, E>>,
+    RB: http_body::Body<Data = Bytes> + Send + 'static,
+    RB::Error: Into<BoxError>,
+{
+    type Output = Result<Response<Body>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().state.project() {
+            StateProj::Answered { response } => {
+                Poll::Ready(Ok(response.take().expect("ResponseFuture polled after it completed")))
+            }
+            StateProj::Passed { future, fields, options } => match future.poll(cx) {
+                Poll::Ready(Ok(response)) => Poll::Ready(Ok(finish(response, fields.as_deref(), *options))),
+                Poll::Ready(Err(error)) => Poll::Ready(Err(error)),
+                Poll::Pending => Poll::Pending,
+            },
+            StateProj::Waiting { future } => future.as_mut().poll(cx),
+        }
+    }
+}
+
+impl<F, E> std::fmt::Debug for ResponseFuture<F, E> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ResponseFuture").finish_non_exhaustive()
     }

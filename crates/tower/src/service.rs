@@ -14,11 +14,12 @@ use axum_core::body::Body;
 use bytes::Bytes;
 use http::request::Parts;
 use http::{Request, Response};
-use tollgate_engine::{Admission, Answer, Engine, Policy};
+use smallvec::SmallVec;
+use tollgate_engine::{Admission, Answer, Engine, Policy, Proceed};
 use tollgate_store::Store;
 use tower_service::Service;
 
-use crate::future::ResponseFuture;
+use crate::future::{self, ResponseFuture};
 use crate::layer::Options;
 use crate::response;
 
@@ -42,72 +43,109 @@ impl<I: Clone, S> Clone for RateLimit<I, S> {
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-fn peer(request: &Parts) -> Option<IpAddr> {
-    let extensions = &request.extensions;
-    extensions
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|c| c.0.ip())
-        .or_else(|| extensions.get::<PeerAddr>().map(|p| p.0.ip()))
+/// What the rules may read of a request, borrowed from it (or from its `Parts`, when the body
+/// has to be set aside while the store is waited for: it need not be `Sync`).
+#[derive(Clone, Copy)]
+struct Head<'r> {
+    method: &'r http::Method,
+    uri: &'r http::Uri,
+    headers: &'r http::HeaderMap,
+    extensions: &'r http::Extensions,
 }
 
-/// The request's host, without port.
-fn host(request: &Parts) -> &str {
-    request
-        .uri
-        .host()
-        .or_else(|| {
-            let host = request.headers.get(http::header::HOST)?.to_str().ok()?;
-            Some(host.split(':').next().unwrap_or(host))
-        })
-        .unwrap_or("")
-}
-
-/// The values of the headers the rules read, as `(name, value)` pairs borrowed from the request.
-fn headers<'r>(request: &'r Parts, policy: &'r Policy) -> Vec<(&'r str, &'r str)> {
-    let mut pairs = Vec::new();
-    for name in &policy.header_names {
-        for value in request.headers.get_all(name.as_str()) {
-            if let Ok(value) = value.to_str() {
-                pairs.push((name.as_str(), value));
-            }
+impl<'r> Head<'r> {
+    fn of<B>(request: &'r Request<B>) -> Self {
+        Head {
+            method: request.method(),
+            uri: request.uri(),
+            headers: request.headers(),
+            extensions: request.extensions(),
         }
     }
-    pairs
+
+    fn of_parts(parts: &'r Parts) -> Self {
+        Head { method: &parts.method, uri: &parts.uri, headers: &parts.headers, extensions: &parts.extensions }
+    }
+
+    fn peer(self) -> Option<IpAddr> {
+        self.extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|c| c.0.ip())
+            .or_else(|| self.extensions.get::<PeerAddr>().map(|p| p.0.ip()))
+    }
+
+    /// The request's host, without port.
+    fn host(self) -> &'r str {
+        self.uri
+            .host()
+            .or_else(|| {
+                let host = self.headers.get(http::header::HOST)?.to_str().ok()?;
+                Some(host.split(':').next().unwrap_or(host))
+            })
+            .unwrap_or("")
+    }
 }
 
-/// Admits the request (its head: the body is not needed, nor `Sync`) through `engine`: the
-/// answer to give instead, or what to settle later.
-async fn admit<S: Store>(engine: &Engine<S>, request: &Parts) -> Result<Admission, Response<Body>> {
-    let policy = engine.policy();
-    let client_ip = match peer(request) {
-        Some(peer) => {
+/// What the rules read of a request, beyond its head: the client address and the values of the
+/// headers they name, borrowed from the request.
+struct Seen<'r> {
+    client_ip: IpAddr,
+    headers: SmallVec<[(&'r str, &'r str); 4]>,
+}
+
+/// A rule keys on the client address and the server gives none: answered 500 (never a guess).
+struct NoPeer;
+
+impl NoPeer {
+    fn response(self) -> Response<Body> {
+        response::problem(http::StatusCode::INTERNAL_SERVER_ERROR, "the rate limiter has no client address")
+    }
+}
+
+/// Reads what the rules need of `request`.
+fn see<'r>(request: Head<'r>, policy: &'r Policy) -> Result<Seen<'r>, NoPeer> {
+    let client_ip = match request.peer() {
+        // The forwarding header counts only from a trusted proxy: not read otherwise.
+        Some(peer) if policy.rules.trusted_proxies.trusts(peer) => {
             let forwarded = policy.rules.trusted_proxies.header().name();
-            let values: Vec<&str> = request.headers.get_all(forwarded).iter().filter_map(|v| v.to_str().ok()).collect();
+            let values: SmallVec<[&str; 4]> =
+                request.headers.get_all(forwarded).iter().filter_map(|v| v.to_str().ok()).collect();
             policy.rules.trusted_proxies.client_ip(peer, &values)
         }
+        Some(peer) => peer,
         None if policy.uses_client_ip => {
             tracing::error!(
                 "RateLimitLayer has no peer address for a rule keyed on client_ip: serve the app with \
                  into_make_service_with_connect_info::<SocketAddr>() (or insert a PeerAddr extension)"
             );
-            return Err(response::problem(
-                http::StatusCode::INTERNAL_SERVER_ERROR,
-                "the rate limiter has no client address",
-            ));
+            return Err(NoPeer);
         }
         None => IpAddr::from([0, 0, 0, 0]),
     };
-    let headers = headers(request, &policy);
-    let view = tollgate_engine::Request {
-        method: request.method.as_str(),
-        path: request.uri.path(),
-        query: request.uri.query().unwrap_or(""),
-        host: if policy.uses_host { host(request) } else { "" },
-        headers: &headers,
-        client_ip,
-        key: None,
-    };
-    Ok(engine.admit(&view).await)
+    let mut headers = SmallVec::new();
+    for name in &policy.header_names {
+        for value in request.headers.get_all(name.as_str()) {
+            if let Ok(value) = value.to_str() {
+                headers.push((name.as_str(), value));
+            }
+        }
+    }
+    Ok(Seen { client_ip, headers })
+}
+
+impl Seen<'_> {
+    /// The request as the engine sees it.
+    fn view<'v>(&'v self, request: Head<'v>, policy: &Policy) -> tollgate_engine::Request<'v> {
+        tollgate_engine::Request {
+            method: request.method.as_str(),
+            path: request.uri.path(),
+            query: request.uri.query().unwrap_or(""),
+            host: if policy.uses_host { request.host() } else { "" },
+            headers: &self.headers,
+            client_ip: self.client_ip,
+            key: None,
+        }
+    }
 }
 
 fn render(answer: Answer, options: Options) -> Response<Body> {
@@ -119,6 +157,33 @@ fn render(answer: Answer, options: Options) -> Response<Body> {
         Answer::BadRequest(message) => response::problem(http::StatusCode::BAD_REQUEST, &message),
         Answer::Unavailable(message) => response::problem(http::StatusCode::SERVICE_UNAVAILABLE, &message),
     }
+}
+
+/// Waits for a request's slot, calls `inner`, and settles the request's reservations with the
+/// response's status.
+async fn proceed<I, S, B, RB>(
+    engine: Arc<Engine<S>>,
+    policy: Arc<Policy>,
+    proceed: Proceed,
+    mut inner: I,
+    request: Request<B>,
+    options: Options,
+) -> Result<Response<Body>, I::Error>
+where
+    I: Service<Request<B>, Response = Response<RB>>,
+    RB: http_body::Body<Data = Bytes> + Send + 'static,
+    RB::Error: Into<BoxError>,
+    S: Store,
+{
+    if !proceed.delay.is_zero() {
+        tokio::time::sleep(proceed.delay).await;
+    }
+    let fields = if options.headers_on_allowed { proceed.fields(&policy) } else { None };
+    let response = inner.call(request).await?;
+    if !proceed.pending.is_empty() {
+        engine.complete(proceed.pending, response.status().as_u16()).await;
+    }
+    Ok(future::finish(response, fields.as_ref(), options))
 }
 
 impl<I, S, B, RB> Service<Request<B>> for RateLimit<I, S>
@@ -133,46 +198,53 @@ where
 {
     type Response = Response<Body>;
     type Error = I::Error;
-    type Future = ResponseFuture<I::Error>;
+    type Future = ResponseFuture<I::Future, I::Error>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        let (engine, options) = (self.engine.clone(), self.options);
-        // The inner service was made ready; keep it and leave a fresh clone (tower's usual swap).
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture {
-            inner: Box::pin(async move {
-                let (parts, body) = request.into_parts();
-                let proceed = match admit(&engine, &parts).await {
-                    Err(response) => return Ok(response),
-                    Ok(Admission::Answer(answer)) => return Ok(render(answer, options)),
-                    Ok(Admission::Proceed(proceed)) => proceed,
-                };
-                if !proceed.delay.is_zero() {
-                    tokio::time::sleep(proceed.delay).await;
-                }
-                let response = inner.call(Request::from_parts(parts, body)).await?;
-                if !proceed.pending.is_empty() {
-                    engine.complete(proceed.pending, response.status().as_u16()).await;
-                }
-                let mut response = response.map(Body::new);
-                if options.headers_on_allowed
-                    && let Some(fields) = proceed.fields
-                {
-                    response::rate_limit_fields(
-                        response.headers_mut(),
-                        &fields.policy,
-                        &fields.limit,
-                        &fields.decision,
-                        options.legacy_headers,
-                    );
-                }
-                Ok(response)
-            }),
+        let options = self.options;
+        let policy = self.engine.current();
+        // Decided here when the store decides in place; `None` when it must be waited for.
+        let head = Head::of(&request);
+        let admission = match see(head, &policy) {
+            Ok(seen) => self.engine.admit_now(&policy, &seen.view(head, &policy)),
+            Err(no_peer) => return ResponseFuture::answered(no_peer.response()),
+        };
+        match admission {
+            Some(Admission::Answer(answer)) => ResponseFuture::answered(render(answer, options)),
+            Some(Admission::Proceed(admitted)) if admitted.delay.is_zero() && admitted.pending.is_empty() => {
+                let fields = if options.headers_on_allowed { admitted.fields(&policy).map(Box::new) } else { None };
+                ResponseFuture::passed(self.inner.call(request), fields, options)
+            }
+            admission => {
+                // The inner service was made ready; keep it and leave a fresh clone (tower's usual
+                // swap), as it is called later, from the task.
+                let clone = self.inner.clone();
+                let inner = std::mem::replace(&mut self.inner, clone);
+                let (engine, policy) = (self.engine.clone(), Arc::clone(&policy));
+                ResponseFuture::waiting(Box::pin(async move {
+                    let (admitted, request) = match admission {
+                        Some(Admission::Proceed(admitted)) => (admitted, request),
+                        _ => {
+                            // The head is borrowed across the store's wait, the body set aside.
+                            let (parts, body) = request.into_parts();
+                            let head = Head::of_parts(&parts);
+                            let admission = match see(head, &policy) {
+                                Err(no_peer) => return Ok(no_peer.response()),
+                                Ok(seen) => engine.admit(&policy, &seen.view(head, &policy)).await,
+                            };
+                            match admission {
+                                Admission::Answer(answer) => return Ok(render(answer, options)),
+                                Admission::Proceed(admitted) => (admitted, Request::from_parts(parts, body)),
+                            }
+                        }
+                    };
+                    proceed(engine, policy, admitted, inner, request, options).await
+                }))
+            }
         }
     }
 }

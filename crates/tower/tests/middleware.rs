@@ -13,10 +13,10 @@ use axum::extract::ConnectInfo;
 use axum::http::{HeaderMap, Request, StatusCode};
 use axum::routing::{get, post};
 use prometheus_client::registry::Registry;
-use tollgate_core::ManualClock;
+use tollgate_core::{Limit, ManualClock};
 use tollgate_engine::Engine;
 use tollgate_rules::Rules;
-use tollgate_store::MemoryStore;
+use tollgate_store::{Check, MemoryStore, Refund, Reserved, Store, StoreError};
 use tollgate_tower::{Options, PeerAddr, RateLimitLayer};
 use tower_service::Service;
 
@@ -31,10 +31,42 @@ struct App {
     registry: Arc<Registry>,
 }
 
-/// The app's handlers: `POST /login` (401 unless `x-password: right`, after `slow` ms), `GET /`.
+/// A store that must be waited for, as Redis is: each call yields once before the memory store
+/// decides. The middleware then admits requests from a task instead of in `call`.
+struct Waited(MemoryStore);
+
+impl Store for Waited {
+    async fn reserve(&self, checks: &[Check<'_>]) -> Result<Reserved, StoreError> {
+        tokio::task::yield_now().await;
+        self.0.reserve(checks).await
+    }
+
+    async fn refund(&self, refunds: &[Refund<'_>]) -> Result<(), StoreError> {
+        tokio::task::yield_now().await;
+        self.0.refund(refunds).await
+    }
+
+    async fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> Result<(), StoreError> {
+        self.0.reset(scope, key, limit).await
+    }
+}
+
+/// The app's handlers: `POST /login` (401 unless `x-password: right`, after `slow` ms), `GET /`;
+/// on the memory store.
 fn app(rules: &str, options: Options, slow: u64) -> App {
     let clock = Arc::new(ManualClock::new(T0));
     let store = MemoryStore::builder().clock(clock.clone()).build();
+    app_on(store, clock, rules, options, slow)
+}
+
+/// [`app`] on a store that must be waited for.
+fn app_waited(rules: &str, options: Options, slow: u64) -> App {
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = Waited(MemoryStore::builder().clock(clock.clone()).build());
+    app_on(store, clock, rules, options, slow)
+}
+
+fn app_on<S: Store + 'static>(store: S, clock: Arc<ManualClock>, rules: &str, options: Options, slow: u64) -> App {
     let mut registry = Registry::with_prefix("tollgate");
     let rules = Rules::parse(rules, "test").unwrap();
     let engine = Arc::new(Engine::builder(store, rules).clock(clock.clone()).build(&mut registry));
@@ -113,7 +145,15 @@ const PROXY: &str = "127.0.0.1";
 
 #[tokio::test]
 async fn seed_003_login_defence_blocks_the_ip_after_too_many_failures() {
-    let app = app(LOGIN, Options::default(), 0);
+    login_defence(app(LOGIN, Options::default(), 0)).await;
+}
+
+#[tokio::test]
+async fn seed_003_login_defence_holds_on_a_store_that_must_be_waited_for() {
+    login_defence(app_waited(LOGIN, Options::default(), 0)).await;
+}
+
+async fn login_defence(app: App) {
     let attacker = [("x-forwarded-for", "198.51.100.7")];
     // Successful logins do not count (their reservations are refunded).
     for _ in 0..10 {
@@ -154,7 +194,16 @@ async fn seed_003_login_defence_blocks_the_ip_after_too_many_failures() {
 /// `count` requests in flight under such a rule); good logins from other clients all pass.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forty_concurrent_failed_logins_let_at_most_five_through() {
-    let app = Arc::new(app(LOGIN, Options::default(), 50));
+    forty_concurrent_failed_logins(app(LOGIN, Options::default(), 50)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forty_concurrent_failed_logins_on_a_store_that_must_be_waited_for() {
+    forty_concurrent_failed_logins(app_waited(LOGIN, Options::default(), 50)).await;
+}
+
+async fn forty_concurrent_failed_logins(app: App) {
+    let app = Arc::new(app);
     let attempts: Vec<_> = (0..40)
         .map(|i| {
             let app = app.clone();

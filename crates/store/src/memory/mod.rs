@@ -157,11 +157,11 @@ impl MemoryStore {
 
     /// [`Store::check`] without a future: the same decision, computed on the calling thread.
     pub fn check_sync(&self, key: &[u8], limit: &Limit, cost: u64) -> Result<Decision, StoreError> {
-        self.check_one(Check::new(key, limit, cost))
+        self.check_one_sync(Check::new(key, limit, cost))
     }
 
-    /// One check (in any scope) without a future.
-    pub fn check_one(&self, check: Check<'_>) -> Result<Decision, StoreError> {
+    /// [`Store::check_one`] (in any scope) without a future.
+    pub fn check_one_sync(&self, check: Check<'_>) -> Result<Decision, StoreError> {
         self.check_one_at(check, self.clock.now_ns())
     }
 
@@ -330,6 +330,10 @@ impl Store for MemoryStore {
         self.check_all_sync(checks)
     }
 
+    async fn check_one(&self, check: Check<'_>) -> Result<Decision, StoreError> {
+        self.check_one_sync(check)
+    }
+
     async fn reserve(&self, checks: &[Check<'_>]) -> Result<Reserved, StoreError> {
         self.reserve_sync(checks)
     }
@@ -342,5 +346,9 @@ impl Store for MemoryStore {
     async fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> Result<(), StoreError> {
         self.reset_sync(scope, key, limit);
         Ok(())
+    }
+
+    fn decides_in_place(&self) -> bool {
+        true
     }
 }
