@@ -159,6 +159,11 @@ fn serve_reloads_its_rules_file_and_keeps_the_old_rules_when_the_new_ones_are_ba
     eventually("SIGHUP reloads", || server.reloads("ok") > before);
     assert_eq!(server.capacity("api", &mut fresh), 9);
     assert_eq!(server.limit("steady", "u").expect("steady")[0], 0, "still over after every reload");
+    // TG.LIMIT is counted by the engine, as the middleware's and the proxy's rules are.
+    let metrics = server.metrics();
+    for wanted in ["rule=\"steady\",outcome=\"allowed\"} 3", "rule=\"steady\",outcome=\"rejected\"} 1"] {
+        assert!(metrics.contains(&format!("tollgate_rule_decisions_total{{{wanted}")), "{wanted}: {metrics}");
+    }
     drop(server);
     let _ = std::fs::remove_dir_all(dir);
 }
