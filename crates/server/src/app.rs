@@ -25,7 +25,8 @@ impl App {
         let store = Arc::new(Backend::open(config).await?);
         let mut registry = Registry::with_prefix("tollgate");
         let metrics = Metrics::new(&mut registry, store.clone());
-        let engine = Arc::new(Engine::builder(store, config.rules.clone()).build(&mut registry));
+        let engine =
+            Arc::new(Engine::builder(store, config.rules.clone()).clock(config.clock.clone()).build(&mut registry));
         Ok(App { engine, metrics, registry })
     }
 

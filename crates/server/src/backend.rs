@@ -4,12 +4,11 @@
 //! reading the clock twice would cost more than the decision.
 
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Instant;
 
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 
-use tollgate_core::{Decision, Limit, SystemClock};
+use tollgate_core::{Decision, Limit};
 use tollgate_store::fallback::FallbackOptions;
 use tollgate_store::memory::Evictions;
 use tollgate_store::{
@@ -44,7 +43,13 @@ impl Backend {
         let options = RedisOptions { timeout: config.store_timeout, ..RedisOptions::default() };
         let redis = match &config.store {
             StoreConfig::Memory { max_keys, max_memory } => {
-                return Ok(Backend::Memory(MemoryStore::builder().max_keys(*max_keys).max_memory(*max_memory).build()));
+                return Ok(Backend::Memory(
+                    MemoryStore::builder()
+                        .max_keys(*max_keys)
+                        .max_memory(*max_memory)
+                        .clock(config.clock.clone())
+                        .build(),
+                ));
             }
             StoreConfig::Redis(url) => RedisStore::open(url, options).map_err(|e| e.to_string())?,
             StoreConfig::Cluster(nodes) => RedisStore::open_cluster(nodes, options).await.map_err(|e| e.to_string())?,
@@ -56,7 +61,7 @@ impl Backend {
         };
         let options = FallbackOptions {
             breaker: Breaker::new(config.breaker_threshold, config.breaker_probe),
-            clock: Arc::new(SystemClock::new()),
+            clock: config.clock.clone(),
             ..FallbackOptions::default()
         };
         // 50 µs .. ~6.5 s: a loopback round trip up to a store timeout.

@@ -18,8 +18,10 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
+use tollgate_core::{Clock, SystemClock};
 use tollgate_rules::Rules;
 pub use tollgate_store::memory::{DEFAULT_MAX_KEYS, DEFAULT_MAX_MEMORY};
 
@@ -109,6 +111,10 @@ pub struct Config {
     /// After a shutdown signal, how long connections may take to finish before they are closed
     /// (default 5 s).
     pub shutdown_grace: Duration,
+    /// The time of the memory store, the engine (mitigation timeouts) and the failure policy's
+    /// local decisions (default: the system clock; tests pass a manual one). Redis decides on
+    /// its own time.
+    pub clock: Arc<dyn Clock>,
 }
 
 /// What one RESP client can make the server hold or wait for.
@@ -182,6 +188,7 @@ impl Default for Config {
             resp: RespBounds::default(),
             http: HttpBounds::default(),
             shutdown_grace: Duration::from_secs(5),
+            clock: Arc::new(SystemClock::new()),
         }
     }
 }

@@ -131,7 +131,7 @@ pub async fn run(
     let store = Arc::new(Backend::open(config).await?);
     let mut registry = Registry::with_prefix("tollgate");
     let _store_metrics = crate::metrics::Metrics::new(&mut registry, store.clone());
-    let engine = Arc::new(Engine::builder(store, proxy.rules).build(&mut registry));
+    let engine = Arc::new(Engine::builder(store, proxy.rules).clock(config.clock.clone()).build(&mut registry));
     if let Some(path) = &proxy.rules_file {
         crate::reload_engine_on_change(&engine, path);
     }

@@ -17,7 +17,7 @@ use tollgate_store::testkit::redis_server::RedisServer;
 /// peek: this request aborted the whole process.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_huge_slice_count_is_a_clear_error_and_the_server_lives_on() {
-    let server = Server::start(Config::default()).await;
+    let server = Server::start(common::manual_config()).await;
     let reply = server.cli(&["TG.PEEK", "k", "sub-window", "1", "1000000000000", "SLICES", "1000000000000000"]);
     assert!(reply.contains("above its maximum"), "{reply}");
     let reply = server.cli(&["TG.CHECK", "k", "sub-window", "1", "1000000000000", "SLICES", "1000000000000000"]);
@@ -31,7 +31,7 @@ async fn a_huge_slice_count_is_a_clear_error_and_the_server_lives_on() {
 /// Redis keys are bytes; redis-cell's drop-in accepts any (before: `ERR the key must be valid UTF-8`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_are_bytes() {
-    let server = Server::start(Config::default()).await;
+    let server = Server::start(common::manual_config()).await;
     let mut con = server.client().get_multiplexed_async_connection().await.unwrap();
     for key in [&b"\xff\xfe"[..], b"a\0b", b"{brace}", b"}{"] {
         let throttle = || redis::cmd("CL.THROTTLE").arg(key).arg(0).arg(1).arg(60).clone();
@@ -52,7 +52,7 @@ async fn named_limits_never_share_state() {
     let rules =
         tollgate_rules::Rules::parse("[limits.api]\nlimit = \"1/1h\"\n[limits.search]\nlimit = \"1/1h\"\n", "t")
             .unwrap();
-    let server = Server::start(Config { rules, ..Config::default() }).await;
+    let server = Server::start(Config { rules, ..common::manual_config() }).await;
     for name in ["api", "search"] {
         assert_eq!(server.cli(&["TG.LIMIT", name, "u"]).lines().next(), Some("1"), "{name}: its own state");
         assert_eq!(server.cli(&["TG.LIMIT", name, "u"]).lines().next(), Some("0"), "{name}");
@@ -66,7 +66,7 @@ async fn named_limits_never_share_state() {
 /// A large array command is still served, and the connection goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inline_commands_are_bounded_and_large_frames_still_work() {
-    let server = Server::start(Config::default()).await;
+    let server = Server::start(common::manual_config()).await;
     let reply = server.raw(&vec![b'a'; 70 * 1024]);
     assert!(reply.starts_with("-ERR Protocol error: inline command longer than 65536 bytes"), "{reply}");
     // A 900 KB command, then small ones on the same connection.
@@ -86,7 +86,7 @@ async fn inline_commands_are_bounded_and_large_frames_still_work() {
 /// A command dribbled one byte per write is framed incrementally and answered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_command_dribbled_byte_by_byte_is_answered() {
-    let server = Server::start(Config::default()).await;
+    let server = Server::start(common::manual_config()).await;
     let mut stream = TcpStream::connect(server.resp).unwrap();
     stream.set_nodelay(true).unwrap();
     stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -102,7 +102,7 @@ async fn a_command_dribbled_byte_by_byte_is_answered() {
 /// Before: a RESP client that never read its replies blocked graceful shutdown for good.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_finishes_within_the_grace_period_whatever_the_clients_do() {
-    let config = Config { shutdown_grace: Duration::from_millis(500), ..Config::default() };
+    let config = Config { shutdown_grace: Duration::from_millis(500), ..common::manual_config() };
     let server = Server::start(config).await;
     // A client that pipelines without ever reading: its replies fill the socket buffers.
     let mut silent = TcpStream::connect(server.resp).unwrap();
@@ -128,7 +128,7 @@ async fn shutdown_finishes_within_the_grace_period_whatever_the_clients_do() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_never_reads_is_closed_after_the_write_timeout() {
     let resp = RespBounds { write_timeout: Duration::from_millis(300), ..RespBounds::default() };
-    let server = Server::start(Config { resp, ..Config::default() }).await;
+    let server = Server::start(Config { resp, ..common::manual_config() }).await;
     let mut silent = TcpStream::connect(server.resp).unwrap();
     silent.set_write_timeout(Some(Duration::from_millis(100))).unwrap();
     let ping = b"PING\r\n".repeat(10_000);
@@ -151,7 +151,7 @@ async fn a_client_that_never_reads_is_closed_after_the_write_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_timeout_closes_idle_connections() {
     let resp = RespBounds { idle_timeout: Some(Duration::from_millis(200)), ..RespBounds::default() };
-    let server = Server::start(Config { resp, ..Config::default() }).await;
+    let server = Server::start(Config { resp, ..common::manual_config() }).await;
     let mut idle = TcpStream::connect(server.resp).unwrap();
     idle.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut buffer = [0u8; 1];
@@ -169,7 +169,7 @@ async fn http_bounds_slowloris_connections_and_bodies() {
         max_body_bytes: 1024,
         ..HttpBounds::default()
     };
-    let server = Server::start(Config { http, ..Config::default() }).await;
+    let server = Server::start(Config { http, ..common::manual_config() }).await;
     // Half a request head, never finished: closed after the header-read timeout.
     let mut slow = TcpStream::connect(server.http).unwrap();
     slow.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -200,7 +200,7 @@ async fn http_bounds_slowloris_connections_and_bodies() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_trouble_shows_in_the_metrics_as_counters() {
     let mut redis = RedisServer::start();
-    let server = Server::start(Config { store: StoreConfig::Redis(redis.url()), ..Config::default() }).await;
+    let server = Server::start(Config { store: StoreConfig::Redis(redis.url()), ..common::manual_config() }).await;
     assert_eq!(server.cli(&["CL.THROTTLE", "k", "9", "10", "60"]).lines().next(), Some("0"));
     redis.kill();
     for _ in 0..5 {
@@ -221,7 +221,7 @@ async fn redis_trouble_shows_in_the_metrics_as_counters() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_memory_store_reports_keys_bytes_and_evictions() {
-    let config = Config { store: StoreConfig::Memory { max_keys: 64, max_memory: 1 << 20 }, ..Config::default() };
+    let config = Config { store: StoreConfig::Memory { max_keys: 64, max_memory: 1 << 20 }, ..common::manual_config() };
     let server = Server::start(config).await;
     let mut con = server.client().get_multiplexed_async_connection().await.unwrap();
     let mut pipe = redis::pipe();

@@ -1,6 +1,8 @@
 //! `tollgate proxy` in-process in front of a real upstream, over loopback with curl: seed 003's
 //! login defence, two rules on a real Redis Cluster, reloading the rules file, upstream timeouts
-//! and what a 502/504 says.
+//! and what a 502/504 says. Memory stores run on a manual clock.
+
+mod common;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -122,7 +124,8 @@ fn login_rules() -> Rules {
 async fn proxy_applies_the_login_rules_and_forwards_the_rest() {
     let (up, hits) = upstream().await;
     let proxy =
-        Proxy::start(Config::default(), format!("http://{up}"), login_rules(), None, Duration::from_secs(30)).await;
+        Proxy::start(common::manual_config(), format!("http://{up}"), login_rules(), None, Duration::from_secs(30))
+            .await;
 
     // Forwarding appends the peer to the chain.
     let (status, text) = curl([vec![proxy.url("/echo")], from("198.51.100.9")].concat()).await;
@@ -167,7 +170,7 @@ async fn two_rules_on_a_redis_cluster_are_both_enforced_all_or_nothing() {
         "t",
     )
     .unwrap();
-    let config = Config { store: StoreConfig::Cluster(cluster.urls()), ..Config::default() };
+    let config = Config { store: StoreConfig::Cluster(cluster.urls()), ..common::manual_config() };
     let proxy = Proxy::start(config, format!("http://{up}"), rules, None, Duration::from_secs(30)).await;
     let mut statuses = Vec::new();
     for ip in ["10.1.0.1", "10.1.0.1", "10.1.0.1", "10.1.0.2", "10.1.0.3"] {
@@ -204,9 +207,14 @@ async fn a_changed_rules_file_is_applied_and_a_bad_one_is_not() {
     };
     std::fs::write(&file, rule(2)).unwrap();
     let rules = Rules::load(&file).unwrap();
-    let proxy =
-        Proxy::start(Config::default(), format!("http://{up}"), rules, Some(file.clone()), Duration::from_secs(30))
-            .await;
+    let proxy = Proxy::start(
+        common::manual_config(),
+        format!("http://{up}"),
+        rules,
+        Some(file.clone()),
+        Duration::from_secs(30),
+    )
+    .await;
     let echo = || curl(vec![proxy.url("/echo")]);
     assert_eq!(echo().await.0, 200);
 
@@ -241,7 +249,8 @@ async fn a_slow_or_dead_upstream_is_a_504_or_502_that_leaks_nothing() {
     let (up, _) = upstream().await;
     let rules = Rules::default();
     let proxy =
-        Proxy::start(Config::default(), format!("http://{up}"), rules.clone(), None, Duration::from_millis(300)).await;
+        Proxy::start(common::manual_config(), format!("http://{up}"), rules.clone(), None, Duration::from_millis(300))
+            .await;
     let (status, text) = curl(vec![proxy.url("/slow")]).await;
     assert_eq!(status, 504, "{text}");
     assert!(!text.contains(&up.to_string()) && !text.contains("127.0.0.1"), "{text}");
@@ -253,7 +262,8 @@ async fn a_slow_or_dead_upstream_is_a_504_or_502_that_leaks_nothing() {
     proxy.stop().await;
 
     let dead = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
-    let proxy = Proxy::start(Config::default(), format!("http://{dead}"), rules, None, Duration::from_secs(2)).await;
+    let proxy =
+        Proxy::start(common::manual_config(), format!("http://{dead}"), rules, None, Duration::from_secs(2)).await;
     let (status, text) = curl(vec![proxy.url("/echo")]).await;
     assert_eq!(status, 502, "{text}");
     assert!(!text.contains(&dead.port().to_string()) && !text.contains("Connection refused"), "{text}");

@@ -18,12 +18,12 @@ fn config_with_limits() -> Config {
         "test",
     )
     .unwrap();
-    Config { rules, ..Config::default() }
+    Config { rules, ..common::manual_config() }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cl_throttle_answers_like_redis_cell_over_the_redis_crate() {
-    let server = Server::start(Config::default()).await;
+    let server = Server::start(common::manual_config()).await;
     let mut con = server.client().get_multiplexed_async_connection().await.unwrap();
     let throttle = |quantity: i64| {
         let mut cmd = redis::cmd("CL.THROTTLE");
@@ -129,7 +129,7 @@ async fn native_commands_cover_every_algorithm_and_named_limits() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_cli_and_redis_benchmark_work_against_it() {
-    let server = Server::start(Config::default()).await;
+    let server = Server::start(common::manual_config()).await;
     assert_eq!(server.cli(&["ping"]).trim(), "PONG");
     assert_eq!(
         server.cli(&["CL.THROTTLE", "cli", "15", "30", "60"]).split_whitespace().collect::<Vec<_>>(),
@@ -168,7 +168,7 @@ async fn redis_cli_and_redis_benchmark_work_against_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_input_closes_only_that_connection() {
     let resp = RespBounds { max_frame_bytes: 4096, max_inline_bytes: 4096, max_args: 8, ..RespBounds::default() };
-    let server = Server::start(Config { resp, ..Config::default() }).await;
+    let server = Server::start(Config { resp, ..common::manual_config() }).await;
     let mut healthy = server.client().get_multiplexed_async_connection().await.unwrap();
     for (bytes, wanted) in [
         (&b"*x\r\n"[..], "-ERR Protocol error: invalid multibulk length"),
@@ -195,7 +195,7 @@ async fn malformed_input_closes_only_that_connection() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_beyond_the_limit_are_refused() {
     let resp = RespBounds { max_connections: 2, ..RespBounds::default() };
-    let server = Server::start(Config { resp, ..Config::default() }).await;
+    let server = Server::start(Config { resp, ..common::manual_config() }).await;
     let first = server.client().get_multiplexed_async_connection().await.unwrap();
     let second = server.client().get_multiplexed_async_connection().await.unwrap();
     assert!(server.raw(b"PING\r\n").starts_with("-ERR max number of clients reached"));
@@ -253,7 +253,7 @@ async fn http_answers_decisions_headers_metrics_and_errors() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serves_from_redis_too() {
     let redis = RedisServer::start();
-    let server = Server::start(Config { store: StoreConfig::Redis(redis.url()), ..Config::default() }).await;
+    let server = Server::start(Config { store: StoreConfig::Redis(redis.url()), ..common::manual_config() }).await;
     assert_eq!(
         server.cli(&["CL.THROTTLE", "r", "15", "30", "60"]).split_whitespace().collect::<Vec<_>>(),
         ["0", "16", "15", "-1", "2"]
@@ -266,7 +266,7 @@ async fn serves_from_redis_too() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_answers_what_was_sent_and_stops_listening() {
-    let server = Server::start(Config::default()).await;
+    let server = Server::start(common::manual_config()).await;
     let mut stream = TcpStream::connect(server.resp).unwrap();
     stream.write_all(b"PING\r\n").unwrap();
     let mut reply = [0u8; 7];

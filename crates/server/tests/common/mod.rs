@@ -9,7 +9,17 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
+use tollgate_core::ManualClock;
 use tollgate_server::{Config, Listeners};
+
+/// When the tests' manual clocks start (ns since the epoch).
+pub const T0: u64 = 1_700_000_000_000_000_000;
+
+/// The default configuration on a manual clock standing at [`T0`]: no test depends on where the
+/// wall clock is in its minute (Redis still decides on its own time).
+pub fn manual_config() -> Config {
+    Config { clock: std::sync::Arc::new(ManualClock::new(T0)), ..Config::default() }
+}
 
 pub struct Server {
     pub resp: SocketAddr,
