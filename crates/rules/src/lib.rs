@@ -15,13 +15,12 @@
 mod ip;
 mod matcher;
 pub mod normalize;
+mod plan;
 mod request;
 mod rules;
 
 pub use ip::{Cidr, ForwardingHeader, TrustedProxies};
 pub use matcher::{Glob, HeaderEquals, Match};
+pub use plan::{Applied, KeyBuf, Plan, RequestError};
 pub use request::Request;
-pub use rules::{
-    Action, Applied, Characteristic, Cost, KeyBuf, OnBadCost, OnError, OnMissing, Plan, RequestError, Rule, Rules,
-    RulesError, check_name,
-};
+pub use rules::{Action, Characteristic, Cost, OnBadCost, OnError, OnMissing, Rule, Rules, RulesError, check_name};

@@ -1,5 +1,5 @@
-//! The rules file and its evaluation: which rules count a request (under which key and cost) and
-//! which rules may mitigate it.
+//! The rules file, parsed and validated into [`Rules`] (what a request is planned against lives
+//! in `plan`):
 //!
 //! ```toml
 //! trusted_proxies = ["10.0.0.0/8"]      # whose forwarding header to believe
@@ -24,17 +24,13 @@
 //! burst = 20
 //! ```
 
-use std::net::IpAddr;
 use std::path::Path;
 
 use serde::Deserialize;
-use smallvec::SmallVec;
 use tollgate_core::{Limit, parse_period_ns};
 
-use crate::Request;
 use crate::ip::{Cidr, ForwardingHeader, TrustedProxies};
 use crate::matcher::Match;
-use crate::normalize;
 
 /// What to do with a request while its key is over the limit.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -156,86 +152,6 @@ pub struct Rule {
     pub timeout_ns: u64,
 }
 
-/// A rule that applies to a request, with the request's key and cost under it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Applied {
-    /// The rule's index in [`Rules::rules`].
-    pub rule: usize,
-    /// The store key: the characteristics' values (one part: as is; several: each as `LEN:VALUE`).
-    pub key: Vec<u8>,
-    /// The request's cost under the rule.
-    pub cost: u64,
-}
-
-/// Keys being written: inline for the usual few short keys (no allocation).
-pub type KeyBuf = SmallVec<[u8; 128]>;
-
-/// The rules that apply to one request, each with its key and cost, held inline for the usual
-/// few rules and short keys: planning a request allocates nothing.
-#[derive(Debug, Default)]
-pub struct Plan {
-    items: SmallVec<[(usize, u32, u32, u64); 4]>,
-    keys: KeyBuf,
-}
-
-impl Plan {
-    /// The rules that apply: `(rule index, key, cost)`, in file order.
-    pub fn iter(&self) -> impl Iterator<Item = (usize, &[u8], u64)> + '_ {
-        self.items.iter().map(|&(rule, start, end, cost)| (rule, &self.keys[start as usize..end as usize], cost))
-    }
-
-    /// How many rules apply.
-    #[must_use]
-    pub fn len(&self) -> usize {
-        self.items.len()
-    }
-
-    /// The only rule that applies, if exactly one does.
-    #[must_use]
-    pub fn single(&self) -> Option<(usize, &[u8], u64)> {
-        match self.items.as_slice() {
-            [(rule, start, end, cost)] => Some((*rule, &self.keys[*start as usize..*end as usize], *cost)),
-            _ => None,
-        }
-    }
-
-    fn clear(&mut self) {
-        self.items.clear();
-        self.keys.clear();
-    }
-
-    /// Whether no rule applies.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
-    }
-
-    /// Adds `rule`'s key, written by `write` at the end of the buffer, unless `write` says the
-    /// rule does not apply (false) or fails (then nothing is kept either).
-    fn push_with<E>(
-        &mut self,
-        rule: usize,
-        write: impl FnOnce(&mut KeyBuf) -> Result<bool, E>,
-        cost: impl FnOnce() -> Result<u64, E>,
-    ) -> Result<(), E> {
-        let start = self.keys.len();
-        let kept = write(&mut self.keys).and_then(|applies| Ok(if applies { Some(cost()?) } else { None }));
-        match kept {
-            Ok(Some(cost)) => {
-                // Keys are bounded by the request's head, far below 4 GiB.
-                let (from, to) =
-                    (u32::try_from(start).unwrap_or(u32::MAX), u32::try_from(self.keys.len()).unwrap_or(u32::MAX));
-                self.items.push((rule, from, to, cost));
-                Ok(())
-            }
-            other => {
-                self.keys.truncate(start);
-                other.map(|_| ())
-            }
-        }
-    }
-}
-
 /// Why a rules file is refused, naming the file, the rule and the reason.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{origin}: {what}")]
@@ -243,12 +159,6 @@ pub struct RulesError {
     origin: String,
     what: String,
 }
-
-/// A request the rules refuse before any store is asked (a bad cost header, a missing key part
-/// under `on_missing = "reject"`): answered 400 with the message.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct RequestError(pub String);
 
 /// A loaded rules file.
 #[derive(Debug, Clone, Default)]
@@ -418,48 +328,6 @@ impl Rules {
         self.rules.iter().any(|r| r.matcher.host.is_some() || r.mitigation_matcher.host.is_some())
     }
 
-    /// The rules that count `request`, with its key and cost under each. A rule lacking a key
-    /// part or a usable cost is skipped, shares a key, or refuses the request, as it says.
-    /// Written into `plan` (cleared first), which the caller keeps: a plan is a few hundred
-    /// bytes inline, not worth moving on every request.
-    pub fn plan(&self, request: &Request<'_>, plan: &mut Plan) -> Result<(), RequestError> {
-        plan.clear();
-        let path = normalize::path(request.path);
-        for (index, rule) in self.rules.iter().enumerate() {
-            if rule.matcher.matches(request, &path) {
-                plan.push_with(index, |keys| rule.key_into(request, &path, keys), || rule.cost_for(request))?;
-            }
-        }
-        Ok(())
-    }
-
-    /// [`plan`](Self::plan), as owned values.
-    pub fn counting(&self, request: &Request<'_>) -> Result<Vec<Applied>, RequestError> {
-        let mut plan = Plan::default();
-        self.plan(request, &mut plan)?;
-        Ok(plan.iter().map(|(rule, key, cost)| Applied { rule, key: key.to_vec(), cost }).collect())
-    }
-
-    /// The rules that would mitigate `request` if its key were over, with its key under each.
-    pub fn mitigating_plan(&self, request: &Request<'_>, plan: &mut Plan) {
-        plan.clear();
-        let path = normalize::path(request.path);
-        for (index, rule) in self.rules.iter().enumerate() {
-            if rule.mitigation_matcher.matches(request, &path) {
-                // A key that cannot be written (on_missing = "reject") has no mitigation either.
-                let _ = plan.push_with(index, |keys| rule.key_into(request, &path, keys), || Ok::<_, RequestError>(0));
-            }
-        }
-    }
-
-    /// [`mitigating_plan`](Self::mitigating_plan), as owned values.
-    #[must_use]
-    pub fn mitigating(&self, request: &Request<'_>) -> Vec<Applied> {
-        let mut plan = Plan::default();
-        self.mitigating_plan(request, &mut plan);
-        plan.iter().map(|(rule, key, cost)| Applied { rule, key: key.to_vec(), cost }).collect()
-    }
-
     /// The rule named `name`, and its index.
     #[must_use]
     pub fn named(&self, name: &str) -> Option<(usize, &Rule)> {
@@ -468,79 +336,6 @@ impl Rules {
 }
 
 impl Rule {
-    /// Appends the store key of `request` (whose normalised path is `path`) to `out`: the
-    /// characteristics' values, each as `LEN:VALUE` when there are several. False if the rule
-    /// does not apply (a missing part under `on_missing = "skip"`); what was appended then is
-    /// the caller's to drop.
-    pub fn key_into(&self, request: &Request<'_>, path: &str, out: &mut KeyBuf) -> Result<bool, RequestError> {
-        let framed = self.key.len() > 1;
-        for part in &self.key {
-            let text: String;
-            let mut address = IpText::default();
-            let value: Option<&[u8]> = match part {
-                Characteristic::ClientIp => Some(address.write(request.client_ip)),
-                Characteristic::Method if !framed => {
-                    out.extend(request.method.bytes().map(|b| b.to_ascii_uppercase()));
-                    continue;
-                }
-                Characteristic::Method => {
-                    text = request.method.to_ascii_uppercase();
-                    Some(text.as_bytes())
-                }
-                Characteristic::Path => Some(path.as_bytes()),
-                Characteristic::Global => Some(b""),
-                Characteristic::Key => request.key,
-                Characteristic::Header(name) => request.header(name).map(str::as_bytes),
-                Characteristic::Cookie(name) => request.cookie(name).map(str::as_bytes),
-                Characteristic::Query(name) => match request.query_param(name) {
-                    Some(decoded) => {
-                        text = decoded.into_owned();
-                        Some(text.as_bytes())
-                    }
-                    None => None,
-                },
-            };
-            let value = match (value, self.on_missing) {
-                (Some(value), _) => value,
-                (None, OnMissing::Skip) => return Ok(false),
-                (None, OnMissing::Shared) => b"",
-                (None, OnMissing::Reject) => {
-                    return Err(RequestError(format!(
-                        "rule {:?} needs {} and the request has none",
-                        self.name,
-                        describe(part)
-                    )));
-                }
-            };
-            if framed {
-                write_decimal(out, value.len() as u64);
-                out.push(b':');
-            }
-            out.extend_from_slice(value);
-        }
-        Ok(true)
-    }
-
-    /// The cost of `request` under this rule: the fixed cost, or the cost header's value (an
-    /// integer from 1 to the capacity; otherwise as `on_bad_cost` says, never a peek).
-    pub fn cost_for(&self, request: &Request<'_>) -> Result<u64, RequestError> {
-        let name = match &self.cost {
-            Cost::Fixed(cost) => return Ok(*cost),
-            Cost::Header(name) => name,
-        };
-        let capacity = self.limit.capacity();
-        let parsed = request.header(name).map(|v| v.trim().parse::<u64>());
-        match (parsed, self.on_bad_cost) {
-            (Some(Ok(cost)), _) if (1..=capacity).contains(&cost) => Ok(cost),
-            (Some(Ok(cost)), OnBadCost::Default) if cost > capacity => Ok(capacity),
-            (_, OnBadCost::Default) => Ok(self.default_cost),
-            (_, OnBadCost::Reject) => Err(RequestError(format!(
-                "header {name} must hold the request's cost, an integer from 1 to {capacity} (rule {:?})",
-                self.name
-            ))),
-        }
-    }
-
     /// Whether a response with `status` counts under this rule.
     #[must_use]
     pub fn counts_status(&self, status: u16) -> bool {
@@ -551,95 +346,6 @@ impl Rule {
     #[must_use]
     pub fn keyed_on_callers_key(&self) -> bool {
         self.key == [Characteristic::Key]
-    }
-}
-
-/// `n` in decimal, appended to `out`.
-fn write_decimal(out: &mut KeyBuf, n: u64) {
-    let mut digits = [0u8; 20];
-    let at = decimal(&mut digits, n);
-    out.extend_from_slice(&digits[at..]);
-}
-
-/// Writes `n` in decimal at the end of `digits`; returns where it starts.
-fn decimal(digits: &mut [u8], mut n: u64) -> usize {
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        // A remainder below 10.
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return at;
-        }
-    }
-}
-
-/// Each octet's decimal digits (padded to 3 bytes) and how many there are: an IPv4 key is on
-/// every request, and four table reads beat dividing.
-const OCTETS: [([u8; 3], u8); 256] = {
-    let mut table = [([0u8; 3], 0u8); 256];
-    let (mut index, mut octet) = (0, 0u8);
-    while index < 256 {
-        let (h, t, o) = (octet / 100, octet / 10 % 10, octet % 10);
-        table[index] = match octet {
-            0..=9 => ([b'0' + o, 0, 0], 1),
-            10..=99 => ([b'0' + t, b'0' + o, 0], 2),
-            _ => ([b'0' + h, b'0' + t, b'0' + o], 3),
-        };
-        index += 1;
-        octet = octet.wrapping_add(1);
-    }
-    table
-};
-
-/// An address as text, on the stack (IPv4 without the formatting machinery: it is on every
-/// request).
-struct IpText {
-    bytes: [u8; 45],
-    len: usize,
-}
-
-impl Default for IpText {
-    fn default() -> Self {
-        IpText { bytes: [0; 45], len: 0 }
-    }
-}
-
-impl IpText {
-    fn write(&mut self, ip: IpAddr) -> &[u8] {
-        match ip {
-            IpAddr::V4(v4) => {
-                let mut len = 0;
-                for (i, octet) in v4.octets().into_iter().enumerate() {
-                    if i > 0 {
-                        self.bytes[len] = b'.';
-                        len += 1;
-                    }
-                    let (digits, n) = OCTETS[usize::from(octet)];
-                    self.bytes[len..len + 3].copy_from_slice(&digits);
-                    len += usize::from(n);
-                }
-                self.len = len;
-            }
-            IpAddr::V6(v6) => {
-                let mut cursor = std::io::Cursor::new(&mut self.bytes[..]);
-                // An IPv6 address is at most 45 bytes of text.
-                let _ = std::io::Write::write_fmt(&mut cursor, format_args!("{v6}"));
-                self.len = usize::try_from(cursor.position()).unwrap_or(0);
-            }
-        }
-        &self.bytes[..self.len]
-    }
-}
-
-fn describe(part: &Characteristic) -> String {
-    match part {
-        Characteristic::Header(name) => format!("header {name}"),
-        Characteristic::Cookie(name) => format!("cookie {name}"),
-        Characteristic::Query(name) => format!("query parameter {name}"),
-        Characteristic::Key => "a key".into(),
-        other => format!("{other:?}"),
     }
 }
 

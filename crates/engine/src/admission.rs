@@ -1,0 +1,107 @@
+//! What the engine decides for a request ([`Admission`]): let it through, perhaps after a
+//! delay, with the reservations to settle once its response's status is known ([`Proceed`],
+//! [`Pending`]); or answer it instead ([`Answer`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tollgate_core::{Decision, Limit};
+
+use crate::Policy;
+
+/// What to do with a request.
+#[derive(Debug)]
+pub enum Admission {
+    /// Pass it on (after `delay`), then give its response's status to [`Engine::complete`].
+    Proceed(Proceed),
+    /// Answer this instead; the request goes no further.
+    Answer(Answer),
+}
+
+/// A request let through.
+#[derive(Debug)]
+pub struct Proceed {
+    /// How long to hold it first (a delay rule's slot).
+    pub delay: Duration,
+    /// The tightest rule and its decision (see [`fields`](Self::fields)).
+    pub(crate) tightest: Option<(usize, Decision)>,
+    /// What to settle once the response's status is known.
+    pub pending: Pending,
+}
+
+impl Proceed {
+    pub(crate) fn free() -> Self {
+        Proceed { delay: Duration::ZERO, tightest: None, pending: Pending::default() }
+    }
+
+    /// The tightest rule's name, limit and decision, for the RateLimit fields (built only when a
+    /// front end writes them), under the `policy` the request was admitted with.
+    #[must_use]
+    pub fn fields(&self, policy: &Policy) -> Option<Fields> {
+        let (rule, decision) = self.tightest?;
+        let rule = policy.rules.rules.get(rule)?;
+        Some(Fields { policy: rule.name.clone(), limit: rule.limit.clone(), decision })
+    }
+}
+
+/// A rule's state as the RateLimit header fields report it.
+#[derive(Debug, Clone)]
+pub struct Fields {
+    /// The rule's name (the policy name).
+    pub policy: String,
+    /// Its limit.
+    pub limit: Limit,
+    /// The decision.
+    pub decision: Decision,
+}
+
+/// A request answered by the engine.
+#[derive(Debug)]
+pub enum Answer {
+    /// 429, with the rule's fields.
+    TooMany(Fields),
+    /// A shadow-ban's fake success.
+    ShadowBan {
+        /// Status code.
+        status: u16,
+        /// Body.
+        body: String,
+        /// Content type.
+        content_type: String,
+    },
+    /// 400: the request cannot be counted (a bad cost header, a missing key part).
+    BadRequest(String),
+    /// 503: the store failed and the rules say not to let requests through then.
+    Unavailable(String),
+}
+
+/// Reservations of `count_status` rules, settled by [`Engine::complete`]. Dropping it without
+/// completing leaves them counted (an under-grant, never an over-grant).
+#[derive(Debug, Default)]
+pub struct Pending {
+    pub(crate) policy: Option<Arc<Policy>>,
+    pub(crate) reservations: Vec<Reservation>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Reservation {
+    pub(crate) rule: usize,
+    pub(crate) key: Vec<u8>,
+    pub(crate) cost: u64,
+    pub(crate) at: u64,
+    pub(crate) decision: Decision,
+}
+
+impl Pending {
+    /// Adds a reservation, keeping the rules it was made under (to settle it under them).
+    pub(crate) fn hold(&mut self, policy: &Arc<Policy>, reservation: Reservation) {
+        self.policy.get_or_insert_with(|| policy.clone());
+        self.reservations.push(reservation);
+    }
+
+    /// Whether there is nothing to settle.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.reservations.is_empty()
+    }
+}
