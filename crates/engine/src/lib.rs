@@ -138,6 +138,16 @@ impl Policy {
     }
 }
 
+/// The plan's only rule if it is the usual kind, which rejects when over and counts every request
+/// (no dry-run, delay, shadow-ban, mitigation timeout or `count_status`): then a plain check
+/// decides the request.
+fn single<'p>(policy: &Policy, plan: &'p Plan) -> Option<Applies<'p>> {
+    let (rule, key, cost) = plan.single()?;
+    let r = &policy.rules.rules[rule];
+    let plain = r.action == Action::Reject && r.count_status.is_none() && r.timeout_ns == 0;
+    plain.then_some(Applies { rule, key, cost })
+}
+
 /// The limit a rule is checked under: for `delay`, the bucket widened by `max_delay` (a shaper is
 /// GCRA with tolerance `burst*T + max_delay`), so that a request within the delay is admitted
 /// and then waits for its slot.
@@ -238,8 +248,12 @@ impl<S: Store> Engine<S> {
         if plan.is_empty() {
             return Admission::Proceed(Proceed::free());
         }
-        if let Some(admission) = self.admit_one(policy, &plan).await {
-            return admission;
+        if let Some(one) = single(policy, &plan) {
+            // The usual case: one plain store check, nothing to reserve or settle.
+            let check =
+                Check::new(one.key, &policy.checked[one.rule], one.cost).scoped(&policy.rules.rules[one.rule].name);
+            let decided = self.counted(self.store.check_one(check).await);
+            return self.admit_one(policy, one, decided);
         }
 
         // 3. Dry-run rules on their own (never blocking); the others all or nothing.
@@ -309,24 +323,16 @@ impl<S: Store> Engine<S> {
         Admission::Proceed(Proceed { delay: Duration::from_nanos(delay), tightest, pending })
     }
 
-    /// The usual case, a single rule that rejects when over and counts every request: one plain
-    /// store check, nothing to reserve or settle. `None` for any other plan.
-    async fn admit_one(&self, policy: &Policy, plan: &Plan) -> Option<Admission> {
-        let (index, key, cost) = plan.single()?;
-        let rule = &policy.rules.rules[index];
-        if rule.action != Action::Reject || rule.count_status.is_some() || rule.timeout_ns > 0 {
-            return None;
-        }
-        let check = Check::new(key, &policy.checked[index], cost).scoped(&rule.name);
-        let admission = match self.counted(self.store.check_one(check).await) {
+    /// The admission of a request counted by a single rule (see [`single`]), once decided.
+    fn admit_one(&self, policy: &Policy, one: Applies<'_>, decided: Result<Decision, StoreError>) -> Admission {
+        match decided {
             Ok(decision) if decision.allowed => {
-                self.metrics.count(&policy.counters[index], Outcome::Allowed);
-                Admission::Proceed(Proceed { tightest: Some((index, decision)), ..Proceed::free() })
+                self.metrics.count(&policy.counters[one.rule], Outcome::Allowed);
+                Admission::Proceed(Proceed { tightest: Some((one.rule, decision)), ..Proceed::free() })
             }
-            Ok(decision) => Admission::Answer(self.mitigate(policy, index, decision)),
-            Err(error) => self.store_failed(policy, &[Applies { rule: index, key, cost }], &error, Pending::default()),
-        };
-        Some(admission)
+            Ok(decision) => Admission::Answer(self.mitigate(policy, one.rule, decision)),
+            Err(error) => self.store_failed(policy, &[one], &error, Pending::default()),
+        }
     }
 
     /// [`admit`](Self::admit) without a future, when the store decides in place

@@ -86,12 +86,8 @@ impl<'r> Head<'r> {
     }
 }
 
-/// What the rules read of a request, beyond its head: the client address and the values of the
-/// headers they name, borrowed from the request.
-struct Seen<'r> {
-    client_ip: IpAddr,
-    headers: SmallVec<[(&'r str, &'r str); 4]>,
-}
+/// The values of the headers the rules name, borrowed from the request.
+type HeaderValues<'r> = SmallVec<[(&'r str, &'r str); 4]>;
 
 /// A rule keys on the client address and the server gives none: answered 500 (never a guess).
 struct NoPeer;
@@ -102,47 +98,58 @@ impl NoPeer {
     }
 }
 
-/// Reads what the rules need of `request`.
-fn see<'r>(request: Head<'r>, policy: &'r Policy) -> Result<Seen<'r>, NoPeer> {
-    let client_ip = match request.peer() {
-        // The forwarding header counts only from a trusted proxy: not read otherwise.
-        Some(peer) if policy.rules.trusted_proxies.trusts(peer) => {
-            let forwarded = policy.rules.trusted_proxies.header().name();
-            let values: SmallVec<[&str; 4]> =
-                request.headers.get_all(forwarded).iter().filter_map(|v| v.to_str().ok()).collect();
-            policy.rules.trusted_proxies.client_ip(peer, &values)
+impl<'r> Head<'r> {
+    /// The client's address: the peer's, or through trusted proxies only.
+    fn client_ip(self, policy: &Policy) -> Result<IpAddr, NoPeer> {
+        match self.peer() {
+            // The forwarding header counts only from a trusted proxy: not read otherwise.
+            Some(peer) if policy.rules.trusted_proxies.trusts(peer) => {
+                let forwarded = policy.rules.trusted_proxies.header().name();
+                let values: SmallVec<[&str; 4]> =
+                    self.headers.get_all(forwarded).iter().filter_map(|v| v.to_str().ok()).collect();
+                Ok(policy.rules.trusted_proxies.client_ip(peer, &values))
+            }
+            Some(peer) => Ok(peer),
+            None if policy.uses_client_ip => {
+                tracing::error!(
+                    "RateLimitLayer has no peer address for a rule keyed on client_ip: serve the app with \
+                     into_make_service_with_connect_info::<SocketAddr>() (or insert a PeerAddr extension)"
+                );
+                Err(NoPeer)
+            }
+            None => Ok(IpAddr::from([0, 0, 0, 0])),
         }
-        Some(peer) => peer,
-        None if policy.uses_client_ip => {
-            tracing::error!(
-                "RateLimitLayer has no peer address for a rule keyed on client_ip: serve the app with \
-                 into_make_service_with_connect_info::<SocketAddr>() (or insert a PeerAddr extension)"
-            );
-            return Err(NoPeer);
-        }
-        None => IpAddr::from([0, 0, 0, 0]),
-    };
-    let mut headers = SmallVec::new();
-    for name in &policy.header_names {
-        for value in request.headers.get_all(name.as_str()) {
-            if let Ok(value) = value.to_str() {
-                headers.push((name.as_str(), value));
+    }
+
+    /// Collects the values of the headers the rules read into `values` (kept by the caller: the
+    /// request's view borrows them).
+    fn header_values(self, policy: &'r Policy, values: &mut HeaderValues<'r>) {
+        for name in &policy.header_names {
+            for value in self.headers.get_all(name.as_str()) {
+                if let Ok(value) = value.to_str() {
+                    values.push((name.as_str(), value));
+                }
             }
         }
     }
-    Ok(Seen { client_ip, headers })
-}
 
-impl Seen<'_> {
     /// The request as the engine sees it.
-    fn view<'v>(&'v self, request: Head<'v>, policy: &Policy) -> tollgate_engine::Request<'v> {
+    fn view<'v>(
+        self,
+        client_ip: IpAddr,
+        headers: &'v [(&'r str, &'r str)],
+        policy: &Policy,
+    ) -> tollgate_engine::Request<'v>
+    where
+        'r: 'v,
+    {
         tollgate_engine::Request {
-            method: request.method.as_str(),
-            path: request.uri.path(),
-            query: request.uri.query().unwrap_or(""),
-            host: if policy.uses_host { request.host() } else { "" },
-            headers: &self.headers,
-            client_ip: self.client_ip,
+            method: self.method.as_str(),
+            path: self.uri.path(),
+            query: self.uri.query().unwrap_or(""),
+            host: if policy.uses_host { self.host() } else { "" },
+            headers,
+            client_ip,
             key: None,
         }
     }
@@ -209,8 +216,12 @@ where
         let policy = self.engine.current();
         // Decided here when the store decides in place; `None` when it must be waited for.
         let head = Head::of(&request);
-        let admission = match see(head, &policy) {
-            Ok(seen) => self.engine.admit_now(&policy, &seen.view(head, &policy)),
+        let admission = match head.client_ip(&policy) {
+            Ok(client_ip) => {
+                let mut headers = HeaderValues::new();
+                head.header_values(&policy, &mut headers);
+                self.engine.admit_now(&policy, &head.view(client_ip, &headers, &policy))
+            }
             Err(no_peer) => return ResponseFuture::answered(no_peer.response()),
         };
         match admission {
@@ -232,10 +243,14 @@ where
                             // The head is borrowed across the store's wait, the body set aside.
                             let (parts, body) = request.into_parts();
                             let head = Head::of_parts(&parts);
-                            let admission = match see(head, &policy) {
+                            let client_ip = match head.client_ip(&policy) {
+                                Ok(client_ip) => client_ip,
                                 Err(no_peer) => return Ok(no_peer.response()),
-                                Ok(seen) => engine.admit(&policy, &seen.view(head, &policy)).await,
                             };
+                            let mut headers = HeaderValues::new();
+                            head.header_values(&policy, &mut headers);
+                            let admission = engine.admit(&policy, &head.view(client_ip, &headers, &policy)).await;
+                            drop(headers);
                             match admission {
                                 Admission::Answer(answer) => return Ok(render(answer, options)),
                                 Admission::Proceed(admitted) => (admitted, Request::from_parts(parts, body)),
