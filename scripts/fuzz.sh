@@ -3,8 +3,8 @@
 #   bash scripts/fuzz.sh [RUNS]        (default 10000000 inputs per target)
 #   TARGETS="resp_frame http_json" bash scripts/fuzz.sh 100000
 # libFuzzer needs unstable compiler flags: RUSTC_BOOTSTRAP=1 lets the stable toolchain pass them.
-# A crash stops the run and leaves its input in fuzz/artifacts/TARGET/; copy it to
-# fuzz/regressions/TARGET/ so that the test suite replays it (crates/server/tests/fuzz_regressions.rs).
+# A crash stops the run and leaves its input in fuzz/artifacts/TARGET/: commit it under
+# fuzz/regressions/TARGET/ (it seeds later runs) with a test in the suite that replays it.
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 RUNS="${1:-10000000}"
