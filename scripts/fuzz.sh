@@ -4,7 +4,8 @@
 #   TARGETS="resp_frame http_json" bash scripts/fuzz.sh 100000
 # libFuzzer needs unstable compiler flags: RUSTC_BOOTSTRAP=1 lets the stable toolchain pass them.
 # A crash stops the run and leaves its input in fuzz/artifacts/TARGET/: commit it under
-# fuzz/regressions/TARGET/ (it seeds later runs) with a test in the suite that replays it.
+# fuzz/regressions/TARGET/: it seeds later runs, and crates/server/tests/fuzz_inputs.rs replays it
+# through the same code (the targets' bodies are tollgate_server::fuzzing).
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 RUNS="${1:-10000000}"

@@ -8,6 +8,7 @@
 pub mod app;
 pub mod backend;
 pub mod config;
+pub mod fuzzing;
 pub mod http;
 pub mod metrics;
 pub mod proxy;
