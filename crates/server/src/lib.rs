@@ -10,6 +10,7 @@ pub mod backend;
 pub mod config;
 pub mod fuzzing;
 pub mod http;
+mod listener;
 pub mod metrics;
 pub mod proxy;
 pub mod resp;

@@ -9,7 +9,6 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -20,11 +19,11 @@ use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
-use tokio::task::JoinSet;
+use tokio::sync::watch;
 use tower_service::Service;
 
 use crate::config::HttpBounds;
+use crate::listener::{Accepted, Listener};
 
 /// Answered, without reading the request, to a connection beyond the cap.
 const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
@@ -36,32 +35,20 @@ pub async fn serve(
     app: Router,
     bounds: HttpBounds,
     grace: Duration,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
-    let slots = Arc::new(Semaphore::new(bounds.max_connections));
-    let mut connections = JoinSet::new();
-    loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            _ = shutdown.wait_for(|&stop| stop) => break,
-        };
-        while connections.try_join_next().is_some() {}
-        let (stream, peer) = match accepted {
-            Ok(pair) => pair,
-            Err(error) => {
-                tracing::warn!(%error, "accept failed");
-                tokio::time::sleep(Duration::from_millis(10)).await;
+    let mut listener = Listener::new(listener, bounds.max_connections, shutdown.clone());
+    while let Some(accepted) = listener.next().await {
+        let (stream, peer, slot) = match accepted {
+            Accepted::Slot(stream, peer, slot) => (stream, peer, slot),
+            Accepted::Full(stream) => {
+                // A few bytes into an empty socket buffer: never waits on the client.
+                let _ = stream.try_write(BUSY);
                 continue;
             }
         };
-        let _ = stream.set_nodelay(true);
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            // A few bytes into an empty socket buffer: never waits on the client.
-            let _ = stream.try_write(BUSY);
-            continue;
-        };
         let (app, mut stop) = (app.clone(), shutdown.clone());
-        connections.spawn(async move {
+        listener.spawn(async move {
             let service = hyper::service::service_fn(move |mut request: http::Request<Incoming>| {
                 request.extensions_mut().insert(ConnectInfo::<SocketAddr>(peer));
                 let mut app = app.clone();
@@ -94,11 +81,7 @@ pub async fn serve(
             drop(slot);
         });
     }
-    let drained = tokio::time::timeout(grace, async { while connections.join_next().await.is_some() {} }).await;
-    if drained.is_err() {
-        tracing::warn!(left = connections.len(), "HTTP connections still busy after the grace period: closed");
-        connections.shutdown().await;
-    }
+    listener.drain(grace, "HTTP").await;
 }
 
 /// 408 for a request that took longer than the request timeout.
