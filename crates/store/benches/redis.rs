@@ -79,7 +79,8 @@ fn raw(server: &RedisServer, sha: &str, key: &str, limit: &Limit, spread: bool, 
         1,
     ]
     .map(|n| n.to_string());
-    command.args(["EVALSHA", sha, "1", key, "", "", "0", "1", limit.algorithm().name()]).args(&numbers);
+    // now from TIME, no TTL margin, one check, no charges, no refunds (see decide.lua).
+    command.args(["EVALSHA", sha, "1", key, "", "", "0", "1", "0", "0", limit.algorithm().name()]).args(&numbers);
     let output = command.output().expect("redis-benchmark runs (it comes with redis-server)");
     let text = String::from_utf8_lossy(&output.stdout);
     text.lines()
