@@ -230,6 +230,9 @@ async fn http_answers_decisions_headers_metrics_and_errors() {
     assert!(denied.contains("ratelimit: \"default\";r=0;t="), "{denied}");
     let named = post(r#"{"limit_name":"login","key":"alice"}"#);
     assert!(named.starts_with("HTTP/1.1 200") && named.contains("\"login\";q=1;w=3600"), "{named}");
+    // A bucket's policy states its rate, and its burst apart (never the burst as the quota).
+    let bucket = post(r#"{"limit":"100/1m","burst":20,"key":"b"}"#);
+    assert!(bucket.contains("ratelimit-policy: \"default\";q=100;w=60;burst=20"), "{bucket}");
     for (bad, wanted) in [
         ("{", "invalid JSON body"),
         (r#"{"key":"h"}"#, "give either"),
