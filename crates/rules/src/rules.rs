@@ -236,6 +236,30 @@ pub fn check_name(name: &str) -> Result<(), String> {
     if valid { Ok(()) } else { Err(format!("name {name:?}: use 1 to 64 letters, digits, '_', '-' or '.'")) }
 }
 
+/// The parser's message, with a hint for a common mistake.
+fn with_hint(error: &toml::de::Error, text: &str) -> String {
+    let message = error.to_string();
+    match hint(error, text) {
+        "" => message,
+        hint => format!("{}\n{hint}", message.trim_end()),
+    }
+}
+
+/// A hint for the TOML mistakes that the parser reports only in serde's terms.
+fn hint(error: &toml::de::Error, text: &str) -> &'static str {
+    let message = error.message();
+    let has_line = |wanted: &str| text.lines().any(|line| line.split('#').next().unwrap_or("").trim() == wanted);
+    if message.contains("expected a sequence") && has_line("[rules]") {
+        "hint: each rule is a [[rules]] table (double brackets: one per rule), not [rules]"
+    } else if message.contains("invalid type") && text.lines().any(|l| l.trim().starts_with("[[limits")) {
+        "hint: a named limit is a [limits.NAME] table (single brackets), not [[limits.NAME]]"
+    } else if message.contains("expected a sequence") && has_line("[rules.mitigation]") {
+        "hint: [rules.mitigation] belongs after the [[rules]] table it mitigates"
+    } else {
+        ""
+    }
+}
+
 impl Rules {
     /// Loads a rules file.
     pub fn load(path: &Path) -> Result<Rules, RulesError> {
@@ -248,7 +272,7 @@ impl Rules {
     /// Parses rules from TOML text; `origin` names it in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Rules, RulesError> {
         let fail = |what: String| RulesError { origin: origin.to_string(), what };
-        let file: File = toml::from_str(text).map_err(|e| fail(e.to_string()))?;
+        let file: File = toml::from_str(text).map_err(|e| fail(with_hint(&e, text)))?;
         let trusted = file
             .trusted_proxies
             .iter()

@@ -212,3 +212,17 @@ fn client_ip_keys_are_the_address_as_text() {
         assert_eq!(counted[0].key, address.as_bytes(), "{address}");
     }
 }
+
+#[test]
+fn common_toml_mistakes_get_a_hint() {
+    for (text, wanted) in [
+        ("[rules]\nname = \"x\"\nlimit = \"5/1m\"\nkey = [\"client_ip\"]\n", "hint: each rule is a [[rules]] table"),
+        ("[[limits.api]]\nlimit = \"5/1m\"\n", "hint: a named limit is a [limits.NAME] table"),
+    ] {
+        let error = Rules::parse(text, "t.toml").unwrap_err().to_string();
+        assert!(error.contains(wanted) && error.contains("t.toml"), "{text}: {error}");
+    }
+    // No hint where none applies.
+    let error = Rules::parse("[[rules]]\nname = 3\n", "t.toml").unwrap_err().to_string();
+    assert!(!error.contains("hint"), "{error}");
+}
