@@ -16,7 +16,12 @@ use clap::{Parser, Subcommand};
 
 /// tollgate: an exact rate limiter (library, server, middleware).
 #[derive(Debug, Parser)]
-#[command(name = "tollgate", version, about, propagate_version = true)]
+#[command(
+    name = "tollgate",
+    version,
+    about = "tollgate, an exact rate limiter: serve (RESP and HTTP), proxy (rules in front of an HTTP service), simulate",
+    propagate_version = true
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -1,27 +1,25 @@
 //! `tollgate proxy`: flags to a [`tollgate_server::proxy::ProxyConfig`], listeners bound, signals wired.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
-use tokio::net::TcpListener;
 
 /// Arguments of `tollgate proxy`.
 #[derive(Debug, Args)]
 pub(crate) struct ProxyArgs {
-    /// Where clients connect.
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8088")]
-    listen: SocketAddr,
+    /// Where clients connect, HOST:PORT.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8088", value_parser = crate::units::address)]
+    listen: String,
     /// The service to protect, e.g. http://127.0.0.1:3000.
     #[arg(long, value_name = "URL")]
     upstream: String,
     /// The rules file (TOML; see examples/rules/login.toml).
     #[arg(long, value_name = "FILE")]
     rules: PathBuf,
-    /// Admin listener for GET /metrics and GET /healthz.
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9091")]
-    admin: SocketAddr,
+    /// Admin listener for GET /metrics and GET /healthz, HOST:PORT.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9091", value_parser = crate::units::address)]
+    admin: String,
     #[command(flatten)]
     store: crate::store_args::StoreArgs,
     #[command(flatten)]
@@ -35,8 +33,9 @@ pub(crate) struct ProxyArgs {
     /// Longest the upstream may take to accept a connection and to answer (then 504).
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = crate::units::duration)]
     upstream_timeout: std::time::Duration,
-    /// Log filter: error, warn, info, debug, trace.
-    #[arg(long, value_name = "LEVEL", default_value = "info")]
+    /// Log filter: error, warn, info, debug, trace or off, or directives such as
+    /// `info,tollgate_engine=debug`.
+    #[arg(long, value_name = "LEVEL", default_value = "info", value_parser = crate::units::log_filter)]
     log_level: String,
 }
 
@@ -50,7 +49,7 @@ pub(crate) fn run(args: ProxyArgs) -> anyhow::Result<()> {
     let config = tollgate_server::Config {
         http: args.http.bounds(),
         shutdown_grace: args.http.shutdown_grace,
-        ..args.store.config()
+        ..args.store.config()?
     };
     let proxy = tollgate_server::proxy::ProxyConfig {
         upstream: args.upstream,
@@ -65,9 +64,8 @@ pub(crate) fn run(args: ProxyArgs) -> anyhow::Result<()> {
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
     runtime.block_on(async move {
-        let listener =
-            TcpListener::bind(args.listen).await.with_context(|| format!("cannot listen on {}", args.listen))?;
-        let admin = TcpListener::bind(args.admin).await.with_context(|| format!("cannot listen on {}", args.admin))?;
+        let listener = crate::serve::bind(&args.listen, "--listen").await?;
+        let admin = crate::serve::bind(&args.admin, "--admin").await?;
         tracing::info!(upstream = %proxy.upstream, "proxy listening on {}", listener.local_addr()?);
         tracing::info!("admin (metrics, healthz) listening on {}", admin.local_addr()?);
         tollgate_server::proxy::run(&config, proxy, listener, admin, crate::serve::shutdown_signal())

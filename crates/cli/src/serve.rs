@@ -1,33 +1,34 @@
 //! `tollgate serve`: flags to a [`tollgate_server::Config`], listeners bound, signals wired.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
 use tokio::net::TcpListener;
-use tollgate_server::{Config, HttpBounds, Listeners, RespBounds, StoreConfig};
+use tollgate_server::{App, Config, HttpBounds, Listeners, RespBounds, StoreConfig};
 
 use crate::units;
 
 /// Arguments of `tollgate serve`.
 #[derive(Debug, Args)]
 pub(crate) struct ServeArgs {
-    /// RESP address (redis-cell's CL.THROTTLE and TG.* commands); port 0 picks a free port.
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:6380")]
-    resp: SocketAddr,
-    /// HTTP address (POST /v1/check, GET /metrics, GET /healthz); port 0 picks a free port.
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
-    http: SocketAddr,
+    /// RESP address, HOST:PORT (redis-cell's CL.THROTTLE and TG.* commands); port 0 picks a free port.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:6380", value_parser = units::address)]
+    resp: String,
+    /// HTTP address, HOST:PORT (POST /v1/check, GET /metrics, GET /healthz); port 0 picks a free port.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080", value_parser = units::address)]
+    http: String,
     #[command(flatten)]
     store: crate::store_args::StoreArgs,
-    /// With memory: most keys kept per table (idle keys are evicted first).
-    #[arg(long, value_name = "N", default_value = "1000000", value_parser = units::positive)]
-    max_keys: usize,
-    /// With memory: most bytes the store holds, every algorithm's state included (e.g. 512MiB).
-    #[arg(long, value_name = "SIZE", default_value = "512MiB", value_parser = units::bytes)]
-    max_memory: usize,
+    /// With memory: most keys kept per table (idle keys are evicted first) [default: 1000000].
+    #[arg(long, value_name = "N", value_parser = units::positive)]
+    max_keys: Option<usize>,
+    /// With memory: most bytes the store holds, every algorithm's state included (e.g. 512MiB)
+    /// [default: 512MiB].
+    #[arg(long, value_name = "SIZE", value_parser = units::bytes)]
+    max_memory: Option<usize>,
     /// Rules file: rules on request characteristics and named limits for TG.LIMIT and
     /// limit_name (see the README); reloaded on SIGHUP and when it changes.
     #[arg(long, value_name = "FILE", alias = "config")]
@@ -52,8 +53,9 @@ pub(crate) struct ServeArgs {
     idle_timeout: Option<Duration>,
     #[command(flatten)]
     limits: HttpArgs,
-    /// Log filter: error, warn, info, debug, trace (or a tracing directive).
-    #[arg(long, value_name = "LEVEL", default_value = "info")]
+    /// Log filter: error, warn, info, debug, trace or off, or directives such as
+    /// `info,tollgate_engine=debug`.
+    #[arg(long, value_name = "LEVEL", default_value = "info", value_parser = units::log_filter)]
     log_level: String,
 }
 
@@ -92,9 +94,16 @@ impl HttpArgs {
 /// Runs the server until Ctrl-C or SIGTERM.
 pub(crate) fn run(args: ServeArgs) -> anyhow::Result<()> {
     init_logging(&args.log_level)?;
-    let mut config = args.store.config();
-    if let StoreConfig::Memory { .. } = config.store {
-        config.store = StoreConfig::Memory { max_keys: args.max_keys, max_memory: args.max_memory };
+    let mut config = args.store.config()?;
+    match config.store {
+        StoreConfig::Memory { ref mut max_keys, ref mut max_memory } => {
+            *max_keys = args.max_keys.unwrap_or(*max_keys);
+            *max_memory = args.max_memory.unwrap_or(*max_memory);
+        }
+        _ if args.max_keys.is_some() || args.max_memory.is_some() => anyhow::bail!(
+            "--max-keys and --max-memory bound the memory store; with Redis, bound Redis itself (its maxmemory)"
+        ),
+        _ => {}
     }
     let rules = match &args.rules {
         Some(path) => tollgate_rules::Rules::load(path).map_err(anyhow::Error::msg)?,
@@ -118,12 +127,22 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<()> {
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
     runtime.block_on(async move {
-        let resp = TcpListener::bind(args.resp).await.with_context(|| format!("cannot listen on {}", args.resp))?;
-        let http = TcpListener::bind(args.http).await.with_context(|| format!("cannot listen on {}", args.http))?;
-        tracing::info!(store = ?config.store, "RESP listening on {}", resp.local_addr()?);
+        // The store first: one that cannot be opened is reported before anything listens.
+        let app = Arc::new(App::new(&config).await.map_err(anyhow::Error::msg)?);
+        let resp = bind(&args.resp, "--resp").await?;
+        let http = bind(&args.http, "--http").await?;
+        tracing::info!(store = %config.store.describe(), "RESP listening on {}", resp.local_addr()?);
         tracing::info!("HTTP listening on {}", http.local_addr()?);
-        tollgate_server::run(config, Listeners { resp, http }, shutdown_signal()).await.map_err(anyhow::Error::msg)
+        tollgate_server::serve(app, config, Listeners { resp, http }, shutdown_signal())
+            .await
+            .map_err(anyhow::Error::msg)
     })
+}
+
+/// Binds `address` (a host name resolves to its addresses, tried in turn), naming `flag` when
+/// it cannot.
+pub(crate) async fn bind(address: &str, flag: &str) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(address).await.with_context(|| format!("{flag} {address}: cannot listen there"))
 }
 
 /// Logs to stderr through `level` (colours only on a terminal).

@@ -42,6 +42,42 @@ pub(crate) fn positive(text: &str) -> Result<usize, String> {
     }
 }
 
+/// A listen address, `HOST:PORT`: an IP address or a name that resolves (`localhost:6380`).
+pub(crate) fn address(text: &str) -> Result<String, String> {
+    use std::net::ToSocketAddrs;
+    if text.parse::<std::net::SocketAddr>().is_ok() {
+        return Ok(text.to_string());
+    }
+    let Some((host, port)) = text.rsplit_once(':') else {
+        return Err(format!("{text:?} is not HOST:PORT (e.g. 127.0.0.1:6380 or localhost:6380)"));
+    };
+    if host.is_empty() || port.parse::<u16>().is_err() {
+        return Err(format!("{text:?} is not HOST:PORT with a port from 0 to 65535 (e.g. localhost:6380)"));
+    }
+    match text.to_socket_addrs().map(|mut addresses| addresses.next()) {
+        Ok(Some(_)) => Ok(text.to_string()),
+        Ok(None) => Err(format!("{host:?} resolves to no address")),
+        Err(e) => Err(format!("{host:?} does not resolve: {e}")),
+    }
+}
+
+/// A log filter: a level (error, warn, info, debug, trace, off) or tracing directives
+/// (`info,tollgate_engine=debug`). A bare word that is not a level would be read as a target
+/// name and silence every other log line (`infoo`): it is refused.
+pub(crate) fn log_filter(text: &str) -> Result<String, String> {
+    const LEVELS: [&str; 6] = ["error", "warn", "info", "debug", "trace", "off"];
+    let usage = "use error, warn, info, debug, trace or off, or directives such as info,tollgate_engine=debug";
+    for directive in text.split(',') {
+        let directive = directive.trim();
+        let level = directive.rsplit_once('=').map_or(directive, |(_, level)| level);
+        if !LEVELS.contains(&level.to_ascii_lowercase().as_str()) {
+            return Err(format!("{directive:?} is not a log level: {usage}"));
+        }
+    }
+    tracing_subscriber::EnvFilter::try_new(text).map_err(|e| format!("{e}: {usage}"))?;
+    Ok(text.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -57,5 +93,21 @@ mod tests {
         assert!(duration("0s").is_err() && duration("10").is_err());
         assert_eq!(positive("3"), Ok(3));
         assert!(positive("0").is_err());
+    }
+
+    #[test]
+    fn parses_addresses_and_log_filters() {
+        for good in ["127.0.0.1:6380", "localhost:6380", "[::1]:0", "0.0.0.0:8080"] {
+            assert_eq!(address(good).as_deref(), Ok(good));
+        }
+        for bad in ["localhost", "localhost:99999", ":6380", "6380"] {
+            assert!(address(bad).is_err(), "{bad}");
+        }
+        for good in ["info", "DEBUG", "off", "info,tollgate_engine=debug", "tollgate=trace"] {
+            assert_eq!(log_filter(good).as_deref(), Ok(good));
+        }
+        for bad in ["infoo", "", "info,verbose", "tollgate=loud"] {
+            assert!(log_filter(bad).unwrap_err().contains("use error, warn, info"), "{bad}");
+        }
     }
 }

@@ -8,6 +8,7 @@ use tollgate_engine::Engine;
 
 use crate::backend::Backend;
 use crate::config::Config;
+use crate::health::Health;
 use crate::metrics::Metrics;
 
 /// The engine, its store and the metrics, shared by every connection.
@@ -15,19 +16,26 @@ use crate::metrics::Metrics;
 pub struct App {
     /// The policy engine (rules, named limits, ad-hoc checks).
     pub engine: Arc<Engine<Arc<Backend>>>,
+    /// Whether the store answers.
+    pub health: Arc<Health>,
     metrics: Metrics,
     registry: Registry,
 }
 
 impl App {
-    /// Opens the store and builds the engine on the configured rules.
+    /// Opens the store, probes it once (a store that does not answer is logged, and served
+    /// by the failure policy), and builds the engine on the configured rules. Call it within a
+    /// runtime: the store is probed every second after.
     pub async fn new(config: &Config) -> Result<Self, String> {
         let store = Arc::new(Backend::open(config).await?);
+        let health = Arc::new(Health::new(config));
+        health.probe(&store).await;
+        health.watch(Arc::downgrade(&store));
         let mut registry = Registry::with_prefix("tollgate");
         let metrics = Metrics::new(&mut registry, store.clone());
         let engine =
             Arc::new(Engine::builder(store, config.rules.clone()).clock(config.clock.clone()).build(&mut registry));
-        Ok(App { engine, metrics, registry })
+        Ok(App { engine, health, metrics, registry })
     }
 
     /// The server's own metrics (connections).

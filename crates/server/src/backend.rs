@@ -69,6 +69,22 @@ impl Backend {
         Ok(Backend::Redis(Fallback::with_options(redis, policy, options), latency))
     }
 
+    /// Whether the store answers (always, in memory), and if not the driver's reason.
+    pub async fn ping(&self) -> Result<(), String> {
+        match self {
+            Backend::Memory(_) => Ok(()),
+            Backend::Redis(store, _) => store.inner().ping().await.map_err(|e| e.to_string()),
+        }
+    }
+
+    /// Whether the circuit breaker skips the store now (never, in memory).
+    pub fn breaker_open(&self) -> bool {
+        match self {
+            Backend::Memory(_) => false,
+            Backend::Redis(store, _) => store.breaker().is_open(),
+        }
+    }
+
     /// Seconds per Redis call (None for the memory store).
     pub fn latency(&self) -> Option<&Histogram> {
         match self {

@@ -47,18 +47,28 @@ impl StoreConfig {
         if text == "memory" {
             return Ok(StoreConfig::Memory { max_keys: DEFAULT_MAX_KEYS, max_memory: DEFAULT_MAX_MEMORY });
         }
-        if let Some(nodes) = text.strip_prefix("redis+cluster://") {
-            let nodes: Vec<String> =
-                nodes.split(',').filter(|n| !n.is_empty()).map(|n| format!("redis://{n}")).collect();
-            if nodes.is_empty() {
-                return Err("redis+cluster:// needs at least one host:port".into());
-            }
-            return Ok(StoreConfig::Cluster(nodes));
+        if text.starts_with("redis+cluster://") {
+            return crate::store_url::check_cluster(text).map(StoreConfig::Cluster);
         }
         if text.starts_with("redis://") || text.starts_with("rediss://") {
-            return Ok(StoreConfig::Redis(text.to_string()));
+            return crate::store_url::check_redis(text).map(StoreConfig::Redis);
         }
-        Err(format!("unknown store {text:?}: use memory, redis://host:port or redis+cluster://host:port,host:port"))
+        Err(format!(
+            "unknown store {text:?}: use memory, redis://host:port[/db] (e.g. redis://127.0.0.1:6379) or \
+             redis+cluster://host:port,host:port"
+        ))
+    }
+
+    /// What the logs may say of this store: its kind and address, never its credentials.
+    pub fn describe(&self) -> String {
+        match self {
+            StoreConfig::Memory { .. } => "memory".into(),
+            StoreConfig::Redis(url) => crate::store_url::redacted(url),
+            StoreConfig::Cluster(nodes) => {
+                let nodes: Vec<String> = nodes.iter().map(|n| crate::store_url::redacted(n)).collect();
+                format!("redis+cluster://{}", nodes.join(",").replace("redis://", ""))
+            }
+        }
     }
 }
 
@@ -72,6 +82,17 @@ pub enum OnStoreError {
     /// Decide in this process's memory (the default: a per-process limit stays in force).
     #[default]
     Local,
+}
+
+impl OnStoreError {
+    /// As written on the command line: `open`, `closed` or `local`.
+    pub fn name(self) -> &'static str {
+        match self {
+            OnStoreError::Open => "open",
+            OnStoreError::Closed => "closed",
+            OnStoreError::Local => "local",
+        }
+    }
 }
 
 impl std::str::FromStr for OnStoreError {

@@ -9,11 +9,13 @@ pub mod app;
 pub mod backend;
 pub mod config;
 pub mod fuzzing;
+pub mod health;
 pub mod http;
 mod listener;
 pub mod metrics;
 pub mod proxy;
 pub mod resp;
+pub mod store_url;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -41,6 +43,17 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), String> {
     let app = Arc::new(App::new(&config).await?);
+    serve(app, config, listeners, shutdown).await
+}
+
+/// [`run`] with the app already made: the binary opens the store before it binds a listener, so
+/// that a store that cannot be opened is reported before anything says "listening".
+pub async fn serve(
+    app: Arc<App>,
+    config: Config,
+    listeners: Listeners,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), String> {
     if let Some(path) = &config.rules_file {
         reload_on_change(&app, path);
     }

@@ -31,7 +31,7 @@ pub fn router(app: Arc<App>, max_body_bytes: usize) -> Router {
     Router::new()
         .route("/v1/check", post(check))
         .route("/metrics", get(metrics))
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(healthz))
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .with_state(app)
 }
@@ -128,4 +128,9 @@ pub fn headers(decision: &Decision, limit: &Limit, policy: &str) -> HeaderMap {
 async fn metrics(State(app): State<Arc<App>>) -> Response {
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], app.render_metrics())
         .into_response()
+}
+
+/// `GET /healthz`: 200 while the server serves, the store's state in the body (see `health`).
+async fn healthz(State(app): State<Arc<App>>) -> Response {
+    axum::Json(app.health.report()).into_response()
 }

@@ -132,6 +132,22 @@ impl RedisStore {
         Ok(RedisStore { connection: self.connection.clone(), options, script: self.script.clone() })
     }
 
+    /// Whether Redis answers a `PING` within the call timeout (a cluster: the node the driver
+    /// picks); the error says why not. For health checks: decisions never need it.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        let ping = redis::cmd("PING");
+        let call = async {
+            match &self.connection {
+                Connection::Single(c) => ping.query_async::<()>(&mut c.clone()).await,
+                Connection::Cluster(c) => ping.query_async::<()>(&mut c.clone()).await,
+            }
+        };
+        tokio::time::timeout(self.options.timeout, call)
+            .await
+            .map_err(|_| StoreError::Timeout(self.options.timeout))?
+            .map_err(|e| backend(&e))
+    }
+
     /// The Redis key that holds the state of `key` in `scope` under `limit` (see the key scheme
     /// in `keys`).
     pub fn state_key(&self, scope: &str, key: &[u8], limit: &Limit) -> Result<Vec<u8>, StoreError> {

@@ -1,0 +1,163 @@
+//! A new user's mistakes with `tollgate serve`, run as they would run them: every flag out of
+//! its range and every bad store URL is refused before anything listens, with a message naming
+//! the flag or the URL's problem; a Redis that does not answer is said out loud.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// How long the server may take to start before the test gives up.
+const DEADLINE: Duration = Duration::from_secs(20);
+
+fn tollgate(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tollgate")).args(args).output().expect("tollgate runs")
+}
+
+/// `serve` with `args` on free ports; it must refuse to start, and its stderr is returned.
+fn refused(args: &[&str]) -> String {
+    let mut all = vec!["serve"];
+    for flag in ["--resp", "--http"] {
+        if !args.contains(&flag) {
+            all.extend([flag, "127.0.0.1:0"]);
+        }
+    }
+    all.extend_from_slice(args);
+    let output = tollgate(&all);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(!output.status.success(), "{args:?} started: {stderr}");
+    assert!(!stderr.contains("listening"), "{args:?} listened before failing: {stderr}");
+    stderr
+}
+
+#[test]
+fn out_of_range_flags_are_refused_with_the_flag_and_the_range() {
+    for (args, wanted) in [
+        (&["--log-level", "infoo"][..], "\"infoo\" is not a log level: use error, warn, info, debug, trace or off"),
+        (&["--max-connections", "0"], "'--max-connections <N>': must be at least 1"),
+        (&["--max-keys", "0"], "'--max-keys <N>': must be at least 1"),
+        (&["--max-args", "0"], "'--max-args <N>': must be at least 1"),
+        (&["--max-frame-bytes", "0"], "'--max-frame-bytes <SIZE>': must be at least 1 byte"),
+        (&["--store-timeout", "0s"], "must be longer than 0"),
+        (&["--resp", "localhost"], "is not HOST:PORT"),
+        (&["--on-store-error", "closed"], "--on-store-error applies to a Redis store only"),
+        (&["--breaker-threshold", "5"], "--breaker-threshold applies to a Redis store only"),
+        (&["--store", "redis://127.0.0.1:1", "--max-keys", "5"], "--max-keys and --max-memory bound the memory store"),
+    ] {
+        let stderr = refused(args);
+        assert!(stderr.contains(wanted), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn bad_store_urls_fail_before_any_listener_in_tollgates_words() {
+    for (url, wanted) in [
+        ("redis://", "no host"),
+        ("rediss://cache:6379", "TLS (rediss://) is not built into tollgate"),
+        ("redis://cache:6379/one", "the database \"one\" is not a number"),
+        ("redis://:hunter2@cache:70000", "port \"70000\""),
+        ("redis+cluster://", "no node"),
+        ("mongodb://db", "unknown store"),
+    ] {
+        let stderr = refused(&["--store", url]);
+        assert!(stderr.contains(wanted) && stderr.contains("e.g. redis"), "{url}: {stderr}");
+        // clap echoes the argument as typed; tollgate's own words never repeat a password.
+        let own = stderr.split("<STORE>'").nth(1).unwrap_or(&stderr);
+        assert!(!own.contains("hunter2") && !stderr.contains("InvalidClientConfig"), "{url}: {stderr}");
+    }
+}
+
+#[test]
+fn every_subcommand_is_in_the_help() {
+    let help = String::from_utf8(tollgate(&["--help"]).stdout).unwrap();
+    for command in ["serve", "proxy", "simulate"] {
+        assert!(help.lines().next().unwrap().contains(command), "{help}");
+        assert!(help.contains(&format!("  {command} ")), "{help}");
+    }
+}
+
+/// A running `serve`: its stderr lines so far, and its HTTP address.
+struct Running {
+    child: std::process::Child,
+    lines: mpsc::Receiver<String>,
+    log: Vec<String>,
+    http: SocketAddr,
+}
+
+impl Running {
+    fn start(args: &[&str]) -> Running {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .args(["serve", "--resp", "localhost:0", "--http", "localhost:0"])
+            .args(args)
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tollgate runs");
+        let (tx, lines) = mpsc::channel();
+        let stderr = child.stderr.take().expect("stderr");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let mut running = Running { child, lines, log: Vec::new(), http: "0.0.0.0:0".parse().unwrap() };
+        let line = running.wait_for("HTTP listening on");
+        running.http = line.split("listening on ").nth(1).and_then(|a| a.trim().parse().ok()).expect("an address");
+        running
+    }
+
+    /// Waits for a log line containing `text` and returns it.
+    fn wait_for(&mut self, text: &str) -> String {
+        loop {
+            let Ok(line) = self.lines.recv_timeout(DEADLINE) else {
+                let _ = self.child.kill();
+                panic!("no log line with {text:?}; the log: {:#?}", self.log);
+            };
+            self.log.push(line.clone());
+            if line.contains(text) {
+                return line;
+            }
+        }
+    }
+
+    fn get(&self, path: &str) -> String {
+        let mut stream = TcpStream::connect(self.http).expect("connect");
+        write!(stream, "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").expect("write");
+        let mut response = String::new();
+        stream.read_to_string(&mut response).expect("read");
+        response
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_redis_that_does_not_answer_is_logged_at_start_up_and_reported_by_healthz() {
+    // A port nothing listens on.
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("redis://:secret@127.0.0.1:{port}/2");
+    let serve = Running::start(&["--store", &url]);
+    let warning = serve.log.iter().find(|l| l.contains("WARN")).cloned().unwrap_or_default();
+    assert!(warning.contains("does not answer") && warning.contains("is redis-server running there"), "{warning}");
+    assert!(warning.contains(&format!("redis://127.0.0.1:{port}/2")) && !warning.contains("secret"), "{warning}");
+    assert!(warning.contains("--on-store-error local decides"), "{warning}");
+    let listening = serve.log.iter().find(|l| l.contains("RESP listening on")).cloned().unwrap_or_default();
+    assert!(!listening.contains("secret"), "{listening}");
+    let health = serve.get("/healthz");
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+    assert!(health.contains(r#""status":"degraded""#) && health.contains(r#""state":"down""#), "{health}");
+    assert!(health.contains(r#""on_store_error":"local""#) && !health.contains("secret"), "{health}");
+}
+
+#[test]
+fn host_names_are_addresses_and_memory_is_healthy() {
+    let serve = Running::start(&[]);
+    let health = serve.get("/healthz");
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+    assert!(health.ends_with(r#"{"status":"ok","store":{"name":"memory","state":"up"}}"#), "{health}");
+}

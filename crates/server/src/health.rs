@@ -1,0 +1,168 @@
+//! Whether the store answers, said out loud: probed at start-up and every second after, each
+//! change logged (a warning naming the store, without its credentials, and what to check; then
+//! when it answers again), and reported by `GET /healthz` and `tollgate_store_up`.
+//!
+//! `/healthz` answers 200 as long as the process serves, with a JSON body naming the store's
+//! state: `{"status": "ok" | "degraded", "store": {...}}`. A Redis outage is not made a failed
+//! health check on purpose: every node would fail it at once and a load balancer would take the
+//! whole fleet out, turning an outage the failure policy answers (`--on-store-error`) into a
+//! total one. Alert on `"degraded"` or on `tollgate_store_up == 0` instead.
+
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::backend::Backend;
+use crate::config::{Config, StoreConfig};
+
+/// How often the store is probed.
+pub const PROBE_EVERY: Duration = Duration::from_secs(1);
+
+/// The store's last known state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreState {
+    /// It answered the last probe, and the circuit breaker lets calls through.
+    Up,
+    /// It did not: why, in tollgate's words.
+    Down(String),
+}
+
+/// The store's health, shared by the probe and `GET /healthz`.
+#[derive(Debug)]
+pub struct Health {
+    store: String,
+    /// The URLs to diagnose a failed probe with (one per node; none in memory).
+    urls: Vec<String>,
+    policy: Option<&'static str>,
+    state: Mutex<StoreState>,
+}
+
+/// `GET /healthz`'s body.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    /// `ok`, or `degraded` while the store does not answer (the failure policy decides).
+    pub status: &'static str,
+    /// The store's side.
+    pub store: StoreReport,
+}
+
+/// The store in a [`Report`].
+#[derive(Debug, Serialize)]
+pub struct StoreReport {
+    /// `memory`, or the Redis URL without credentials.
+    pub name: String,
+    /// `up` or `down`.
+    pub state: &'static str,
+    /// Why it is down.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// What answers while it is down (`--on-store-error`; Redis only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub on_store_error: Option<&'static str>,
+}
+
+impl Health {
+    /// Health of `config`'s store.
+    pub fn new(config: &Config) -> Self {
+        let (urls, policy) = match &config.store {
+            StoreConfig::Memory { .. } => (Vec::new(), None),
+            StoreConfig::Redis(url) => (vec![url.clone()], Some(config.on_store_error.name())),
+            StoreConfig::Cluster(nodes) => (nodes.clone(), Some(config.on_store_error.name())),
+        };
+        Health { store: config.store.describe(), urls, policy, state: Mutex::new(StoreState::Up) }
+    }
+
+    /// Whether the store is up now.
+    pub fn is_up(&self) -> bool {
+        *self.lock() == StoreState::Up
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, StoreState> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The report for `GET /healthz`.
+    pub fn report(&self) -> Report {
+        let state = self.lock().clone();
+        let (status, state, error) = match state {
+            StoreState::Up => ("ok", "up", None),
+            StoreState::Down(why) => ("degraded", "down", Some(why)),
+        };
+        Report { status, store: StoreReport { name: self.store.clone(), state, error, on_store_error: self.policy } }
+    }
+
+    /// Probes `backend` once, recording and logging a change of state.
+    pub async fn probe(&self, backend: &Backend) {
+        let state = match backend.ping().await {
+            Ok(()) if backend.breaker_open() => {
+                StoreState::Down("the circuit breaker is open: recent calls failed or timed out".into())
+            }
+            Ok(()) => StoreState::Up,
+            Err(error) => StoreState::Down(explain(&diagnose(&self.urls).await.unwrap_or(error))),
+        };
+        let previous = std::mem::replace(&mut *self.lock(), state.clone());
+        match (&previous, &state) {
+            (StoreState::Up, StoreState::Down(why)) | (StoreState::Down(_), StoreState::Down(why))
+                if previous != state =>
+            {
+                let policy = self.policy.unwrap_or("closed");
+                tracing::warn!(store = %self.store, "the store does not answer: {why}; --on-store-error {policy} decides until it does");
+            }
+            (StoreState::Down(_), StoreState::Up) => tracing::info!(store = %self.store, "the store answers again"),
+            _ => {}
+        }
+    }
+
+    /// Probes every [`PROBE_EVERY`] until `backend` is dropped.
+    pub fn watch(self: &Arc<Self>, backend: Weak<Backend>) {
+        let health = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(PROBE_EVERY);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            ticks.tick().await; // the first tick is now: the start-up probe just ran
+            loop {
+                ticks.tick().await;
+                let (Some(health), Some(backend)) = (health.upgrade(), backend.upgrade()) else { return };
+                health.probe(&backend).await;
+            }
+        });
+    }
+}
+
+/// Why a new connection to each URL in turn fails, if one does: the shared connection only says
+/// it timed out while it retries, a fresh one says "refused", "out of range", "WRONGPASS".
+async fn diagnose(urls: &[String]) -> Option<String> {
+    for url in urls {
+        let attempt = async {
+            let client = redis::Client::open(url.as_str())?;
+            let mut connection = client.get_multiplexed_async_connection().await?;
+            redis::cmd("PING").query_async::<()>(&mut connection).await
+        };
+        match tokio::time::timeout(Duration::from_secs(1), attempt).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => return Some(error.to_string()),
+            Err(_) => return Some("no answer within 1 s".into()),
+        }
+    }
+    None
+}
+
+/// A driver's error as what a user should check.
+fn explain(error: &str) -> String {
+    let lower = error.to_ascii_lowercase();
+    let hint = if lower.contains("db index") || lower.contains("database number") {
+        "the URL's database does not exist on that server (Redis has 16 by default: /0 to /15)"
+    } else if lower.contains("noauth") || lower.contains("wrongpass") || lower.contains("password") {
+        "authentication failed: check the user and password in the URL"
+    } else if lower.contains("connection refused") {
+        "nothing listens at that address: is redis-server running there, on that port?"
+    } else if lower.contains("timed out") || lower.contains("timeout") || lower.contains("within") {
+        "no answer within --store-timeout: a wrong host, a firewall, or an overloaded Redis"
+    } else if lower.contains("lookup") || lower.contains("not known") || lower.contains("resolve") {
+        "the host name does not resolve"
+    } else {
+        return error.to_string();
+    };
+    format!("{hint} ({error})")
+}

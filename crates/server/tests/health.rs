@@ -1,0 +1,66 @@
+//! `GET /healthz` tells the truth about the store: a real redis-server killed and restarted under
+//! a running server, and a database the server does not have. No wall-clock assertion: each
+//! change must show within a generous deadline (the store is probed every second).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::Server;
+use tollgate_server::{Config, StoreConfig};
+use tollgate_store::testkit::redis_server::RedisServer;
+
+const DEADLINE: Duration = Duration::from_secs(20);
+
+/// Polls `/healthz` until its body contains `wanted`; returns the whole response.
+async fn health_until(server: &Server, wanted: &str) -> String {
+    let start = Instant::now();
+    loop {
+        let response = server.curl(&["HTTP/healthz"]);
+        if response.contains(wanted) {
+            return response;
+        }
+        assert!(start.elapsed() < DEADLINE, "no {wanted:?} in /healthz: {response}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthz_follows_redis_down_and_up_again() {
+    let mut redis = RedisServer::start();
+    let url = redis.url();
+    let server = Server::start(Config { store: StoreConfig::Redis(url.clone()), ..common::manual_config() }).await;
+    let up = health_until(&server, r#""state":"up""#).await;
+    assert!(up.starts_with("HTTP/1.1 200") && up.contains(r#""status":"ok""#), "{up}");
+    assert!(up.contains(&format!(r#""name":"{url}""#)) && up.contains(r#""on_store_error":"local""#), "{up}");
+
+    redis.kill();
+    let down = health_until(&server, r#""state":"down""#).await;
+    // Still 200: the failure policy answers (see `health`); the body says it is degraded, and why.
+    assert!(down.starts_with("HTTP/1.1 200") && down.contains(r#""status":"degraded""#), "{down}");
+    assert!(down.contains("is redis-server running there"), "{down}");
+    assert_eq!(server.cli(&["CL.THROTTLE", "k", "1", "1", "60"]).lines().next(), Some("0"), "still deciding");
+
+    redis.restart();
+    health_until(&server, r#""status":"ok""#).await;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_the_server_lacks_is_named() {
+    let redis = RedisServer::start();
+    let store = StoreConfig::Redis(format!("{}/99", redis.url()));
+    let server = Server::start(Config { store, ..common::manual_config() }).await;
+    let down = health_until(&server, r#""state":"down""#).await;
+    assert!(down.contains("the URL's database does not exist on that server"), "{down}");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_memory_store_is_always_up() {
+    let server = Server::start(common::manual_config()).await;
+    let health = server.curl(&["HTTP/healthz"]);
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+    assert!(health.ends_with(r#"{"status":"ok","store":{"name":"memory","state":"up"}}"#), "{health}");
+    server.stop().await;
+}
