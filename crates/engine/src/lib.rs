@@ -100,7 +100,8 @@ impl<S: Store> EngineBuilder<S> {
 
     /// Builds the engine, its metrics registered in `registry`.
     pub fn build(self, registry: &mut Registry) -> Engine<S> {
-        let metrics = Metrics::new(registry);
+        // A store that decides in place has no backend to fail: no store error series to watch.
+        let metrics = Metrics::new(registry, !self.store.decides_in_place());
         let policy = Arc::new(Policy::compile(self.rules, &metrics));
         Engine {
             store: self.store,

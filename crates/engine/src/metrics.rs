@@ -6,12 +6,27 @@
 //!   `bad_request`, `error`);
 //! - `tollgate_decisions_total{outcome, algorithm, limit}`: ad-hoc limits (`CL.THROTTLE`,
 //!   `TG.CHECK`, HTTP inline limits; `limit` names the front end);
-//! - `tollgate_store_errors_total{kind}` (a front end times its own store, if it is remote);
-//! - `tollgate_config_reloads_total{result}`, `tollgate_blocked_keys`.
+//! - `tollgate_store_errors_total{kind}`: store calls whose error reached the engine (`backend`,
+//!   `timeout`, `bad_state`, `request`), so the request got `on_error`'s answer or an error
+//!   reply. A failure the store's own failure policy answered is not one (the server counts
+//!   those in `tollgate_store_backend_errors_total`); a front end times its own remote store;
+//! - `tollgate_config_reloads_total{result}`, `tollgate_blocked_keys`,
+//!   `tollgate_blocks_dropped_total`.
 //!
 //! Labels are rule names, outcomes and algorithms from the configuration and the code: never a
-//! value a client chose. A series appears when it first has a value; the counters a request
-//! needs are resolved once per rule, so the hot path only increments atomics.
+//! value a client chose.
+//!
+//! **Which series exist.** A decision or reload series appears when it first has a value: most
+//! (rule, outcome) and (source, algorithm, outcome) pairs never happen (a rule without
+//! `shadow_ban` is never `shadow_banned`; `CL.THROTTLE` is always GCRA), and zeros for them would
+//! be noise. The store errors are the exception: their zero is what an operator watches and
+//! alerts on, so with a remote store (one that does not decide in place) every kind exists from
+//! start-up at 0; a store that decides in place (memory) has no backend to fail, and shows a kind
+//! only if it ever returns one. The gauges and unlabelled counters are always there.
+//!
+//! **Cost.** Each counter a decision can touch sits in a `OnceLock`, resolved once per rule and
+//! outcome (or source, algorithm and outcome): the family's map is locked the first time only,
+//! and every later decision is an atomic load and an atomic increment.
 
 use std::sync::OnceLock;
 
@@ -75,8 +90,9 @@ impl Outcome {
         }
     }
 
+    /// The position in [`Outcome::ALL`] (the declaration order).
     fn index(self) -> usize {
-        Outcome::ALL.iter().position(|&o| o == self).unwrap_or(0)
+        self as usize
     }
 }
 
@@ -91,6 +107,20 @@ struct AdhocLabels {
     outcome: &'static str,
     algorithm: &'static str,
     limit: &'static str,
+}
+
+/// The `kind` of a store error: the backend failed, did not answer in time, holds a value
+/// tollgate did not write, or the request was invalid for the store (a cost above the capacity,
+/// keys in different cluster slots, an unsupported limit).
+const STORE_ERROR_KINDS: [&str; 4] = ["backend", "timeout", "bad_state", "request"];
+
+fn store_error_kind(error: &StoreError) -> usize {
+    match error {
+        StoreError::Backend(_) => 0,
+        StoreError::Timeout(_) => 1,
+        StoreError::BadState(_) => 2,
+        _ => 3,
+    }
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -124,6 +154,11 @@ pub enum Source {
 impl Source {
     const ALL: [Source; 3] = [Source::Throttle, Source::Check, Source::Http];
 
+    /// The position in [`Source::ALL`] (the declaration order).
+    fn index(self) -> usize {
+        self as usize
+    }
+
     fn label(self) -> &'static str {
         match self {
             Source::Throttle => "cl.throttle",
@@ -141,20 +176,28 @@ pub struct Metrics {
     /// The ad-hoc counters by source, algorithm and outcome, created on first use.
     adhoc_counters: [[[OnceLock<Counter>; 2]; Algorithm::ALL.len()]; Source::ALL.len()],
     store_errors: Family<KindLabels, Counter>,
+    /// The store error counters by kind: all created at start-up for a remote store.
+    store_error_counters: [OnceLock<Counter>; STORE_ERROR_KINDS.len()],
     reloads: Family<ResultLabels, Counter>,
     pub(crate) blocked: Gauge,
     pub(crate) blocks_dropped: Counter,
 }
 
 impl Metrics {
-    /// The metrics, registered in `registry` (whose prefix, e.g. `tollgate`, they take).
-    pub(crate) fn new(registry: &mut Registry) -> Self {
+    /// The metrics, registered in `registry` (whose prefix, e.g. `tollgate`, they take); the
+    /// store error kinds exist from the start if the store is `remote`.
+    pub(crate) fn new(registry: &mut Registry, remote: bool) -> Self {
         let rules = Family::<RuleLabels, Counter>::default();
         registry.register("rule_decisions", "Requests per rule and outcome", rules.clone());
         let adhoc = Family::<AdhocLabels, Counter>::default();
         registry.register("decisions", "Decisions of ad-hoc limits by outcome, algorithm and front end", adhoc.clone());
         let store_errors = Family::<KindLabels, Counter>::default();
-        registry.register("store_errors", "Store calls that failed, by kind", store_errors.clone());
+        registry.register(
+            "store_errors",
+            "Store errors returned to the caller (on_error answered, or an error reply), by kind; \
+             backend failures the failure policy answered are in store_backend_errors instead",
+            store_errors.clone(),
+        );
         let reloads = Family::<ResultLabels, Counter>::default();
         registry.register("config_reloads", "Rules reloads, by result", reloads.clone());
         let blocked = Gauge::default();
@@ -166,7 +209,27 @@ impl Metrics {
             blocks_dropped.clone(),
         );
         let adhoc_counters = std::array::from_fn(|_| std::array::from_fn(|_| std::array::from_fn(|_| OnceLock::new())));
-        Metrics { rules, adhoc, adhoc_counters, store_errors, reloads, blocked, blocks_dropped }
+        let metrics = Metrics {
+            rules,
+            adhoc,
+            adhoc_counters,
+            store_errors,
+            store_error_counters: std::array::from_fn(|_| OnceLock::new()),
+            reloads,
+            blocked,
+            blocks_dropped,
+        };
+        if remote {
+            for kind in 0..STORE_ERROR_KINDS.len() {
+                metrics.store_error_counter(kind);
+            }
+        }
+        metrics
+    }
+
+    fn store_error_counter(&self, kind: usize) -> &Counter {
+        self.store_error_counters[kind]
+            .get_or_init(|| self.store_errors.get_or_create(&KindLabels { kind: STORE_ERROR_KINDS[kind] }).clone())
     }
 
     pub(crate) fn rule(&self, name: &str) -> RuleCounters {
@@ -184,9 +247,8 @@ impl Metrics {
     }
 
     pub(crate) fn count_adhoc(&self, source: Source, algorithm: Algorithm, allowed: bool) {
-        let s = Source::ALL.iter().position(|&x| x == source).unwrap_or(0);
         let a = Algorithm::ALL.iter().position(|&x| x == algorithm).unwrap_or(0);
-        self.adhoc_counters[s][a][usize::from(!allowed)]
+        self.adhoc_counters[source.index()][a][usize::from(!allowed)]
             .get_or_init(|| {
                 let outcome = if allowed { "allowed" } else { "denied" };
                 let labels = AdhocLabels { outcome, algorithm: algorithm.name(), limit: source.label() };
@@ -196,16 +258,45 @@ impl Metrics {
     }
 
     pub(crate) fn store_error(&self, error: &StoreError) {
-        let kind = match error {
-            StoreError::Backend(_) => "backend",
-            StoreError::Timeout(_) => "timeout",
-            StoreError::BadState(_) => "bad_state",
-            _ => "request",
-        };
-        self.store_errors.get_or_create(&KindLabels { kind }).inc();
+        self.store_error_counter(store_error_kind(error)).inc();
     }
 
     pub(crate) fn reloaded(&self, ok: bool) {
         self.reloads.get_or_create(&ResultLabels { result: if ok { "ok" } else { "error" } }).inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn render(registry: &Registry) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+        text
+    }
+
+    #[test]
+    fn indexes_follow_the_declaration_order() {
+        assert!(Outcome::ALL.iter().enumerate().all(|(i, o)| o.index() == i));
+        assert!(Source::ALL.iter().enumerate().all(|(i, s)| s.index() == i));
+    }
+
+    #[test]
+    fn store_errors_exist_from_the_start_only_for_a_remote_store() {
+        let mut registry = Registry::with_prefix("tollgate");
+        let local = Metrics::new(&mut registry, false);
+        assert!(!render(&registry).contains("store_errors"));
+        local.store_error(&StoreError::NoChecks);
+        assert!(render(&registry).contains("tollgate_store_errors_total{kind=\"request\"} 1\n"));
+
+        let mut registry = Registry::with_prefix("tollgate");
+        let remote = Metrics::new(&mut registry, true);
+        remote.store_error(&StoreError::Timeout(std::time::Duration::from_millis(50)));
+        let text = render(&registry);
+        for (kind, n) in [("backend", 0), ("timeout", 1), ("bad_state", 0), ("request", 0)] {
+            assert!(text.contains(&format!("tollgate_store_errors_total{{kind=\"{kind}\"}} {n}\n")), "{text}");
+        }
+        assert!(!text.contains("tollgate_decisions_total") && !text.contains("tollgate_rule_decisions_total"));
     }
 }

@@ -45,9 +45,6 @@ impl App {
 
     /// Every metric in the OpenMetrics text format.
     pub fn render_metrics(&self) -> String {
-        let mut text = String::new();
-        // Writing into a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
-        text
+        crate::metrics::render(&self.registry)
     }
 }

@@ -1,7 +1,13 @@
 //! The server's Prometheus metrics: connections, and the store's own figures, read when scraped
 //! (the failure policy's fallbacks, breaker and debts on Redis; keys, bytes and evictions in
-//! memory), and the seconds per Redis call. The decisions and store errors are the engine's (`tollgate-engine`); all of
-//! them are rendered together at `GET /metrics` in the OpenMetrics text format.
+//! memory), and the seconds per Redis call. The decisions and store errors are the engine's
+//! (`tollgate-engine`); every front end (`serve`'s HTTP listener, `proxy`'s admin listener)
+//! renders them together with [`render`], as [`CONTENT_TYPE`].
+//!
+//! The store's figures exist from start-up, 0 included: "no fallback, no backend error" is what
+//! an operator watches. They are the failure policy's view: a Redis failure it answered counts in
+//! `tollgate_store_backend_errors_total` (and `tollgate_store_fallbacks_total`), never in the
+//! engine's `tollgate_store_errors_total`, which counts the errors that reached a caller.
 
 use std::sync::Arc;
 
@@ -13,6 +19,26 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::registry::Registry;
 
 use crate::backend::Backend;
+
+/// The one exposition format of every front end: OpenMetrics text.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Every metric of `registry` in the OpenMetrics text format (served as [`CONTENT_TYPE`]).
+pub fn render(registry: &Registry) -> String {
+    let mut text = String::new();
+    // Writing into a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut text, registry);
+    text
+}
+
+/// Registers the store's figures (read from `store` when scraped) and, for Redis, the seconds per
+/// call: what a front end without RESP connections (the proxy) needs.
+pub fn register_store(registry: &mut Registry, store: Arc<Backend>) {
+    if let Some(latency) = store.latency() {
+        registry.register("store_latency_seconds", "Seconds per call to Redis", latency.clone());
+    }
+    registry.register_collector(Box::new(StoreCollector(store)));
+}
 
 /// The server's own metrics; the engine registers the decisions and store errors.
 #[derive(Debug)]
@@ -39,15 +65,13 @@ impl Metrics {
             "RESP connections refused at the limit",
             connections_refused.clone(),
         );
-        if let Some(latency) = store.latency() {
-            registry.register("store_latency_seconds", "Seconds per call to Redis", latency.clone());
-        }
-        registry.register_collector(Box::new(StoreCollector(store)));
+        register_store(registry, store);
         Metrics { connections, connections_total, connections_refused }
     }
 }
 
-/// The store's figures, read when scraped.
+/// The store's figures, read when scraped. Help texts end with a period here, as the registry
+/// adds one to those it is given.
 #[derive(Debug)]
 struct StoreCollector(Arc<Backend>);
 
@@ -71,11 +95,11 @@ impl Collector for StoreCollector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         let stats = self.0.stats();
         if let Some((keys, bytes, evictions)) = stats.memory {
-            gauge(&mut encoder, "store_keys", "Keys the memory store holds", keys as u64)?;
-            gauge(&mut encoder, "store_bytes", "Bytes the memory store holds", bytes as u64)?;
+            gauge(&mut encoder, "store_keys", "Keys the memory store holds.", keys as u64)?;
+            gauge(&mut encoder, "store_bytes", "Bytes the memory store holds.", bytes as u64)?;
             let mut family = encoder.encode_descriptor(
                 "store_evictions",
-                "Keys evicted to stay within the bounds: idle (lossless) or live (each can over-grant)",
+                "Keys evicted to stay within the bounds: idle (lossless) or live (each can over-grant).",
                 None,
                 MetricType::Counter,
             )?;
@@ -84,36 +108,42 @@ impl Collector for StoreCollector {
             }
         }
         if let Some(f) = stats.fallback {
-            counter(&mut encoder, "store_fallbacks", "Store calls answered by the failure policy", f.fallbacks)?;
+            counter(
+                &mut encoder,
+                "store_fallbacks",
+                "Store calls the failure policy answered (Redis failed, or the breaker was open).",
+                f.fallbacks,
+            )?;
             counter(
                 &mut encoder,
                 "store_backend_errors",
-                "Calls to the store's backend that failed or timed out",
+                "Calls to Redis that failed or timed out, absorbed by the failure policy (an error \
+                 returned to a caller counts in store_errors instead).",
                 f.backend_errors,
             )?;
             gauge(
                 &mut encoder,
                 "store_breaker_open",
-                "1 while the circuit breaker skips the backend",
+                "1 while the circuit breaker skips Redis.",
                 u64::from(f.breaker_open),
             )?;
-            counter(&mut encoder, "store_breaker_opened", "Times the circuit breaker opened", f.breaker_opened)?;
+            counter(&mut encoder, "store_breaker_opened", "Times the circuit breaker opened.", f.breaker_opened)?;
             gauge(
                 &mut encoder,
                 "store_debts",
-                "Keys whose local admissions the backend has not recorded yet",
+                "Keys whose local admissions Redis has not recorded yet.",
                 f.debts as u64,
             )?;
             counter(
                 &mut encoder,
                 "store_charges_paid",
-                "Local admissions recorded by the backend afterwards",
+                "Local admissions recorded by Redis afterwards.",
                 f.charges_paid,
             )?;
             counter(
                 &mut encoder,
                 "store_ledger_evictions",
-                "Keys the failure policy stopped following while needed (each can over-grant)",
+                "Keys the failure policy stopped following while needed (each can over-grant).",
                 f.ledger_evictions,
             )?;
         }

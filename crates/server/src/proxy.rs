@@ -31,6 +31,7 @@ use tollgate_tower::{Options, RateLimitLayer};
 
 use crate::backend::Backend;
 use crate::config::Config;
+use crate::health::Health;
 
 /// Where to forward, and what to apply.
 #[derive(Debug)]
@@ -129,8 +130,11 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), String> {
     let store = Arc::new(Backend::open(config).await?);
+    let health = Arc::new(Health::new(config));
+    health.probe(&store).await;
+    health.watch(Arc::downgrade(&store));
     let mut registry = Registry::with_prefix("tollgate");
-    let _store_metrics = crate::metrics::Metrics::new(&mut registry, store.clone());
+    crate::metrics::register_store(&mut registry, store.clone());
     let engine = Arc::new(Engine::builder(store, proxy.rules).clock(config.clock.clone()).build(&mut registry));
     if let Some(path) = &proxy.rules_file {
         crate::reload_engine_on_change(&engine, path);
@@ -154,16 +158,11 @@ pub async fn run(
         .route(
             "/metrics",
             get(move || {
-                let mut text = String::new();
-                // Writing into a String cannot fail.
-                let _ = prometheus_client::encoding::text::encode(&mut text, &registry);
-                async move {
-                    ([(http::header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text)
-                        .into_response()
-                }
+                let text = crate::metrics::render(&registry);
+                async move { ([(http::header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response() }
             }),
         )
-        .route("/healthz", get(|| async { "ok\n" }));
+        .route("/healthz", get(move || async move { axum::Json(health.report()).into_response() }));
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let proxy_task = tokio::spawn(crate::http::server::serve(listener, app, bounds, grace, stopped.clone()));
     let admin_task = tokio::spawn(crate::http::server::serve(admin, admin_app, bounds, grace, stopped));

@@ -154,6 +154,9 @@ async fn proxy_applies_the_login_rules_and_forwards_the_rest() {
     ] {
         assert!(metrics.contains(wanted), "{wanted}: {metrics}");
     }
+    let (status, health) = curl(vec![format!("http://{}/healthz", proxy.admin)]).await;
+    assert_eq!(status, 200);
+    assert!(health.ends_with(r#"{"status":"ok","store":{"name":"memory","state":"up"}}"#), "{health}");
     proxy.stop().await;
 }
 

@@ -126,8 +126,7 @@ pub fn headers(decision: &Decision, limit: &Limit, policy: &str) -> HeaderMap {
 }
 
 async fn metrics(State(app): State<Arc<App>>) -> Response {
-    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], app.render_metrics())
-        .into_response()
+    ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], app.render_metrics()).into_response()
 }
 
 /// `GET /healthz`: 200 while the server serves, the store's state in the body (see `health`).
