@@ -2,9 +2,14 @@
 //! buffer, and every declared length is checked against the bounds before any data is awaited,
 //! so a client cannot make the server buffer more than `max_frame_bytes` for one command.
 //!
+//! `max_frame_bytes` bounds the whole command, headers and CRLFs included, in both forms: an
+//! array is refused as soon as its declared count (each argument takes at least `$0\r\n\r\n`,
+//! 6 bytes) or a declared length puts it over the bound, an inline line once it is longer, and any
+//! incomplete command once the buffer holds more than the bound.
+//!
 //! Two forms, as Redis accepts them: arrays of bulk strings (`*2\r\n$4\r\nPING\r\n...`), which
 //! every client library sends, and inline commands (`PING\r\n`), which people type (at most
-//! `max_inline_bytes`, 64 KiB by default, as Redis).
+//! `max_inline_bytes`, 64 KiB by default, as Redis, and never more than `max_frame_bytes`).
 //!
 //! The [`Decoder`] resumes where its previous call stopped: the arguments already framed and the
 //! bytes already searched for a newline are not looked at again, so a command arriving a byte at a
@@ -15,9 +20,9 @@ use std::ops::Range;
 /// Bounds on one command.
 #[derive(Debug, Clone, Copy)]
 pub struct Bounds {
-    /// Largest command, in bytes.
+    /// Largest command, in bytes, whatever its form.
     pub max_frame_bytes: usize,
-    /// Largest inline command, in bytes.
+    /// Largest inline command, in bytes (the smaller of this and `max_frame_bytes` applies).
     pub max_inline_bytes: usize,
     /// Most arguments.
     pub max_args: usize,
@@ -30,7 +35,7 @@ pub enum ProtocolError {
     #[error("invalid multibulk length")]
     MultibulkLength,
     /// More arguments than allowed.
-    #[error("too many arguments in one command (at most {0})")]
+    #[error("too many arguments in one command (at most {0}, --max-args)")]
     TooManyArgs(usize),
     /// A malformed `$N` header, or a missing `$`.
     #[error("expected '$', got '{0}'")]
@@ -39,10 +44,10 @@ pub enum ProtocolError {
     #[error("invalid bulk length")]
     BulkLength,
     /// The command is larger than allowed.
-    #[error("command larger than {0} bytes")]
+    #[error("command larger than {0} bytes (--max-frame-bytes)")]
     TooBig(usize),
     /// An inline command is longer than allowed.
-    #[error("inline command longer than {0} bytes")]
+    #[error("inline command longer than {0} bytes (--max-inline-bytes)")]
     InlineTooBig(usize),
     /// A bulk string not followed by CRLF.
     #[error("bulk string not terminated by CRLF")]
@@ -51,6 +56,9 @@ pub enum ProtocolError {
 
 /// The longest `*N` or `$N` header line we accept (with CRLF): `*` + 20 digits + CRLF.
 const MAX_HEADER: usize = 24;
+
+/// The fewest bytes an argument takes: `$0\r\n\r\n`.
+const MIN_ARG: usize = 6;
 
 /// Frames commands out of a connection's input buffer, one call per read.
 #[derive(Debug, Default)]
@@ -81,6 +89,11 @@ impl Decoder {
             Some(b'*') => self.array(buf, bounds)?,
             Some(_) => self.inline(buf, bounds)?,
         };
+        // `buf` starts with this command: unfinished past the bound, it is larger than the bound
+        // (a header line still being read, say), whatever it declared so far.
+        if framed.is_none() && buf.len() > bounds.max_frame_bytes {
+            return Err(ProtocolError::TooBig(bounds.max_frame_bytes));
+        }
         self.complete = framed.is_some();
         Ok(framed)
     }
@@ -110,6 +123,9 @@ impl Decoder {
                 if count > bounds.max_args {
                     return Err(ProtocolError::TooManyArgs(bounds.max_args));
                 }
+                if at.saturating_add(count.saturating_mul(MIN_ARG)) > bounds.max_frame_bytes {
+                    return Err(ProtocolError::TooBig(bounds.max_frame_bytes));
+                }
                 self.expected = Some(count);
                 self.at = at;
                 count
@@ -122,9 +138,11 @@ impl Decoder {
             }
             let Some((len, start)) = header(buf, self.at + 1, ProtocolError::BulkLength)? else { return Ok(None) };
             let len = usize::try_from(len).map_err(|_| ProtocolError::BulkLength)?;
-            // Refuse an oversized command from its declared lengths, before waiting for its data.
+            // Refuse an oversized command from its declared lengths, before waiting for its data
+            // (the command so far, this argument and its CRLF; the arguments still to come were
+            // counted once, from `*N`, which is cheaper than here on every argument).
             let end = start.checked_add(len).ok_or(ProtocolError::TooBig(bounds.max_frame_bytes))?;
-            if end > bounds.max_frame_bytes {
+            if end.saturating_add(2) > bounds.max_frame_bytes {
                 return Err(ProtocolError::TooBig(bounds.max_frame_bytes));
             }
             if buf.len() < end + 2 {
@@ -140,10 +158,16 @@ impl Decoder {
     }
 
     fn inline(&mut self, buf: &[u8], bounds: Bounds) -> Result<Option<usize>, ProtocolError> {
-        let limit = buf.len().min(bounds.max_inline_bytes);
+        // The line, newline included, fits the smaller bound; the error names the one that applied.
+        let (bound, too_big) = if bounds.max_frame_bytes < bounds.max_inline_bytes {
+            (bounds.max_frame_bytes, ProtocolError::TooBig(bounds.max_frame_bytes))
+        } else {
+            (bounds.max_inline_bytes, ProtocolError::InlineTooBig(bounds.max_inline_bytes))
+        };
+        let limit = buf.len().min(bound);
         let Some(found) = buf[self.scanned.min(limit)..limit].iter().position(|&b| b == b'\n') else {
-            if buf.len() >= bounds.max_inline_bytes {
-                return Err(ProtocolError::InlineTooBig(bounds.max_inline_bytes));
+            if buf.len() >= bound {
+                return Err(too_big);
             }
             self.scanned = limit;
             return Ok(None);
@@ -234,6 +258,27 @@ mod tests {
         assert_eq!(words(b"*1\r\n$99999999999999999999999\r\n"), Err(ProtocolError::BulkLength));
         assert_eq!(words(b"*100000000000000000000000000\r\n"), Err(ProtocolError::MultibulkLength));
         assert_eq!(words(&vec![b'a'; 1 << 10]), Err(ProtocolError::InlineTooBig(1 << 10)));
+    }
+
+    /// The frame bound is on the whole command, in both forms, and refuses what its declared
+    /// count or lengths put over it before the rest arrives.
+    #[test]
+    fn the_frame_bound_is_on_whole_commands() {
+        let bounds = Bounds { max_frame_bytes: 20, max_inline_bytes: 1 << 10, max_args: 64 };
+        let frame = |input: &[u8]| parse(input, &mut Vec::new(), bounds);
+        let too_big = Err(ProtocolError::TooBig(20));
+        assert_eq!(frame(b"*2\r\n$4\r\nECHO\r\n$0\r\n\r\n"), Ok(Some(20)));
+        assert_eq!(frame(b"*2\r\n$4\r\nECHO\r\n$1\r\n"), too_big, "21 bytes declared");
+        assert_eq!(frame(b"*3\r\n$4\r\nECHO\r\n"), too_big, "a third argument cannot fit");
+        assert_eq!(frame(b"*3\r\n"), too_big, "three arguments need at least 22 bytes");
+        assert_eq!(frame(b"ECHO aaaaaaaaaaaaa\r\n"), Ok(Some(20)));
+        assert_eq!(frame(b"ECHO aaaaaaaaaaaaaa\r\n"), too_big);
+        assert_eq!(frame(b"ECHO aaaaaaaaaaaaaaa"), too_big, "no newline within the bound");
+        // A header line still open past the bound.
+        assert_eq!(frame(b"*1\r\n$0000000000000000001"), too_big);
+        // The inline bound, when it is the smaller one, is named as such.
+        let inline = Bounds { max_frame_bytes: 1 << 10, max_inline_bytes: 8, ..bounds };
+        assert_eq!(parse(b"ECHO abcd\r\n", &mut Vec::new(), inline), Err(ProtocolError::InlineTooBig(8)));
     }
 
     /// A command dribbled in a byte at a time: each call looks only at what is new (the old parser

@@ -1,10 +1,11 @@
 //! The connection-level commands clients send on their own: enough of `PING`, `ECHO`, `HELLO`,
 //! `CLIENT`, `COMMAND`, `INFO`, `SELECT`, `CONFIG` and `QUIT` for redis-cli, client libraries and
-//! redis-benchmark.
+//! redis-benchmark. What they do not support is refused in Redis's words, never acknowledged
+//! and ignored: `SELECT 1` (one keyspace), `HELLO ... AUTH` (no passwords), `CLIENT KILL`.
 
 use bytes::BytesMut;
 
-use super::{Flow, reply};
+use super::{Flow, reply, shown};
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -26,14 +27,13 @@ pub(super) fn run(name: &[u8], args: &[&[u8]], out: &mut BytesMut) -> Flow {
         return Flow::Close;
     } else if is("HELLO") {
         hello(args, out);
-    } else if is("CLIENT") || is("SELECT") {
-        // CLIENT SETNAME / SETINFO and SELECT 0 are what libraries send; one keyspace, no names kept.
-        if args.first().is_some_and(|a| a.eq_ignore_ascii_case(b"GETNAME")) {
-            out.extend_from_slice(b"$-1\r\n");
-        } else if args.first().is_some_and(|a| a.eq_ignore_ascii_case(b"ID")) {
-            reply::integer(out, 1);
-        } else {
-            reply::simple(out, "OK");
+    } else if is("CLIENT") {
+        client(args, out);
+    } else if is("SELECT") {
+        match args {
+            [db] if std::str::from_utf8(db).is_ok_and(|db| db.parse::<i64>() == Ok(0)) => reply::simple(out, "OK"),
+            [_] => reply::error(out, "ERR DB index is out of range: tollgate has one keyspace (SELECT 0)"),
+            _ => arity(out, "select"),
         }
     } else if is("CONFIG") {
         config(args, out);
@@ -47,16 +47,56 @@ pub(super) fn run(name: &[u8], args: &[&[u8]], out: &mut BytesMut) -> Flow {
         );
         reply::bulk(out, info.as_bytes());
     } else {
-        let shown = String::from_utf8_lossy(&name[..name.len().min(64)]).into_owned();
-        reply::error(out, &format!("ERR unknown command '{shown}', with args beginning with: {}", preview(args)));
+        let message = format!("ERR unknown command '{}', with args beginning with: {}", shown(name), preview(args));
+        reply::error(out, &message);
     }
     Flow::Continue
 }
 
+/// `CLIENT SETNAME / SETINFO` (what libraries send: no names kept), `GETNAME`, `ID`.
+fn client(args: &[&[u8]], out: &mut BytesMut) {
+    let Some((sub, rest)) = args.split_first() else { return arity(out, "client") };
+    let is = |candidate: &str| sub.eq_ignore_ascii_case(candidate.as_bytes());
+    let (name, wanted) = if is("SETNAME") {
+        ("client|setname", 1)
+    } else if is("SETINFO") {
+        ("client|setinfo", 2)
+    } else if is("GETNAME") {
+        ("client|getname", 0)
+    } else if is("ID") {
+        ("client|id", 0)
+    } else {
+        let message =
+            format!("ERR unknown subcommand '{}' for 'client'; subcommands: SETNAME, SETINFO, GETNAME, ID", shown(sub));
+        return reply::error(out, &message);
+    };
+    if rest.len() != wanted {
+        arity(out, name);
+    } else if is("GETNAME") {
+        out.extend_from_slice(b"$-1\r\n");
+    } else if is("ID") {
+        reply::integer(out, 1);
+    } else {
+        reply::simple(out, "OK");
+    }
+}
+
+/// `HELLO [2 [AUTH user pass] [SETNAME name]]`: RESP2 only, no passwords, no names kept.
 fn hello(args: &[&[u8]], out: &mut BytesMut) {
-    if args.first().is_some_and(|version| **version != *b"2") {
-        reply::error(out, "NOPROTO this server speaks RESP2 only");
-        return;
+    if let Some((version, mut options)) = args.split_first() {
+        if **version != *b"2" {
+            return reply::error(out, "NOPROTO this server speaks RESP2 only");
+        }
+        while let [option, rest @ ..] = options {
+            options = match rest {
+                [_, after @ ..] if option.eq_ignore_ascii_case(b"SETNAME") => after,
+                [_, _, ..] if option.eq_ignore_ascii_case(b"AUTH") => {
+                    return reply::error(out, "ERR tollgate has no authentication: connect without AUTH");
+                }
+                // An unknown option, or one missing its values: Redis's words.
+                _ => return reply::error(out, &format!("ERR Syntax error in HELLO option '{}'", shown(option))),
+            };
+        }
     }
     reply::array(out, 10);
     for (field, value) in [("server", "tollgate"), ("version", VERSION), ("mode", "standalone"), ("role", "master")] {
@@ -67,23 +107,34 @@ fn hello(args: &[&[u8]], out: &mut BytesMut) {
     reply::integer(out, 2);
 }
 
-/// `CONFIG GET save` / `appendonly` (redis-benchmark asks): nothing is persisted.
+/// `CONFIG GET save` / `appendonly` (redis-benchmark asks): nothing is persisted. Other
+/// parameters are not there (an empty answer, as Redis gives for unknown ones).
 fn config(args: &[&[u8]], out: &mut BytesMut) {
-    match args {
-        [get, parameter] if get.eq_ignore_ascii_case(b"GET") => {
-            let value: &[u8] = if parameter.eq_ignore_ascii_case(b"save") {
-                b""
-            } else if parameter.eq_ignore_ascii_case(b"appendonly") {
-                b"no"
-            } else {
-                reply::array(out, 0);
-                return;
-            };
-            reply::array(out, 2);
-            reply::bulk(out, parameter);
-            reply::bulk(out, value);
+    let value = |parameter: &[u8]| -> Option<&'static [u8]> {
+        if parameter.eq_ignore_ascii_case(b"save") {
+            Some(b"")
+        } else if parameter.eq_ignore_ascii_case(b"appendonly") {
+            Some(b"no")
+        } else {
+            None
         }
-        _ => reply::error(out, "ERR tollgate has no configuration to change at run time"),
+    };
+    match args {
+        [] => arity(out, "config"),
+        [get] if get.eq_ignore_ascii_case(b"GET") => arity(out, "config|get"),
+        [get, parameters @ ..] if get.eq_ignore_ascii_case(b"GET") => {
+            reply::array(out, 2 * parameters.iter().filter(|p| value(p).is_some()).count());
+            for parameter in parameters {
+                if let Some(value) = value(parameter) {
+                    reply::bulk(out, parameter);
+                    reply::bulk(out, value);
+                }
+            }
+        }
+        [sub, ..] => {
+            let sub = shown(sub).to_ascii_uppercase();
+            reply::error(out, &format!("ERR tollgate has no configuration to change at run time (CONFIG {sub})"));
+        }
     }
 }
 

@@ -10,9 +10,14 @@
 //! | `PING`, `ECHO`, `HELLO`, `CLIENT`, `COMMAND`, `INFO`, `SELECT`, `CONFIG GET`, `QUIT` | enough for redis-cli, client libraries and redis-benchmark |
 //!
 //! Durations in `TG.*` replies are milliseconds rounded up, so a client never retries early.
+//!
+//! Every error names what it refuses: a wrong arity answers the command's own usage (or Redis's
+//! `wrong number of arguments for 'ping' command`), an option the command does not take says
+//! which ones it does, and `CL.THROTTLE` keeps redis-cell's messages.
 
 mod admin;
 mod native;
+mod options;
 mod throttle;
 
 use bytes::BytesMut;
@@ -63,9 +68,22 @@ fn integer(arg: &[u8]) -> Result<i64, String> {
         .ok_or_else(|| format!("ERR Couldn't parse as integer: {}", String::from_utf8_lossy(arg)))
 }
 
-/// An argument as a non-negative (or, with `min = 1`, positive) integer.
-fn count(arg: &[u8], name: &str, min: i64) -> Result<u64, String> {
-    at_least(integer(arg)?, name, min)
+/// The `TG.*` argument `name` as an integer of at least `min` (0 or 1); its errors name it.
+fn integer_arg(arg: &[u8], name: &str, min: i64) -> Result<u64, String> {
+    use std::num::IntErrorKind::{NegOverflow, PosOverflow};
+    match std::str::from_utf8(arg).unwrap_or("").parse::<i64>() {
+        Ok(n) => at_least(n, name, min),
+        Err(e) if *e.kind() == PosOverflow => {
+            Err(format!("ERR {name} must be at most {}, got {}", i64::MAX, shown(arg)))
+        }
+        Err(e) if *e.kind() == NegOverflow => Err(format!("ERR {name} must be >= {min}, got {}", shown(arg))),
+        Err(_) => Err(format!("ERR {name} must be an integer, got {}", shown(arg))),
+    }
+}
+
+/// A client's argument in a message: as text, at most 64 bytes of it.
+fn shown(arg: &[u8]) -> std::borrow::Cow<'_, str> {
+    String::from_utf8_lossy(&arg[..arg.len().min(64)])
 }
 
 /// `n` if it is at least `min`.

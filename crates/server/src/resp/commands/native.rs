@@ -5,41 +5,35 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use tollgate_core::{Algorithm, Decision, Limit};
+use tollgate_engine::{EngineError, Source};
 
-use super::{ceil_units, count, reply, text};
-use tollgate_engine::Source;
-
+use super::options::{self, Opt, Syntax};
+use super::{ceil_units, integer_arg, reply, text};
 use crate::app::App;
 
 const MS: u64 = 1_000_000;
-const CHECK_USAGE: &str =
-    "ERR Usage: TG.CHECK <key> <algorithm> <count> <period_ms> [BURST <b>] [SLICES <s>] [COST <c>]";
 
-/// `key algorithm count period_ms [BURST b] [SLICES s] [COST c]`; `COST` only if `with_cost`.
-fn parse<'a>(args: &[&'a [u8]], with_cost: bool) -> Result<(&'a [u8], Limit, u64), String> {
-    if args.len() < 4 || !args.len().is_multiple_of(2) {
-        return Err(CHECK_USAGE.into());
-    }
-    let key = args[0];
-    let algorithm: Algorithm = text(args[1], "the algorithm")?.parse().map_err(|e| format!("ERR {e}"))?;
-    let per_period = count(args[2], "count", 1)?;
-    let period_ms = count(args[3], "period_ms", 1)?;
+/// The most limit names an unknown-limit error lists.
+const NAMES_LISTED: usize = 16;
+
+/// `key algorithm count period_ms [options]` under `syntax`: the key, the limit and the cost (1
+/// unless given).
+fn parse<'a>(syntax: &Syntax, args: &[&'a [u8]]) -> Result<(&'a [u8], Limit, u64), String> {
+    let (positional, rest) = syntax.split(args)?;
+    let &[key, algorithm, per_period, period_ms] = positional else { return Err(syntax.usage.into()) };
+    let algorithm: Algorithm = text(algorithm, "the algorithm")?.parse().map_err(|e| format!("ERR {e}"))?;
+    let per_period = integer_arg(per_period, "count", 1)?;
+    let period_ms = integer_arg(period_ms, "period_ms", 1)?;
+    let options = syntax.options(rest)?;
     let mut builder = Limit::builder(per_period, Duration::from_millis(period_ms)).algorithm(algorithm);
-    let mut cost = 1;
-    for pair in args[4..].chunks_exact(2) {
-        let option = pair[0];
-        if option.eq_ignore_ascii_case(b"BURST") {
-            builder = builder.burst(count(pair[1], "BURST", 1)?);
-        } else if option.eq_ignore_ascii_case(b"SLICES") {
-            builder = builder.slices(count(pair[1], "SLICES", 1)?);
-        } else if option.eq_ignore_ascii_case(b"COST") && with_cost {
-            cost = count(pair[1], "COST", 0)?;
-        } else {
-            return Err(format!("ERR unknown option {}", String::from_utf8_lossy(option)));
-        }
+    if let Some(burst) = options.get(Opt::Burst) {
+        builder = builder.burst(burst);
+    }
+    if let Some(slices) = options.get(Opt::Slices) {
+        builder = builder.slices(slices);
     }
     let limit = builder.build().map_err(|e| format!("ERR {e}"))?;
-    Ok((key, limit, cost))
+    Ok((key, limit, options.get(Opt::Cost).unwrap_or(1)))
 }
 
 fn render(out: &mut BytesMut, d: &Decision) {
@@ -58,8 +52,12 @@ fn render(out: &mut BytesMut, d: &Decision) {
 /// `TG.CHECK` (or `TG.PEEK` when `peek`).
 pub(super) async fn check(app: &App, args: &[&[u8]], out: &mut BytesMut, peek: bool) {
     let result = async {
-        let (key, limit, cost) = parse(args, !peek)?;
-        let cost = if peek { 0 } else { cost };
+        let (key, limit, cost) = if peek {
+            let (key, limit, _) = parse(&options::PEEK, args)?;
+            (key, limit, 0)
+        } else {
+            parse(&options::CHECK, args)?
+        };
         app.engine.check_adhoc(Source::Check, key, &limit, cost).await.map_err(|e| format!("ERR {e}"))
     }
     .await;
@@ -72,7 +70,7 @@ pub(super) async fn check(app: &App, args: &[&[u8]], out: &mut BytesMut, peek: b
 /// `TG.RESET key algorithm count period_ms [BURST b] [SLICES s]`.
 pub(super) async fn reset(app: &App, args: &[&[u8]], out: &mut BytesMut) {
     let result = async {
-        let (key, limit, _) = parse(args, false)?;
+        let (key, limit, _) = parse(&options::RESET, args)?;
         app.engine.reset("", key, &limit).await.map_err(|e| format!("ERR {e}"))
     }
     .await;
@@ -85,14 +83,13 @@ pub(super) async fn reset(app: &App, args: &[&[u8]], out: &mut BytesMut) {
 /// `TG.LIMIT name key [COST c]`.
 pub(super) async fn named(app: &App, args: &[&[u8]], out: &mut BytesMut) {
     let result = async {
-        let cost = match args {
-            [_, _] => 1,
-            [_, _, option, c] if option.eq_ignore_ascii_case(b"COST") => count(c, "COST", 0)?,
-            _ => return Err("ERR Usage: TG.LIMIT <name> <key> [COST <c>]".to_string()),
-        };
-        let (name, key) = (text(args[0], "the limit name")?, args[1]);
+        let (positional, rest) = options::LIMIT.split(args)?;
+        let &[name, key] = positional else { return Err(options::LIMIT.usage.to_string()) };
+        let name = text(name, "the limit name")?;
+        let cost = options::LIMIT.options(rest)?.get(Opt::Cost).unwrap_or(1);
         match app.engine.check_named(name, key, cost).await {
             Ok((d, _)) => Ok(d),
+            Err(EngineError::UnknownRule(_)) => Err(unknown_limit(app, name)),
             Err(e) => Err(format!("ERR {e}")),
         }
     }
@@ -101,4 +98,32 @@ pub(super) async fn named(app: &App, args: &[&[u8]], out: &mut BytesMut) {
         Ok(d) => render(out, &d),
         Err(message) => reply::error(out, &message),
     }
+}
+
+/// The engine's "no rule or limit named", with what the server has: no rules at all (it cannot
+/// tell a server started without `--rules` from an empty file), or the limits usable by name.
+fn unknown_limit(app: &App, name: &str) -> String {
+    let policy = app.engine.current();
+    let rules = &policy.rules.rules;
+    let mut message = format!("ERR no rule or limit named {name:?}");
+    if rules.is_empty() {
+        message.push_str(": the server has no rules (started without --rules FILE, or the file defines none)");
+        return message;
+    }
+    let mut usable = rules.iter().filter(|rule| rule.keyed_on_callers_key()).map(|rule| rule.name.as_str());
+    let Some(first) = usable.next() else {
+        message.push_str("; no limit is usable by name (define [limits.NAME], or a rule with key = [\"key\"])");
+        return message;
+    };
+    message.push_str("; limits usable by name: ");
+    message.push_str(first);
+    for (listed, other) in usable.enumerate() {
+        if listed + 1 == NAMES_LISTED {
+            message.push_str(", ...");
+            break;
+        }
+        message.push_str(", ");
+        message.push_str(other);
+    }
+    message
 }
