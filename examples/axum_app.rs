@@ -1,8 +1,10 @@
 //! An axum app behind tollgate's middleware with two rules: 100 requests a minute per client IP
-//! on the API (429 beyond, RateLimit fields on every response), and seed 003's login defence
-//! (failed logins counted per IP; 5 a minute, then 60 s of 429 for that IP).
+//! on the API (429 beyond, RateLimit fields on every response), and a login defence against
+//! password guessing (failed logins counted per IP; 5 a minute, then 60 s of 429 for that IP).
 //!
-//! `cargo run -p tollgate-tower --example axum_app`, then `curl -i localhost:3000/api/hello`.
+//! `cargo run -p tollgate-tower --example axum_app [-- ADDR]` (default `127.0.0.1:3000`; port 0
+//! picks a free one), then `curl -i localhost:3000/api/hello`. It is also an upstream for
+//! `tollgate proxy --upstream http://127.0.0.1:3000`.
 
 use std::net::SocketAddr;
 
@@ -53,7 +55,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }),
         )
         .layer(layer);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+    let address = std::env::args().nth(1).unwrap_or_else(|| "127.0.0.1:3000".into());
+    let listener =
+        tokio::net::TcpListener::bind(&address).await.map_err(|e| format!("cannot listen on {address}: {e}"))?;
     println!("listening on {}", listener.local_addr()?);
     axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await?;
     Ok(())

@@ -1,0 +1,196 @@
+//! The README's transcripts are run as written, and their output must be what the README shows.
+//!
+//! Every ```` ```console ```` block of README.md is a transcript: `$ COMMAND` lines (continued
+//! while a line ends in `|` or `\`) and `127.0.0.1:6380> COMMAND` lines (inside `redis-cli -p
+//! 6380`), each followed by the output it prints. `tollgate serve` is started in the background
+//! on free ports, its log lines compared with those shown; the ports a reader would see (6380,
+//! 8080) stand for the ones the test got. A word written `~WORD` in the README depends on the
+//! clock (a timestamp, a reset in ms) and matches any word; everything else must match exactly,
+//! word for word.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+const PROMPT: &str = "127.0.0.1:6380> ";
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// One command of a transcript and the lines the README shows after it.
+#[derive(Debug)]
+struct Step {
+    line: usize,
+    command: String,
+    in_cli: bool,
+    expected: Vec<String>,
+}
+
+/// The ```console blocks of `text`, as steps (with the README line of each command).
+fn transcripts(text: &str) -> Vec<Vec<Step>> {
+    let mut blocks = Vec::new();
+    let mut lines = text.lines().enumerate();
+    while let Some((_, line)) = lines.next() {
+        if line.trim() != "```console" {
+            continue;
+        }
+        let mut steps: Vec<Step> = Vec::new();
+        let mut continued = false;
+        for (number, line) in lines.by_ref() {
+            if line.trim() == "```" {
+                break;
+            }
+            if continued {
+                let step = steps.last_mut().expect("a command to continue");
+                step.command.push('\n');
+                step.command.push_str(line);
+                continued = line.ends_with('|') || line.ends_with('\\');
+            } else if let Some(command) = line.strip_prefix("$ ") {
+                steps.push(Step { line: number + 1, command: command.into(), in_cli: false, expected: Vec::new() });
+                continued = line.ends_with('|') || line.ends_with('\\');
+            } else if let Some(command) = line.strip_prefix(PROMPT) {
+                steps.push(Step { line: number + 1, command: command.into(), in_cli: true, expected: Vec::new() });
+            } else {
+                steps.last_mut().expect("output after a command").expected.push(line.to_string());
+            }
+        }
+        blocks.push(steps);
+    }
+    blocks
+}
+
+/// Whether `actual` is the README's `expected` line, `~WORD`s matching any word.
+fn same(expected: &str, actual: &str) -> bool {
+    let (mut e, mut a) = (expected.split_whitespace(), actual.split_whitespace());
+    loop {
+        match (e.next(), a.next()) {
+            (None, None) => return true,
+            (Some(e), Some(a)) if e.starts_with('~') || e == a => {}
+            _ => return false,
+        }
+    }
+}
+
+/// A `tollgate serve` started by a transcript, and its ports.
+struct Serve {
+    child: Child,
+    log: mpsc::Receiver<String>,
+    resp: String,
+    http: String,
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs a transcript's steps, asserting each one's output.
+fn run(steps: &[Step]) {
+    let binary = env!("CARGO_BIN_EXE_tollgate");
+    let mut serve: Option<Serve> = None;
+    for step in steps {
+        let place = format!("README.md line {}: {}", step.line, step.command);
+        let actual: Vec<String> = if let Some(args) = step.command.strip_prefix("tollgate serve") {
+            let mut child = Command::new(binary)
+                .arg("serve")
+                .args(args.split_whitespace())
+                .args(["--resp", "127.0.0.1:0", "--http", "127.0.0.1:0"])
+                .current_dir(repo())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("tollgate runs");
+            let (tx, log) = mpsc::channel();
+            let stderr = child.stderr.take().expect("stderr");
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    let _ = tx.send(line);
+                }
+            });
+            let mut started = Serve { child, log, resp: String::new(), http: String::new() };
+            let mut lines = Vec::new();
+            while lines.len() < step.expected.len() {
+                let line =
+                    started.log.recv_timeout(Duration::from_secs(20)).unwrap_or_else(|_| panic!("{place}: no log"));
+                let address = |kind: &str| line.split(&format!("{kind} listening on ")).nth(1)?.split(' ').next();
+                if let Some(a) = address("RESP") {
+                    started.resp = a.to_string();
+                }
+                if let Some(a) = address("HTTP") {
+                    started.http = a.to_string();
+                }
+                let mut line = line;
+                for (actual, shown) in [(&started.resp, "127.0.0.1:6380"), (&started.http, "127.0.0.1:8080")] {
+                    if !actual.is_empty() {
+                        line = line.replace(actual.as_str(), shown);
+                    }
+                }
+                lines.push(line);
+            }
+            serve = Some(started);
+            lines
+        } else if step.command == "redis-cli -p 6380" {
+            assert!(serve.is_some(), "{place}: no server started before");
+            Vec::new()
+        } else {
+            let server = serve.as_ref();
+            let port = |address: &str| address.rsplit(':').next().unwrap_or_default().to_string();
+            let output = if step.in_cli {
+                let server = server.unwrap_or_else(|| panic!("{place}: no server"));
+                Command::new("redis-cli")
+                    .args(["--no-raw", "-p", &port(&server.resp)])
+                    .args(step.command.split_whitespace())
+                    .output()
+            } else {
+                let mut command = step.command.replace("cargo run -q -p tollgate --", binary);
+                if let Some(rest) = command.strip_prefix("tollgate ") {
+                    command = format!("{binary} {rest}");
+                }
+                if let Some(server) = server {
+                    command = command
+                        .replace("localhost:8080", &server.http)
+                        .replace("-p 6380", &format!("-p {}", port(&server.resp)));
+                }
+                Command::new("bash").args(["-c", &command]).current_dir(repo()).output()
+            }
+            .unwrap_or_else(|e| panic!("{place}: {e}"));
+            String::from_utf8_lossy(&output.stdout).lines().map(|l| l.trim_end_matches('\r').to_string()).collect()
+        };
+        assert_eq!(
+            actual.len(),
+            step.expected.len(),
+            "{place}: got {actual:#?}, the README shows {:#?}",
+            step.expected
+        );
+        for (expected, actual) in step.expected.iter().zip(&actual) {
+            assert!(same(expected, actual), "{place}:\n  README: {expected}\n  actual: {actual}");
+        }
+    }
+}
+
+#[test]
+fn every_readme_transcript_prints_what_the_readme_shows() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
+    let blocks = transcripts(&readme);
+    assert!(blocks.len() >= 2, "the README's console blocks: {}", blocks.len());
+    for steps in &blocks {
+        run(steps);
+    }
+}
+
+#[test]
+fn the_transcript_matcher_is_strict_except_where_marked() {
+    assert!(same("5) (integer) ~1579", "5) (integer) 1552"));
+    assert!(!same("5) (integer) 1579", "5) (integer) 1552"));
+    assert!(!same("a b", "a b c") && !same("a b c", "a b"));
+    let steps = &transcripts("```console\n$ printf 'a\\n' |\n  cat\na\n127.0.0.1:6380> PING\nPONG\n```\n")[0];
+    assert_eq!(
+        (steps[0].command.as_str(), steps[0].expected.as_slice()),
+        ("printf 'a\\n' |\n  cat", &["a".to_string()][..])
+    );
+    assert!(steps[1].in_cli && steps[1].expected == ["PONG"]);
+}
