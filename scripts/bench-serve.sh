@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 N="${1:-200000}"
 
 cargo build --release -q -p tollgate
+TOLLGATE="${CARGO_TARGET_DIR:-target}/release/tollgate"
+[ -x "$TOLLGATE" ] || { echo "no binary at $TOLLGATE after cargo build" >&2; exit 1; }
 free_port() {
   local port
   for port in $(seq 21000 21999); do
@@ -15,13 +17,20 @@ free_port() {
   echo "no free port" >&2; exit 1
 }
 TG_PORT=$(free_port)
-./target/release/tollgate serve --resp "127.0.0.1:$TG_PORT" --http 127.0.0.1:0 --log-level warn &
+"$TOLLGATE" serve --resp "127.0.0.1:$TG_PORT" --http 127.0.0.1:0 --log-level warn &
 TG_PID=$!
 REDIS_PORT=$(( TG_PORT + 1000 ))
 redis-server --port "$REDIS_PORT" --save "" --appendonly no --daemonize no >/dev/null &
 REDIS_PID=$!
 trap 'kill $TG_PID $REDIS_PID 2>/dev/null || true' EXIT
-until redis-cli -p "$TG_PORT" ping >/dev/null 2>&1 && redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1; do sleep 0.1; done
+# Both must answer within 20 s, and neither may have exited meanwhile (a port taken, say).
+for _ in $(seq 200); do
+  redis-cli -p "$TG_PORT" ping >/dev/null 2>&1 && redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break
+  kill -0 "$TG_PID" 2>/dev/null || { echo "tollgate serve exited" >&2; exit 1; }
+  kill -0 "$REDIS_PID" 2>/dev/null || { echo "redis-server exited" >&2; exit 1; }
+  sleep 0.1
+done
+redis-cli -p "$TG_PORT" ping >/dev/null 2>&1 || { echo "tollgate serve did not answer within 20 s" >&2; exit 1; }
 
 rps() { redis-benchmark -p "$1" -c 64 -n "$N" --csv "${@:2}" 2>/dev/null | tail -1 | cut -d, -f2 | tr -d '"'; }
 incr1=$(rps "$REDIS_PORT" INCR counter)
