@@ -18,6 +18,7 @@ pub struct App {
     pub engine: Arc<Engine<Arc<Backend>>>,
     /// Whether the store answers.
     pub health: Arc<Health>,
+    rules_file: Option<std::path::PathBuf>,
     metrics: Metrics,
     registry: Registry,
 }
@@ -35,7 +36,32 @@ impl App {
         let metrics = Metrics::new(&mut registry, store.clone());
         let engine =
             Arc::new(Engine::builder(store, config.rules.clone()).clock(config.clock.clone()).build(&mut registry));
-        Ok(App { engine, health, metrics, registry })
+        Ok(App { engine, health, rules_file: config.rules_file.clone(), metrics, registry })
+    }
+
+    /// Why `name` is no limit here, and what is: the rules file's limits usable by name (the
+    /// first 16), or that there is no rules file, or that it defines none. For `TG.LIMIT` and the
+    /// HTTP `limit_name`.
+    pub fn unknown_limit(&self, name: &str) -> String {
+        const LISTED: usize = 16;
+        let mut message = format!("no rule or limit named {name:?}");
+        let policy = self.engine.current();
+        let rules = &policy.rules.rules;
+        let usable: Vec<&str> =
+            rules.iter().filter(|rule| rule.keyed_on_callers_key()).map(|rule| rule.name.as_str()).collect();
+        if !usable.is_empty() {
+            let more = if usable.len() > LISTED { ", ..." } else { "" };
+            message
+                .push_str(&format!("; limits usable by name: {}{more}", usable[..usable.len().min(LISTED)].join(", ")));
+        } else if self.rules_file.is_none() && rules.is_empty() {
+            message.push_str(": the server was started without --rules FILE");
+        } else {
+            let file = self.rules_file.as_ref().map(|f| format!(" in {}", f.display())).unwrap_or_default();
+            message.push_str(&format!(
+                "; no limit is usable by name{file} (define [limits.NAME], or a rule with key = [\"key\"])"
+            ));
+        }
+        message
     }
 
     /// The server's own metrics (connections).

@@ -91,6 +91,7 @@ pub async fn check_json(app: &App, body: &[u8]) -> Response {
         match app.engine.check_named(name, request.key.as_bytes(), cost).await {
             Ok((decision, limit)) => (decision, limit, name.clone()),
             Err(EngineError::Store(e)) => return store_error(&e),
+            Err(EngineError::UnknownRule(_)) => return bad_request(app.unknown_limit(name)),
             Err(e) => return bad_request(e.to_string()),
         }
     } else {

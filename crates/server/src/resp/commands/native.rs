@@ -13,9 +13,6 @@ use crate::app::App;
 
 const MS: u64 = 1_000_000;
 
-/// The most limit names an unknown-limit error lists.
-const NAMES_LISTED: usize = 16;
-
 /// `key algorithm count period_ms [options]` under `syntax`: the key, the limit and the cost (1
 /// unless given).
 fn parse<'a>(syntax: &Syntax, args: &[&'a [u8]]) -> Result<(&'a [u8], Limit, u64), String> {
@@ -89,7 +86,7 @@ pub(super) async fn named(app: &App, args: &[&[u8]], out: &mut BytesMut) {
         let cost = options::LIMIT.options(rest)?.get(Opt::Cost).unwrap_or(1);
         match app.engine.check_named(name, key, cost).await {
             Ok((d, _)) => Ok(d),
-            Err(EngineError::UnknownRule(_)) => Err(unknown_limit(app, name)),
+            Err(EngineError::UnknownRule(_)) => Err(format!("ERR {}", app.unknown_limit(name))),
             Err(e) => Err(format!("ERR {e}")),
         }
     }
@@ -98,32 +95,4 @@ pub(super) async fn named(app: &App, args: &[&[u8]], out: &mut BytesMut) {
         Ok(d) => render(out, &d),
         Err(message) => reply::error(out, &message),
     }
-}
-
-/// The engine's "no rule or limit named", with what the server has: no rules at all (it cannot
-/// tell a server started without `--rules` from an empty file), or the limits usable by name.
-fn unknown_limit(app: &App, name: &str) -> String {
-    let policy = app.engine.current();
-    let rules = &policy.rules.rules;
-    let mut message = format!("ERR no rule or limit named {name:?}");
-    if rules.is_empty() {
-        message.push_str(": the server has no rules (started without --rules FILE, or the file defines none)");
-        return message;
-    }
-    let mut usable = rules.iter().filter(|rule| rule.keyed_on_callers_key()).map(|rule| rule.name.as_str());
-    let Some(first) = usable.next() else {
-        message.push_str("; no limit is usable by name (define [limits.NAME], or a rule with key = [\"key\"])");
-        return message;
-    };
-    message.push_str("; limits usable by name: ");
-    message.push_str(first);
-    for (listed, other) in usable.enumerate() {
-        if listed + 1 == NAMES_LISTED {
-            message.push_str(", ...");
-            break;
-        }
-        message.push_str(", ");
-        message.push_str(other);
-    }
-    message
 }
