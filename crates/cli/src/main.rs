@@ -33,7 +33,7 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Apply a rules file in front of an HTTP service, as a reverse proxy.
     Proxy(proxy::ProxyArgs),
-    /// Replay requests on a virtual clock, or reproduce the seeds' over-grant experiments.
+    /// Replay requests on a virtual clock, or reproduce the over-grant experiments of the articles in docs/SEMANTICS.md.
     Simulate(simulate::SimulateArgs),
 }
 

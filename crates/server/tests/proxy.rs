@@ -1,5 +1,5 @@
-//! `tollgate proxy` in-process in front of a real upstream, over loopback with curl: seed 003's
-//! login defence, two rules on a real Redis Cluster, reloading the rules file, upstream timeouts
+//! `tollgate proxy` in-process in front of a real upstream, over loopback with curl: the login
+//! defence of `examples/rules/login.toml`, two rules on a real Redis Cluster, reloading the rules file, upstream timeouts
 //! and what a 502/504 says. Memory stores run on a manual clock.
 
 mod common;

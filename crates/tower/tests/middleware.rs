@@ -1,5 +1,5 @@
 //! The middleware driven directly as a tower service (no network where it adds nothing), on a
-//! manual clock shared by the engine and the store: seed 003's login defence, and each way around
+//! manual clock shared by the engine and the store: `examples/rules/login.toml`'s login defence, and each way around
 //! a rule that existed before (each test says what it was).
 
 use std::net::SocketAddr;

@@ -6,7 +6,8 @@
 //! remaining = (now + burst*T - (allowed ? new : tat)) / T
 //! retry_after = new - burst*T - now (denied);  reset_after = (allowed ? new : tat) - now
 //! ```
-//! This is the one correct row of seed 000's off-by-one bestiary: tolerance `(burst-1)*T`
+//! This is the one correct row of the off-by-one table in "Rate Limiter Algorithm Zoo: GCRA,
+//! Sliding Window, and the Off-by-One Tax" (see docs/SEMANTICS.md): tolerance `(burst-1)*T`
 //! compared with `>=`, written here as `new - now <= burst*T`. It admits exactly `burst` at once
 //! from idle and `burst + floor(L/T)` in any closed interval of length `L`.
 

@@ -4,7 +4,8 @@
 //! With `e = now - current_window_start`, the estimate `prev*(period - e)/period + curr` is
 //! compared exactly, in 128-bit integers, as `prev*(period - e) + (curr + cost)*period <=
 //! count*period`. It assumes the previous window's traffic was uniform; synchronized bursts break
-//! that assumption (seed 000's 34-vs-30), which `tollgate simulate over-grant` shows.
+//! that assumption (34 admitted where 30 are allowed, in "Rate Limiter Algorithm Zoo"; see
+//! docs/SEMANTICS.md), which `tollgate simulate over-grant` shows.
 
 use super::{RateState, Snapshot, counted, window_start};
 use crate::{Decision, Error, Limit};
