@@ -161,3 +161,13 @@ fn host_names_are_addresses_and_memory_is_healthy() {
     assert!(health.starts_with("HTTP/1.1 200"), "{health}");
     assert!(health.ends_with(r#"{"status":"ok","store":{"name":"memory","state":"up"}}"#), "{health}");
 }
+
+#[test]
+fn a_cluster_that_does_not_answer_is_served_by_the_policy_as_a_single_server_is() {
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let serve = Running::start(&["--store", &format!("redis+cluster://127.0.0.1:{port}")]);
+    let warning = serve.log.iter().find(|l| l.contains("WARN")).cloned().unwrap_or_default();
+    assert!(warning.contains("does not answer") && warning.contains(&format!("127.0.0.1:{port}")), "{warning}");
+    let health = serve.get("/healthz");
+    assert!(health.contains(r#""state":"down""#) && health.contains("redis+cluster://"), "{health}");
+}

@@ -12,8 +12,8 @@ use tollgate_core::{Decision, Limit};
 use tollgate_store::fallback::FallbackOptions;
 use tollgate_store::memory::Evictions;
 use tollgate_store::{
-    Breaker, Check, FailurePolicy, Fallback, FallbackStats, MemoryStore, RedisOptions, RedisStore, Refund, Reserved,
-    Store, StoreError,
+    Breaker, Check, FailurePolicy, Fallback, FallbackStats, MemoryStore, RedisOptions, RedisStore, Refund, Remote,
+    Reserved, Store, StoreError,
 };
 
 use crate::config::{Config, OnStoreError, StoreConfig};
@@ -37,8 +37,8 @@ pub struct BackendStats {
 }
 
 impl Backend {
-    /// Opens the configured store. A single Redis server may be down at start (the connection
-    /// is made on first use); a cluster must answer, to learn its slots.
+    /// Opens the configured store. Redis (a server or a cluster) may be down at start: the
+    /// connection is made on first use, and the failure policy answers meanwhile.
     pub async fn open(config: &Config) -> Result<Self, String> {
         let options = RedisOptions { timeout: config.store_timeout, ..RedisOptions::default() };
         let redis = match &config.store {
@@ -73,7 +73,7 @@ impl Backend {
     pub async fn ping(&self) -> Result<(), String> {
         match self {
             Backend::Memory(_) => Ok(()),
-            Backend::Redis(store, _) => store.inner().ping().await.map_err(|e| e.to_string()),
+            Backend::Redis(store, _) => store.inner().probe().await.map_err(|e| e.to_string()),
         }
     }
 

@@ -65,7 +65,30 @@ impl Default for RedisOptions {
 #[derive(Clone)]
 enum Connection {
     Single(ConnectionManager),
-    Cluster(ClusterConnection),
+    Cluster(Arc<LazyCluster>),
+}
+
+/// A cluster connection made on first use (it learns the slots from a node then), and tried again
+/// on the next call while no node answers; once made, it follows the cluster by itself.
+struct LazyCluster {
+    client: redis::cluster::ClusterClient,
+    connection: tokio::sync::OnceCell<ClusterConnection>,
+}
+
+impl LazyCluster {
+    async fn connection(&self) -> redis::RedisResult<ClusterConnection> {
+        self.connection.get_or_try_init(|| self.client.get_async_connection()).await.cloned()
+    }
+}
+
+impl Connection {
+    /// Runs `cmd` on this connection.
+    async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
+        match self {
+            Connection::Single(c) => cmd.query_async(&mut c.clone()).await,
+            Connection::Cluster(c) => cmd.query_async(&mut c.connection().await?).await,
+        }
+    }
 }
 
 /// A [`Store`] on Redis or Redis Cluster.
@@ -108,6 +131,9 @@ impl RedisStore {
     }
 
     /// A store on the Redis Cluster reachable through any of `nodes` (`redis://host:port`).
+    /// Returns at once, as [`open`](Self::open): the connection (and the slot map) is made on
+    /// first use, again on later calls while no node answers, so a store can be created while
+    /// the cluster is down.
     pub async fn open_cluster(nodes: &[String], options: RedisOptions) -> Result<Self, StoreError> {
         check_prefix(&options.prefix)?;
         let client = redis::cluster::ClusterClientBuilder::new(nodes.to_vec())
@@ -118,8 +144,8 @@ impl RedisStore {
             .max_retry_wait(100)
             .build()
             .map_err(|e| backend(&e))?;
-        let connection = client.get_async_connection().await.map_err(|e| backend(&e))?;
-        Ok(RedisStore::with(Connection::Cluster(connection), options))
+        let lazy = LazyCluster { client, connection: tokio::sync::OnceCell::new() };
+        Ok(RedisStore::with(Connection::Cluster(Arc::new(lazy)), options))
     }
 
     fn with(connection: Connection, options: RedisOptions) -> Self {
@@ -130,22 +156,6 @@ impl RedisStore {
     pub fn with_options(&self, options: RedisOptions) -> Result<Self, StoreError> {
         check_prefix(&options.prefix)?;
         Ok(RedisStore { connection: self.connection.clone(), options, script: self.script.clone() })
-    }
-
-    /// Whether Redis answers a `PING` within the call timeout (a cluster: the node the driver
-    /// picks); the error says why not. For health checks: decisions never need it.
-    pub async fn ping(&self) -> Result<(), StoreError> {
-        let ping = redis::cmd("PING");
-        let call = async {
-            match &self.connection {
-                Connection::Single(c) => ping.query_async::<()>(&mut c.clone()).await,
-                Connection::Cluster(c) => ping.query_async::<()>(&mut c.clone()).await,
-            }
-        };
-        tokio::time::timeout(self.options.timeout, call)
-            .await
-            .map_err(|_| StoreError::Timeout(self.options.timeout))?
-            .map_err(|e| backend(&e))
     }
 
     /// The Redis key that holds the state of `key` in `scope` under `limit` (see the key scheme
@@ -221,7 +231,7 @@ impl RedisStore {
         let call = async {
             match &self.connection {
                 Connection::Single(c) => invocation.invoke_async::<Vec<i64>>(&mut c.clone()).await,
-                Connection::Cluster(c) => invocation.invoke_async::<Vec<i64>>(&mut c.clone()).await,
+                Connection::Cluster(c) => invocation.invoke_async::<Vec<i64>>(&mut c.connection().await?).await,
             }
         };
         let reply = tokio::time::timeout(self.options.timeout, call)
@@ -420,10 +430,7 @@ impl Store for RedisStore {
         let call = async {
             let mut cmd = redis::cmd("DEL");
             cmd.arg(key.as_slice());
-            match &self.connection {
-                Connection::Single(c) => cmd.query_async::<i64>(&mut c.clone()).await,
-                Connection::Cluster(c) => cmd.query_async::<i64>(&mut c.clone()).await,
-            }
+            self.connection.query::<i64>(&cmd).await
         };
         tokio::time::timeout(self.options.timeout, call)
             .await
@@ -447,13 +454,7 @@ impl Remote for RedisStore {
     }
 
     async fn probe(&self) -> Result<(), StoreError> {
-        let call = async {
-            let cmd = redis::cmd("PING");
-            match &self.connection {
-                Connection::Single(c) => cmd.query_async::<String>(&mut c.clone()).await,
-                Connection::Cluster(c) => cmd.query_async::<String>(&mut c.clone()).await,
-            }
-        };
+        let call = async { self.connection.query::<String>(&redis::cmd("PING")).await };
         tokio::time::timeout(self.options.timeout, call)
             .await
             .map_err(|_| StoreError::Timeout(self.options.timeout))?
