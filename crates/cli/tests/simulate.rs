@@ -37,8 +37,8 @@ fn conformance_files() -> Vec<PathBuf> {
     files
 }
 
-/// Every conformance trace, its params turned into flags and its requests (with their `expect`
-/// fields, which the replay ignores) piped in: every output line matches its expectation.
+/// Every conformance trace, its params turned into flags and its requests piped in without the
+/// header: every output line matches its expectation, compared here rather than by `--check`.
 #[test]
 fn replays_every_conformance_trace_exactly() {
     for file in conformance_files() {
@@ -151,22 +151,203 @@ fn bad_arguments_are_clear_errors() {
     }
 }
 
+/// A scratch directory of this test process, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("tollgate-simulate-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    fn path(&self, file: &str) -> PathBuf {
+        self.0.join(file)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn arg(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// The files as they are, header included, with no limit flags: every decision matches.
 #[test]
-fn over_grant_prints_the_seeds_figures_and_plots() {
-    let svg = std::env::temp_dir().join(format!("tollgate-over-grant-{}.svg", std::process::id()));
-    let output = tollgate(&["simulate", "over-grant", "--plot", svg.to_str().unwrap()], "");
+fn every_conformance_file_replays_with_check() {
+    for file in conformance_files() {
+        let output = tollgate(&["simulate", "--trace", arg(&file), "--check"], "");
+        assert_eq!(output.status.code(), Some(0), "{}: {}", file.display(), stderr(&output));
+        let requests = std::fs::read_to_string(&file).unwrap().lines().skip(1).filter(|l| !l.trim().is_empty()).count();
+        assert_eq!(stdout(&output).lines().count(), requests, "{}: one decision per request", file.display());
+        assert_eq!(
+            stderr(&output),
+            format!("checked {requests} decisions against their expect fields: all match\n"),
+            "{}",
+            file.display()
+        );
+    }
+}
+
+#[test]
+fn an_altered_expect_fails_naming_its_line() {
+    let scratch = Scratch::new("altered");
+    let original = conformance_files().into_iter().find(|f| f.ends_with("gcra-10pers-burst10.jsonl")).unwrap();
+    let text = std::fs::read_to_string(original).unwrap();
+    // Line 5 is the fourth request of the burst: 6 remain, not 5.
+    let line5 = text.lines().nth(4).unwrap();
+    assert!(line5.contains("\"remaining\": 6"), "{line5}");
+    let altered = text.replacen(line5, &line5.replace("\"remaining\": 6", "\"remaining\": 5"), 1);
+    let trace = scratch.path("altered.jsonl");
+    std::fs::write(&trace, altered).unwrap();
+
+    let output = tollgate(&["simulate", "--trace", arg(&trace), "--check"], "");
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let err = stderr(&output);
+    assert!(err.starts_with("line 5: expected remaining 5, got 6\n"), "{err}");
+    assert_eq!(err.lines().filter(|l| l.starts_with("line ")).count(), 1, "only line 5 mismatches: {err}");
+    assert!(err.contains("1 of 47 decisions checked did not match their expect fields"), "{err}");
+    assert_eq!(stdout(&output).lines().count(), 47, "every decision is still printed");
+}
+
+#[test]
+fn the_params_header_and_the_flags_never_silently_disagree() {
+    let scratch = Scratch::new("header");
+    let trace = scratch.path("trace.jsonl");
+    std::fs::write(
+        &trace,
+        "{\"params\": {\"algorithm\": \"gcra\", \"limit\": \"10/s\", \"burst\": 2}}\n{\"t\": 0, \"key\": \"a\"}\n",
+    )
+    .unwrap();
+    let path = arg(&trace);
+
+    // The header alone sets the limit.
+    let output = tollgate(&["simulate", "--trace", path], "");
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(stdout(&output).starts_with("{\"allowed\":true,\"limit\":2,\"remaining\":1,"), "{}", stdout(&output));
+
+    // Flags describing the same limit are accepted; any other flags are an error naming both.
+    let same = tollgate(&["simulate", "--algorithm", "gcra", "--limit", "10/1s", "--burst", "2", "--trace", path], "");
+    assert!(same.status.success(), "{}", stderr(&same));
+    for flags in [
+        &["--algorithm", "gcra", "--limit", "10/s"][..],
+        &["--algorithm", "fixed-window", "--limit", "10/s"],
+        &["--burst", "3"],
+    ] {
+        let mut args = vec!["simulate", "--trace", path];
+        args.extend(flags);
+        let output = tollgate(&args, "");
+        assert_eq!(output.status.code(), Some(1), "{flags:?}");
+        let err = stderr(&output);
+        assert!(err.contains("line 1: the trace's params header sets gcra 10/1s burst 2"), "{flags:?}: {err}");
+        assert!(err.contains(&format!("the command line sets {}", flags.join(" "))), "{flags:?}: {err}");
+        assert!(stdout(&output).is_empty(), "nothing is decided under an ambiguous limit");
+    }
+
+    // No limit anywhere, a header after the first request, a misspelt field, a bad header.
+    for (input, flags, wanted) in [
+        ("{\"t\": 0, \"key\": \"a\"}\n", &[][..], "give --algorithm and --limit"),
+        (
+            "{\"t\": 0, \"key\": \"a\"}\n{\"params\": {\"algorithm\": \"gcra\", \"limit\": \"1/s\"}}\n",
+            &["--algorithm", "gcra", "--limit", "10/s"][..],
+            "line 2: a params header must be the trace's first line",
+        ),
+        (
+            "{\"t\": 0, \"key\": \"a\", \"cots\": 3}\n",
+            &["--algorithm", "gcra", "--limit", "10/s"][..],
+            "line 1: unknown field `cots`",
+        ),
+        (
+            "{\"params\": {\"algorithm\": \"gcra\", \"limit\": \"10/s\", \"brust\": 2}}\n",
+            &[][..],
+            "line 1: unknown field `brust`",
+        ),
+        ("{\"params\": {\"limit\": \"10/s\"}}\n", &[][..], "line 1: missing field `algorithm`"),
+        (
+            "{\"params\": {\"algorithm\": \"fixed-window\", \"limit\": \"10/s\", \"burst\": 2}}\n",
+            &[][..],
+            "burst applies to",
+        ),
+        (
+            "{\"t\": 0, \"key\": \"a\", \"expect\": {\"remianing\": 9}}\n",
+            &["--algorithm", "gcra", "--limit", "10/s"][..],
+            "unknown field `remianing`",
+        ),
+    ] {
+        let mut args = vec!["simulate", "--trace", "-"];
+        args.extend(flags);
+        let output = tollgate(&args, input);
+        assert_eq!(output.status.code(), Some(1), "{input}");
+        assert!(stderr(&output).contains(wanted), "{input}: {}", stderr(&output));
+    }
+}
+
+#[test]
+fn check_counts_requests_without_expect() {
+    let flags = ["simulate", "--algorithm", "gcra", "--limit", "10/s", "--trace", "-", "--check"];
+    let output =
+        tollgate(&flags, "{\"t\": 0, \"key\": \"a\", \"expect\": {\"remaining\": 9}}\n{\"t\": 0, \"key\": \"a\"}\n");
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(
+        stderr(&output),
+        "checked 1 decision against their expect fields: all match; 1 request without expect was not checked\n"
+    );
+
+    let output = tollgate(&flags, "{\"t\": 0, \"key\": \"a\"}\n");
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stderr(&output).contains("no request in the trace has an expect field"), "{}", stderr(&output));
+}
+
+#[test]
+fn plot_format_follows_the_extension() {
+    let scratch = Scratch::new("plot");
+    let svg = scratch.path("grants.svg");
+    let output = tollgate(&["simulate", "over-grant", "--plot", arg(&svg)], "");
+    assert!(output.status.success(), "{}", stderr(&output));
+    let plot = std::fs::read_to_string(&svg).unwrap();
+    assert!(plot.starts_with("<svg") && plot.contains("sliding-window"));
+
+    // PNG is refused (not built in), as is any other extension: before the experiment runs.
+    for name in ["grants.png", "grants.txt", "grants"] {
+        let file = scratch.path(name);
+        let output = tollgate(&["simulate", "over-grant", "--plot", arg(&file)], "");
+        assert!(!output.status.success(), "{name} accepted");
+        assert!(stderr(&output).contains("supported: .svg"), "{name}: {}", stderr(&output));
+        assert!(stdout(&output).is_empty(), "{name}: the experiment ran anyway");
+        assert!(!file.exists(), "{name} was written");
+    }
+}
+
+#[test]
+fn over_grant_figures_use_one_sign_convention() {
+    let output = tollgate(&["simulate", "over-grant"], "");
     assert!(output.status.success(), "{}", stderr(&output));
     let text = stdout(&output);
-    let row = |name: &str| -> Vec<String> {
-        let line = text.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap_or_else(|| panic!("no {name} row"));
+    let row = |start: &str| -> Vec<String> {
+        let line = text.lines().find(|l| l.starts_with(start)).unwrap_or_else(|| panic!("no {start} row"));
         line.split_whitespace().map(str::to_string).collect()
     };
-    for algorithm in ["gcra", "token-bucket", "leaky-bucket", "fixed-window", "sliding-log", "sub-window"] {
-        assert_eq!(row(algorithm)[1..4], ["40", "40", "+0.00%"], "{algorithm}");
+    assert!(text.contains("(admitted - allowed) / allowed: + is an over-grant, - an under-grant"), "{text}");
+    // TestOverGrant: every algorithm admits 40 over the run but the sliding window counter's 34;
+    // within its busiest second it admits 15 of 10.
+    for algorithm in ["gcra ", "token-bucket ", "leaky-bucket ", "sliding-log ", "sub-window "] {
+        assert_eq!(row(algorithm)[1..4], ["40", "40", "+0.0%"], "{algorithm}");
     }
-    assert_eq!(row("sliding-window")[1..3], ["34", "40"]);
-    assert!(text.contains("34 admitted where 10/s over 3 s allows 30 (+13.3%)"), "{text}");
-    let plot = std::fs::read_to_string(&svg).unwrap();
-    std::fs::remove_file(&svg).unwrap();
-    assert!(plot.starts_with("<svg") && plot.contains("sliding-window"));
+    assert_eq!(row("fixed-window ")[1..7], ["40", "40", "+0.0%", "20", "10", "+100.0%"]);
+    assert_eq!(row("sliding-window ")[1..7], ["34", "40", "-15.0%", "15", "10", "+50.0%"]);
+    // The same 34 in the sliding window section: the same figures.
+    assert_eq!(row("synchronized:")[5..12], ["34", "40", "-15.0%", "5", "15", "10", "+50.0%"]);
+    // One format and one sign for every percentage printed.
+    let percentages: Vec<&str> = text.split_whitespace().filter(|w| w.contains('%')).collect();
+    assert!(percentages.len() > 20, "{percentages:?}");
+    for p in &percentages {
+        let p = p.trim_matches(['(', ',', ')', ';', ':', '.']);
+        let number = p.strip_suffix('%').unwrap_or_else(|| panic!("{p}"));
+        assert!(number.starts_with(['+', '-']) && number.contains('.'), "{p} is not a signed percentage");
+    }
+    assert!(!text.contains("+13.3%"), "{text}");
 }

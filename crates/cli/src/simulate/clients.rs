@@ -23,7 +23,8 @@ pub(crate) fn replay(limit: &Limit, arrivals: &[u64]) -> Vec<Outcome> {
 }
 
 /// `clients` clients firing together at every `tick` from `start` to `start + duration` inclusive:
-/// the synchronized goroutines of seed 000's TestOverGrant.
+/// the synchronized goroutines of TestOverGrant in "Rate Limiter Algorithm Zoo: GCRA, Sliding Window,
+/// and the Off-by-One Tax".
 pub(crate) fn lockstep(clients: usize, start: u64, tick: u64, duration: u64) -> Vec<u64> {
     (0..=duration / tick).flat_map(|k| std::iter::repeat_n(start + k * tick, clients)).collect()
 }

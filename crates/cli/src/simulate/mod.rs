@@ -1,13 +1,17 @@
 //! `tollgate simulate`: deterministic replay on a virtual clock.
 //!
-//! - `tollgate simulate --algorithm ALG --limit N/PERIOD --trace FILE` decides every request of a
-//!   JSON-lines trace and prints one JSON decision per request ([`replay`]).
-//! - `tollgate simulate over-grant` reproduces the seeds' over-grant experiments ([`over_grant`]).
+//! - `tollgate simulate --trace FILE [--check]` decides every request of a JSON-lines trace under
+//!   the limit of its params header or of `--algorithm`/`--limit` (not both, unless they agree),
+//!   prints one JSON decision per request, and with `--check` compares each with its `expect`
+//!   ([`replay`], line formats in [`trace`]).
+//! - `tollgate simulate over-grant [--plot FILE.svg]` reproduces the over-grant experiments of the
+//!   articles tollgate started from ([`over_grant`]).
 
 mod clients;
 mod over_grant;
 mod plot;
 mod replay;
+mod trace;
 
 use std::path::PathBuf;
 
@@ -17,24 +21,36 @@ use crate::limit_args::LimitArgs;
 
 /// Arguments of `tollgate simulate`.
 #[derive(Debug, Args)]
-#[command(subcommand_negates_reqs = true, args_conflicts_with_subcommands = true)]
+// A trace's params header can give the limit, so the shared flags are optional here; `replay`
+// refuses a trace with neither, or with both disagreeing.
+#[command(
+    subcommand_negates_reqs = true,
+    args_conflicts_with_subcommands = true,
+    mut_arg("algorithm", |a| a.required(false)),
+    mut_arg("limit", |a| a.required(false))
+)]
 pub(crate) struct SimulateArgs {
     #[command(subcommand)]
     experiment: Option<Experiment>,
     #[command(flatten)]
     limit: LimitArgs,
-    /// JSON lines {"t": ns since the epoch, "key": "...", "cost": 1}; `-` reads stdin.
+    /// JSON lines {"t": ns since the epoch, "key": "...", "cost": 1, "expect": {...}}, optionally
+    /// after a {"params": {"algorithm": ..., "limit": ...}} header line; `-` reads stdin.
     #[arg(long, value_name = "FILE", required = true)]
     trace: Option<PathBuf>,
+    /// Compare every decision with its line's "expect" fields; exit 1 if any differs.
+    #[arg(long, requires = "trace")]
+    check: bool,
 }
 
 #[derive(Debug, Subcommand)]
 enum Experiment {
-    /// Seed 000's TestOverGrant, the fixed-window boundary attack and the sliding window
-    /// counter under synchronized versus Poisson traffic, for every algorithm.
+    /// TestOverGrant (64 lockstep clients), the fixed-window boundary attack and the sliding
+    /// window counter under synchronized versus Poisson traffic, for every algorithm.
     OverGrant {
-        /// Also draw admitted/rejected over time per algorithm into this SVG file.
-        #[arg(long, value_name = "FILE.svg")]
+        /// Also draw admitted/rejected over time per algorithm into this file (SVG; the name
+        /// must end in .svg).
+        #[arg(long, value_name = "FILE.svg", value_parser = plot::svg_path)]
         plot: Option<PathBuf>,
     },
 }
@@ -44,9 +60,29 @@ pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {
     match args.experiment {
         Some(Experiment::OverGrant { plot }) => over_grant::run(plot.as_deref()),
         None => {
-            let limit = args.limit.build()?;
+            let flags = flags(&args.limit)?;
             let trace = args.trace.expect("clap requires --trace without a subcommand");
-            replay::run(&limit, &trace)
+            replay::run(&flags, &trace, args.check)
         }
     }
+}
+
+/// The limit flags as given, and the limit they build when they name at least an algorithm and
+/// a limit (invalid flags are an error at once, header or not).
+fn flags(args: &LimitArgs) -> anyhow::Result<replay::Flags> {
+    let mut given = Vec::new();
+    if let Some(algorithm) = args.algorithm {
+        given.push(format!("--algorithm {algorithm}"));
+    }
+    if let Some(limit) = &args.limit {
+        given.push(format!("--limit {limit}"));
+    }
+    if let Some(burst) = args.burst {
+        given.push(format!("--burst {burst}"));
+    }
+    if let Some(slices) = args.slices {
+        given.push(format!("--slices {slices}"));
+    }
+    let limit = if args.algorithm.is_some() && args.limit.is_some() { Some(args.build()?) } else { None };
+    Ok(replay::Flags { limit, given: (!given.is_empty()).then(|| given.join(" ")) })
 }
