@@ -3,7 +3,7 @@
 //! The exact rate-limit algorithms of tollgate, as pure steps over small state values: no I/O,
 //! no locks, and no clock reads (the [`Clock`]s here are for the stores that call the steps). A store (in-memory, Redis) keeps the state per key and supplies `now`.
 //!
-//! Every convention is the one in `SEMANTICS.md`: `burst` is the number of requests admitted at
+//! Every convention is the one in `docs/SEMANTICS.md`: `burst` is the number of requests admitted at
 //! once from idle, the emission interval `T = ceil(period / count)` rounds up so that no more
 //! than `count` are admitted per `period`, rejected requests consume nothing, `cost = 0` is a
 //! peek, and all arithmetic is checked integer arithmetic in nanoseconds.

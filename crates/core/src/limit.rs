@@ -22,7 +22,7 @@ pub const MAX_SLICES: u64 = 3_600;
 /// The highest `count` of a sliding-log limit: its state holds up to one entry per admitted unit.
 pub const MAX_LOG_COUNT: u64 = 100_000;
 
-/// The seven rate-limit algorithms (see `SEMANTICS.md`).
+/// The seven rate-limit algorithms (see `docs/SEMANTICS.md`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Algorithm {
     /// Generic cell rate algorithm: one timestamp (the theoretical arrival time) per key.

@@ -1,4 +1,4 @@
-//! Seed 000's off-by-one bestiary: the four (tolerance, comparison) pairs of a hand-written GCRA,
+//! The off-by-one table of "Rate Limiter Algorithm Zoo: GCRA, Sliding Window, and the Off-by-One Tax": the four (tolerance, comparison) pairs of a hand-written GCRA,
 //! hammered at 10/s with burst 10 by a client that retries every microsecond for 3 s.
 //! Only `(burst-1)*T` with `>=` is right; each other pair over- or under-grants by one, and
 //! tollgate's GCRA must make exactly the right pair's decisions.
@@ -76,7 +76,7 @@ fn only_burst_minus_one_with_ge_is_right_and_tollgate_matches_it() {
     assert_eq!(run_variant(Variant { tau: (BURST - 1) * T, strict: true }), (9, 39, 39, 40));
 }
 
-/// Seed 000: with burst = 0, `tau = (burst-1)*T` is negative and the classic check admits every
+/// "Rate Limiter Algorithm Zoo: GCRA, Sliding Window, and the Off-by-One Tax": with burst = 0, `tau = (burst-1)*T` is negative and the classic check admits every
 /// other slot, a silent half-throttle. tollgate refuses the limit instead.
 #[test]
 fn burst_zero_is_refused_not_a_silent_half_throttle() {

@@ -1,7 +1,7 @@
 //! Property tests over arbitrary limits and traces:
 //! - token bucket and leaky bucket meter make exactly GCRA's decisions;
 //! - no algorithm admits more than its bound in any window of its definition;
-//! - `remaining`, `retry_after` and `reset_after` mean what `SEMANTICS.md` says;
+//! - `remaining`, `retry_after` and `reset_after` mean what `docs/SEMANTICS.md` says;
 //! - a peek or a denial never changes state;
 //! - a charge that fits is exactly an admission, and one that does not puts the key in debt;
 //! - a state rebuilt from a snapshot never admits what the original would not;
@@ -73,7 +73,7 @@ const BUCKETS: &[Algorithm] = &[Algorithm::Gcra, Algorithm::TokenBucket, Algorit
 proptest! {
     #![proptest_config(ProptestConfig { cases: 1024, ..ProptestConfig::default() })]
 
-    /// SEMANTICS.md: token bucket and leaky bucket meter "must make exactly the same decisions as
+    /// docs/SEMANTICS.md: token bucket and leaky bucket meter "must make exactly the same decisions as
     /// GCRA for every trace" — every field of every decision.
     #[test]
     fn token_and_leaky_bucket_decide_exactly_like_gcra((limit, trace) in limit_and_trace(&[Algorithm::Gcra])) {

@@ -236,7 +236,10 @@ async fn http_answers_decisions_headers_metrics_and_errors() {
     for (bad, wanted) in [
         ("{", "invalid JSON body"),
         (r#"{"key":"h"}"#, "give either"),
-        (r#"{"limit_name":"nope","key":"h"}"#, "no rule or limit named \\\"nope\\\"; limits usable by name: api, login"),
+        (
+            r#"{"limit_name":"nope","key":"h"}"#,
+            "no rule or limit named \\\"nope\\\"; limits usable by name: api, login",
+        ),
         (r#"{"key":"h","limit":"2/fortnight"}"#, "fortnight"),
         (r#"{"key":"h","limit":"2/s","cost":3}"#, "exceeds the capacity"),
         (r#"{"key":"h","limit_name":"nope"}"#, "no rule or limit named"),

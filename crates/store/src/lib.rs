@@ -11,7 +11,7 @@
 //!   breaker so that a dead backend costs no timeout per call.
 //! - `testkit` (feature `testkit`): the conformance suite every store must pass, written once.
 //!
-//! Every store makes exactly the decisions of `tollgate-core` (see `SEMANTICS.md`); a store only
+//! Every store makes exactly the decisions of `tollgate-core` (see `docs/SEMANTICS.md`); a store only
 //! decides where the state lives and what time it is.
 //!
 //! ```

@@ -1,7 +1,7 @@
 //! Fixed window: a counter per window `[k*period, (k+1)*period)`, aligned to the epoch.
 //!
 //! The seam between two windows is at a predictable instant, and a burst lined up across it
-//! admits `2 * count` in an instant (seeds 002 and 003); `tollgate simulate over-grant` shows it.
+//! admits `2 * count` in an instant (the boundary attack of "Rate Limiting Demystified - Part 2" and "Rate-limiting algorithms for defense"); `tollgate simulate over-grant` shows it.
 
 use super::{RateState, Snapshot, counted, window_start};
 use crate::{Decision, Error, Limit};
@@ -95,7 +95,7 @@ mod tests {
         assert_eq!(s.check(T0 + 3 * SEC, &l, 0).unwrap(), allowed(10, 10, 0));
     }
 
-    /// Seeds 002/003: 100 per minute, 100 requests at 11:59:50 and 100 at 12:00:10 are all
+    /// The boundary attack of "Rate Limiting Demystified - Part 2" and "Rate-limiting algorithms for defense": 100 per minute, 100 requests at 11:59:50 and 100 at 12:00:10 are all
     /// admitted: 200 requests within 20 seconds.
     #[test]
     fn the_seam_admits_two_windows_in_twenty_seconds() {

@@ -111,7 +111,7 @@ mod tests {
         assert_eq!(s.check(T0 + 100 * MS, &l, 1).unwrap(), allowed(10, 0, SEC));
     }
 
-    /// Seed 002's walk-through: 10/s with a 500 ms tolerance, i.e. burst 5 in our convention
+    /// The walk-through of "Rate Limiting Demystified - Part 2": 10/s with a 500 ms tolerance, i.e. burst 5 in our convention
     /// (`new_tat <= now + 500ms`). Five pass at t=0, the sixth is refused, and after 600 ms a
     /// request passes with TAT 700 ms.
     #[test]

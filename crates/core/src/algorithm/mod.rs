@@ -1,4 +1,4 @@
-//! The seven algorithms of `SEMANTICS.md`, each a pure step over its own small state.
+//! The seven algorithms of `docs/SEMANTICS.md`, each a pure step over its own small state.
 //!
 //! Every state type implements [`RateState`]: `check(&mut state, now, limit, cost)` decides one
 //! request and changes the state only when the request is admitted with `cost > 0`. A denial or a

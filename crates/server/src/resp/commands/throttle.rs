@@ -1,6 +1,6 @@
 //! `CL.THROTTLE key max_burst count period [quantity]`, a drop-in for redis-cell.
 //!
-//! The mapping of `SEMANTICS.md`: a GCRA limit of `count` per `period` seconds with
+//! The mapping of `docs/SEMANTICS.md`: a GCRA limit of `count` per `period` seconds with
 //! `burst = max_burst + 1`; the reply `[limited, limit, remaining, retry_after, reset_after]` in
 //! seconds rounded up, `retry_after = -1` when allowed. As in redis-cell, a quantity above the
 //! capacity is answered "limited" with `remaining` unchanged and `retry_after = -1` (it can never
