@@ -226,3 +226,20 @@ fn common_toml_mistakes_get_a_hint() {
     let error = Rules::parse("[[rules]]\nname = 3\n", "t.toml").unwrap_err().to_string();
     assert!(!error.contains("hint"), "{error}");
 }
+
+/// The README's annotated rules file is `examples/rules/login.toml` plus a named limit: both load,
+/// and they are the same rules.
+#[test]
+fn the_readme_rules_file_loads_and_is_the_login_example() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let start = readme.find("```toml\ntrusted_proxies").expect("the README's rules file") + "```toml\n".len();
+    let block = &readme[start..start + readme[start..].find("```").unwrap()];
+    let annotated = Rules::parse(block, "README.md").unwrap();
+    let example = Rules::load(&root.join("examples/rules/login.toml")).unwrap();
+    assert_eq!(format!("{:?}", annotated.trusted_proxies), format!("{:?}", example.trusted_proxies));
+    assert_eq!(annotated.on_error, example.on_error);
+    assert_eq!(format!("{:?}", annotated.rules[0]), format!("{:?}", example.rules[0]));
+    let names: Vec<&str> = annotated.rules.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!((names, example.rules.len()), (vec!["login-failures", "api"], 1));
+}
