@@ -1,0 +1,237 @@
+//! A configured `rate_limit`, its time unit, and the tollgate [`Limit`] that decides it.
+//!
+//! envoyproxy/ratelimit counts requests in fixed windows aligned to the Unix epoch, one window
+//! per unit (`(now / unit) * unit`); tollgate's fixed window is `[k * period, (k + 1) * period)`
+//! on the same epoch, so the default algorithm starts and ends every window at the same second.
+//! The tollgate extensions `algorithm`, `burst` and `slices` inside `rate_limit` choose another.
+
+use std::{fmt, time::Duration};
+
+use tollgate_core::{Algorithm, Limit, MAX_PERIOD_NS};
+
+/// The unit of a `rate_limit`, with envoyproxy/ratelimit's lengths (a month is 30 days, a year
+/// 365) and the numbers of `RateLimitResponse.RateLimit.Unit` in Envoy's `rls.proto`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Unit {
+    /// One second (proto `SECOND = 1`).
+    Second,
+    /// 60 seconds (`MINUTE = 2`).
+    Minute,
+    /// 3,600 seconds (`HOUR = 3`).
+    Hour,
+    /// 86,400 seconds (`DAY = 4`).
+    Day,
+    /// 7 days (`WEEK = 7`).
+    Week,
+    /// 30 days (`MONTH = 5`).
+    Month,
+    /// 365 days (`YEAR = 6`): longer than any tollgate period (50 days), so a limit in years
+    /// cannot be built (see [`limit_for`]).
+    Year,
+}
+
+impl Unit {
+    /// Every unit, shortest first.
+    pub const ALL: [Unit; 7] = [Unit::Second, Unit::Minute, Unit::Hour, Unit::Day, Unit::Week, Unit::Month, Unit::Year];
+
+    /// The unit's length in seconds.
+    #[must_use]
+    pub const fn seconds(self) -> u64 {
+        match self {
+            Unit::Second => 1,
+            Unit::Minute => 60,
+            Unit::Hour => 3_600,
+            Unit::Day => 86_400,
+            Unit::Week => 7 * 86_400,
+            Unit::Month => 30 * 86_400,
+            Unit::Year => 365 * 86_400,
+        }
+    }
+
+    /// The `RateLimitResponse.RateLimit.Unit` number (`UNKNOWN` is 0 and has no [`Unit`]).
+    #[must_use]
+    pub const fn proto(self) -> i32 {
+        match self {
+            Unit::Second => 1,
+            Unit::Minute => 2,
+            Unit::Hour => 3,
+            Unit::Day => 4,
+            Unit::Month => 5,
+            Unit::Year => 6,
+            Unit::Week => 7,
+        }
+    }
+
+    /// The unit of a proto number: `None` for `UNKNOWN` (0) and numbers Envoy does not define.
+    #[must_use]
+    pub fn from_proto(number: i32) -> Option<Unit> {
+        Unit::ALL.into_iter().find(|u| u.proto() == number)
+    }
+
+    /// The name as written in configurations, lower case: `second`, ..., `year`.
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Unit::Second => "second",
+            Unit::Minute => "minute",
+            Unit::Hour => "hour",
+            Unit::Day => "day",
+            Unit::Week => "week",
+            Unit::Month => "month",
+            Unit::Year => "year",
+        }
+    }
+
+    /// A configuration's `unit`, in any case (`second`, `SECOND`, `Second`), as
+    /// envoyproxy/ratelimit upper-cases it and looks it up among the proto names; `unknown` is
+    /// not a unit.
+    #[must_use]
+    pub fn parse(text: &str) -> Option<Unit> {
+        let upper = text.to_uppercase();
+        Unit::ALL.into_iter().find(|u| u.name().eq_ignore_ascii_case(&upper))
+    }
+}
+
+impl fmt::Display for Unit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How a limit is decided: the tollgate algorithm and its parameters. The default is what
+/// envoyproxy/ratelimit does, a fixed window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tuning {
+    /// Which algorithm (default fixed-window).
+    pub algorithm: Algorithm,
+    /// The bucket family's burst (default: `requests_per_unit`).
+    pub burst: Option<u64>,
+    /// The sub-window counter's slices (default: tollgate's).
+    pub slices: Option<u64>,
+}
+
+impl Default for Tuning {
+    fn default() -> Tuning {
+        Tuning { algorithm: Algorithm::FixedWindow, burst: None, slices: None }
+    }
+}
+
+/// The tollgate limit for `requests_per_unit` per `unit`: `None` when `requests_per_unit` is 0
+/// (every request is over the limit, as envoyproxy/ratelimit answers it). Errors are tollgate's
+/// bounds: a year (365 days) is longer than any tollgate period (50 days); a second holds at
+/// most 10^9 requests (one per nanosecond); a sliding log at most 100,000; a burst or slices
+/// where the algorithm takes none.
+pub fn limit_for(requests_per_unit: u32, unit: Unit, tuning: &Tuning) -> Result<Option<Limit>, tollgate_core::Error> {
+    if requests_per_unit == 0 {
+        return Ok(None);
+    }
+    let mut builder =
+        Limit::builder(u64::from(requests_per_unit), Duration::from_secs(unit.seconds())).algorithm(tuning.algorithm);
+    if let Some(burst) = tuning.burst {
+        builder = builder.burst(burst);
+    }
+    if let Some(slices) = tuning.slices {
+        builder = builder.slices(slices);
+    }
+    builder.build().map(Some)
+}
+
+/// Whether `unit` is longer than tollgate keeps state for (only [`Unit::Year`]).
+pub(crate) fn too_long(unit: Unit) -> bool {
+    unit.seconds() * 1_000_000_000 > MAX_PERIOD_NS
+}
+
+/// A configured `rate_limit` (or a request's `limit` override, see [`RateLimit::from_override`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RateLimit {
+    /// `name`, which other limits' `replaces` refer to (an empty name is none).
+    pub name: Option<String>,
+    /// `unit`; [`Unit::Second`] and unused when `unlimited`, which takes no unit.
+    pub unit: Unit,
+    /// `requests_per_unit` (0 when absent: every request is over the limit).
+    pub requests_per_unit: u32,
+    /// `unlimited: true`: never limited; answered OK with `limit_remaining` `u32::MAX`.
+    pub unlimited: bool,
+    /// The descriptor's `shadow_mode`: decided and counted, but answered OK.
+    pub shadow_mode: bool,
+    /// The descriptor's `quota_mode`: an over-limit answer for this descriptor makes the overall
+    /// answer OVER_LIMIT only when every quota-mode descriptor of the request is over.
+    pub quota_mode: bool,
+    /// The descriptor's `detailed_metric`: the metric key holds the request's values.
+    pub detailed_metric: bool,
+    /// The names of the limits this one replaces when both match one request.
+    pub replaces: Vec<String>,
+    /// The descriptor's `metadata`, a mapping returned as is (dynamic metadata).
+    pub metadata: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The tollgate limit deciding it: `None` when `unlimited` or `requests_per_unit` is 0
+    /// (every request is over the limit).
+    pub limit: Option<Limit>,
+}
+
+impl RateLimit {
+    /// A request descriptor's `limit {requests_per_unit, unit}` override, decided with
+    /// `tuning`: as envoyproxy/ratelimit builds it, without name, `replaces`, shadow or quota mode.
+    /// Pass it to [`Config::limits_for_request`](crate::Config::limits_for_request).
+    pub fn from_override(
+        requests_per_unit: u32,
+        unit: Unit,
+        tuning: &Tuning,
+    ) -> Result<RateLimit, tollgate_core::Error> {
+        Ok(RateLimit {
+            name: None,
+            unit,
+            requests_per_unit,
+            unlimited: false,
+            shadow_mode: false,
+            quota_mode: false,
+            detailed_metric: false,
+            replaces: Vec::new(),
+            metadata: None,
+            limit: limit_for(requests_per_unit, unit, tuning)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proto_numbers_are_rls_protos() {
+        let numbers: Vec<_> = Unit::ALL.iter().map(|u| (u.name(), u.proto())).collect();
+        assert_eq!(
+            numbers,
+            [("second", 1), ("minute", 2), ("hour", 3), ("day", 4), ("week", 7), ("month", 5), ("year", 6)]
+        );
+        for unit in Unit::ALL {
+            assert_eq!(Unit::from_proto(unit.proto()), Some(unit));
+        }
+        assert_eq!(Unit::from_proto(0), None);
+        assert_eq!(Unit::from_proto(8), None);
+    }
+
+    #[test]
+    fn units_parse_in_any_case_and_unknown_is_none() {
+        assert_eq!(Unit::parse("second"), Some(Unit::Second));
+        assert_eq!(Unit::parse("WEEK"), Some(Unit::Week));
+        assert_eq!(Unit::parse("Month"), Some(Unit::Month));
+        assert_eq!(Unit::parse("unknown"), None);
+        assert_eq!(Unit::parse("seconds"), None);
+        assert_eq!(Unit::parse(""), None);
+    }
+
+    #[test]
+    fn default_is_an_epoch_aligned_fixed_window_of_the_unit() {
+        let limit = limit_for(5, Unit::Day, &Tuning::default()).unwrap().unwrap();
+        assert_eq!(limit.algorithm(), Algorithm::FixedWindow);
+        assert_eq!(limit.count(), 5);
+        assert_eq!(limit.period_ns(), 86_400_000_000_000);
+        assert_eq!(limit_for(0, Unit::Second, &Tuning::default()), Ok(None));
+        assert!(limit_for(1, Unit::Year, &Tuning::default()).is_err());
+        assert!(too_long(Unit::Year) && !too_long(Unit::Month));
+        let gcra = Tuning { algorithm: Algorithm::Gcra, burst: Some(20), slices: None };
+        assert_eq!(limit_for(10, Unit::Second, &gcra).unwrap().unwrap().burst(), 20);
+        let bad = Tuning { burst: Some(2), ..Tuning::default() };
+        assert!(limit_for(10, Unit::Second, &bad).is_err());
+    }
+}
