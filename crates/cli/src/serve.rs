@@ -20,6 +20,14 @@ pub(crate) struct ServeArgs {
     /// HTTP address, HOST:PORT (POST /v1/check, GET /metrics, GET /healthz); port 0 picks a free port.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080", value_parser = units::address)]
     http: String,
+    /// gRPC address, HOST:PORT: Envoy's rate-limit service (envoy.service.ratelimit.v3) and
+    /// grpc.health.v1; port 0 picks a free port.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8081", value_parser = units::address)]
+    grpc: String,
+    /// envoyproxy/ratelimit's YAML configuration for the gRPC service: a file, or a directory of
+    /// *.yaml / *.yml files (one domain each).
+    #[arg(long, value_name = "PATH")]
+    envoy_config: Option<PathBuf>,
     #[command(flatten)]
     store: crate::store_args::StoreArgs,
     /// With memory: most keys kept per table (idle keys are evicted first) [default: 1000000].
@@ -109,9 +117,15 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<()> {
         Some(path) => tollgate_rules::Rules::load(path).map_err(anyhow::Error::msg)?,
         None => tollgate_rules::Rules::default(),
     };
+    let envoy = match &args.envoy_config {
+        Some(path) => tollgate_envoy::Config::load(path).map_err(|e| anyhow::anyhow!("--envoy-config: {e}"))?,
+        None => tollgate_envoy::Config::default(),
+    };
     let config = Config {
         rules,
         rules_file: args.rules.clone(),
+        envoy: Arc::new(envoy),
+        envoy_file: args.envoy_config.clone(),
         resp: RespBounds {
             max_frame_bytes: args.max_frame_bytes,
             max_inline_bytes: args.max_inline_bytes,
@@ -131,9 +145,11 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<()> {
         let app = Arc::new(App::new(&config).await.map_err(anyhow::Error::msg)?);
         let resp = bind(&args.resp, "--resp").await?;
         let http = bind(&args.http, "--http").await?;
+        let grpc = bind(&args.grpc, "--grpc").await?;
         tracing::info!(store = %config.store.describe(), "RESP listening on {}", resp.local_addr()?);
         tracing::info!("HTTP listening on {}", http.local_addr()?);
-        tollgate_server::serve(app, config, Listeners { resp, http }, shutdown_signal())
+        tracing::info!("gRPC (Envoy rate-limit service) listening on {}", grpc.local_addr()?);
+        tollgate_server::serve(app, config, Listeners { resp, http, grpc: Some(grpc) }, shutdown_signal())
             .await
             .map_err(anyhow::Error::msg)
     })

@@ -18,7 +18,7 @@ fn tollgate(args: &[&str]) -> Output {
 /// `serve` with `args` on free ports; it must refuse to start, and its stderr is returned.
 fn refused(args: &[&str]) -> String {
     let mut all = vec!["serve"];
-    for flag in ["--resp", "--http"] {
+    for flag in ["--resp", "--http", "--grpc"] {
         if !args.contains(&flag) {
             all.extend([flag, "127.0.0.1:0"]);
         }
@@ -88,7 +88,7 @@ struct Running {
 impl Running {
     fn start(args: &[&str]) -> Running {
         let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-            .args(["serve", "--resp", "localhost:0", "--http", "localhost:0"])
+            .args(["serve", "--resp", "localhost:0", "--http", "localhost:0", "--grpc", "localhost:0"])
             .args(args)
             .stderr(Stdio::piped())
             .spawn()

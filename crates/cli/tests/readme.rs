@@ -4,7 +4,7 @@
 //! while a line ends in `|` or `\`) and `127.0.0.1:6380> COMMAND` lines (inside `redis-cli -p
 //! 6380`), each followed by the output it prints. `tollgate serve` is started in the background
 //! on free ports, its log lines compared with those shown; the ports a reader would see (6380,
-//! 8080) stand for the ones the test got. A word written `~WORD` in the README depends on the
+//! 8080, 8081) stand for the ones the test got. A word written `~WORD` in the README depends on the
 //! clock (a timestamp, a reset in ms) and matches any word; everything else must match exactly,
 //! word for word.
 
@@ -80,6 +80,7 @@ struct Serve {
     log: mpsc::Receiver<String>,
     resp: String,
     http: String,
+    grpc: String,
 }
 
 impl Drop for Serve {
@@ -99,7 +100,7 @@ fn run(steps: &[Step]) {
             let mut child = Command::new(binary)
                 .arg("serve")
                 .args(args.split_whitespace())
-                .args(["--resp", "127.0.0.1:0", "--http", "127.0.0.1:0"])
+                .args(["--resp", "127.0.0.1:0", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
                 .current_dir(repo())
                 .stderr(Stdio::piped())
                 .spawn()
@@ -111,7 +112,7 @@ fn run(steps: &[Step]) {
                     let _ = tx.send(line);
                 }
             });
-            let mut started = Serve { child, log, resp: String::new(), http: String::new() };
+            let mut started = Serve { child, log, resp: String::new(), http: String::new(), grpc: String::new() };
             let mut lines = Vec::new();
             while lines.len() < step.expected.len() {
                 let line =
@@ -123,8 +124,16 @@ fn run(steps: &[Step]) {
                 if let Some(a) = address("HTTP") {
                     started.http = a.to_string();
                 }
+                if let Some(a) = address("rate-limit service)") {
+                    started.grpc = a.to_string();
+                }
                 let mut line = line;
-                for (actual, shown) in [(&started.resp, "127.0.0.1:6380"), (&started.http, "127.0.0.1:8080")] {
+                let shown = [
+                    (&started.resp, "127.0.0.1:6380"),
+                    (&started.http, "127.0.0.1:8080"),
+                    (&started.grpc, "127.0.0.1:8081"),
+                ];
+                for (actual, shown) in shown {
                     if !actual.is_empty() {
                         line = line.replace(actual.as_str(), shown);
                     }

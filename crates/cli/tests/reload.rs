@@ -23,7 +23,8 @@ impl Serve {
     /// Starts `tollgate serve` on free ports with `rules`; returns once both listeners are up.
     fn start(rules: &Path) -> Serve {
         let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-            .args(["serve", "--resp", "127.0.0.1:0", "--http", "127.0.0.1:0", "--log-level", "info", "--rules"])
+            .args(["serve", "--resp", "127.0.0.1:0", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
+            .args(["--log-level", "info", "--rules"])
             .arg(rules)
             .stderr(Stdio::piped())
             .spawn()

@@ -125,6 +125,10 @@ pub struct Config {
     pub rules: Rules,
     /// The file the rules came from: reloaded on SIGHUP and when it changes.
     pub rules_file: Option<PathBuf>,
+    /// envoyproxy/ratelimit's YAML configuration, for the gRPC rate-limit service.
+    pub envoy: Arc<tollgate_envoy::Config>,
+    /// The file or directory it came from: reloaded on SIGHUP and when it changes.
+    pub envoy_file: Option<PathBuf>,
     /// RESP bounds.
     pub resp: RespBounds,
     /// HTTP bounds.
@@ -206,6 +210,8 @@ impl Default for Config {
             breaker_probe: tollgate_store::fallback::DEFAULT_PROBE_EVERY,
             rules: Rules::default(),
             rules_file: None,
+            envoy: Arc::default(),
+            envoy_file: None,
             resp: RespBounds::default(),
             http: HttpBounds::default(),
             shutdown_grace: Duration::from_secs(5),

@@ -9,6 +9,7 @@ pub mod app;
 pub mod backend;
 pub mod config;
 pub mod fuzzing;
+pub mod grpc;
 pub mod health;
 pub mod http;
 mod listener;
@@ -33,6 +34,8 @@ pub struct Listeners {
     pub resp: TcpListener,
     /// HTTP clients.
     pub http: TcpListener,
+    /// Envoy's rate-limit service (gRPC), when served.
+    pub grpc: Option<TcpListener>,
 }
 
 /// Serves until `shutdown` completes, then stops accepting, answers what was already received
@@ -61,12 +64,19 @@ pub async fn serve(
     let grace = config.shutdown_grace;
     let resp = tokio::spawn(resp::serve(listeners.resp, app.clone(), config.resp, grace, stopped.clone()));
     let router = http::router(app.clone(), config.http.max_body_bytes);
-    let http = tokio::spawn(http::server::serve(listeners.http, router, config.http, grace, stopped));
+    let http = tokio::spawn(http::server::serve(listeners.http, router, config.http, grace, stopped.clone()));
+    let grpc = listeners.grpc.map(|listener| {
+        let envoy = Arc::new(std::sync::RwLock::new(config.envoy.clone()));
+        tokio::spawn(grpc::serve(listener, app.clone(), envoy, stopped))
+    });
     shutdown.await;
     tracing::info!("shutting down: answering in-flight requests");
     let _ = stop.send(true);
     resp.await.map_err(|e| format!("RESP listener: {e}"))?;
     http.await.map_err(|e| format!("HTTP listener: {e}"))?;
+    if let Some(grpc) = grpc {
+        grpc.await.map_err(|e| format!("gRPC listener: {e}"))??;
+    }
     Ok(())
 }
 

@@ -24,20 +24,33 @@ pub fn manual_config() -> Config {
 pub struct Server {
     pub resp: SocketAddr,
     pub http: SocketAddr,
+    /// The gRPC address, when started with [`Server::start_with_grpc`].
+    pub grpc: Option<SocketAddr>,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<Result<(), String>>,
 }
 
 impl Server {
     pub async fn start(config: Config) -> Server {
+        Self::starting(config, false).await
+    }
+
+    /// Also serving Envoy's rate-limit service (gRPC).
+    pub async fn start_with_grpc(config: Config) -> Server {
+        Self::starting(config, true).await
+    }
+
+    async fn starting(config: Config, with_grpc: bool) -> Server {
         let resp = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let grpc = if with_grpc { Some(TcpListener::bind("127.0.0.1:0").await.unwrap()) } else { None };
         let (resp_addr, http_addr) = (resp.local_addr().unwrap(), http.local_addr().unwrap());
+        let grpc_addr = grpc.as_ref().map(|g| g.local_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(tollgate_server::run(config, Listeners { resp, http }, async move {
+        let task = tokio::spawn(tollgate_server::run(config, Listeners { resp, http, grpc }, async move {
             let _ = stopped.await;
         }));
-        Server { resp: resp_addr, http: http_addr, stop: Some(stop), task }
+        Server { resp: resp_addr, http: http_addr, grpc: grpc_addr, stop: Some(stop), task }
     }
 
     pub async fn stop(mut self) {

@@ -1,0 +1,226 @@
+//! Envoy's rate-limit service (`envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`)
+//! over the same engine and store as RESP and HTTP, configured with envoyproxy/ratelimit's YAML
+//! (`tollgate-envoy`).
+//!
+//! A request is decided as envoyproxy/ratelimit decides it, with one difference on purpose: it
+//! is all or nothing. Its enforced descriptors are admitted together in one store call, so a
+//! request over any of its limits consumes nothing from the others (envoyproxy/ratelimit counts
+//! every descriptor, and a request refused by one still uses up its siblings). Shadow-mode limits
+//! never refuse: they are counted when the request is admitted and report what they would have
+//! said. `requests_per_unit: 0` is always over the limit; `unlimited` and unmatched descriptors
+//! are OK without a `current_limit`.
+
+use std::sync::Arc;
+use std::sync::RwLock;
+
+use tollgate_core::Decision;
+use tollgate_envoy::{Config, Matched, RateLimit, Tuning, Unit};
+use tollgate_rls::RateLimitServiceServer;
+use tollgate_rls::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit as CurrentLimit,
+};
+use tollgate_rls::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use tollgate_store::{Check, Store, StoreError};
+use tonic::{Request, Response, Status};
+
+use crate::app::App;
+
+/// The scope of every Envoy descriptor's state: apart from rules, named limits and ad-hoc keys.
+const SCOPE: &str = "envoy";
+
+/// The service: the app's engine and store, and the configuration in force (swapped on reload).
+#[derive(Debug)]
+pub struct RateLimitService {
+    app: Arc<App>,
+    config: Arc<RwLock<Arc<Config>>>,
+}
+
+impl RateLimitService {
+    /// The service over `app`, deciding with `config` (shared with its reloader).
+    pub fn new(app: Arc<App>, config: Arc<RwLock<Arc<Config>>>) -> Self {
+        RateLimitService { app, config }
+    }
+
+    fn config(&self) -> Arc<Config> {
+        self.config.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+}
+
+/// How one descriptor is decided.
+enum Plan<'a> {
+    /// No limit applies (unmatched, or replaced by another descriptor's limit): OK.
+    Free,
+    /// `unlimited: true`: OK, never counted.
+    Unlimited,
+    /// `requests_per_unit: 0`: always over the limit (reported OK in shadow mode).
+    Blocked { shown: Shown, shadow: bool },
+    /// Decided by the store: enforced, or in shadow mode.
+    Checked { check: Check<'a>, shown: Shown, shadow: bool },
+}
+
+/// The limit as the response states it.
+#[derive(Clone)]
+struct Shown {
+    name: String,
+    requests_per_unit: u32,
+    unit: Unit,
+}
+
+impl Shown {
+    fn current(&self) -> CurrentLimit {
+        CurrentLimit { name: self.name.clone(), requests_per_unit: self.requests_per_unit, unit: self.unit.proto() }
+    }
+}
+
+fn status(code: Code, shown: Option<&Shown>, decision: Option<&Decision>) -> DescriptorStatus {
+    DescriptorStatus {
+        code: code.into(),
+        current_limit: shown.map(Shown::current),
+        limit_remaining: decision.map_or(0, |d| u32::try_from(d.remaining).unwrap_or(u32::MAX)),
+        duration_until_reset: decision.map(|d| prost_types::Duration {
+            seconds: i64::try_from(d.reset_after_ns / 1_000_000_000).unwrap_or(i64::MAX),
+            nanos: i32::try_from(d.reset_after_ns % 1_000_000_000).unwrap_or(0),
+        }),
+    }
+}
+
+#[tonic::async_trait]
+impl tollgate_rls::RateLimitService for RateLimitService {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        let request = request.into_inner();
+        if request.domain.is_empty() {
+            return Err(Status::invalid_argument("rate limit domain must not be empty"));
+        }
+        if request.descriptors.is_empty() {
+            return Err(Status::invalid_argument("rate limit descriptor list must not be empty"));
+        }
+        let config = self.config();
+        let entries: Vec<Vec<(&str, &str)>> = request
+            .descriptors
+            .iter()
+            .map(|d| d.entries.iter().map(|e| (e.key.as_str(), e.value.as_str())).collect())
+            .collect();
+        let slices: Vec<&[(&str, &str)]> = entries.iter().map(Vec::as_slice).collect();
+        // A descriptor's `limit` override replaces its configured limit, as in envoyproxy/ratelimit.
+        let overrides = request
+            .descriptors
+            .iter()
+            .map(|d| {
+                let Some(o) = &d.limit else { return Ok(None) };
+                let unit = Unit::from_proto(o.unit)
+                    .ok_or_else(|| Status::invalid_argument(format!("limit override: unknown unit {}", o.unit)))?;
+                RateLimit::from_override(o.requests_per_unit, unit, &Tuning::default())
+                    .map(Some)
+                    .map_err(|e| Status::invalid_argument(format!("limit override: {e}")))
+            })
+            .collect::<Result<Vec<Option<RateLimit>>, Status>>()?;
+        let override_refs: Vec<Option<&RateLimit>> = overrides.iter().map(Option::as_ref).collect();
+        let matched = config.limits_for_request(&request.domain, &slices, &override_refs);
+        // The request's cost: 0 (unset) means 1; a descriptor's own `hits_addend` overrides it.
+        let request_cost = if request.hits_addend == 0 { 1 } else { u64::from(request.hits_addend) };
+        let plans: Vec<Plan<'_>> = request
+            .descriptors
+            .iter()
+            .zip(&matched)
+            .map(|(descriptor, matched)| plan(matched.as_ref(), descriptor.hits_addend.unwrap_or(request_cost)))
+            .collect();
+        let response = decide(self.app.engine.store().as_ref(), &plans).await.map_err(|e| match e {
+            StoreError::Limit(e) => Status::invalid_argument(e.to_string()),
+            e if e.is_backend() => Status::unavailable(e.to_string()),
+            e => Status::internal(e.to_string()),
+        })?;
+        Ok(Response::new(response))
+    }
+}
+
+/// One descriptor's plan from the limit it matched (configured or its override).
+fn plan<'a>(matched: Option<&'a Matched<'a>>, cost: u64) -> Plan<'a> {
+    let Some(m) = matched else { return Plan::Free };
+    if m.limit.unlimited {
+        return Plan::Unlimited;
+    }
+    let shown = Shown {
+        name: m.limit.name.clone().unwrap_or_default(),
+        requests_per_unit: m.limit.requests_per_unit,
+        unit: m.limit.unit,
+    };
+    let shadow = m.limit.shadow_mode;
+    match &m.limit.limit {
+        Some(limit) => Plan::Checked { check: Check::new(&m.key, limit, cost).scoped(SCOPE), shown, shadow },
+        None => Plan::Blocked { shown, shadow },
+    }
+}
+
+/// Decides the plans: the enforced checks all or nothing in one store call; shadow-mode checks
+/// each on its own, counted only when the request is admitted; peeks (cost 0) for the statuses of
+/// what a refused request did not consume.
+async fn decide<S: Store>(store: &S, plans: &[Plan<'_>]) -> Result<RateLimitResponse, StoreError> {
+    let blocked = plans.iter().any(|p| matches!(p, Plan::Blocked { shadow: false, .. }));
+    let enforced: Vec<Check<'_>> = plans
+        .iter()
+        .filter_map(|p| match p {
+            Plan::Checked { check, shadow: false, .. } => {
+                Some(if blocked { Check { cost: 0, ..*check } } else { *check })
+            }
+            _ => None,
+        })
+        .collect();
+    let decisions = if enforced.is_empty() { Vec::new() } else { store.check_all(&enforced).await? };
+    let admitted = !blocked && decisions.iter().all(|d| d.allowed);
+    let mut decisions = decisions.into_iter();
+    let mut statuses = Vec::with_capacity(plans.len());
+    for plan in plans {
+        statuses.push(match plan {
+            Plan::Free => status(Code::Ok, None, None),
+            Plan::Unlimited => DescriptorStatus { limit_remaining: u32::MAX, ..status(Code::Ok, None, None) },
+            Plan::Blocked { shown, shadow } => {
+                status(if *shadow { Code::Ok } else { Code::OverLimit }, Some(shown), None)
+            }
+            Plan::Checked { shown, shadow: false, .. } => {
+                // A descriptor the request was refused by is over; the others report their state
+                // as a peek would (they consumed nothing).
+                let decision = decisions.next().ok_or(StoreError::NoChecks)?;
+                let code = if decision.allowed { Code::Ok } else { Code::OverLimit };
+                status(code, Some(shown), Some(&decision))
+            }
+            Plan::Checked { check, shown, shadow: true } => {
+                let check = if admitted { *check } else { Check { cost: 0, ..*check } };
+                let decision = store.check_one(check).await?;
+                // Shadow mode never refuses: over or not, the descriptor is OK.
+                status(Code::Ok, Some(shown), Some(&decision))
+            }
+        });
+    }
+    let overall = if admitted { Code::Ok } else { Code::OverLimit };
+    Ok(RateLimitResponse {
+        overall_code: overall.into(),
+        statuses,
+        response_headers_to_add: Vec::new(),
+        request_headers_to_add: Vec::new(),
+    })
+}
+
+/// Serves the rate-limit service (and `grpc.health.v1.Health`, SERVING) on `listener` until
+/// `stopped` turns true; requests in flight are answered first.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    app: Arc<App>,
+    config: Arc<RwLock<Arc<Config>>>,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) -> Result<(), String> {
+    let (reporter, health) = tonic_health::server::health_reporter();
+    reporter.set_serving::<RateLimitServiceServer<RateLimitService>>().await;
+    let service = RateLimitServiceServer::new(RateLimitService::new(app, config));
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    tonic::transport::Server::builder()
+        .add_service(health)
+        .add_service(service)
+        .serve_with_incoming_shutdown(incoming, async move {
+            let _ = stopped.wait_for(|stop| *stop).await;
+        })
+        .await
+        .map_err(|e| format!("gRPC server: {e}"))
+}

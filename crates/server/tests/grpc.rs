@@ -1,0 +1,155 @@
+//! Envoy's rate-limit service over real gRPC (a tonic client on loopback), configured with
+//! envoyproxy/ratelimit YAML: nested descriptors, a blocklist, wildcards, `replaces`, shadow mode,
+//! `unlimited`, `hits_addend`, overrides, and the all-or-nothing admission across descriptors.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::Server;
+use tollgate_rls::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{Entry, RateLimitOverride};
+use tollgate_rls::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
+use tollgate_rls::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse, RateLimitServiceClient};
+use tollgate_server::Config;
+use tonic::transport::Channel;
+
+const CONFIG: &str = r#"
+domain: shop
+descriptors:
+  - key: remote_address
+    rate_limit: { unit: minute, requests_per_unit: 3 }
+  - key: remote_address
+    value: 203.0.113.66
+    rate_limit: { unit: second, requests_per_unit: 0 }
+  - key: path
+    value: /search*
+    rate_limit: { unit: minute, requests_per_unit: 2, name: search }
+  - key: path
+    value: /checkout
+    rate_limit: { unit: minute, requests_per_unit: 2, replaces: [{ name: search }] }
+  - key: client
+    descriptors:
+      - key: plan
+        value: free
+        rate_limit: { unit: hour, requests_per_unit: 1 }
+  - key: beta
+    shadow_mode: true
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+  - key: internal
+    rate_limit: { unlimited: true }
+"#;
+
+async fn start() -> (Server, RateLimitServiceClient<Channel>) {
+    let envoy = tollgate_envoy::Config::parse(CONFIG, "test.yaml").unwrap();
+    let server = Server::start_with_grpc(Config { envoy: Arc::new(envoy), ..common::manual_config() }).await;
+    let url = format!("http://{}", server.grpc.unwrap());
+    let channel = Channel::from_shared(url).unwrap().connect().await.unwrap();
+    (server, RateLimitServiceClient::new(channel))
+}
+
+fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries.iter().map(|(k, v)| Entry { key: (*k).into(), value: (*v).into() }).collect(),
+        limit: None,
+        hits_addend: None,
+    }
+}
+
+async fn ask(
+    client: &mut RateLimitServiceClient<Channel>,
+    descriptors: Vec<RateLimitDescriptor>,
+    hits: u32,
+) -> RateLimitResponse {
+    let request = RateLimitRequest { domain: "shop".into(), descriptors, hits_addend: hits };
+    client.should_rate_limit(request).await.unwrap().into_inner()
+}
+
+fn code(status: &DescriptorStatus) -> Code {
+    Code::try_from(status.code).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn value_less_keys_count_per_value_and_a_blocklist_always_refuses() {
+    let (server, mut client) = start().await;
+    for remaining in [2, 1, 0] {
+        let response = ask(&mut client, vec![descriptor(&[("remote_address", "198.51.100.1")])], 0).await;
+        assert_eq!(response.overall_code, Code::Ok as i32);
+        let status = &response.statuses[0];
+        assert_eq!((code(status), status.limit_remaining), (Code::Ok, remaining));
+        let limit = status.current_limit.as_ref().unwrap();
+        assert_eq!((limit.requests_per_unit, limit.unit), (3, 2), "3 per MINUTE");
+    }
+    let over = ask(&mut client, vec![descriptor(&[("remote_address", "198.51.100.1")])], 0).await;
+    assert_eq!(over.overall_code, Code::OverLimit as i32);
+    let other = ask(&mut client, vec![descriptor(&[("remote_address", "198.51.100.2")])], 0).await;
+    assert_eq!(other.overall_code, Code::Ok as i32, "each address has its own bucket");
+    let blocked = ask(&mut client, vec![descriptor(&[("remote_address", "203.0.113.66")])], 0).await;
+    assert_eq!(blocked.overall_code, Code::OverLimit as i32, "requests_per_unit 0 always refuses");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_request_consumes_nothing_from_its_other_descriptors() {
+    let (server, mut client) = start().await;
+    let free = || descriptor(&[("client", "acme"), ("plan", "free")]);
+    let ip = || descriptor(&[("remote_address", "198.51.100.9")]);
+    assert_eq!(ask(&mut client, vec![free(), ip()], 0).await.overall_code, Code::Ok as i32);
+    // The plan's hourly 1 is used up: refused, and the address's 3 per minute keep 2, not 1.
+    let refused = ask(&mut client, vec![free(), ip()], 0).await;
+    assert_eq!(refused.overall_code, Code::OverLimit as i32);
+    assert_eq!((code(&refused.statuses[0]), code(&refused.statuses[1])), (Code::OverLimit, Code::Ok));
+    assert_eq!(refused.statuses[1].limit_remaining, 2, "nothing taken from the sibling");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wildcards_replaces_shadow_unlimited_and_unmatched() {
+    let (server, mut client) = start().await;
+    // `/search*` is one limit per value; `replaces` drops it when /checkout's limit applies too.
+    for _ in 0..2 {
+        assert_eq!(ask(&mut client, vec![descriptor(&[("path", "/search?q=a")])], 0).await.overall_code, 1);
+    }
+    assert_eq!(ask(&mut client, vec![descriptor(&[("path", "/search?q=a")])], 0).await.overall_code, 2);
+    let both =
+        ask(&mut client, vec![descriptor(&[("path", "/search?q=a")]), descriptor(&[("path", "/checkout")])], 0).await;
+    assert_eq!(both.overall_code, Code::Ok as i32, "the search limit is replaced");
+    assert!(both.statuses[0].current_limit.is_none());
+    // Shadow mode never refuses.
+    for _ in 0..3 {
+        let shadow = ask(&mut client, vec![descriptor(&[("beta", "on")])], 0).await;
+        assert_eq!((shadow.overall_code, code(&shadow.statuses[0])), (Code::Ok as i32, Code::Ok));
+    }
+    let unlimited = ask(&mut client, vec![descriptor(&[("internal", "x")])], 0).await;
+    assert_eq!(unlimited.statuses[0].limit_remaining, u32::MAX);
+    let unmatched = ask(&mut client, vec![descriptor(&[("nothing", "here")])], 0).await;
+    assert_eq!(unmatched.overall_code, Code::Ok as i32);
+    assert!(unmatched.statuses[0].current_limit.is_none());
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hits_addend_overrides_and_bad_requests() {
+    let (server, mut client) = start().await;
+    let response = ask(&mut client, vec![descriptor(&[("remote_address", "198.51.100.20")])], 3).await;
+    assert_eq!(response.statuses[0].limit_remaining, 0, "hits_addend 3 of 3");
+    // A descriptor's own hits_addend of 0 checks without counting.
+    let mut peek = descriptor(&[("remote_address", "198.51.100.21")]);
+    peek.hits_addend = Some(0);
+    assert_eq!(ask(&mut client, vec![peek], 5).await.statuses[0].limit_remaining, 3);
+    // An override replaces the configured limit.
+    let mut custom = descriptor(&[("remote_address", "198.51.100.22")]);
+    custom.limit = Some(RateLimitOverride { requests_per_unit: 10, unit: 1 });
+    let status = &ask(&mut client, vec![custom], 0).await.statuses[0];
+    assert_eq!((status.limit_remaining, status.current_limit.as_ref().unwrap().requests_per_unit), (9, 10));
+    // An empty domain or no descriptors is INVALID_ARGUMENT.
+    let empty =
+        RateLimitRequest { domain: String::new(), descriptors: vec![descriptor(&[("a", "b")])], hits_addend: 0 };
+    assert_eq!(client.should_rate_limit(empty).await.unwrap_err().code(), tonic::Code::InvalidArgument);
+    let none = RateLimitRequest { domain: "shop".into(), descriptors: Vec::new(), hits_addend: 0 };
+    assert_eq!(client.should_rate_limit(none).await.unwrap_err().code(), tonic::Code::InvalidArgument);
+    // An unknown domain: OK, no limit.
+    let other =
+        RateLimitRequest { domain: "other".into(), descriptors: vec![descriptor(&[("a", "b")])], hits_addend: 0 };
+    assert_eq!(client.should_rate_limit(other).await.unwrap().into_inner().overall_code, Code::Ok as i32);
+    server.stop().await;
+}
