@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 use tollgate_engine::Engine;
 
@@ -19,6 +21,8 @@ pub struct App {
     /// Whether the store answers.
     pub health: Arc<Health>,
     rules_file: Option<std::path::PathBuf>,
+    /// Reloads of the Envoy configuration that worked and that failed.
+    pub envoy_reloads: (Counter, Counter),
     metrics: Metrics,
     registry: Registry,
 }
@@ -34,9 +38,23 @@ impl App {
         health.watch(Arc::downgrade(&store));
         let mut registry = Registry::with_prefix("tollgate");
         let metrics = Metrics::new(&mut registry, store.clone());
+        let reloads = Family::<Vec<(&'static str, &'static str)>, Counter>::default();
+        registry.register(
+            "envoy_config_reloads",
+            "Reloads of the Envoy rate-limit configuration, by result",
+            reloads.clone(),
+        );
+        // Both results from start-up when a file is watched: a first failure must show as an increase.
+        // Each handle taken on its own: the family's lock is held while a returned guard lives.
+        let ok = reloads.get_or_create(&vec![("result", "ok")]).clone();
+        let failed = reloads.get_or_create(&vec![("result", "error")]).clone();
+        let envoy_reloads = (ok, failed);
+        if config.envoy_file.is_none() {
+            reloads.clear();
+        }
         let engine =
             Arc::new(Engine::builder(store, config.rules.clone()).clock(config.clock.clone()).build(&mut registry));
-        Ok(App { engine, health, rules_file: config.rules_file.clone(), metrics, registry })
+        Ok(App { engine, health, rules_file: config.rules_file.clone(), envoy_reloads, metrics, registry })
     }
 
     /// Why `name` is no limit here, and what is: the rules file's limits usable by name (the

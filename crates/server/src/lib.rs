@@ -67,6 +67,10 @@ pub async fn serve(
     let http = tokio::spawn(http::server::serve(listeners.http, router, config.http, grace, stopped.clone()));
     let grpc = listeners.grpc.map(|listener| {
         let envoy = Arc::new(std::sync::RwLock::new(config.envoy.clone()));
+        if let Some(path) = &config.envoy_file {
+            let (ok, failed) = app.envoy_reloads.clone();
+            grpc::reload::Reloader::new(envoy.clone(), path.clone(), ok, failed).watch(stopped.clone());
+        }
         tokio::spawn(grpc::serve(listener, app.clone(), envoy, stopped))
     });
     shutdown.await;

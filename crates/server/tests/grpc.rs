@@ -141,6 +141,10 @@ async fn hits_addend_overrides_and_bad_requests() {
     custom.limit = Some(RateLimitOverride { requests_per_unit: 10, unit: 1 });
     let status = &ask(&mut client, vec![custom], 0).await.statuses[0];
     assert_eq!((status.limit_remaining, status.current_limit.as_ref().unwrap().requests_per_unit), (9, 10));
+    // More hits than the limit can ever admit: over the limit, never an error (Envoy would fail
+    // open on an error).
+    let huge = ask(&mut client, vec![descriptor(&[("remote_address", "198.51.100.23")])], 4).await;
+    assert_eq!((huge.overall_code, code(&huge.statuses[0])), (Code::OverLimit as i32, Code::OverLimit));
     // An empty domain or no descriptors is INVALID_ARGUMENT.
     let empty =
         RateLimitRequest { domain: String::new(), descriptors: vec![descriptor(&[("a", "b")])], hits_addend: 0 };
@@ -152,4 +156,54 @@ async fn hits_addend_overrides_and_bad_requests() {
         RateLimitRequest { domain: "other".into(), descriptors: vec![descriptor(&[("a", "b")])], hits_addend: 0 };
     assert_eq!(client.should_rate_limit(other).await.unwrap().into_inner().overall_code, Code::Ok as i32);
     server.stop().await;
+}
+
+/// The configuration file is reloaded when it changes; a broken one keeps the one in force.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_configuration_is_swapped_in_and_a_broken_one_is_not() {
+    let dir = std::env::temp_dir().join(format!("tollgate-envoy-reload-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("shop.yaml");
+    let write = |per_minute: &str| {
+        // Written then renamed in, as deployment tools do.
+        let temporary = dir.join(".next");
+        let yaml = format!(
+            "domain: shop\ndescriptors:\n  - key: user\n    rate_limit: {{ unit: minute, requests_per_unit: {per_minute} }}\n"
+        );
+        std::fs::write(&temporary, yaml).unwrap();
+        std::fs::rename(&temporary, &file).unwrap();
+    };
+    write("5");
+    let envoy = tollgate_envoy::Config::load(&file).unwrap();
+    let config = Config { envoy: Arc::new(envoy), envoy_file: Some(file.clone()), ..common::manual_config() };
+    let server = Server::start_with_grpc(config).await;
+    let url = format!("http://{}", server.grpc.unwrap());
+    let mut client = RateLimitServiceClient::new(Channel::from_shared(url).unwrap().connect().await.unwrap());
+    let mut fresh = 0;
+    let mut limit_now = async |client: &mut RateLimitServiceClient<Channel>| {
+        fresh += 1;
+        let response = ask(client, vec![descriptor(&[("user", &format!("u{fresh}"))])], 0).await;
+        response.statuses[0].current_limit.as_ref().map(|l| l.requests_per_unit)
+    };
+    assert_eq!(limit_now(&mut client).await, Some(5));
+    write("7");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while limit_now(&mut client).await != Some(7) {
+        assert!(std::time::Instant::now() < deadline, "the new configuration never came");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    std::fs::write(&file, "domain: shop\ndescriptors:\n  - key: user\n    rate_limit: { unit: fortnight }\n").unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let metrics = server.curl(&["HTTP/metrics"]);
+        if metrics.contains("tollgate_envoy_config_reloads_total{result=\"error\"} 1") {
+            assert!(metrics.contains("tollgate_envoy_config_reloads_total{result=\"ok\"} 1"), "{metrics}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the broken file was never seen: {metrics}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(limit_now(&mut client).await, Some(7), "the configuration in force stays");
+    server.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -10,6 +10,8 @@
 //! said. `requests_per_unit: 0` is always over the limit; `unlimited` and unmatched descriptors
 //! are OK without a `current_limit`.
 
+pub mod reload;
+
 use std::sync::Arc;
 use std::sync::RwLock;
 
@@ -149,6 +151,9 @@ fn plan<'a>(matched: Option<&'a Matched<'a>>, cost: u64) -> Plan<'a> {
     };
     let shadow = m.limit.shadow_mode;
     match &m.limit.limit {
+        // A cost above what the limit can ever admit is over it, as in envoyproxy/ratelimit (for
+        // the store it would be an error, failing the whole call open in Envoy).
+        Some(limit) if cost > limit.capacity() => Plan::Blocked { shown, shadow },
         Some(limit) => Plan::Checked { check: Check::new(&m.key, limit, cost).scoped(SCOPE), shown, shadow },
         None => Plan::Blocked { shown, shadow },
     }
