@@ -16,12 +16,31 @@ for tool in redis-server redis-cli redis-benchmark; do
   command -v "$tool" >/dev/null 2>&1 || missing+=(redis-server)
 done
 command -v curl >/dev/null 2>&1 || missing+=(curl)
+# The Envoy client tests (crates/cli/tests/envoy_python.rs) run a Python gRPC client built from
+# Envoy's protos, from a virtualenv in the target dir, made once (Debian's python3 makes one only
+# with python3-venv, whose ensurepip supplies the virtualenv's pip).
+target_dir="${CARGO_TARGET_DIR:-target}"
+case "$target_dir" in /*) ;; *) target_dir="$PWD/$target_dir" ;; esac
+pyenv="$target_dir/pyenv"
+if [ ! -x "$pyenv/bin/python" ] && ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+  missing+=(python3 python3-venv)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   step "installing ${missing[*]}"
   SUDO=""
   if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
   $SUDO apt-get update
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y $(printf '%s\n' "${missing[@]}" | sort -u)
+fi
+
+# grpcio, grpcio-health-checking and xds-protos (Envoy's protos), at the versions in
+# crates/cli/tests/python/requirements.txt, installed when the virtualenv cannot import them.
+export TOLLGATE_PYTHON="$pyenv/bin/python"
+if ! "$TOLLGATE_PYTHON" -c 'import grpc, grpc_health.v1.health_pb2, envoy.service.ratelimit.v3.rls_pb2' >/dev/null 2>&1; then
+  step "installing the Python gRPC client's packages into $pyenv"
+  [ -x "$TOLLGATE_PYTHON" ] || python3 -m venv --clear "$pyenv"
+  "$TOLLGATE_PYTHON" -m pip install --disable-pip-version-check --no-input --quiet \
+    -r crates/cli/tests/python/requirements.txt
 fi
 
 step "rustfmt"
