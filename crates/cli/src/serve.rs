@@ -28,6 +28,11 @@ pub(crate) struct ServeArgs {
     /// *.yaml / *.yml files (one domain each).
     #[arg(long, value_name = "PATH")]
     envoy_config: Option<PathBuf>,
+    /// Ask Envoy to add RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset (of the
+    /// descriptor closest to its limit) to its responses, as envoyproxy/ratelimit's
+    /// LIMIT_RESPONSE_HEADERS_ENABLED.
+    #[arg(long)]
+    envoy_response_headers: bool,
     #[command(flatten)]
     store: crate::store_args::StoreArgs,
     /// With memory: most keys kept per table (idle keys are evicted first) [default: 1000000].
@@ -126,6 +131,7 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<()> {
         rules_file: args.rules.clone(),
         envoy: Arc::new(envoy),
         envoy_file: args.envoy_config.clone(),
+        envoy_response_headers: args.envoy_response_headers,
         resp: RespBounds {
             max_frame_bytes: args.max_frame_bytes,
             max_inline_bytes: args.max_inline_bytes,

@@ -129,6 +129,8 @@ pub struct Config {
     pub envoy: Arc<tollgate_envoy::Config>,
     /// The file or directory it came from: reloaded on SIGHUP and when it changes.
     pub envoy_file: Option<PathBuf>,
+    /// Whether Envoy is asked to add `RateLimit-Limit/-Remaining/-Reset` to its responses.
+    pub envoy_response_headers: bool,
     /// RESP bounds.
     pub resp: RespBounds,
     /// HTTP bounds.
@@ -212,6 +214,7 @@ impl Default for Config {
             rules_file: None,
             envoy: Arc::default(),
             envoy_file: None,
+            envoy_response_headers: false,
             resp: RespBounds::default(),
             http: HttpBounds::default(),
             shutdown_grace: Duration::from_secs(5),

@@ -71,7 +71,7 @@ pub async fn serve(
             let (ok, failed) = app.envoy_reloads.clone();
             grpc::reload::Reloader::new(envoy.clone(), path.clone(), ok, failed).watch(stopped.clone());
         }
-        tokio::spawn(grpc::serve(listener, app.clone(), envoy, stopped))
+        tokio::spawn(grpc::serve(listener, app.clone(), envoy, config.envoy_response_headers, stopped))
     });
     shutdown.await;
     tracing::info!("shutting down: answering in-flight requests");

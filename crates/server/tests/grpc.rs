@@ -207,3 +207,26 @@ async fn a_changed_configuration_is_swapped_in_and_a_broken_one_is_not() {
     server.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn response_headers_come_from_the_descriptor_closest_to_its_limit() {
+    let envoy = tollgate_envoy::Config::parse(CONFIG, "test.yaml").unwrap();
+    let config = Config { envoy: Arc::new(envoy), envoy_response_headers: true, ..common::manual_config() };
+    let server = Server::start_with_grpc(config).await;
+    let url = format!("http://{}", server.grpc.unwrap());
+    let mut client = RateLimitServiceClient::new(Channel::from_shared(url).unwrap().connect().await.unwrap());
+    // 3 per minute (2 left after this one) and 1 per hour (0 left): the hourly one is closest.
+    let descriptors =
+        vec![descriptor(&[("remote_address", "198.51.100.40")]), descriptor(&[("client", "c"), ("plan", "free")])];
+    let response = ask(&mut client, descriptors, 0).await;
+    let headers: Vec<(&str, &str)> =
+        response.response_headers_to_add.iter().map(|h| (h.key.as_str(), h.value.as_str())).collect();
+    assert_eq!(headers[..2], [("RateLimit-Limit", "1"), ("RateLimit-Remaining", "0")]);
+    assert_eq!(headers[2].0, "RateLimit-Reset");
+    let reset: u64 = headers[2].1.parse().unwrap();
+    assert!((1..=3600).contains(&reset), "{reset}");
+    // Without a limited descriptor, no headers.
+    let unmatched = ask(&mut client, vec![descriptor(&[("nothing", "here")])], 0).await;
+    assert!(unmatched.response_headers_to_add.is_empty());
+    server.stop().await;
+}

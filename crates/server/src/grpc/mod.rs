@@ -18,6 +18,7 @@ use std::sync::RwLock;
 use tollgate_core::Decision;
 use tollgate_envoy::{Config, Matched, RateLimit, Tuning, Unit};
 use tollgate_rls::RateLimitServiceServer;
+use tollgate_rls::envoy::config::core::v3::HeaderValue;
 use tollgate_rls::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit as CurrentLimit,
 };
@@ -35,12 +36,22 @@ const SCOPE: &str = "envoy";
 pub struct RateLimitService {
     app: Arc<App>,
     config: Arc<RwLock<Arc<Config>>>,
+    headers: bool,
 }
 
 impl RateLimitService {
     /// The service over `app`, deciding with `config` (shared with its reloader).
     pub fn new(app: Arc<App>, config: Arc<RwLock<Arc<Config>>>) -> Self {
-        RateLimitService { app, config }
+        RateLimitService { app, config, headers: false }
+    }
+
+    /// Also asks Envoy to add `RateLimit-Limit`, `RateLimit-Remaining` and `RateLimit-Reset`
+    /// (whole seconds, rounded up) to its response, from the descriptor closest to its limit, as
+    /// envoyproxy/ratelimit's `LIMIT_RESPONSE_HEADERS_ENABLED`.
+    #[must_use]
+    pub fn with_response_headers(mut self, on: bool) -> Self {
+        self.headers = on;
+        self
     }
 
     fn config(&self) -> Arc<Config> {
@@ -129,11 +140,14 @@ impl tollgate_rls::RateLimitService for RateLimitService {
             .zip(&matched)
             .map(|(descriptor, matched)| plan(matched.as_ref(), descriptor.hits_addend.unwrap_or(request_cost)))
             .collect();
-        let response = decide(self.app.engine.store().as_ref(), &plans).await.map_err(|e| match e {
+        let mut response = decide(self.app.engine.store().as_ref(), &plans).await.map_err(|e| match e {
             StoreError::Limit(e) => Status::invalid_argument(e.to_string()),
             e if e.is_backend() => Status::unavailable(e.to_string()),
             e => Status::internal(e.to_string()),
         })?;
+        if self.headers {
+            response.response_headers_to_add = response_headers(&response.statuses);
+        }
         Ok(Response::new(response))
     }
 }
@@ -208,17 +222,41 @@ async fn decide<S: Store>(store: &S, plans: &[Plan<'_>]) -> Result<RateLimitResp
     })
 }
 
+/// The `RateLimit-*` headers of the limited descriptor with the least remaining (the first of
+/// equals); none when no descriptor has a limit.
+fn response_headers(statuses: &[DescriptorStatus]) -> Vec<HeaderValue> {
+    let Some((status, limit)) =
+        statuses.iter().filter_map(|s| Some((s, s.current_limit.as_ref()?))).min_by_key(|(s, _)| s.limit_remaining)
+    else {
+        return Vec::new();
+    };
+    let reset = status.duration_until_reset.as_ref().map_or(0, |d| {
+        let seconds = u64::try_from(d.seconds).unwrap_or(0);
+        if d.nanos > 0 { seconds + 1 } else { seconds }
+    });
+    [
+        ("RateLimit-Limit", limit.requests_per_unit.to_string()),
+        ("RateLimit-Remaining", status.limit_remaining.to_string()),
+        ("RateLimit-Reset", reset.to_string()),
+    ]
+    .into_iter()
+    .map(|(key, value)| HeaderValue { key: key.into(), value })
+    .collect()
+}
+
 /// Serves the rate-limit service (and `grpc.health.v1.Health`, SERVING) on `listener` until
 /// `stopped` turns true; requests in flight are answered first.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     app: Arc<App>,
     config: Arc<RwLock<Arc<Config>>>,
+    response_headers: bool,
     mut stopped: tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), String> {
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_serving::<RateLimitServiceServer<RateLimitService>>().await;
-    let service = RateLimitServiceServer::new(RateLimitService::new(app, config));
+    let service =
+        RateLimitServiceServer::new(RateLimitService::new(app, config).with_response_headers(response_headers));
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     tonic::transport::Server::builder()
         .add_service(health)
