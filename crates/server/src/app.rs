@@ -23,6 +23,8 @@ pub struct App {
     rules_file: Option<std::path::PathBuf>,
     /// Reloads of the Envoy configuration that worked and that failed.
     pub envoy_reloads: (Counter, Counter),
+    /// envoyproxy/ratelimit's per-limit counters, for the gRPC service.
+    pub envoy_metrics: crate::grpc::metrics::Metrics,
     metrics: Metrics,
     registry: Registry,
 }
@@ -36,8 +38,11 @@ impl App {
         let health = Arc::new(Health::new(config));
         health.probe(&store).await;
         health.watch(Arc::downgrade(&store));
-        let mut registry = Registry::with_prefix("tollgate");
-        let metrics = Metrics::new(&mut registry, store.clone());
+        // tollgate's metrics under its prefix; envoyproxy/ratelimit's names (gRPC) without it.
+        let mut root = Registry::default();
+        let envoy_metrics = crate::grpc::metrics::Metrics::new(&mut root);
+        let registry = root.sub_registry_with_prefix("tollgate");
+        let metrics = Metrics::new(registry, store.clone());
         let reloads = Family::<Vec<(&'static str, &'static str)>, Counter>::default();
         registry.register(
             "envoy_config_reloads",
@@ -52,9 +57,16 @@ impl App {
         if config.envoy_file.is_none() {
             reloads.clear();
         }
-        let engine =
-            Arc::new(Engine::builder(store, config.rules.clone()).clock(config.clock.clone()).build(&mut registry));
-        Ok(App { engine, health, rules_file: config.rules_file.clone(), envoy_reloads, metrics, registry })
+        let engine = Arc::new(Engine::builder(store, config.rules.clone()).clock(config.clock.clone()).build(registry));
+        Ok(App {
+            engine,
+            health,
+            rules_file: config.rules_file.clone(),
+            envoy_reloads,
+            envoy_metrics,
+            metrics,
+            registry: root,
+        })
     }
 
     /// Why `name` is no limit here, and what is: the rules file's limits usable by name (the

@@ -85,6 +85,22 @@ async fn value_less_keys_count_per_value_and_a_blocklist_always_refuses() {
     assert_eq!(other.overall_code, Code::Ok as i32, "each address has its own bucket");
     let blocked = ask(&mut client, vec![descriptor(&[("remote_address", "203.0.113.66")])], 0).await;
     assert_eq!(blocked.overall_code, Code::OverLimit as i32, "requests_per_unit 0 always refuses");
+    // envoyproxy/ratelimit's counters, by domain and the limit's stats key (never the address:
+    // the limit has no `detailed_metric`).
+    let metrics = server.curl(&["HTTP/metrics"]);
+    let series = |name: &str, descriptor: &str, value: u32| {
+        format!("ratelimit_service_rate_limit_{name}_total{{domain=\"shop\",descriptor=\"{descriptor}\"}} {value}")
+    };
+    for wanted in [
+        series("total_hits", "remote_address", 5),
+        series("within_limit", "remote_address", 4),
+        series("over_limit", "remote_address", 1),
+        series("near_limit", "remote_address", 1),
+        series("over_limit", "remote_address_203.0.113.66", 1),
+    ] {
+        assert!(metrics.contains(&wanted), "{wanted}: {metrics}");
+    }
+    assert!(!metrics.contains("198.51.100"), "no request values in labels");
     server.stop().await;
 }
 

@@ -10,6 +10,7 @@
 //! said. `requests_per_unit: 0` is always over the limit; `unlimited` and unmatched descriptors
 //! are OK without a `current_limit`.
 
+pub mod metrics;
 pub mod reload;
 
 use std::sync::Arc;
@@ -27,6 +28,7 @@ use tollgate_store::{Check, Store, StoreError};
 use tonic::{Request, Response, Status};
 
 use crate::app::App;
+use metrics::{Metrics, Outcome};
 
 /// The scope of every Envoy descriptor's state: apart from rules, named limits and ad-hoc keys.
 const SCOPE: &str = "envoy";
@@ -65,10 +67,11 @@ enum Plan<'a> {
     Free,
     /// `unlimited: true`: OK, never counted.
     Unlimited,
-    /// `requests_per_unit: 0`: always over the limit (reported OK in shadow mode).
-    Blocked { shown: Shown, shadow: bool },
+    /// `requests_per_unit: 0`, or more hits than the limit can ever admit: over the limit
+    /// (reported OK in shadow mode).
+    Blocked { shown: Shown, shadow: bool, metric: &'a str, hits: u64 },
     /// Decided by the store: enforced, or in shadow mode.
-    Checked { check: Check<'a>, shown: Shown, shadow: bool },
+    Checked { check: Check<'a>, shown: Shown, shadow: bool, metric: &'a str },
 }
 
 /// The limit as the response states it.
@@ -140,11 +143,12 @@ impl tollgate_rls::RateLimitService for RateLimitService {
             .zip(&matched)
             .map(|(descriptor, matched)| plan(matched.as_ref(), descriptor.hits_addend.unwrap_or(request_cost)))
             .collect();
-        let mut response = decide(self.app.engine.store().as_ref(), &plans).await.map_err(|e| match e {
-            StoreError::Limit(e) => Status::invalid_argument(e.to_string()),
-            e if e.is_backend() => Status::unavailable(e.to_string()),
-            e => Status::internal(e.to_string()),
-        })?;
+        let mut response =
+            decide(self.app.engine.store().as_ref(), &plans, &self.app.envoy_metrics).await.map_err(|e| match e {
+                StoreError::Limit(e) => Status::invalid_argument(e.to_string()),
+                e if e.is_backend() => Status::unavailable(e.to_string()),
+                e => Status::internal(e.to_string()),
+            })?;
         if self.headers {
             response.response_headers_to_add = response_headers(&response.statuses);
         }
@@ -163,20 +167,20 @@ fn plan<'a>(matched: Option<&'a Matched<'a>>, cost: u64) -> Plan<'a> {
         requests_per_unit: m.limit.requests_per_unit,
         unit: m.limit.unit,
     };
-    let shadow = m.limit.shadow_mode;
+    let (shadow, metric) = (m.limit.shadow_mode, m.metric_key.as_str());
     match &m.limit.limit {
         // A cost above what the limit can ever admit is over it, as in envoyproxy/ratelimit (for
         // the store it would be an error, failing the whole call open in Envoy).
-        Some(limit) if cost > limit.capacity() => Plan::Blocked { shown, shadow },
-        Some(limit) => Plan::Checked { check: Check::new(&m.key, limit, cost).scoped(SCOPE), shown, shadow },
-        None => Plan::Blocked { shown, shadow },
+        Some(limit) if cost > limit.capacity() => Plan::Blocked { shown, shadow, metric, hits: cost },
+        Some(limit) => Plan::Checked { check: Check::new(&m.key, limit, cost).scoped(SCOPE), shown, shadow, metric },
+        None => Plan::Blocked { shown, shadow, metric, hits: cost },
     }
 }
 
 /// Decides the plans: the enforced checks all or nothing in one store call; shadow-mode checks
 /// each on its own, counted only when the request is admitted; peeks (cost 0) for the statuses of
 /// what a refused request did not consume.
-async fn decide<S: Store>(store: &S, plans: &[Plan<'_>]) -> Result<RateLimitResponse, StoreError> {
+async fn decide<S: Store>(store: &S, plans: &[Plan<'_>], metrics: &Metrics) -> Result<RateLimitResponse, StoreError> {
     let blocked = plans.iter().any(|p| matches!(p, Plan::Blocked { shadow: false, .. }));
     let enforced: Vec<Check<'_>> = plans
         .iter()
@@ -195,19 +199,32 @@ async fn decide<S: Store>(store: &S, plans: &[Plan<'_>]) -> Result<RateLimitResp
         statuses.push(match plan {
             Plan::Free => status(Code::Ok, None, None),
             Plan::Unlimited => DescriptorStatus { limit_remaining: u32::MAX, ..status(Code::Ok, None, None) },
-            Plan::Blocked { shown, shadow } => {
+            Plan::Blocked { shown, shadow, metric, hits } => {
+                metrics.record(metric, *hits, if *shadow { Outcome::Shadow } else { Outcome::Over });
                 status(if *shadow { Code::Ok } else { Code::OverLimit }, Some(shown), None)
             }
-            Plan::Checked { shown, shadow: false, .. } => {
+            Plan::Checked { check, shown, shadow: false, metric } => {
                 // A descriptor the request was refused by is over; the others report their state
                 // as a peek would (they consumed nothing).
                 let decision = decisions.next().ok_or(StoreError::NoChecks)?;
+                let outcome = match (decision.allowed, admitted) {
+                    (false, _) => Outcome::Over,
+                    (true, true) => Outcome::Within { remaining: decision.remaining, capacity: decision.limit },
+                    (true, false) => Outcome::NotCounted,
+                };
+                metrics.record(metric, check.cost, outcome);
                 let code = if decision.allowed { Code::Ok } else { Code::OverLimit };
                 status(code, Some(shown), Some(&decision))
             }
-            Plan::Checked { check, shown, shadow: true } => {
-                let check = if admitted { *check } else { Check { cost: 0, ..*check } };
-                let decision = store.check_one(check).await?;
+            Plan::Checked { check, shown, shadow: true, metric } => {
+                let counted = if admitted { *check } else { Check { cost: 0, ..*check } };
+                let decision = store.check_one(counted).await?;
+                let outcome = match (decision.allowed, admitted) {
+                    (false, _) => Outcome::Shadow,
+                    (true, true) => Outcome::Within { remaining: decision.remaining, capacity: decision.limit },
+                    (true, false) => Outcome::NotCounted,
+                };
+                metrics.record(metric, check.cost, outcome);
                 // Shadow mode never refuses: over or not, the descriptor is OK.
                 status(Code::Ok, Some(shown), Some(&decision))
             }
