@@ -246,3 +246,32 @@ async fn response_headers_come_from_the_descriptor_closest_to_its_limit() {
     assert!(unmatched.response_headers_to_add.is_empty());
     server.stop().await;
 }
+
+/// A frozen Redis (SIGSTOP: connections open, nothing answers) never stalls the service: every
+/// RPC is answered by the failure policy (here `local`, which keeps the limit), and once the
+/// breaker is open without waiting on Redis at all. No wall-clock assertion; the times are in
+/// the README (measured by hand).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_redis_is_answered_by_the_failure_policy() {
+    let redis = tollgate_store::testkit::redis_server::RedisServer::start();
+    let envoy = tollgate_envoy::Config::parse(CONFIG, "test.yaml").unwrap();
+    let config = Config {
+        store: tollgate_server::StoreConfig::Redis(redis.url()),
+        envoy: Arc::new(envoy),
+        ..common::manual_config()
+    };
+    let server = Server::start_with_grpc(config).await;
+    let url = format!("http://{}", server.grpc.unwrap());
+    let mut client = RateLimitServiceClient::new(Channel::from_shared(url).unwrap().connect().await.unwrap());
+    let ip = || vec![descriptor(&[("remote_address", "198.51.100.50")])];
+    assert_eq!(ask(&mut client, ip(), 0).await.statuses[0].limit_remaining, 2);
+    redis.freeze();
+    let mut codes = Vec::new();
+    for _ in 0..4 {
+        codes.push(ask(&mut client, ip(), 0).await.overall_code);
+    }
+    redis.thaw();
+    // The local decisions continue from Redis's last answer: 2 more admitted, then refused.
+    assert_eq!(codes, [1, 1, 2, 2]);
+    server.stop().await;
+}
