@@ -165,6 +165,14 @@ async fn hits_addend_overrides_and_bad_requests() {
     let empty =
         RateLimitRequest { domain: String::new(), descriptors: vec![descriptor(&[("a", "b")])], hits_addend: 0 };
     assert_eq!(client.should_rate_limit(empty).await.unwrap_err().code(), tonic::Code::InvalidArgument);
+    // Sizes a client chooses are bounded, with the bound in the message.
+    let many =
+        RateLimitRequest { domain: "shop".into(), descriptors: vec![descriptor(&[("a", "b")]); 257], hits_addend: 0 };
+    let error = client.should_rate_limit(many).await.unwrap_err();
+    assert!(error.code() == tonic::Code::InvalidArgument && error.message().contains("maximum of 256"), "{error:?}");
+    let long =
+        RateLimitRequest { domain: "shop".into(), descriptors: vec![descriptor(&[("a", "b"); 65])], hits_addend: 0 };
+    assert!(client.should_rate_limit(long).await.unwrap_err().message().contains("maximum of 64"));
     let none = RateLimitRequest { domain: "shop".into(), descriptors: Vec::new(), hits_addend: 0 };
     assert_eq!(client.should_rate_limit(none).await.unwrap_err().code(), tonic::Code::InvalidArgument);
     // An unknown domain: OK, no limit.

@@ -33,6 +33,13 @@ use metrics::{Metrics, Outcome};
 /// The scope of every Envoy descriptor's state: apart from rules, named limits and ad-hoc keys.
 const SCOPE: &str = "envoy";
 
+/// Most descriptors in one request, and entries in one descriptor: far above what Envoy's rate
+/// limit actions produce, low enough that no request makes one store call unbounded (gRPC already
+/// caps a message at 4 MiB).
+pub const MAX_DESCRIPTORS: usize = 256;
+/// See [`MAX_DESCRIPTORS`].
+pub const MAX_ENTRIES: usize = 64;
+
 /// The service: the app's engine and store, and the configuration in force (swapped on reload).
 #[derive(Debug)]
 pub struct RateLimitService {
@@ -112,6 +119,18 @@ impl tollgate_rls::RateLimitService for RateLimitService {
         }
         if request.descriptors.is_empty() {
             return Err(Status::invalid_argument("rate limit descriptor list must not be empty"));
+        }
+        if request.descriptors.len() > MAX_DESCRIPTORS {
+            return Err(Status::invalid_argument(format!(
+                "{} descriptors in one request, above the maximum of {MAX_DESCRIPTORS}",
+                request.descriptors.len()
+            )));
+        }
+        if let Some(d) = request.descriptors.iter().find(|d| d.entries.len() > MAX_ENTRIES) {
+            return Err(Status::invalid_argument(format!(
+                "a descriptor of {} entries, above the maximum of {MAX_ENTRIES}",
+                d.entries.len()
+            )));
         }
         let config = self.config();
         let entries: Vec<Vec<(&str, &str)>> = request
