@@ -33,6 +33,10 @@ pub(crate) struct ServeArgs {
     /// LIMIT_RESPONSE_HEADERS_ENABLED.
     #[arg(long)]
     envoy_response_headers: bool,
+    /// With Redis: how long a Redis call made for the gRPC service may take before the failure
+    /// policy answers (Envoy gives up after 20 ms by default) [default: 10ms].
+    #[arg(long, value_name = "DURATION", value_parser = units::duration)]
+    grpc_store_timeout: Option<std::time::Duration>,
     #[command(flatten)]
     store: crate::store_args::StoreArgs,
     /// With memory: most keys kept per table (idle keys are evicted first) [default: 1000000].
@@ -117,6 +121,15 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<()> {
             "--max-keys and --max-memory bound the memory store; with Redis, bound Redis itself (its maxmemory)"
         ),
         _ => {}
+    }
+    if let Some(timeout) = args.grpc_store_timeout {
+        if matches!(config.store, StoreConfig::Memory { .. }) {
+            anyhow::bail!(
+                "--grpc-store-timeout applies to a Redis store only (the memory store never waits): remove it, or \
+                 choose Redis with --store redis://host:port"
+            );
+        }
+        config.grpc_store_timeout = timeout;
     }
     let rules = match &args.rules {
         Some(path) => tollgate_rules::Rules::load(path).map_err(anyhow::Error::msg)?,

@@ -43,6 +43,7 @@ fn out_of_range_flags_are_refused_with_the_flag_and_the_range() {
         (&["--resp", "localhost"], "is not HOST:PORT"),
         (&["--on-store-error", "closed"], "--on-store-error applies to a Redis store only"),
         (&["--breaker-threshold", "5"], "--breaker-threshold applies to a Redis store only"),
+        (&["--grpc-store-timeout", "5ms"], "--grpc-store-timeout applies to a Redis store only"),
         (&["--store", "redis://127.0.0.1:1", "--max-keys", "5"], "--max-keys and --max-memory bound the memory store"),
     ] {
         let stderr = refused(args);

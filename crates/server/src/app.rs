@@ -23,6 +23,8 @@ pub struct App {
     rules_file: Option<std::path::PathBuf>,
     /// Reloads of the Envoy configuration that worked and that failed.
     pub envoy_reloads: (Counter, Counter),
+    /// The store as the gRPC service uses it (its own deadline on Redis; the same store in memory).
+    pub grpc_store: Arc<Backend>,
     /// envoyproxy/ratelimit's per-limit counters, for the gRPC service.
     pub envoy_metrics: crate::grpc::metrics::Metrics,
     metrics: Metrics,
@@ -42,7 +44,15 @@ impl App {
         let mut root = Registry::default();
         let envoy_metrics = crate::grpc::metrics::Metrics::new(&mut root);
         let registry = root.sub_registry_with_prefix("tollgate");
-        let metrics = Metrics::new(registry, store.clone());
+        // Envoy's gRPC service waits on Redis at most `grpc_store_timeout` (Envoy gives up after
+        // 20 ms by default); the other front ends use `store_timeout`.
+        let grpc_store = store.with_deadline(config, config.grpc_store_timeout).map_or_else(|| store.clone(), Arc::new);
+        let stores = if Arc::ptr_eq(&grpc_store, &store) {
+            vec![store.clone()]
+        } else {
+            vec![store.clone(), grpc_store.clone()]
+        };
+        let metrics = Metrics::new(registry, stores);
         let reloads = Family::<Vec<(&'static str, &'static str)>, Counter>::default();
         registry.register(
             "envoy_config_reloads",
@@ -63,6 +73,7 @@ impl App {
             health,
             rules_file: config.rules_file.clone(),
             envoy_reloads,
+            grpc_store,
             envoy_metrics,
             metrics,
             registry: root,

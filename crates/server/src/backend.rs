@@ -27,6 +27,26 @@ pub enum Backend {
     Redis(Fallback<RedisStore>, Histogram),
 }
 
+impl BackendStats {
+    /// The figures of two stores on the same backend, added (the breaker open if either is).
+    #[must_use]
+    pub fn plus(self, other: BackendStats) -> BackendStats {
+        let fallback = match (self.fallback, other.fallback) {
+            (Some(a), Some(b)) => Some(FallbackStats {
+                fallbacks: a.fallbacks + b.fallbacks,
+                backend_errors: a.backend_errors + b.backend_errors,
+                breaker_open: a.breaker_open || b.breaker_open,
+                breaker_opened: a.breaker_opened + b.breaker_opened,
+                debts: a.debts + b.debts,
+                charges_paid: a.charges_paid + b.charges_paid,
+                ledger_evictions: a.ledger_evictions + b.ledger_evictions,
+            }),
+            (a, b) => a.or(b),
+        };
+        BackendStats { memory: self.memory.or(other.memory), fallback }
+    }
+}
+
 /// What the store reports for the metrics.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct BackendStats {
@@ -67,6 +87,20 @@ impl Backend {
         // 50 µs .. ~6.5 s: a loopback round trip up to a store timeout.
         let latency = Histogram::new(exponential_buckets(0.000_05, 2.0, 18));
         Ok(Backend::Redis(Fallback::with_options(redis, policy, options), latency))
+    }
+
+    /// The same store for a front end with a shorter deadline (Envoy's gRPC): on Redis, the same
+    /// connection with `timeout` per call, behind a failure policy and breaker of its own (its
+    /// keys are its own: they live in their own scope). `None` in memory, which never waits.
+    pub fn with_deadline(&self, config: &Config, timeout: std::time::Duration) -> Option<Backend> {
+        let Backend::Redis(store, latency) = self else { return None };
+        let redis = store.inner().with_options(RedisOptions { timeout, ..store.inner().options().clone() }).ok()?;
+        let options = FallbackOptions {
+            breaker: Breaker::new(config.breaker_threshold, config.breaker_probe),
+            clock: config.clock.clone(),
+            ..FallbackOptions::default()
+        };
+        Some(Backend::Redis(Fallback::with_options(redis, store.policy(), options), latency.clone()))
     }
 
     /// Whether the store answers (always, in memory), and if not the driver's reason.

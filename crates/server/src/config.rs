@@ -131,6 +131,9 @@ pub struct Config {
     pub envoy_file: Option<PathBuf>,
     /// Whether Envoy is asked to add `RateLimit-Limit/-Remaining/-Reset` to its responses.
     pub envoy_response_headers: bool,
+    /// Timeout of each Redis call made for Envoy's gRPC service (default 10 ms: Envoy gives up
+    /// after 20 ms by default), within which the failure policy answers.
+    pub grpc_store_timeout: Duration,
     /// RESP bounds.
     pub resp: RespBounds,
     /// HTTP bounds.
@@ -215,6 +218,7 @@ impl Default for Config {
             envoy: Arc::default(),
             envoy_file: None,
             envoy_response_headers: false,
+            grpc_store_timeout: Duration::from_millis(10),
             resp: RespBounds::default(),
             http: HttpBounds::default(),
             shutdown_grace: Duration::from_secs(5),

@@ -18,7 +18,7 @@ use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::registry::Registry;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, BackendStats};
 
 /// The one exposition format of every front end: OpenMetrics text.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -34,10 +34,16 @@ pub fn render(registry: &Registry) -> String {
 /// Registers the store's figures (read from `store` when scraped) and, for Redis, the seconds per
 /// call: what a front end without RESP connections (the proxy) needs.
 pub fn register_store(registry: &mut Registry, store: Arc<Backend>) {
-    if let Some(latency) = store.latency() {
+    register_stores(registry, vec![store]);
+}
+
+/// [`register_store`] for several stores on one backend (the gRPC service's, with its own
+/// deadline, besides the main one): their figures are added.
+pub fn register_stores(registry: &mut Registry, stores: Vec<Arc<Backend>>) {
+    if let Some(latency) = stores.first().and_then(|store| store.latency()) {
         registry.register("store_latency_seconds", "Seconds per call to Redis", latency.clone());
     }
-    registry.register_collector(Box::new(StoreCollector(store)));
+    registry.register_collector(Box::new(StoreCollector(stores)));
 }
 
 /// The server's own metrics; the engine registers the decisions and store errors.
@@ -54,7 +60,7 @@ pub struct Metrics {
 impl Metrics {
     /// The server's metrics registered in `registry`, with the store's figures read from
     /// `store` when scraped.
-    pub fn new(registry: &mut Registry, store: Arc<Backend>) -> Self {
+    pub fn new(registry: &mut Registry, stores: Vec<Arc<Backend>>) -> Self {
         let connections = Gauge::default();
         registry.register("resp_connections", "Open RESP connections", connections.clone());
         let connections_total = Counter::default();
@@ -65,7 +71,7 @@ impl Metrics {
             "RESP connections refused at the limit",
             connections_refused.clone(),
         );
-        register_store(registry, store);
+        register_stores(registry, stores);
         Metrics { connections, connections_total, connections_refused }
     }
 }
@@ -73,7 +79,7 @@ impl Metrics {
 /// The store's figures, read when scraped. Help texts end with a period here, as the registry
 /// adds one to those it is given.
 #[derive(Debug)]
-struct StoreCollector(Arc<Backend>);
+struct StoreCollector(Vec<Arc<Backend>>);
 
 /// `kind` of `tollgate_store_evictions_total`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -93,7 +99,7 @@ fn gauge(encoder: &mut DescriptorEncoder<'_>, name: &str, help: &str, value: u64
 
 impl Collector for StoreCollector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
-        let stats = self.0.stats();
+        let stats = self.0.iter().map(|store| store.stats()).reduce(BackendStats::plus).unwrap_or_default();
         if let Some((keys, bytes, evictions)) = stats.memory {
             gauge(&mut encoder, "store_keys", "Keys the memory store holds.", keys as u64)?;
             gauge(&mut encoder, "store_bytes", "Bytes the memory store holds.", bytes as u64)?;

@@ -163,7 +163,7 @@ impl tollgate_rls::RateLimitService for RateLimitService {
             .map(|(descriptor, matched)| plan(matched.as_ref(), descriptor.hits_addend.unwrap_or(request_cost)))
             .collect();
         let mut response =
-            decide(self.app.engine.store().as_ref(), &plans, &self.app.envoy_metrics).await.map_err(|e| match e {
+            decide(self.app.grpc_store.as_ref(), &plans, &self.app.envoy_metrics).await.map_err(|e| match e {
                 StoreError::Limit(e) => Status::invalid_argument(e.to_string()),
                 e if e.is_backend() => Status::unavailable(e.to_string()),
                 e => Status::internal(e.to_string()),

@@ -152,6 +152,12 @@ impl RedisStore {
         RedisStore { connection, options, script: Arc::new(redis::Script::new(include_str!("decide.lua"))) }
     }
 
+    /// This store's options.
+    #[must_use]
+    pub fn options(&self) -> &RedisOptions {
+        &self.options
+    }
+
     /// This store's connection with other options (another prefix, clock or timeout).
     pub fn with_options(&self, options: RedisOptions) -> Result<Self, StoreError> {
         check_prefix(&options.prefix)?;
