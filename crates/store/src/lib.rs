@@ -6,6 +6,8 @@
 //!   small sharded locks for the other algorithms), bounded in keys with idle keys evicted
 //!   first, and driven by an injectable [`Clock`](tollgate_core::Clock).
 //! - [`RedisStore`] (feature `redis`): Redis or Redis Cluster, one atomic script per decision.
+//! - [`Leased`]: hot keys decided from slices of their capacity leased with one call
+//!   ([`lease`]), at memory speed on Redis without over-granting.
 //! - [`Fallback`]: what to answer when a [`Remote`] store (Redis) fails or is slow: fail-open,
 //!   fail-closed, or decide locally from the state last seen, charged back later; with a circuit
 //!   breaker so that a dead backend costs no timeout per call.
@@ -37,6 +39,7 @@
 
 mod error;
 pub mod fallback;
+pub mod lease;
 pub mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;
@@ -48,6 +51,7 @@ pub mod testkit;
 
 pub use error::StoreError;
 pub use fallback::{Breaker, FailurePolicy, Fallback, FallbackStats};
+pub use lease::{LeaseMode, LeaseOptions, LeaseStats, Leased, Lessor};
 
 /// The README's examples, compiled and run as doctests so that they stay true.
 #[cfg(doctest)]

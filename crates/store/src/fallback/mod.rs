@@ -25,6 +25,7 @@
 
 mod breaker;
 mod ledger;
+mod lessor;
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};

@@ -73,7 +73,7 @@ type Guards<'l, S> = Vec<(usize, RwLockWriteGuard<'l, Shard<S>>)>;
 impl MemoryStore {
     /// Records `charges` (`(check, at)`: `check.cost` at instant `at`), then decides `checks` all
     /// or nothing; returns the decisions, if `snapshots` each check's snapshot, and now.
-    pub(super) fn check_many(
+    pub(crate) fn check_many(
         &self,
         checks: &[Check<'_>],
         charges: &[(Check<'_>, u64)],

@@ -13,6 +13,11 @@
 -- Returns 7 integers per check: allowed (1/0), limit, remaining, retry_after_ns, reset_after_ns,
 -- and the key's snapshot after the call (used, previous; see tollgate-core's Snapshot), then the
 -- server's now as seconds and nanoseconds.
+-- A lease (hot keys, see the store's `lease` module) is one check whose cost is the most wanted,
+-- followed in ARGV by the lessee's id and the lease's lifetime in ms, and in KEYS by the key that
+-- counts the lessees: the check is admitted at min(cost, what is left), as an ordinary admission
+-- of that cost (or denied as a unit request when nothing is left), and two more integers follow
+-- the reply: the units granted and how many lessees asked within a lifetime.
 --
 -- Exact nanoseconds with Lua's doubles: instants are kept as decimal strings of ns since the
 -- epoch and turned into ns relative to now (exact below 2^53, 104 days), so every step works
@@ -714,15 +719,28 @@ end
 local charged = {}
 for k, v in pairs(state) do charged[k] = { v, idle[k] } end
 
+-- A lease: its lessee and lifetime follow every other argument.
+local lease_at = 6 + checks * 8 + charges * 9 + refunds * 10
+local leasing = #ARGV > lease_at
+if leasing and checks ~= 1 then error({ err = 'TOLLGATE_ARGS a lease is one check' }) end
+local granted = 0
+
 -- 2. Checks, in order; a key checked twice sees its first check's pending state.
 local ps, decisions = {}, {}
 local all = true
 for i = 1, checks do
   local key = KEYS[i]
   local p, cost = params(6 + (i - 1) * 8, key)
+  if leasing then
+    -- As much of the wanted slice as is left (the peek's `remaining` is exactly the largest cost
+    -- the algorithm admits now), or one unit, to be denied with that unit's retry.
+    local left = ALGS[p.alg].decide(current(key, p), p, 0)[3]
+    granted = math.min(cost, left)
+    cost = math.max(granted, 1)
+  end
   local d, new, at_idle = ALGS[p.alg].decide(current(key, p), p, cost)
   if new then state[key], idle[key] = new, at_idle end
-  if d[1] == false then all = false end
+  if d[1] == false then all = false; granted = 0 end
   ps[i], decisions[i] = p, d
 end
 
@@ -748,6 +766,16 @@ for i = 1, checks do
 end
 out[#out + 1] = S
 out[#out + 1] = N
+if leasing then
+  local lessees = KEYS[checks + charges + refunds + 1]
+  local now_ms = S * 1000 + math.floor(N / 1000000)
+  local lifetime = tonumber(ARGV[lease_at + 2])
+  redis.call('ZREMRANGEBYSCORE', lessees, '-inf', now_ms)
+  redis.call('ZADD', lessees, now_ms + lifetime, ARGV[lease_at + 1])
+  redis.call('PEXPIRE', lessees, lifetime + MARGIN)
+  out[#out + 1] = granted
+  out[#out + 1] = redis.call('ZCARD', lessees)
+end
 
 -- 5. Write.
 for key, st in pairs(state) do ALGS[algs[key]].store(key, st, idle[key]) end

@@ -47,6 +47,18 @@ pub(super) fn state_key(prefix: &str, scope: &str, algorithm: Algorithm, key: &[
     Ok(out)
 }
 
+/// The Redis key counting the nodes that lease `state_key` (a sorted set: lessee id, expiry in ms):
+/// `PREFIX:lessees:` then the state key after its prefix. It shares the state key's slot (nothing
+/// before the tag has braces), and no state key starts so (`lessees` is no algorithm).
+pub(super) fn lessees_key(prefix: &str, state_key: &[u8]) -> Vec<u8> {
+    let rest = &state_key[prefix.len() + 1..];
+    let mut out = Vec::with_capacity(state_key.len() + 9);
+    out.extend_from_slice(prefix.as_bytes());
+    out.extend_from_slice(b":lessees:");
+    out.extend_from_slice(rest);
+    out
+}
+
 /// Whether Redis Cluster would hash `key` by a `{tag}` inside it (a non-empty one, first `{`
 /// to the first `}` after it).
 fn has_hash_tag(key: &[u8]) -> bool {
@@ -82,5 +94,13 @@ mod tests {
             }
         }
         assert!(state_key("tg", "a:b", Algorithm::Gcra, b"k").is_err());
+    }
+
+    #[test]
+    fn lessees_share_the_state_keys_slot_and_never_a_state_key() {
+        let state = key("api", Algorithm::Gcra, b"{u}:x");
+        let lessees = lessees_key("tg", &state);
+        assert_eq!(lessees, b"tg:lessees:gcra:@api:t:{u}:x");
+        assert!(Algorithm::ALL.iter().all(|a| a.name() != "lessees"));
     }
 }

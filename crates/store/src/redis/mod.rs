@@ -18,6 +18,7 @@
 //!   server's time, which [`Fallback`](crate::Fallback) uses.
 
 mod keys;
+mod lease;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -97,6 +98,15 @@ pub struct RedisStore {
     connection: Connection,
     options: RedisOptions,
     script: Arc<redis::Script>,
+    /// Script calls sent (one `EVALSHA` each), for the calls-per-decision figure.
+    script_calls: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// The lease part of a script call.
+#[derive(Debug, Clone, Copy)]
+struct LeaseArgs {
+    lessee: u64,
+    lifetime_ms: u64,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -149,7 +159,19 @@ impl RedisStore {
     }
 
     fn with(connection: Connection, options: RedisOptions) -> Self {
-        RedisStore { connection, options, script: Arc::new(redis::Script::new(include_str!("decide.lua"))) }
+        RedisStore {
+            connection,
+            options,
+            script: Arc::new(redis::Script::new(include_str!("decide.lua"))),
+            script_calls: Arc::default(),
+        }
+    }
+
+    /// How many script calls (`EVALSHA`) this store and its clones have sent: the Redis calls
+    /// behind its decisions.
+    #[must_use]
+    pub fn script_calls(&self) -> u64 {
+        self.script_calls.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// This store's options.
@@ -161,7 +183,12 @@ impl RedisStore {
     /// This store's connection with other options (another prefix, clock or timeout).
     pub fn with_options(&self, options: RedisOptions) -> Result<Self, StoreError> {
         check_prefix(&options.prefix)?;
-        Ok(RedisStore { connection: self.connection.clone(), options, script: self.script.clone() })
+        Ok(RedisStore {
+            connection: self.connection.clone(),
+            options,
+            script: self.script.clone(),
+            script_calls: self.script_calls.clone(),
+        })
     }
 
     /// The Redis key that holds the state of `key` in `scope` under `limit` (see the key scheme
@@ -178,10 +205,22 @@ impl RedisStore {
         charges: &[Charge<'_>],
         refunds: &[Refund<'_>],
     ) -> Result<Reply, StoreError> {
+        Ok(self.invoke(checks, charges, refunds, None).await?.0)
+    }
+
+    /// [`call`](Self::call), or with `lease` a lease of its one check (see `lease.rs`), answering
+    /// then the units granted and the lessees counted.
+    async fn invoke(
+        &self,
+        checks: &[Check<'_>],
+        charges: &[Charge<'_>],
+        refunds: &[Refund<'_>],
+        lease: Option<LeaseArgs>,
+    ) -> Result<(Reply, Option<(u64, u64)>), StoreError> {
         if let Some(c) = checks.iter().find(|c| c.cost > c.limit.capacity()) {
             return Err(tollgate_core::Error::CostExceedsCapacity { cost: c.cost, capacity: c.limit.capacity() }.into());
         }
-        let keys = checks
+        let mut keys = checks
             .iter()
             .chain(charges.iter().map(|c| &c.check))
             .chain(refunds.iter().map(|r| &r.check))
@@ -189,6 +228,9 @@ impl RedisStore {
             .collect::<Result<Vec<_>, _>>()?;
         if keys.is_empty() {
             return Err(StoreError::NoChecks);
+        }
+        if lease.is_some() {
+            keys.push(keys::lessees_key(&self.options.prefix, &keys[0]));
         }
         if matches!(self.connection, Connection::Cluster(_)) {
             let slot = redis::cluster_routing::Slot::for_key(&keys[0]);
@@ -234,6 +276,10 @@ impl RedisStore {
             limit_args(&mut invocation, refund.check.limit, refund.check.cost);
             invocation.arg(refund.at).arg(refund.decision.reset_after_ns);
         }
+        if let Some(lease) = lease {
+            invocation.arg(lease.lessee).arg(lease.lifetime_ms);
+        }
+        self.script_calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let call = async {
             match &self.connection {
                 Connection::Single(c) => invocation.invoke_async::<Vec<i64>>(&mut c.clone()).await,
@@ -244,7 +290,18 @@ impl RedisStore {
             .await
             .map_err(|_| StoreError::Timeout(self.options.timeout))?
             .map_err(|e| script_error(&e, &keys))?;
-        parse_reply(&reply, checks.len())
+        match lease {
+            None => Ok((parse_reply(&reply, checks.len())?, None)),
+            Some(_) => {
+                let (reply, granted) = reply.split_at(reply.len().saturating_sub(2));
+                let field = |v: i64| u64::try_from(v).map_err(|_| StoreError::Backend(format!("bad lease reply {v}")));
+                let granted = match granted {
+                    [units, lessees] => (field(*units)?, field(*lessees)?),
+                    _ => return Err(StoreError::Backend("the script answered no lease".into())),
+                };
+                Ok((parse_reply(reply, checks.len())?, Some(granted)))
+            }
+        }
     }
 }
 

@@ -1,0 +1,530 @@
+//! [`Book`]: one node's leases, as logic without I/O. It answers what to do with a request
+//! ([`Spend`]) and which refill to send ([`Order`]); the caller sends it and reports the result.
+//! [`Leased`](super::Leased) drives it with a store; the simulation in `tests/lease_bound.rs`
+//! drives it with adversarial schedules on a manual clock.
+
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use hashbrown::HashMap;
+use tollgate_core::{Algorithm, Decision, Limit};
+
+use super::hot::HotKeys;
+use super::{Grant, LeaseMode, LeaseOptions, LeaseStats, leasable};
+use crate::Check;
+
+/// How often the rates are measured (and cold keys let go).
+const EPOCH_NS: u64 = 20_000_000;
+/// A leased key under a quarter of the hot rate for this long is decided exactly again.
+const COOL_NS: u64 = 1_000_000_000;
+
+/// What to do with a request.
+#[derive(Debug)]
+pub enum Spend {
+    /// Decided from a slice (admitted) or from a cached denial.
+    Local {
+        /// The decision.
+        decision: Decision,
+        /// The store's instant, estimated from the latest grant.
+        at: u64,
+        /// A refill to send.
+        order: Option<Order>,
+    },
+    /// The slice is spent and a refill is in flight: wait for it ([`Refill::wait`]) and ask
+    /// again, or decide exactly.
+    Wait {
+        /// The refill to send, if this call started it.
+        order: Option<Order>,
+        /// What to wait on.
+        refill: Refill,
+    },
+    /// Decide exactly: the key is not leased, or its slice cannot cover the cost.
+    Exact {
+        /// A refill to send meanwhile.
+        order: Option<Order>,
+    },
+}
+
+/// A refill to send: `want` units of the entry's key, asked at the node's `sent`. Report its
+/// result with [`Book::granted`]; dropped unreported, it counts as failed.
+#[derive(Debug)]
+pub struct Order {
+    entry: Arc<Entry>,
+    /// Units wanted.
+    pub want: u64,
+    /// When it was sent, on the node's clock.
+    pub sent: u64,
+    done: bool,
+}
+
+impl Order {
+    /// The check to lease (cost 0; the units wanted are [`want`](Self::want)).
+    #[must_use]
+    pub fn check(&self) -> Check<'_> {
+        Check { scope: &self.entry.scope, key: &self.entry.key, limit: &self.entry.limit, cost: 0 }
+    }
+}
+
+impl Drop for Order {
+    fn drop(&mut self) {
+        if !self.done {
+            self.entry.lock().in_flight = false;
+            self.entry.refilled();
+        }
+    }
+}
+
+/// A handle to wait for an entry's next refill.
+#[derive(Debug)]
+pub struct Refill {
+    entry: Arc<Entry>,
+    generation: u64,
+}
+
+impl Refill {
+    /// Resolves once the entry's refill that was in flight has been answered (or failed).
+    pub async fn wait(self) {
+        let notified = self.entry.notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if self.entry.generation.load(Ordering::Acquire) == self.generation {
+            notified.await;
+        }
+    }
+}
+
+/// One leased key.
+#[derive(Debug)]
+pub(crate) struct Entry {
+    scope: Box<str>,
+    key: Box<[u8]>,
+    limit: Limit,
+    state: Mutex<State>,
+    notify: tokio::sync::Notify,
+    /// Bumped by every refill answered, so that a waiter never misses one.
+    generation: AtomicU64,
+}
+
+impl Entry {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn refilled(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.notify.notify_waiters();
+    }
+
+    fn is(&self, check: &Check<'_>) -> bool {
+        *self.key == *check.key && *self.scope == *check.scope && self.limit.algorithm() == check.limit.algorithm()
+    }
+}
+
+/// Units debited for this node, to spend before `expires` (node's clock).
+#[derive(Debug, Clone, Copy)]
+struct Slice {
+    units: u64,
+    expires: u64,
+    /// The store's instant of the debit, and the node's when the call was sent.
+    server_at: u64,
+    sent: u64,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    current: Option<Slice>,
+    next: Option<Slice>,
+    /// A refused lease, answered locally until `until`.
+    denied: Option<(u64, Decision)>,
+    in_flight: bool,
+    /// After a failed lease call: decided exactly until then.
+    backoff_until: u64,
+    /// The latest grant: what the store had left then, how many nodes lease, and when.
+    left: u64,
+    lessees: u64,
+    last_server_at: u64,
+    last_sent: u64,
+    /// Units wanted this epoch, and the rate measured (units a second).
+    epoch_start: u64,
+    epoch_units: u64,
+    rate: f64,
+    last_active: u64,
+    cool_since: Option<u64>,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    grants: AtomicU64,
+    units_granted: AtomicU64,
+    units_forfeited: AtomicU64,
+    failures: AtomicU64,
+    local: AtomicU64,
+    exact: AtomicU64,
+    hot: AtomicU64,
+}
+
+/// One node's leases (see the module docs of `lease`).
+#[derive(Debug)]
+pub struct Book {
+    options: LeaseOptions,
+    hasher: foldhash::fast::RandomState,
+    entries: RwLock<HashMap<u64, Arc<Entry>, foldhash::fast::FixedState>>,
+    hot: Mutex<HotKeys>,
+    counters: Counters,
+    last_sweep: AtomicU64,
+}
+
+impl Book {
+    /// An empty book.
+    #[must_use]
+    pub fn new(options: LeaseOptions) -> Self {
+        Book {
+            hot: Mutex::new(HotKeys::new(options.hot_rate)),
+            options,
+            hasher: foldhash::fast::RandomState::default(),
+            entries: RwLock::new(HashMap::with_hasher(foldhash::fast::FixedState::default())),
+            counters: Counters::default(),
+            last_sweep: AtomicU64::new(0),
+        }
+    }
+
+    /// The options.
+    #[must_use]
+    pub fn options(&self) -> &LeaseOptions {
+        &self.options
+    }
+
+    fn hash(&self, check: &Check<'_>) -> u64 {
+        self.hasher.hash_one((check.scope, check.limit.algorithm().name(), check.key))
+    }
+
+    /// What to do with `check` (cost > 0) at the node's `now`.
+    pub fn spend(&self, check: &Check<'_>, now: u64) -> Spend {
+        self.sweep(now);
+        let entries = self.entries.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(entry) = entries.get(&self.hash(check)).filter(|e| e.is(check)) else {
+            return Spend::Exact { order: None };
+        };
+        if entry.limit != *check.limit {
+            // The key's limit changed (a reload): its slices were taken under the old one.
+            drop(entries);
+            self.forget(check);
+            return Spend::Exact { order: None };
+        }
+        let mut st = entry.lock();
+        st.roll(now);
+        self.retire(&mut st, now);
+        let order = |st: &mut State| self.order(entry, st, now);
+        if let Some(slice) = st.current.as_mut().filter(|s| s.units >= check.cost) {
+            slice.units -= check.cost;
+            let (server_at, sent) = (slice.server_at, slice.sent);
+            st.epoch_units += check.cost;
+            let decision = st.admitted(&entry.limit, now);
+            let half = st.held() <= self.size(&entry.limit, &st, now) / 2;
+            let order = if half { order(&mut st) } else { None };
+            self.counters.local.fetch_add(1, Ordering::Relaxed);
+            return Spend::Local { decision, at: server_at + now.saturating_sub(sent), order };
+        }
+        st.epoch_units += check.cost;
+        if let Some((until, denial)) = st.denied {
+            if now < until {
+                self.counters.local.fetch_add(1, Ordering::Relaxed);
+                let decision = Decision {
+                    retry_after_ns: until - now,
+                    reset_after_ns: denial.reset_after_ns.saturating_sub(now.saturating_sub(st.last_sent)),
+                    ..denial
+                };
+                return Spend::Local { decision, at: st.last_server_at + now.saturating_sub(st.last_sent), order: None };
+            }
+            st.denied = None;
+        }
+        let empty = st.held() == 0;
+        let was_in_flight = st.in_flight;
+        let order = order(&mut st);
+        if empty && st.in_flight {
+            let refill = Refill { entry: entry.clone(), generation: entry.generation.load(Ordering::Acquire) };
+            debug_assert!(order.is_some() || was_in_flight);
+            return Spend::Wait { order, refill };
+        }
+        Spend::Exact { order }
+    }
+
+    /// Counts a decision sent to the store exactly; answers a first refill when that makes the key
+    /// leased (it is hot, or every key is leased).
+    pub fn observe_exact(&self, check: &Check<'_>, now: u64) -> Option<Order> {
+        if self.options.mode == LeaseMode::Off || check.cost == 0 || !leasable(check.limit.algorithm()) {
+            return None;
+        }
+        let hash = self.hash(check);
+        let rate = match self.options.mode {
+            LeaseMode::Always => 0.0,
+            _ => self.hot.lock().unwrap_or_else(std::sync::PoisonError::into_inner).hit(hash, now)?,
+        };
+        let mut entries = self.entries.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if entries.contains_key(&hash) || entries.len() >= self.options.max_keys {
+            return None;
+        }
+        if self.options.mode == LeaseMode::Auto {
+            self.counters.hot.fetch_add(1, Ordering::Relaxed);
+        }
+        let state = State { epoch_start: now, rate, last_active: now, ..State::default() };
+        let entry = Arc::new(Entry {
+            scope: check.scope.into(),
+            key: check.key.into(),
+            limit: check.limit.clone(),
+            state: Mutex::new(state),
+            notify: tokio::sync::Notify::new(),
+            generation: AtomicU64::new(0),
+        });
+        entries.insert(hash, entry.clone());
+        drop(entries);
+        let mut st = entry.lock();
+        self.order(&entry, &mut st, now)
+    }
+
+    /// Records what the store answered to `order` (received at the node's `now`).
+    pub fn granted(&self, mut order: Order, result: Result<Grant, crate::StoreError>, now: u64) {
+        order.done = true;
+        let entry = order.entry.clone();
+        let mut st = entry.lock();
+        st.in_flight = false;
+        match result {
+            Ok(grant) => {
+                self.counters.grants.fetch_add(1, Ordering::Relaxed);
+                self.counters.units_granted.fetch_add(grant.granted, Ordering::Relaxed);
+                st.left = grant.decision.remaining;
+                st.lessees = grant.lessees.max(1);
+                st.last_server_at = grant.at;
+                st.last_sent = order.sent;
+                if grant.granted > 0 {
+                    let slice = Slice {
+                        units: grant.granted,
+                        expires: order.sent + self.life(&entry.limit, grant.at),
+                        server_at: grant.at,
+                        sent: order.sent,
+                    };
+                    if st.current.is_some_and(|s| s.units > 0 && s.expires > now) {
+                        if let Some(old) = st.next.replace(slice) {
+                            self.forfeit(old.units);
+                        }
+                    } else {
+                        st.current = Some(slice);
+                    }
+                    st.denied = None;
+                    self.retire(&mut st, now);
+                } else {
+                    let retry = grant.decision.retry_after_ns;
+                    st.denied = Some((order.sent + retry + self.jitter(retry, now), grant.decision));
+                }
+            }
+            Err(_) => {
+                self.counters.failures.fetch_add(1, Ordering::Relaxed);
+                st.backoff_until = now + self.lifetime_ns();
+            }
+        }
+        drop(st);
+        entry.refilled();
+    }
+
+    /// Gives `check.cost` units admitted at the store's instant `at` back to the key's slice, if
+    /// they can be spent within the slice's life: true if so (the caller refunds the store
+    /// otherwise).
+    pub fn credit(&self, check: &Check<'_>, at: u64, now: u64) -> bool {
+        let entries = self.entries.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(entry) = entries.get(&self.hash(check)).filter(|e| e.is(check) && e.limit == *check.limit) else {
+            return false;
+        };
+        let mut st = entry.lock();
+        self.retire(&mut st, now);
+        let room = st.held() + check.cost <= self.max_held(&entry.limit);
+        match st.current.as_mut() {
+            // Admitted while this slice was held: the unit was debited no earlier than the slice
+            // (so within its life and its window); and the node never holds more than `max_held`.
+            Some(slice) if room && at >= slice.server_at => {
+                slice.units += check.cost;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Drops the key's lease (its units are forfeited).
+    pub fn forget(&self, check: &Check<'_>) {
+        let hash = self.hash(check);
+        let mut entries = self.entries.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if entries.get(&hash).is_some_and(|e| e.is(check)) {
+            if let Some(entry) = entries.remove(&hash) {
+                self.forfeit(entry.lock().held());
+            }
+        }
+    }
+
+    /// Counters for metrics.
+    #[must_use]
+    pub fn stats(&self) -> LeaseStats {
+        let c = &self.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        LeaseStats {
+            grants: get(&c.grants),
+            units_granted: get(&c.units_granted),
+            units_forfeited: get(&c.units_forfeited),
+            failures: get(&c.failures),
+            local_decisions: get(&c.local),
+            exact_decisions: get(&c.exact),
+            hot_keys_detected: get(&c.hot),
+            leased_keys: self.entries.read().map_or(0, |e| e.len() as u64),
+        }
+    }
+
+    /// Counts a decision sent to the store.
+    pub fn count_exact(&self) {
+        self.counters.exact.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn lifetime_ns(&self) -> u64 {
+        u64::try_from(self.options.lifetime.as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// How long a slice debited at the store's `server_at` may be spent: its lifetime, and for a
+    /// window no longer than the window it was counted in (epoch-aligned, as the algorithms).
+    fn life(&self, limit: &Limit, server_at: u64) -> u64 {
+        let lifetime = self.lifetime_ns();
+        if is_window(limit.algorithm()) {
+            lifetime.min(limit.period_ns() - server_at % limit.period_ns())
+        } else {
+            lifetime
+        }
+    }
+
+    /// The most this node holds of `limit`'s capacity at once (`g_max` in the bound).
+    #[must_use]
+    pub fn max_held(&self, limit: &Limit) -> u64 {
+        (limit.capacity().saturating_mul(self.options.share_percent) / 100).max(1)
+    }
+
+    /// The slice to ask for (see the module docs).
+    fn size(&self, limit: &Limit, st: &State, now: u64) -> u64 {
+        let capacity = limit.capacity();
+        let lessees = st.lessees.max(1);
+        let horizon = self.lifetime_ns() as f64 / 4e9;
+        let mut want = (st.rate * horizon).ceil() as u64;
+        want = want.min((self.max_held(limit) / lessees).max(1));
+        if st.last_sent > 0 {
+            want = want.min((st.left / lessees).max(1));
+        }
+        if is_window(limit.algorithm()) && st.last_sent > 0 {
+            let server_now = st.last_server_at + now.saturating_sub(st.last_sent);
+            let rest = limit.period_ns() - server_now % limit.period_ns();
+            want = want.min((st.rate * rest as f64 / 1e9).ceil() as u64);
+        }
+        want.clamp(1, capacity.max(1))
+    }
+
+    /// Starts a refill of `entry` if none is in flight and none failed lately.
+    fn order(&self, entry: &Arc<Entry>, st: &mut State, now: u64) -> Option<Order> {
+        if st.in_flight || now < st.backoff_until {
+            return None;
+        }
+        // What is held and what is asked never exceed `max_held` together.
+        let want = self.size(&entry.limit, st, now).min(self.max_held(&entry.limit).saturating_sub(st.held()));
+        if want == 0 {
+            return None;
+        }
+        st.in_flight = true;
+        Some(Order { entry: entry.clone(), want, sent: now, done: false })
+    }
+
+    /// Moves past expired or spent slices, counting what expired unspent.
+    fn retire(&self, st: &mut State, now: u64) {
+        while let Some(slice) = st.current {
+            if slice.expires > now && slice.units > 0 {
+                break;
+            }
+            if slice.expires <= now {
+                self.forfeit(slice.units);
+            }
+            st.current = st.next.take();
+        }
+    }
+
+    fn forfeit(&self, units: u64) {
+        if units > 0 {
+            self.counters.units_forfeited.fetch_add(units, Ordering::Relaxed);
+        }
+    }
+
+    /// Up to an eighth of `retry` (at most 10 ms), so that refused nodes do not ask again together.
+    fn jitter(&self, retry: u64, now: u64) -> u64 {
+        let span = (retry / 8).min(10_000_000);
+        if span == 0 { 0 } else { self.hasher.hash_one((now, self.options.lessee)) % span }
+    }
+
+    /// Every epoch: lets go of keys that cooled down (their slices are forfeited).
+    fn sweep(&self, now: u64) {
+        let last = self.last_sweep.load(Ordering::Relaxed);
+        if now < last + EPOCH_NS * 5
+            || self.last_sweep.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_err()
+        {
+            return;
+        }
+        let cool_rate = self.options.hot_rate as f64 / 4.0;
+        let mut entries = self.entries.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        entries.retain(|_, entry| {
+            let mut st = entry.lock();
+            st.roll(now);
+            let idle = now.saturating_sub(st.last_active) >= COOL_NS;
+            let cold = match self.options.mode {
+                LeaseMode::Always => idle,
+                _ => idle || (st.rate < cool_rate && st.cool_since.is_some_and(|t| now.saturating_sub(t) >= COOL_NS)),
+            };
+            if st.rate < cool_rate {
+                st.cool_since.get_or_insert(now);
+            } else {
+                st.cool_since = None;
+            }
+            if cold && !st.in_flight {
+                self.forfeit(st.held());
+                return false;
+            }
+            true
+        });
+    }
+}
+
+impl State {
+    /// Closes the epoch if it is over, measuring the rate: up at once, down smoothly.
+    fn roll(&mut self, now: u64) {
+        let elapsed = now.saturating_sub(self.epoch_start);
+        if elapsed >= EPOCH_NS {
+            let measured = self.epoch_units as f64 * 1e9 / elapsed as f64;
+            self.rate = if measured > self.rate { measured } else { 0.7 * self.rate + 0.3 * measured };
+            self.epoch_start = now;
+            self.epoch_units = 0;
+        }
+        if self.epoch_units > 0 {
+            self.last_active = now;
+        }
+    }
+
+    /// Units this node holds.
+    fn held(&self) -> u64 {
+        self.current.map_or(0, |s| s.units) + self.next.map_or(0, |s| s.units)
+    }
+
+    /// The decision of a unit spent from a slice: `remaining` is what this node holds plus what
+    /// the store had left at its latest grant (an estimate), `reset_after` the grant's, aged.
+    fn admitted(&self, limit: &Limit, now: u64) -> Decision {
+        let remaining = self.held().saturating_add(self.left).min(limit.capacity());
+        let reset_after_ns = if limit.algorithm().is_bucket() {
+            (limit.capacity() - remaining).saturating_mul(limit.emission_interval_ns())
+        } else {
+            limit.period_ns() - (self.last_server_at + now.saturating_sub(self.last_sent)) % limit.period_ns()
+        };
+        Decision { allowed: true, limit: limit.capacity(), remaining, retry_after_ns: 0, reset_after_ns }
+    }
+}
+
+fn is_window(algorithm: Algorithm) -> bool {
+    matches!(algorithm, Algorithm::FixedWindow | Algorithm::SlidingWindow)
+}

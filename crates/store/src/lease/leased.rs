@@ -1,0 +1,120 @@
+//! [`Leased`]: a store whose hot keys are decided from leased slices (see the module docs of
+//! `lease`), every other decision passed to the store it wraps.
+
+use std::sync::Arc;
+
+use tollgate_core::{Clock, Limit};
+
+use super::book::{Book, Order, Spend};
+use super::{LeaseMode, LeaseOptions, LeaseStats, Lessor};
+use crate::{Check, Refund, Reserved, Store, StoreError};
+
+/// `S` with leases for its hot keys. Cheap to clone: clones share the leases.
+#[derive(Debug, Clone)]
+pub struct Leased<S> {
+    inner: S,
+    book: Arc<Book>,
+    clock: Arc<dyn Clock>,
+}
+
+impl<S> Leased<S> {
+    /// Leases `inner`'s hot keys by `options`, on the node's `clock` (lifetimes and rates).
+    pub fn new(inner: S, options: LeaseOptions, clock: Arc<dyn Clock>) -> Self {
+        Leased { inner, book: Arc::new(Book::new(options)), clock }
+    }
+
+    /// The wrapped store.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    /// The leases' counters.
+    #[must_use]
+    pub fn stats(&self) -> LeaseStats {
+        self.book.stats()
+    }
+
+    /// The mode.
+    #[must_use]
+    pub fn mode(&self) -> LeaseMode {
+        self.book.options().mode
+    }
+}
+
+impl<S: Store + Lessor + Clone + 'static> Leased<S> {
+    /// Sends `order` in a task of its own; without a runtime it is dropped (counted as failed).
+    fn send(&self, order: Option<Order>) {
+        let Some(order) = order else { return };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let (inner, book, clock) = (self.inner.clone(), self.book.clone(), self.clock.clone());
+        let options = book.options();
+        let (lessee, lifetime) = (options.lessee, options.lifetime);
+        runtime.spawn(async move {
+            let result = inner.lease(order.check(), order.want, lessee, lifetime).await;
+            book.granted(order, result, clock.now_ns());
+        });
+    }
+
+    /// One check of positive cost: from its slice when it has one, else exactly.
+    async fn reserve_one(&self, check: &Check<'_>) -> Result<Reserved, StoreError> {
+        let mut waited = false;
+        loop {
+            match self.book.spend(check, self.clock.now_ns()) {
+                Spend::Local { decision, at, order } => {
+                    self.send(order);
+                    return Ok(Reserved::at(vec![decision], at));
+                }
+                Spend::Wait { order, refill } if !waited => {
+                    self.send(order);
+                    // A refill takes one round trip, as the exact call would; bounded by a
+                    // lifetime in case it never answers.
+                    let _ = tokio::time::timeout(self.book.options().lifetime, refill.wait()).await;
+                    waited = true;
+                }
+                Spend::Wait { order, .. } | Spend::Exact { order } => {
+                    self.send(order);
+                    break;
+                }
+            }
+        }
+        self.book.count_exact();
+        self.send(self.book.observe_exact(check, self.clock.now_ns()));
+        self.inner.reserve(std::slice::from_ref(check)).await
+    }
+}
+
+impl<S: Store + Lessor + Clone + 'static> Store for Leased<S> {
+    async fn reserve(&self, checks: &[Check<'_>]) -> Result<Reserved, StoreError> {
+        if self.book.options().mode == LeaseMode::Off {
+            return self.inner.reserve(checks).await;
+        }
+        if let [check] = checks
+            && check.cost > 0
+            && check.cost <= check.limit.capacity()
+        {
+            return self.reserve_one(check).await;
+        }
+        // Peeks and requests under several limits are decided exactly (see the module docs).
+        self.book.count_exact();
+        let now = self.clock.now_ns();
+        for check in checks.iter().filter(|c| c.cost <= c.limit.capacity()) {
+            self.send(self.book.observe_exact(check, now));
+        }
+        self.inner.reserve(checks).await
+    }
+
+    async fn refund(&self, refunds: &[Refund<'_>]) -> Result<(), StoreError> {
+        let now = self.clock.now_ns();
+        let rest: Vec<Refund<'_>> = refunds
+            .iter()
+            .filter(|r| !(r.decision.allowed && r.check.cost > 0 && self.book.credit(&r.check, r.at, now)))
+            .copied()
+            .collect();
+        if rest.is_empty() { Ok(()) } else { self.inner.refund(&rest).await }
+    }
+
+    async fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> Result<(), StoreError> {
+        self.book.forget(&Check { scope, key, limit, cost: 0 });
+        self.inner.reset(scope, key, limit).await
+    }
+}
