@@ -168,7 +168,7 @@ struct Counters {
 #[derive(Debug)]
 pub struct Book {
     options: LeaseOptions,
-    hasher: foldhash::fast::RandomState,
+    hasher: foldhash::fast::FixedState,
     entries: RwLock<HashMap<u64, Arc<Entry>, foldhash::fast::FixedState>>,
     hot: Mutex<HotKeys>,
     counters: Counters,
@@ -181,8 +181,9 @@ impl Book {
     pub fn new(options: LeaseOptions) -> Self {
         Book {
             hot: Mutex::new(HotKeys::new(options.hot_rate)),
+            // Seeded by the node's id: a simulation with fixed ids runs the same every time.
+            hasher: foldhash::fast::FixedState::with_seed(options.lessee),
             options,
-            hasher: foldhash::fast::RandomState::default(),
             entries: RwLock::new(HashMap::with_hasher(foldhash::fast::FixedState::default())),
             counters: Counters::default(),
             last_sweep: AtomicU64::new(0),
@@ -360,6 +361,24 @@ impl Book {
         }
     }
 
+    /// Units this node holds for `check`'s key now (0 when it is not leased).
+    #[must_use]
+    pub fn held(&self, check: &Check<'_>, now: u64) -> u64 {
+        let entries = self.entries.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        entries.get(&self.hash(check)).filter(|e| e.is(check)).map_or(0, |entry| {
+            let mut st = entry.lock();
+            self.retire(&mut st, now);
+            st.held()
+        })
+    }
+
+    /// Whether a refill of `check`'s key is in flight.
+    #[must_use]
+    pub fn refilling(&self, check: &Check<'_>) -> bool {
+        let entries = self.entries.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        entries.get(&self.hash(check)).filter(|e| e.is(check)).is_some_and(|e| e.lock().in_flight)
+    }
+
     /// Counters for metrics.
     #[must_use]
     pub fn stats(&self) -> LeaseStats {
@@ -406,17 +425,29 @@ impl Book {
     /// The slice to ask for (see the module docs).
     fn size(&self, limit: &Limit, st: &State, now: u64) -> u64 {
         let capacity = limit.capacity();
-        let lessees = st.lessees.max(1);
+        let since = now.saturating_sub(st.last_sent);
+        // The script forgets a lessee after a lifetime: so does this count.
+        let lessees = if since < self.lifetime_ns() { st.lessees.max(1) } else { 1 };
         let horizon = self.lifetime_ns() as f64 / 4e9;
         let mut want = (st.rate * horizon).ceil() as u64;
         want = want.min((self.max_held(limit) / lessees).max(1));
         if st.last_sent > 0 {
-            want = want.min((st.left / lessees).max(1));
-        }
-        if is_window(limit.algorithm()) && st.last_sent > 0 {
-            let server_now = st.last_server_at + now.saturating_sub(st.last_sent);
-            let rest = limit.period_ns() - server_now % limit.period_ns();
-            want = want.min((st.rate * rest as f64 / 1e9).ceil() as u64);
+            // What the store has left now, estimated from the latest grant: refilled since for a
+            // bucket, all of it in a new window.
+            let server_now = st.last_server_at + since;
+            let period = limit.period_ns();
+            let left = if limit.algorithm().is_bucket() {
+                st.left.saturating_add(since / limit.emission_interval_ns()).min(capacity)
+            } else if server_now / period != st.last_server_at / period {
+                capacity
+            } else {
+                st.left
+            };
+            want = want.min((left / lessees).max(1));
+            if is_window(limit.algorithm()) {
+                let rest = period - server_now % period;
+                want = want.min((st.rate * rest as f64 / 1e9).ceil() as u64);
+            }
         }
         want.clamp(1, capacity.max(1))
     }

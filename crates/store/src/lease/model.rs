@@ -37,13 +37,18 @@ impl LeaseModel {
 
     /// [`Lessor::lease`], synchronously.
     pub fn lease_sync(&self, check: Check<'_>, want: u64, lessee: u64, lifetime: Duration) -> Result<Grant, StoreError> {
+        if !super::leasable(check.limit.algorithm()) {
+            return Err(StoreError::Unsupported(format!("leases of {}", check.limit.algorithm().name())));
+        }
         let want = want.clamp(1, check.limit.capacity().max(1));
         let left = self.store.check_one_sync(Check { cost: 0, ..check })?.remaining;
         let wanted = want.min(left);
         let (decisions, snapshots, at) = self.store.check_many(&[Check { cost: wanted.max(1), ..check }], &[], true)?;
         let decision = decisions[0];
         let granted = if decision.allowed { wanted } else { 0 };
-        let expires = at + u64::try_from(lifetime.as_nanos()).unwrap_or(u64::MAX);
+        // In whole ms, at least one, as the script.
+        let lifetime_ms = u64::try_from(lifetime.as_millis()).unwrap_or(u64::MAX).max(1);
+        let expires = (at / 1_000_000 + lifetime_ms) * 1_000_000;
         // The script counts in whole ms: a lessee is current while its expiry is after now.
         let now_ms = at / 1_000_000;
         let mut all = self.lessees.lock().unwrap_or_else(std::sync::PoisonError::into_inner);

@@ -772,7 +772,9 @@ if leasing then
   local lifetime = tonumber(ARGV[lease_at + 2])
   redis.call('ZREMRANGEBYSCORE', lessees, '-inf', now_ms)
   redis.call('ZADD', lessees, now_ms + lifetime, ARGV[lease_at + 1])
-  redis.call('PEXPIRE', lessees, lifetime + MARGIN)
+  -- The set lives as long as its longest-lived lessee (lessees may ask with other lifetimes).
+  local last = redis.call('ZRANGE', lessees, -1, -1, 'WITHSCORES')
+  redis.call('PEXPIRE', lessees, math.max(tonumber(last[2]) - now_ms, 1) + MARGIN)
   out[#out + 1] = granted
   out[#out + 1] = redis.call('ZCARD', lessees)
 end
