@@ -1,10 +1,10 @@
 //! The store flags `serve` and `proxy` share: `--store`, `--on-store-error`, `--store-timeout`,
-//! `--breaker-*`. The Redis-only flags are refused with the memory store rather than ignored.
+//! `--breaker-*`, `--lease*`. The Redis-only flags are refused with the memory store rather than ignored.
 
 use std::time::Duration;
 
 use clap::Args;
-use tollgate_server::{Config, OnStoreError, StoreConfig};
+use tollgate_server::{Config, LeaseMode, LeaseOptions, OnStoreError, StoreConfig};
 
 use crate::units;
 
@@ -29,6 +29,27 @@ pub(crate) struct StoreArgs {
     /// With Redis: how often an open breaker probes Redis [default: 100ms].
     #[arg(long, value_name = "DURATION", value_parser = units::duration)]
     pub(crate) breaker_probe: Option<Duration>,
+    /// With Redis: lease slices of hot keys' capacity and decide them in this process (auto: keys
+    /// this node decides above --lease-hot-rate; always: every key; off: one Redis call per
+    /// decision) [default: auto].
+    #[arg(long, value_name = "MODE", value_parser = lease_mode)]
+    pub(crate) lease: Option<LeaseMode>,
+    /// With Redis: how long a leased slice may be spent (its unspent units are then forfeited)
+    /// [default: 100ms].
+    #[arg(long, value_name = "DURATION", value_parser = units::duration)]
+    pub(crate) lease_lifetime: Option<Duration>,
+    /// With Redis: decisions per second on this node above which a key is hot [default: 500].
+    #[arg(long, value_name = "N", value_parser = units::positive)]
+    pub(crate) lease_hot_rate: Option<usize>,
+}
+
+fn lease_mode(text: &str) -> Result<LeaseMode, String> {
+    match text {
+        "auto" => Ok(LeaseMode::Auto),
+        "always" => Ok(LeaseMode::Always),
+        "off" => Ok(LeaseMode::Off),
+        _ => Err(format!("unknown lease mode {text:?}: use auto, always or off")),
+    }
 }
 
 impl StoreArgs {
@@ -42,6 +63,9 @@ impl StoreArgs {
                 ("--store-timeout", self.store_timeout.is_some()),
                 ("--breaker-threshold", self.breaker_threshold.is_some()),
                 ("--breaker-probe", self.breaker_probe.is_some()),
+                ("--lease", self.lease.is_some()),
+                ("--lease-lifetime", self.lease_lifetime.is_some()),
+                ("--lease-hot-rate", self.lease_hot_rate.is_some()),
             ];
             if let Some((flag, _)) = redis_only.iter().find(|(_, given)| *given) {
                 anyhow::bail!(
@@ -58,6 +82,12 @@ impl StoreArgs {
                 .breaker_threshold
                 .map_or(defaults.breaker_threshold, |n| u32::try_from(n).unwrap_or(u32::MAX)),
             breaker_probe: self.breaker_probe.unwrap_or(defaults.breaker_probe),
+            lease: LeaseOptions {
+                mode: self.lease.unwrap_or(defaults.lease.mode),
+                lifetime: self.lease_lifetime.unwrap_or(defaults.lease.lifetime),
+                hot_rate: self.lease_hot_rate.map_or(defaults.lease.hot_rate, |n| n as u64),
+                ..defaults.lease.clone()
+            },
             ..defaults
         })
     }

@@ -1,5 +1,5 @@
 //! The store behind the server, chosen at start-up: memory, or Redis / Redis Cluster behind the
-//! configured failure policy and circuit breaker. Calls to Redis are timed for
+//! configured failure policy and circuit breaker, with leases for its hot keys. Calls to Redis are timed for
 //! `tollgate_store_latency_seconds`; the memory store decides in well under a microsecond, where
 //! reading the clock twice would cost more than the decision.
 
@@ -12,8 +12,8 @@ use tollgate_core::{Decision, Limit};
 use tollgate_store::fallback::FallbackOptions;
 use tollgate_store::memory::Evictions;
 use tollgate_store::{
-    Breaker, Check, FailurePolicy, Fallback, FallbackStats, MemoryStore, RedisOptions, RedisStore, Refund, Remote,
-    Reserved, Store, StoreError,
+    Breaker, Check, FailurePolicy, Fallback, FallbackStats, LeaseStats, Leased, MemoryStore, RedisOptions,
+    RedisStore, Refund, Remote, Reserved, Store, StoreError,
 };
 
 use crate::config::{Config, OnStoreError, StoreConfig};
@@ -23,8 +23,8 @@ use crate::config::{Config, OnStoreError, StoreConfig};
 pub enum Backend {
     /// The embedded store.
     Memory(MemoryStore),
-    /// Redis or Redis Cluster, with its failure policy, and the seconds per call.
-    Redis(Fallback<RedisStore>, Histogram),
+    /// Redis or Redis Cluster, with its failure policy and leases, and the seconds per call.
+    Redis(Leased<Fallback<RedisStore>>, Histogram),
 }
 
 impl BackendStats {
@@ -43,7 +43,22 @@ impl BackendStats {
             }),
             (a, b) => a.or(b),
         };
-        BackendStats { memory: self.memory.or(other.memory), fallback }
+        let lease = match (self.lease, other.lease) {
+            (Some(a), Some(b)) => Some(LeaseStats {
+                grants: a.grants + b.grants,
+                units_granted: a.units_granted + b.units_granted,
+                units_forfeited: a.units_forfeited + b.units_forfeited,
+                failures: a.failures + b.failures,
+                local_decisions: a.local_decisions + b.local_decisions,
+                exact_decisions: a.exact_decisions + b.exact_decisions,
+                hot_keys_detected: a.hot_keys_detected + b.hot_keys_detected,
+                leased_keys: a.leased_keys + b.leased_keys,
+            }),
+            (a, b) => a.or(b),
+        };
+        // Both stores share one connection and its count of script calls.
+        let script_calls = self.script_calls.max(other.script_calls);
+        BackendStats { memory: self.memory.or(other.memory), fallback, lease, script_calls }
     }
 }
 
@@ -54,6 +69,10 @@ pub struct BackendStats {
     pub memory: Option<(usize, usize, Evictions)>,
     /// The failure policy's counters (Redis only).
     pub fallback: Option<FallbackStats>,
+    /// The leases' counters (Redis only).
+    pub lease: Option<LeaseStats>,
+    /// Script calls sent to Redis (Redis only).
+    pub script_calls: Option<u64>,
 }
 
 impl Backend {
@@ -86,28 +105,31 @@ impl Backend {
         };
         // 50 µs .. ~6.5 s: a loopback round trip up to a store timeout.
         let latency = Histogram::new(exponential_buckets(0.000_05, 2.0, 18));
-        Ok(Backend::Redis(Fallback::with_options(redis, policy, options), latency))
+        let fallback = Fallback::with_options(redis, policy, options);
+        Ok(Backend::Redis(Leased::new(fallback, config.lease.clone(), config.clock.clone()), latency))
     }
 
     /// The same store for a front end with a shorter deadline (Envoy's gRPC): on Redis, the same
     /// connection with `timeout` per call, behind a failure policy and breaker of its own (its
     /// keys are its own: they live in their own scope). `None` in memory, which never waits.
     pub fn with_deadline(&self, config: &Config, timeout: std::time::Duration) -> Option<Backend> {
-        let Backend::Redis(store, latency) = self else { return None };
+        let Backend::Redis(leased, latency) = self else { return None };
+        let store = leased.inner();
         let redis = store.inner().with_options(RedisOptions { timeout, ..store.inner().options().clone() }).ok()?;
         let options = FallbackOptions {
             breaker: Breaker::new(config.breaker_threshold, config.breaker_probe),
             clock: config.clock.clone(),
             ..FallbackOptions::default()
         };
-        Some(Backend::Redis(Fallback::with_options(redis, store.policy(), options), latency.clone()))
+        let fallback = Fallback::with_options(redis, store.policy(), options);
+        Some(Backend::Redis(Leased::new(fallback, config.lease.clone(), config.clock.clone()), latency.clone()))
     }
 
     /// Whether the store answers (always, in memory), and if not the driver's reason.
     pub async fn ping(&self) -> Result<(), String> {
         match self {
             Backend::Memory(_) => Ok(()),
-            Backend::Redis(store, _) => store.inner().probe().await.map_err(|e| e.to_string()),
+            Backend::Redis(store, _) => store.inner().inner().probe().await.map_err(|e| e.to_string()),
         }
     }
 
@@ -115,7 +137,7 @@ impl Backend {
     pub fn breaker_open(&self) -> bool {
         match self {
             Backend::Memory(_) => false,
-            Backend::Redis(store, _) => store.breaker().is_open(),
+            Backend::Redis(store, _) => store.inner().breaker().is_open(),
         }
     }
 
@@ -131,9 +153,15 @@ impl Backend {
     pub fn stats(&self) -> BackendStats {
         match self {
             Backend::Memory(store) => {
-                BackendStats { memory: Some((store.len(), store.bytes(), store.evictions())), fallback: None }
+                let memory = Some((store.len(), store.bytes(), store.evictions()));
+                BackendStats { memory, ..BackendStats::default() }
             }
-            Backend::Redis(store, _) => BackendStats { memory: None, fallback: Some(store.stats()) },
+            Backend::Redis(store, _) => BackendStats {
+                memory: None,
+                fallback: Some(store.inner().stats()),
+                lease: Some(store.stats()),
+                script_calls: Some(store.inner().inner().script_calls()),
+            },
         }
     }
 }

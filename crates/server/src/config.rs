@@ -121,6 +121,8 @@ pub struct Config {
     pub breaker_threshold: u32,
     /// How often an open breaker probes Redis (default 100 ms).
     pub breaker_probe: Duration,
+    /// Leases for hot keys on Redis (default: auto, 100 ms lifetimes, hot above 500/s).
+    pub lease: tollgate_store::LeaseOptions,
     /// The rules and named limits (`TG.LIMIT`, HTTP `limit_name`).
     pub rules: Rules,
     /// The file the rules came from: reloaded on SIGHUP and when it changes.
@@ -213,6 +215,7 @@ impl Default for Config {
             store_timeout: Duration::from_millis(50),
             breaker_threshold: tollgate_store::fallback::DEFAULT_THRESHOLD,
             breaker_probe: tollgate_store::fallback::DEFAULT_PROBE_EVERY,
+            lease: tollgate_store::LeaseOptions::default(),
             rules: Rules::default(),
             rules_file: None,
             envoy: Arc::default(),

@@ -26,6 +26,7 @@ use tokio::sync::watch;
 
 pub use app::App;
 pub use config::{Config, HttpBounds, OnStoreError, RespBounds, StoreConfig};
+pub use tollgate_store::{LeaseMode, LeaseOptions};
 
 /// The sockets the server answers on (bound by the caller, so that port 0 works).
 #[derive(Debug)]

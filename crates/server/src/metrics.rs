@@ -87,6 +87,12 @@ struct EvictionLabels {
     kind: &'static str,
 }
 
+/// `path` of `tollgate_lease_decisions_total`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PathLabels {
+    path: &'static str,
+}
+
 fn counter(encoder: &mut DescriptorEncoder<'_>, name: &str, help: &str, value: u64) -> Result<(), std::fmt::Error> {
     let metric = ConstCounter::new(value);
     metric.encode(encoder.encode_descriptor(name, help, None, metric.metric_type())?)
@@ -153,6 +159,43 @@ impl Collector for StoreCollector {
                 f.ledger_evictions,
             )?;
         }
+        if let Some(calls) = stats.script_calls {
+            counter(
+                &mut encoder,
+                "store_script_calls",
+                "Script calls (EVALSHA) sent to Redis: decisions, leases, charges and refunds. Redis calls per \
+                 decision: rate of this over rate of lease_decisions_total.",
+                calls,
+            )?;
+        }
+        if let Some(l) = stats.lease {
+            encode_lease(&mut encoder, &l)?;
+        }
         Ok(())
     }
+}
+
+/// The leases' figures (see `tollgate_store::lease`).
+fn encode_lease(encoder: &mut DescriptorEncoder<'_>, l: &tollgate_store::LeaseStats) -> Result<(), std::fmt::Error> {
+    counter(encoder, "lease_grants", "Lease calls Redis answered (a slice granted, or refused).", l.grants)?;
+    counter(encoder, "lease_units_granted", "Units debited in Redis for this node's slices.", l.units_granted)?;
+    counter(
+        encoder,
+        "lease_units_forfeited",
+        "Units of slices that expired unspent (debited, never admitted: an under-grant).",
+        l.units_forfeited,
+    )?;
+    counter(encoder, "lease_failures", "Lease calls that failed (the key is then decided exactly).", l.failures)?;
+    counter(encoder, "lease_hot_keys_detected", "Keys found hot (leased from then on).", l.hot_keys_detected)?;
+    gauge(encoder, "lease_keys", "Keys this node leases now.", l.leased_keys)?;
+    let mut family = encoder.encode_descriptor(
+        "lease_decisions",
+        "Decisions on Redis by path: local (from a slice or a cached denial) or exact (one script call).",
+        None,
+        MetricType::Counter,
+    )?;
+    for (path, value) in [("local", l.local_decisions), ("exact", l.exact_decisions)] {
+        ConstCounter::new(value).encode(family.encode_family(&PathLabels { path })?)?;
+    }
+    Ok(())
 }

@@ -31,6 +31,9 @@ impl Rng {
     fn below(&mut self, n: u64) -> u64 {
         if n == 0 { 0 } else { self.next() % n }
     }
+    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+        items[usize::try_from(self.below(items.len() as u64)).unwrap()]
+    }
     fn chance(&mut self, percent: u64) -> bool {
         self.below(100) < percent
     }
@@ -243,11 +246,11 @@ fn options(mode: LeaseMode, lifetime_ms: u64, share_percent: u64) -> LeaseOption
 /// Random demand, delays, losses, crashes and outages; the oracle after every run.
 fn random_run(seed: u64, limit: Limit, mode: LeaseMode) -> (Sim, f64) {
     let mut rng = Rng(seed | 1);
-    let lifetime = [20, 100, 250][rng.below(3) as usize];
-    let share = [1, 10, 50][rng.below(3) as usize];
-    let n = 2 + rng.below(4) as usize;
+    let lifetime = rng.pick(&[20, 100, 250]);
+    let share = rng.pick(&[1, 10, 50]);
+    let n = rng.pick(&[2, 3, 4, 5]);
     let mut sim = Sim::new(limit.clone(), options(mode, lifetime, share), n);
-    sim.max_delay = [0, 1, 5, 20][rng.below(4) as usize] * 1_000_000;
+    sim.max_delay = rng.pick(&[0, 1, 5, 20]) * 1_000_000;
     sim.loss_percent = rng.below(10);
     let start = sim.now();
     // Per node, requests per step in thousandths, changed every phase.
@@ -256,12 +259,12 @@ fn random_run(seed: u64, limit: Limit, mode: LeaseMode) -> (Sim, f64) {
     for step in 0..15_000u64 {
         if step % 500 == 0 {
             for r in &mut rates {
-                *r = [0, 20, 100, 500, 2_000, 10_000][rng.below(6) as usize];
+                *r = rng.pick(&[0, 20, 100, 500, 2_000, 10_000]);
             }
             sim.redis_down = rng.chance(10);
         }
         if rng.chance(1) && rng.chance(5) {
-            let node = rng.below(n as u64) as usize;
+            let node = rng.pick(&(0..n).collect::<Vec<_>>());
             sim.crash(node);
         }
         for node in 0..=n {

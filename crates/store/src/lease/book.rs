@@ -354,10 +354,10 @@ impl Book {
     pub fn forget(&self, check: &Check<'_>) {
         let hash = self.hash(check);
         let mut entries = self.entries.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if entries.get(&hash).is_some_and(|e| e.is(check)) {
-            if let Some(entry) = entries.remove(&hash) {
-                self.forfeit(entry.lock().held());
-            }
+        if entries.get(&hash).is_some_and(|e| e.is(check))
+            && let Some(entry) = entries.remove(&hash)
+        {
+            self.forfeit(entry.lock().held());
         }
     }
 
@@ -429,7 +429,7 @@ impl Book {
         // The script forgets a lessee after a lifetime: so does this count.
         let lessees = if since < self.lifetime_ns() { st.lessees.max(1) } else { 1 };
         let horizon = self.lifetime_ns() as f64 / 4e9;
-        let mut want = (st.rate * horizon).ceil() as u64;
+        let mut want = whole_units(st.rate * horizon);
         want = want.min((self.max_held(limit) / lessees).max(1));
         if st.last_sent > 0 {
             // What the store has left now, estimated from the latest grant: refilled since for a
@@ -446,7 +446,7 @@ impl Book {
             want = want.min((left / lessees).max(1));
             if is_window(limit.algorithm()) {
                 let rest = period - server_now % period;
-                want = want.min((st.rate * rest as f64 / 1e9).ceil() as u64);
+                want = want.min(whole_units(st.rate * rest as f64 / 1e9));
             }
         }
         want.clamp(1, capacity.max(1))
@@ -558,4 +558,11 @@ impl State {
 
 fn is_window(algorithm: Algorithm) -> bool {
     matches!(algorithm, Algorithm::FixedWindow | Algorithm::SlidingWindow)
+}
+
+/// `x` rounded up to whole units (saturating; 0 for NaN or below 0).
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+fn whole_units(x: f64) -> u64 {
+    // `as` saturates and maps NaN to 0.
+    x.ceil() as u64
 }

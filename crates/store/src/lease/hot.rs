@@ -66,7 +66,7 @@ impl HotKeys {
                 self.counters.len() - 1
             }
             None => {
-                let from = (hash as usize).wrapping_mul(SAMPLE) % SLOTS;
+                let from = usize::try_from(hash % SLOTS as u64).unwrap_or(0);
                 let i = (from..from + SAMPLE)
                     .map(|i| i % SLOTS)
                     .min_by(|&a, &b| {

@@ -86,6 +86,7 @@ impl<S: Store + Lessor + Clone + 'static> Leased<S> {
 impl<S: Store + Lessor + Clone + 'static> Store for Leased<S> {
     async fn reserve(&self, checks: &[Check<'_>]) -> Result<Reserved, StoreError> {
         if self.book.options().mode == LeaseMode::Off {
+            self.book.count_exact();
             return self.inner.reserve(checks).await;
         }
         if let [check] = checks
