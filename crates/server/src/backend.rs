@@ -12,8 +12,8 @@ use tollgate_core::{Decision, Limit};
 use tollgate_store::fallback::FallbackOptions;
 use tollgate_store::memory::Evictions;
 use tollgate_store::{
-    Breaker, Check, FailurePolicy, Fallback, FallbackStats, LeaseStats, Leased, MemoryStore, RedisOptions,
-    RedisStore, Refund, Remote, Reserved, Store, StoreError,
+    Breaker, Check, FailurePolicy, Fallback, FallbackStats, LeaseStats, Leased, MemoryStore, RedisOptions, RedisStore,
+    Refund, Remote, Reserved, Store, StoreError,
 };
 
 use crate::config::{Config, OnStoreError, StoreConfig};

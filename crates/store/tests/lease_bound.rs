@@ -114,7 +114,7 @@ impl Sim {
     /// One unit request at `node`: answered from its book, or exactly by Redis.
     fn request(&mut self, node: usize, rng: &mut Rng) -> bool {
         let now = self.now();
-        let spend = self.nodes[node].0.spend(&self.check(), now);
+        let spend = self.nodes[node].0.spend(&self.check(), now, false);
         let order = match spend {
             Spend::Local { decision, order, .. } => {
                 self.send(node, order, rng);
@@ -123,7 +123,21 @@ impl Sim {
                 }
                 return decision.allowed;
             }
-            Spend::Wait { order, .. } | Spend::Exact { order } => order,
+            Spend::Wait { order, .. } => {
+                // Asked again as if after the refill it waited for (a stale denial may answer).
+                self.send(node, order, rng);
+                match self.nodes[node].0.spend(&self.check(), now, true) {
+                    Spend::Local { decision, order, .. } => {
+                        self.send(node, order, rng);
+                        if decision.allowed {
+                            self.admitted.push((now, 1));
+                        }
+                        return decision.allowed;
+                    }
+                    Spend::Wait { order, .. } | Spend::Exact { order } => order,
+                }
+            }
+            Spend::Exact { order } => order,
         };
         self.send(node, order, rng);
         let observed = self.nodes[node].0.observe_exact(&self.check(), now);
@@ -227,7 +241,10 @@ impl Sim {
                 let previous = per_window.get(&(window.wrapping_sub(1))).copied().unwrap_or(0);
                 let elapsed = at % p;
                 let estimate = u128::from(previous) * u128::from(p - elapsed) + u128::from(current) * u128::from(p);
-                assert!(estimate <= u128::from(count) * u128::from(p), "at {at}: {previous} then {current} over {count}");
+                assert!(
+                    estimate <= u128::from(count) * u128::from(p),
+                    "at {at}: {previous} then {current} over {count}"
+                );
             }
         }
     }

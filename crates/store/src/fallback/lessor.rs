@@ -17,7 +17,8 @@ impl<R: Remote + Lessor> Lessor for Fallback<R> {
         }
         match sh.remote.lease(check, want, lessee, lifetime).await {
             Ok(grant) => {
-                let reply = Reply { decisions: vec![grant.decision], snapshots: vec![grant.snapshot], now_ns: grant.at };
+                let reply =
+                    Reply { decisions: vec![grant.decision], snapshots: vec![grant.snapshot], now_ns: grant.at };
                 sh.answered(&[Check { cost: grant.granted, ..check }], &[], &reply);
                 Ok(grant)
             }

@@ -47,7 +47,8 @@ pub enum Spend {
 }
 
 /// A refill to send: `want` units of the entry's key, asked at the node's `sent`. Report its
-/// result with [`Book::granted`]; dropped unreported, it counts as failed.
+/// result with [`Book::granted`]; dropped unreported, it is abandoned (the next request may send
+/// another).
 #[derive(Debug)]
 pub struct Order {
     entry: Arc<Entry>,
@@ -145,6 +146,9 @@ struct State {
     lessees: u64,
     last_server_at: u64,
     last_sent: u64,
+    /// A refill is sent once the node holds this much or less: half the slice size at the
+    /// latest grant.
+    refill_at: u64,
     /// Units wanted this epoch, and the rate measured (units a second).
     epoch_start: u64,
     epoch_units: u64,
@@ -200,8 +204,10 @@ impl Book {
         self.hasher.hash_one((check.scope, check.limit.algorithm().name(), check.key))
     }
 
-    /// What to do with `check` (cost > 0) at the node's `now`.
-    pub fn spend(&self, check: &Check<'_>, now: u64) -> Spend {
+    /// What to do with `check` (cost > 0) at the node's `now`; `waited` once it has waited for a
+    /// refill ([`Spend::Wait`]): if that refill found nothing left, the request is refused with
+    /// its answer (as the store would have refused it then).
+    pub fn spend(&self, check: &Check<'_>, now: u64, waited: bool) -> Spend {
         self.sweep(now);
         let entries = self.entries.read().unwrap_or_else(std::sync::PoisonError::into_inner);
         let Some(entry) = entries.get(&self.hash(check)).filter(|e| e.is(check)) else {
@@ -222,21 +228,25 @@ impl Book {
             let (server_at, sent) = (slice.server_at, slice.sent);
             st.epoch_units += check.cost;
             let decision = st.admitted(&entry.limit, now);
-            let half = st.held() <= self.size(&entry.limit, &st, now) / 2;
+            let half = st.held() <= st.refill_at;
             let order = if half { order(&mut st) } else { None };
             self.counters.local.fetch_add(1, Ordering::Relaxed);
             return Spend::Local { decision, at: server_at + now.saturating_sub(sent), order };
         }
         st.epoch_units += check.cost;
         if let Some((until, denial)) = st.denied {
-            if now < until {
+            if now < until || waited {
                 self.counters.local.fetch_add(1, Ordering::Relaxed);
                 let decision = Decision {
-                    retry_after_ns: until - now,
+                    retry_after_ns: until.saturating_sub(now),
                     reset_after_ns: denial.reset_after_ns.saturating_sub(now.saturating_sub(st.last_sent)),
                     ..denial
                 };
-                return Spend::Local { decision, at: st.last_server_at + now.saturating_sub(st.last_sent), order: None };
+                return Spend::Local {
+                    decision,
+                    at: st.last_server_at + now.saturating_sub(st.last_sent),
+                    order: None,
+                };
             }
             st.denied = None;
         }
@@ -298,6 +308,7 @@ impl Book {
                 st.lessees = grant.lessees.max(1);
                 st.last_server_at = grant.at;
                 st.last_sent = order.sent;
+                st.refill_at = self.size(&entry.limit, &st, now) / 2;
                 if grant.granted > 0 {
                     let slice = Slice {
                         units: grant.granted,
@@ -313,6 +324,18 @@ impl Book {
                         st.current = Some(slice);
                     }
                     st.denied = None;
+                    if grant.decision.remaining == 0 {
+                        // Nothing left after this slice: a unit asked of the store now would be
+                        // refused, until at least one more frees (an emission interval; the
+                        // window's end for a fixed window). Requests beyond the slice are
+                        // refused here meanwhile rather than each asking the store.
+                        let wait = match entry.limit.algorithm() {
+                            Algorithm::FixedWindow => grant.decision.reset_after_ns,
+                            _ => entry.limit.emission_interval_ns(),
+                        };
+                        let denial = Decision { allowed: false, remaining: 0, retry_after_ns: wait, ..grant.decision };
+                        st.denied = Some((order.sent + wait, denial));
+                    }
                     self.retire(&mut st, now);
                 } else {
                     let retry = grant.decision.retry_after_ns;

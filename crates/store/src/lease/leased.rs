@@ -42,7 +42,7 @@ impl<S> Leased<S> {
 }
 
 impl<S: Store + Lessor + Clone + 'static> Leased<S> {
-    /// Sends `order` in a task of its own; without a runtime it is dropped (counted as failed).
+    /// Sends `order` in a task of its own; without a runtime it is dropped (abandoned).
     fn send(&self, order: Option<Order>) {
         let Some(order) = order else { return };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
@@ -55,20 +55,22 @@ impl<S: Store + Lessor + Clone + 'static> Leased<S> {
         });
     }
 
-    /// One check of positive cost: from its slice when it has one, else exactly.
+    /// One check of positive cost: from its slice when it has one, else exactly. While its slice
+    /// is spent and a refill is in flight, it waits for the refill (one round trip, as an exact
+    /// call would take) for at most a lifetime in all.
     async fn reserve_one(&self, check: &Check<'_>) -> Result<Reserved, StoreError> {
+        let lifetime = self.book.options().lifetime;
+        let deadline = tokio::time::Instant::now() + lifetime;
         let mut waited = false;
         loop {
-            match self.book.spend(check, self.clock.now_ns()) {
+            match self.book.spend(check, self.clock.now_ns(), waited) {
                 Spend::Local { decision, at, order } => {
                     self.send(order);
                     return Ok(Reserved::at(vec![decision], at));
                 }
-                Spend::Wait { order, refill } if !waited => {
+                Spend::Wait { order, refill } if tokio::time::Instant::now() < deadline => {
                     self.send(order);
-                    // A refill takes one round trip, as the exact call would; bounded by a
-                    // lifetime in case it never answers.
-                    let _ = tokio::time::timeout(self.book.options().lifetime, refill.wait()).await;
+                    let _ = tokio::time::timeout_at(deadline, refill.wait()).await;
                     waited = true;
                 }
                 Spend::Wait { order, .. } | Spend::Exact { order } => {

@@ -36,7 +36,13 @@ impl LeaseModel {
     }
 
     /// [`Lessor::lease`], synchronously.
-    pub fn lease_sync(&self, check: Check<'_>, want: u64, lessee: u64, lifetime: Duration) -> Result<Grant, StoreError> {
+    pub fn lease_sync(
+        &self,
+        check: Check<'_>,
+        want: u64,
+        lessee: u64,
+        lifetime: Duration,
+    ) -> Result<Grant, StoreError> {
         if !super::leasable(check.limit.algorithm()) {
             return Err(StoreError::Unsupported(format!("leases of {}", check.limit.algorithm().name())));
         }

@@ -1,0 +1,150 @@
+//! Two `tollgate serve` processes on one redis-server, leasing one hot key: 32 clients each
+//! hammer it for 3 s with `CL.THROTTLE` (pipelined), and the total admitted stays within the
+//! algorithm's bound over the run (`burst + elapsed / T`, from idle), whatever the leases did.
+//! How close to the bound it gets, and the Redis calls per decision, are printed (performance,
+//! not asserted; see `scripts/bench-lease.sh`).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tollgate_store::testkit::redis_server::RedisServer;
+
+const CLIENTS: usize = 32;
+const PIPELINE: usize = 16;
+const RUN: Duration = Duration::from_secs(3);
+/// `CL.THROTTLE hot <burst - 1> <per second> 1`: burst 100 and 1,000 a second, or as
+/// `TOLLGATE_LEASE_LIMIT="BURST PER_SECOND"` says (`scripts/bench-lease.sh` asks for more).
+fn limit() -> (u64, u64) {
+    let text = std::env::var("TOLLGATE_LEASE_LIMIT").unwrap_or_else(|_| "100 1000".into());
+    let mut numbers = text.split_whitespace().map(|n| n.parse::<u64>().expect("TOLLGATE_LEASE_LIMIT: two integers"));
+    (numbers.next().expect("a burst"), numbers.next().expect("a rate"))
+}
+
+/// A running `serve`: its RESP and HTTP addresses.
+struct Serve {
+    child: Child,
+    resp: SocketAddr,
+    http: SocketAddr,
+}
+
+impl Serve {
+    fn start(store: &str) -> Serve {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .args(["serve", "--resp", "127.0.0.1:0", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
+            .args(["--store", store, "--log-level", "info"])
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tollgate runs");
+        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let address = |line: &str| {
+            line.split("listening on ").nth(1).and_then(|a| a.split_whitespace().next()).and_then(|a| a.parse().ok())
+        };
+        let (mut resp, mut http) = (None, None);
+        while resp.is_none() || http.is_none() {
+            let line = lines.next().expect("a log line").expect("utf-8");
+            if line.contains("RESP listening on") {
+                resp = address(&line);
+            } else if line.contains("HTTP listening on") {
+                http = address(&line);
+            }
+        }
+        // Keep draining stderr so that the server never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines.by_ref() {});
+        Serve { child, resp: resp.expect("RESP address"), http: http.expect("HTTP address") }
+    }
+
+    fn metric(&self, name: &str) -> f64 {
+        let mut stream = TcpStream::connect(self.http).expect("connect");
+        write!(stream, "GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").expect("write");
+        let mut body = String::new();
+        stream.read_to_string(&mut body).expect("read");
+        body.lines()
+            .filter(|l| l.starts_with(name))
+            .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+            .sum()
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One client: pipelined `CL.THROTTLE` until `stop`; counts requests and admissions.
+fn client(address: SocketAddr, stop: Arc<AtomicBool>, requests: Arc<AtomicU64>, admitted: Arc<AtomicU64>) {
+    let (burst, per_second) = limit();
+    let (max_burst, rate) = ((burst - 1).to_string(), per_second.to_string());
+    let stream = TcpStream::connect(address).expect("connect");
+    stream.set_nodelay(true).expect("nodelay");
+    let mut writer = stream.try_clone().expect("clone");
+    let mut reader = BufReader::new(stream);
+    let command = format!(
+        "*5\r\n$11\r\nCL.THROTTLE\r\n$3\r\nhot\r\n${}\r\n{max_burst}\r\n${}\r\n{rate}\r\n$1\r\n1\r\n",
+        max_burst.len(),
+        rate.len()
+    )
+    .repeat(PIPELINE);
+    let mut line = String::new();
+    while !stop.load(Ordering::Relaxed) {
+        writer.write_all(command.as_bytes()).expect("write");
+        for _ in 0..PIPELINE {
+            // `*5`, then `:0` (allowed) or `:1` (limited), then four more integers.
+            let mut fields = Vec::with_capacity(6);
+            for _ in 0..6 {
+                line.clear();
+                reader.read_line(&mut line).expect("read");
+                fields.push(line.trim_end().to_string());
+            }
+            assert_eq!(fields[0], "*5", "{fields:?}");
+            requests.fetch_add(1, Ordering::Relaxed);
+            if fields[1] == ":0" {
+                admitted.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+#[test]
+fn two_leasing_processes_on_one_key_admit_no_more_than_the_bound() {
+    let redis = RedisServer::start();
+    let nodes = [Serve::start(&redis.url()), Serve::start(&redis.url())];
+    let (stop, requests, admitted) = (Arc::new(AtomicBool::new(false)), Arc::default(), Arc::default());
+    let started = Instant::now();
+    let clients: Vec<_> = nodes
+        .iter()
+        .flat_map(|node| std::iter::repeat_n(node.resp, CLIENTS))
+        .map(|address| {
+            let (stop, requests, admitted) = (stop.clone(), Arc::clone(&requests), Arc::clone(&admitted));
+            std::thread::spawn(move || client(address, stop, requests, admitted))
+        })
+        .collect();
+    std::thread::sleep(RUN);
+    stop.store(true, Ordering::Relaxed);
+    for client in clients {
+        client.join().expect("client");
+    }
+    // From before the first request to after the last answer: at least the span of every decision.
+    let elapsed = started.elapsed().as_secs_f64();
+    let admitted = admitted.load(Ordering::Relaxed) as f64;
+    let requests = requests.load(Ordering::Relaxed) as f64;
+    let (burst, per_second) = limit();
+    let bound = burst as f64 + elapsed * per_second as f64;
+    let calls: f64 = nodes.iter().map(|n| n.metric("tollgate_store_script_calls_total")).sum();
+    let forfeited: f64 = nodes.iter().map(|n| n.metric("tollgate_lease_units_forfeited_total")).sum();
+    let local: f64 = nodes.iter().map(|n| n.metric("tollgate_lease_decisions_total{path=\"local\"}")).sum();
+    eprintln!(
+        "{requests} requests in {elapsed:.2} s, {admitted} admitted of a bound of {bound:.0} ({:.1}%), {forfeited} units \
+         forfeited, {local} decided locally, {:.4} Redis calls per decision",
+        100.0 * admitted / bound,
+        calls / requests,
+    );
+    assert!(requests > bound, "the clients must ask for more than the limit admits ({requests} asked)");
+    assert!(admitted <= bound, "{admitted} admitted over the bound {bound}");
+    assert!(local > 0.0, "the hot key was never leased");
+}
