@@ -329,17 +329,21 @@ impl Book {
                         // refused, until at least one more frees (an emission interval; the
                         // window's end for a fixed window). Requests beyond the slice are
                         // refused here meanwhile rather than each asking the store.
-                        let wait = match entry.limit.algorithm() {
-                            Algorithm::FixedWindow => grant.decision.reset_after_ns,
-                            _ => entry.limit.emission_interval_ns(),
-                        };
+                        let wait = self.hold(
+                            &entry.limit,
+                            match entry.limit.algorithm() {
+                                Algorithm::FixedWindow => grant.decision.reset_after_ns,
+                                _ => entry.limit.emission_interval_ns(),
+                            },
+                        );
                         let denial = Decision { allowed: false, remaining: 0, retry_after_ns: wait, ..grant.decision };
                         st.denied = Some((order.sent + wait, denial));
                     }
                     self.retire(&mut st, now);
                 } else {
-                    let retry = grant.decision.retry_after_ns;
-                    st.denied = Some((order.sent + retry + self.jitter(retry, now), grant.decision));
+                    let retry = self.hold(&entry.limit, grant.decision.retry_after_ns);
+                    let denial = Decision { retry_after_ns: retry, ..grant.decision };
+                    st.denied = Some((order.sent + retry + self.jitter(retry, now), denial));
                 }
             }
             Err(_) => {
@@ -506,6 +510,16 @@ impl Book {
         if units > 0 {
             self.counters.units_forfeited.fetch_add(units, Ordering::Relaxed);
         }
+    }
+
+    /// How long a refusal is answered locally: its `retry`, but at least a twentieth of the
+    /// lifetime (5 ms by default) while that is under a quarter of the bucket's refill time. On a
+    /// saturated key whose next unit frees sooner than a round trip, asking again at once would
+    /// cost a call per unit and keep requests waiting; the units that free meanwhile stay in the
+    /// key (a bucket fills, a window counts) for the next slice, so nothing is lost but latency.
+    fn hold(&self, limit: &Limit, retry: u64) -> u64 {
+        let floor = (self.lifetime_ns() / 20).min(limit.tolerance_ns() / 4);
+        if limit.algorithm().is_bucket() { retry.max(floor) } else { retry.max(floor.min(limit.period_ns() / 4)) }
     }
 
     /// Up to an eighth of `retry` (at most 10 ms), so that refused nodes do not ask again together.
