@@ -40,6 +40,7 @@
 //! and covered; otherwise it takes the exact path (one call for all), which stays exact.
 
 mod book;
+mod entry;
 mod hot;
 mod leased;
 mod model;
