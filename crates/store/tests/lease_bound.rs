@@ -14,30 +14,10 @@ use std::time::Duration;
 
 use tollgate_core::{Algorithm, Clock, Limit, ManualClock};
 use tollgate_store::lease::{Book, LeaseMode, LeaseModel, LeaseOptions, Order, Spend};
+use tollgate_store::testkit::random::Rng;
 use tollgate_store::{Check, MemoryStore, StoreError};
 
 const STEP: u64 = 100_000; // 100 µs
-
-/// A small deterministic generator (xorshift64*).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.next() % n }
-    }
-    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[usize::try_from(self.below(items.len() as u64)).unwrap()]
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-}
 
 /// A refill on the wire: it reaches Redis at `arrives`, its answer reaches the node at `replies`.
 struct Wire {

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tollgate_core::MAX_PERIOD_NS;
 use tollgate_store::lease::{Grant, LeaseModel, Lessor, leasable};
+use tollgate_store::testkit::random::{Rng, random_limit};
 use tollgate_store::testkit::redis_server::RedisServer;
 use tollgate_store::{
     Algorithm, Check, Clock, Limit, ManualClock, MemoryStore, RedisOptions, RedisStore, Store, StoreError, TimeSource,
@@ -35,52 +35,6 @@ fn options(clock: &Arc<ManualClock>, margin: Duration) -> RedisOptions {
 fn pair(server: &RedisServer, clock: &Arc<ManualClock>, margin: Duration) -> (RedisStore, LeaseModel) {
     let redis = RedisStore::open(&server.url(), options(clock, margin)).unwrap();
     (redis, LeaseModel::new(MemoryStore::builder().clock(clock.clone()).build()))
-}
-
-/// A small deterministic generator (xorshift), as in `tests/redis.rs`.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n.max(1)
-    }
-
-    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[usize::try_from(self.below(items.len() as u64)).expect("small")]
-    }
-}
-
-/// A random valid limit of a leasable `algorithm` anywhere in the accepted range (as
-/// `tests/redis.rs`): periods from a microsecond to 50 days, counts and bursts up to the largest
-/// the period allows.
-fn random_limit(rng: &mut Rng, algorithm: Algorithm) -> Limit {
-    loop {
-        let unit =
-            rng.pick(&[1_000, 7_777, 1_000_000, 333_333_333, 60 * SEC, 3_600 * SEC, 86_400 * SEC, 30 * 86_400 * SEC]);
-        let period = (unit * (1 + rng.below(3))).min(MAX_PERIOD_NS);
-        let period = if rng.below(10) == 0 { MAX_PERIOD_NS } else { period };
-        let count = match rng.below(4) {
-            0 => 1 + rng.below(12),
-            1 => 1 + rng.below(1_000),
-            2 => 1 + rng.below(1_000_000_000),
-            _ => 1 + rng.below(period),
-        };
-        let mut builder = Limit::builder(count, Duration::from_nanos(period)).algorithm(algorithm);
-        if algorithm.is_bucket() {
-            let most = MAX_PERIOD_NS / period.div_ceil(count);
-            builder = builder.burst(match rng.below(3) {
-                0 => 1 + rng.below(15),
-                1 => count,
-                _ => 1 + rng.below(most.max(1)),
-            });
-        }
-        if let Ok(limit) = builder.build() {
-            return limit;
-        }
-    }
 }
 
 /// What must agree between the store and the model.

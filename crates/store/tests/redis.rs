@@ -8,8 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tollgate_core::{MAX_LOG_COUNT, MAX_PERIOD_NS, MAX_SLICES};
+use tollgate_core::MAX_PERIOD_NS;
 use tollgate_store::remote::{Charge, Remote};
+use tollgate_store::testkit::random::{Rng, random_limit};
 use tollgate_store::testkit::{
     self,
     redis_server::{RedisCluster, RedisServer},
@@ -76,58 +77,6 @@ async fn a_cluster_decides_keys_in_different_slots_all_or_nothing() {
     }
     let b = store.peek(b"b", &hourly).await.unwrap();
     assert_eq!(b.remaining, 100);
-}
-
-/// A small deterministic generator for the random traces.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n.max(1)
-    }
-
-    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[usize::try_from(self.below(items.len() as u64)).expect("small")]
-    }
-}
-
-/// A random valid limit of `algorithm`, anywhere in the accepted range: periods from a
-/// microsecond to the 50-day maximum, counts and bursts from 1 to the largest the period allows,
-/// slices up to 3,600.
-fn random_limit(rng: &mut Rng, algorithm: Algorithm) -> Limit {
-    loop {
-        let unit =
-            rng.pick(&[1_000, 7_777, 1_000_000, 333_333_333, 60 * SEC, 3_600 * SEC, 86_400 * SEC, 30 * 86_400 * SEC]);
-        let period = (unit * (1 + rng.below(3))).min(MAX_PERIOD_NS);
-        let period = if rng.below(10) == 0 { MAX_PERIOD_NS } else { period };
-        let count = match rng.below(4) {
-            0 => 1 + rng.below(12),
-            1 => 1 + rng.below(1_000),
-            2 => 1 + rng.below(if algorithm == Algorithm::SlidingLog { MAX_LOG_COUNT } else { 1_000_000_000 }),
-            _ => 1 + rng.below(period),
-        };
-        let mut builder = Limit::builder(count, Duration::from_nanos(period)).algorithm(algorithm);
-        if algorithm.is_bucket() {
-            let t = period.div_ceil(count);
-            let most = MAX_PERIOD_NS / t;
-            builder = builder.burst(match rng.below(3) {
-                0 => 1 + rng.below(15),
-                1 => count,
-                _ => 1 + rng.below(most.max(1)),
-            });
-        }
-        if algorithm == Algorithm::SubWindow {
-            let divisors: Vec<u64> =
-                [1, 2, 3, 5, 7, 10, 60, 100, 1_000, MAX_SLICES].into_iter().filter(|s| period % s == 0).collect();
-            builder = builder.slices(rng.pick(&divisors));
-        }
-        if let Ok(limit) = builder.build() {
-            return limit;
-        }
-    }
 }
 
 /// Redis decides exactly as the memory store, on every field of every decision and of every

@@ -16,11 +16,13 @@
 //!   reset, peeks creating no state, per-key limits, a clock going backwards, bad costs);
 //! - [`hammer`]: many concurrent callers on one key, for zero-over-grant tests;
 //! - [`faults`]: a remote store whose calls fail on demand, for tests of the failure policy;
+//! - [`random`]: a seeded generator and random limits across the whole accepted range;
 //! - `redis_server` (with feature `redis`): real `redis-server` processes and a 3-node cluster.
 
 pub mod cases;
 pub mod faults;
 pub mod hammer;
+pub mod random;
 #[cfg(feature = "redis")]
 pub mod redis_server;
 pub mod traces;
