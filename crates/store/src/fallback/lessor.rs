@@ -1,6 +1,7 @@
 //! A [`Fallback`] lends through its remote, behind its breaker: while the breaker is open a lease
 //! fails at once (the key is then decided exactly, by the failure policy), and a grant is recorded
 //! like any reply, so that a local decision during a later outage starts from the state after it.
+//! A request that waited on a lease call that failed is answered by the policy at once.
 
 use std::time::Duration;
 
@@ -29,5 +30,9 @@ impl<R: Remote + Lessor> Lessor for Fallback<R> {
                 Err(error)
             }
         }
+    }
+
+    fn fall_back(&self, checks: &[Check<'_>]) -> Option<Result<crate::Reserved, StoreError>> {
+        Some(self.shared.fall_back(checks))
     }
 }

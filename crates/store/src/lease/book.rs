@@ -336,6 +336,14 @@ impl Book {
         })
     }
 
+    /// Whether the key's latest lease call failed within a lifetime (it is decided exactly
+    /// meanwhile).
+    #[must_use]
+    pub fn failing(&self, check: &Check<'_>, now: u64) -> bool {
+        let entries = self.entries.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        entries.get(&self.hash(check)).filter(|e| e.is(check)).is_some_and(|e| now < e.lock().backoff_until)
+    }
+
     /// Whether a refill of `check`'s key is in flight.
     #[must_use]
     pub fn refilling(&self, check: &Check<'_>) -> bool {

@@ -79,6 +79,14 @@ impl<S: Store + Lessor + Clone + 'static> Leased<S> {
                 }
             }
         }
+        // It waited on a lease call that failed: the backend is failing, and the policy answers
+        // (a second wait on it would double this request's latency).
+        if waited
+            && self.book.failing(check, self.clock.now_ns())
+            && let Some(answer) = self.inner.fall_back(std::slice::from_ref(check))
+        {
+            return answer;
+        }
         self.book.count_exact();
         self.send(self.book.observe_exact(check, self.clock.now_ns()));
         self.inner.reserve(std::slice::from_ref(check)).await

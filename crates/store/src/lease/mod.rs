@@ -138,9 +138,20 @@ pub trait Lessor: Send + Sync {
         lessee: u64,
         lifetime: Duration,
     ) -> impl Future<Output = Result<Grant, StoreError>> + Send;
+
+    /// The answer of the store's failure policy to `checks`, without calling the backend, if it
+    /// has one: a request that waited on a lease call that failed is answered so, rather than
+    /// waiting on the failing backend a second time.
+    fn fall_back(&self, _checks: &[Check<'_>]) -> Option<Result<crate::Reserved, StoreError>> {
+        None
+    }
 }
 
 impl<L: Lessor> Lessor for std::sync::Arc<L> {
+    fn fall_back(&self, checks: &[Check<'_>]) -> Option<Result<crate::Reserved, StoreError>> {
+        (**self).fall_back(checks)
+    }
+
     fn lease(
         &self,
         check: Check<'_>,
