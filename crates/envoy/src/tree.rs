@@ -49,21 +49,26 @@ enum Via<'a> {
 #[derive(Debug)]
 struct Glob {
     pattern: String,
-    /// The pattern split at each `*` (at least two parts).
-    parts: Vec<String>,
+    /// What the value starts with, what it ends with, and what must appear in order between them
+    /// (the pattern split at each `*`).
+    first: String,
+    last: String,
+    middle: Vec<String>,
     fixed: usize,
 }
 
 impl Glob {
-    fn new(pattern: &str) -> Glob {
-        let parts: Vec<String> = pattern.split('*').map(str::to_owned).collect();
+    /// The pattern as a glob; `None` without a `*`.
+    fn new(pattern: &str) -> Option<Glob> {
+        let mut parts: Vec<String> = pattern.split('*').map(str::to_owned).collect();
         let fixed = parts.iter().map(String::len).sum();
-        Glob { pattern: pattern.to_owned(), parts, fixed }
+        let last = parts.pop().filter(|_| !parts.is_empty())?;
+        let first = parts.remove(0);
+        Some(Glob { pattern: pattern.to_owned(), first, last, middle: parts, fixed })
     }
 
     fn matches(&self, value: &str) -> bool {
-        let (first, rest) = self.parts.split_first().expect("a pattern has a `*`");
-        let (last, middle) = rest.split_last().expect("a pattern has a `*`");
+        let (first, last, middle) = (&self.first, &self.last, &self.middle);
         if value.len() < self.fixed {
             return false; // the prefix and the suffix would overlap
         }
@@ -123,13 +128,13 @@ impl<'o> Builder<'o> {
                     if branch.exact.contains_key(&value) {
                         return Err(self.error("duplicate descriptor: defined twice at this level"));
                     }
-                    if value.contains('*') {
+                    if let Some(glob) = Glob::new(&value) {
                         if branch.wildcards.len() == MAX_WILDCARDS {
                             return Err(self.error(format!(
                                 "more than {MAX_WILDCARDS} wildcard values for this key at this level"
                             )));
                         }
-                        branch.wildcards.push(Glob::new(&value));
+                        branch.wildcards.push(glob);
                     }
                     branch.exact.insert(value, node);
                 }
@@ -359,7 +364,7 @@ mod tests {
             ("é*", "éa", true),
         ];
         for (pattern, value, expected) in cases {
-            assert_eq!(Glob::new(pattern).matches(value), expected, "{pattern} ~ {value}");
+            assert_eq!(Glob::new(pattern).unwrap().matches(value), expected, "{pattern} ~ {value}");
         }
     }
 

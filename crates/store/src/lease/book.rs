@@ -344,13 +344,6 @@ impl Book {
         entries.get(&self.hash(check)).filter(|e| e.is(check)).is_some_and(|e| now < e.lock().backoff_until)
     }
 
-    /// Whether a refill of `check`'s key is in flight.
-    #[must_use]
-    pub fn refilling(&self, check: &Check<'_>) -> bool {
-        let entries = self.entries.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-        entries.get(&self.hash(check)).filter(|e| e.is(check)).is_some_and(|e| e.lock().in_flight)
-    }
-
     /// Counters for metrics.
     #[must_use]
     pub fn stats(&self) -> LeaseStats {

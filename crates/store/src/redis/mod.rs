@@ -19,6 +19,7 @@
 
 mod keys;
 mod lease;
+mod reply;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,6 +30,7 @@ use tollgate_core::{Clock, Decision, Limit, Snapshot};
 
 use crate::remote::{Charge, Remote, Reply};
 use crate::{Check, Refund, Reserved, Store, StoreError};
+use reply::{backend, check_prefix, parse_reply, script_error};
 
 /// Where the Redis store takes "now" from.
 #[derive(Debug, Clone)]
@@ -117,10 +119,6 @@ impl std::fmt::Debug for RedisStore {
         };
         f.debug_struct("RedisStore").field("connection", &kind).field("options", &self.options).finish()
     }
-}
-
-fn backend(error: &redis::RedisError) -> StoreError {
-    StoreError::Backend(error.to_string())
 }
 
 impl RedisStore {
@@ -305,29 +303,6 @@ impl RedisStore {
     }
 }
 
-fn check_prefix(prefix: &str) -> Result<(), StoreError> {
-    if prefix.contains(['{', '}']) {
-        return Err(StoreError::Unsupported(format!(
-            "key prefix {prefix:?}: braces would change the keys' Redis Cluster slots"
-        )));
-    }
-    Ok(())
-}
-
-fn script_error(error: &redis::RedisError, keys: &[Vec<u8>]) -> StoreError {
-    match error.code() {
-        Some("WRONGTYPE") => {
-            let keys: Vec<String> = keys.iter().map(|k| String::from_utf8_lossy(k).into_owned()).collect();
-            StoreError::BadState(format!(
-                "one of {keys:?} holds a Redis type tollgate does not write (another program uses the key)"
-            ))
-        }
-        Some("TOLLGATE_BADSTATE") => StoreError::BadState(error.detail().unwrap_or("").to_string()),
-        _ if error.to_string().contains("TOLLGATE_BADSTATE") => StoreError::BadState(error.to_string()),
-        _ => backend(error),
-    }
-}
-
 /// One slot's share of a call: the indices of its checks in the call, and its charges.
 struct Group<'a> {
     checks: Vec<usize>,
@@ -417,31 +392,6 @@ impl RedisStore {
         }
         Ok(groups)
     }
-}
-
-/// 7 values per check (the decision and the snapshot), then the server's seconds and nanoseconds.
-fn parse_reply(reply: &[i64], n: usize) -> Result<Reply, StoreError> {
-    if reply.len() != 7 * n + 2 {
-        return Err(StoreError::Backend(format!("the script answered {} values for {n} checks", reply.len())));
-    }
-    let field = |v: i64| u64::try_from(v).map_err(|_| StoreError::Backend(format!("negative value {v} in a reply")));
-    let now_ns = field(reply[7 * n])?
-        .checked_mul(1_000_000_000)
-        .and_then(|s| s.checked_add(field(reply[7 * n + 1]).ok()?))
-        .ok_or_else(|| StoreError::Backend("the server's time is out of range".into()))?;
-    let mut decisions = Vec::with_capacity(n);
-    let mut snapshots = Vec::with_capacity(n);
-    for d in reply[..7 * n].chunks_exact(7) {
-        decisions.push(Decision {
-            allowed: d[0] == 1,
-            limit: field(d[1])?,
-            remaining: field(d[2])?,
-            retry_after_ns: field(d[3])?,
-            reset_after_ns: field(d[4])?,
-        });
-        snapshots.push(Snapshot { at: now_ns, used: field(d[5])?, previous: field(d[6])? });
-    }
-    Ok(Reply { decisions, snapshots, now_ns })
 }
 
 impl RedisStore {
