@@ -3,6 +3,7 @@
 //! Subcommands live in their own modules; this file only parses arguments, dispatches, and turns
 //! an error into a message on stderr and a non-zero exit status.
 
+mod bench;
 mod limit_args;
 mod proxy;
 mod serve;
@@ -19,7 +20,7 @@ use clap::{Parser, Subcommand};
 #[command(
     name = "tollgate",
     version,
-    about = "tollgate, an exact rate limiter: serve (RESP and HTTP), proxy (rules in front of an HTTP service), simulate",
+    about = "tollgate, an exact rate limiter: serve (RESP, HTTP, gRPC), proxy (rules in front of an HTTP service), simulate, bench (a load generator)",
     propagate_version = true
 )]
 struct Cli {
@@ -35,6 +36,8 @@ enum Command {
     Proxy(proxy::ProxyArgs),
     /// Replay requests on a virtual clock, or reproduce the over-grant experiments of the articles in docs/SEMANTICS.md.
     Simulate(simulate::SimulateArgs),
+    /// Put load on a rate-limit server (RESP, HTTP or Envoy's gRPC API) and report throughput, latency and decisions.
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -43,6 +46,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::run(args),
         Command::Proxy(args) => proxy::run(args),
         Command::Simulate(args) => simulate::run(args),
+        Command::Bench(args) => bench::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

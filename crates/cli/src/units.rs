@@ -2,6 +2,7 @@
 //! (`64KiB`, `512MiB`, `1GiB`, or plain bytes). Zero is refused where it would mean "nothing
 //! allowed", with the flag named by clap.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// A duration: a number and a unit among ns, us, ms, s, m, h, d (e.g. `10s`, `250ms`).
@@ -78,6 +79,25 @@ pub(crate) fn log_filter(text: &str) -> Result<String, String> {
     Ok(text.to_string())
 }
 
+/// The extensions `--plot` writes.
+const SUPPORTED: &str = ".svg";
+
+/// A `--plot` value: a path ending in `.svg` (any case). Anything else is refused before
+/// the experiment runs, rather than written as SVG under a name that says otherwise.
+pub(crate) fn svg_path(text: &str) -> Result<PathBuf, String> {
+    let path = PathBuf::from(text);
+    match path.extension().and_then(|e| e.to_str()) {
+        Some(ext) if ext.eq_ignore_ascii_case("svg") => Ok(path),
+        Some(ext) if ext.eq_ignore_ascii_case("png") => Err(format!(
+            "PNG is not built in (supported: {SUPPORTED}); write an SVG and convert it, e.g. \
+             rsvg-convert -o {text} {}",
+            path.with_extension("svg").display()
+        )),
+        Some(ext) => Err(format!("cannot plot to a .{ext} file (supported: {SUPPORTED})")),
+        None => Err(format!("the file name has no extension (supported: {SUPPORTED})")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,6 +128,21 @@ mod tests {
         }
         for bad in ["infoo", "", "info,verbose", "tollgate=loud"] {
             assert!(log_filter(bad).unwrap_err().contains("use error, warn, info"), "{bad}");
+        }
+    }
+
+    #[test]
+    fn only_svg_names_are_accepted() {
+        assert_eq!(svg_path("out/plot.SVG").unwrap(), PathBuf::from("out/plot.SVG"));
+        for (name, wanted) in [
+            (
+                "plot.png",
+                "PNG is not built in (supported: .svg); write an SVG and convert it, e.g. rsvg-convert -o plot.png plot.svg",
+            ),
+            ("plot.txt", "cannot plot to a .txt file (supported: .svg)"),
+            ("plot", "the file name has no extension (supported: .svg)"),
+        ] {
+            assert_eq!(svg_path(name).unwrap_err(), wanted);
         }
     }
 }

@@ -4,13 +4,15 @@
 //! How close to the bound it gets, and the Redis calls per decision, are printed (performance,
 //! not asserted; see `scripts/bench-lease.sh`).
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use support::Serve;
 use tollgate_store::testkit::redis_server::RedisServer;
 
 const CLIENTS: usize = 32;
@@ -22,58 +24,6 @@ fn limit() -> (u64, u64) {
     let text = std::env::var("TOLLGATE_LEASE_LIMIT").unwrap_or_else(|_| "100 1000".into());
     let mut numbers = text.split_whitespace().map(|n| n.parse::<u64>().expect("TOLLGATE_LEASE_LIMIT: two integers"));
     (numbers.next().expect("a burst"), numbers.next().expect("a rate"))
-}
-
-/// A running `serve`: its RESP and HTTP addresses.
-struct Serve {
-    child: Child,
-    resp: SocketAddr,
-    http: SocketAddr,
-}
-
-impl Serve {
-    fn start(store: &str) -> Serve {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-            .args(["serve", "--resp", "127.0.0.1:0", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
-            .args(["--store", store, "--log-level", "info"])
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("tollgate runs");
-        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-        let address = |line: &str| {
-            line.split("listening on ").nth(1).and_then(|a| a.split_whitespace().next()).and_then(|a| a.parse().ok())
-        };
-        let (mut resp, mut http) = (None, None);
-        while resp.is_none() || http.is_none() {
-            let line = lines.next().expect("a log line").expect("utf-8");
-            if line.contains("RESP listening on") {
-                resp = address(&line);
-            } else if line.contains("HTTP listening on") {
-                http = address(&line);
-            }
-        }
-        // Keep draining stderr so that the server never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines.by_ref() {});
-        Serve { child, resp: resp.expect("RESP address"), http: http.expect("HTTP address") }
-    }
-
-    fn metric(&self, name: &str) -> f64 {
-        let mut stream = TcpStream::connect(self.http).expect("connect");
-        write!(stream, "GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").expect("write");
-        let mut body = String::new();
-        stream.read_to_string(&mut body).expect("read");
-        body.lines()
-            .filter(|l| l.starts_with(name))
-            .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
-            .sum()
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// One client: pipelined `CL.THROTTLE` until `stop`; counts requests and admissions.
@@ -113,7 +63,7 @@ fn client(address: SocketAddr, stop: Arc<AtomicBool>, requests: Arc<AtomicU64>, 
 #[test]
 fn two_leasing_processes_on_one_key_admit_no_more_than_the_bound() {
     let redis = RedisServer::start();
-    let nodes = [Serve::start(&redis.url()), Serve::start(&redis.url())];
+    let nodes = [Serve::start(&["--store", &redis.url()]), Serve::start(&["--store", &redis.url()])];
     let (stop, requests, admitted) = (Arc::new(AtomicBool::new(false)), Arc::default(), Arc::default());
     let started = Instant::now();
     let clients: Vec<_> = nodes

@@ -50,7 +50,7 @@ enum Experiment {
     OverGrant {
         /// Also draw admitted/rejected over time per algorithm into this file (SVG; the name
         /// must end in .svg).
-        #[arg(long, value_name = "FILE.svg", value_parser = plot::svg_path)]
+        #[arg(long, value_name = "FILE.svg", value_parser = crate::units::svg_path)]
         plot: Option<PathBuf>,
     },
 }

@@ -7,7 +7,7 @@
 //! embedded in the binary) on top of the `image` crate, about twenty more crates and several
 //! times the plot's build time, for a picture any SVG converter makes.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::Context;
 use plotters::prelude::*;
@@ -17,25 +17,6 @@ use super::over_grant::Run;
 const BIN_NS: u64 = 100_000_000;
 /// Where an empty bin is drawn: below 1 on the log axis, so "none" sits on the floor.
 const FLOOR: f64 = 0.7;
-
-/// The extensions `--plot` writes.
-const SUPPORTED: &str = ".svg";
-
-/// `--plot`'s value parser: a path ending in `.svg` (any case). Anything else is refused before
-/// the experiment runs, rather than written as SVG under a name that says otherwise.
-pub(crate) fn svg_path(text: &str) -> Result<PathBuf, String> {
-    let path = PathBuf::from(text);
-    match path.extension().and_then(|e| e.to_str()) {
-        Some(ext) if ext.eq_ignore_ascii_case("svg") => Ok(path),
-        Some(ext) if ext.eq_ignore_ascii_case("png") => Err(format!(
-            "PNG is not built in (supported: {SUPPORTED}); write an SVG and convert it, e.g. \
-             rsvg-convert -o {text} {}",
-            path.with_extension("svg").display()
-        )),
-        Some(ext) => Err(format!("cannot plot to a .{ext} file (supported: {SUPPORTED})")),
-        None => Err(format!("the file name has no extension (supported: {SUPPORTED})")),
-    }
-}
 
 /// Draws one panel per run into an SVG file at `path`.
 pub(crate) fn draw(path: &Path, runs: &[Run]) -> anyhow::Result<()> {
@@ -99,24 +80,4 @@ fn steps(counts: &[u64]) -> Vec<(f64, f64)> {
 /// plotters' errors borrow the backend; keep only their message.
 fn plot_error<E: std::fmt::Display>(error: E) -> anyhow::Error {
     anyhow::anyhow!("plot: {error}")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_svg_names_are_accepted() {
-        assert_eq!(svg_path("out/plot.SVG").unwrap(), PathBuf::from("out/plot.SVG"));
-        for (name, wanted) in [
-            (
-                "plot.png",
-                "PNG is not built in (supported: .svg); write an SVG and convert it, e.g. rsvg-convert -o plot.png plot.svg",
-            ),
-            ("plot.txt", "cannot plot to a .txt file (supported: .svg)"),
-            ("plot", "the file name has no extension (supported: .svg)"),
-        ] {
-            assert_eq!(svg_path(name).unwrap_err(), wanted);
-        }
-    }
 }
