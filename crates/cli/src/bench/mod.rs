@@ -136,7 +136,7 @@ struct LoadArgs {
     /// Draw throughput, latency and decisions over time (SVG).
     #[arg(long, value_name = "FILE.svg", value_parser = units::svg_path)]
     plot: Option<PathBuf>,
-    /// No progress bar.
+    /// No progress bar, and no title line on stderr.
     #[arg(short, long)]
     quiet: bool,
 }
@@ -208,7 +208,9 @@ async fn drive(target: &Target, load: &LoadArgs, keys: Arc<Keys>) -> anyhow::Res
     let mode = load.rate.map_or_else(|| "closed loop".to_string(), |r| format!("open loop at {r}/s"));
     let title =
         format!("{title} — {mode}, {} connections, pipeline {}, {} keys", load.connections, load.pipeline, load.keys);
-    eprintln!("tollgate bench: {title}");
+    if !load.quiet {
+        eprintln!("tollgate bench: {title}");
+    }
     let progress = progress(load, &schedule, &shared);
     let mut total = Tally::total();
     for task in tasks {
