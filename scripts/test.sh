@@ -16,6 +16,9 @@ for tool in redis-server redis-cli redis-benchmark; do
   command -v "$tool" >/dev/null 2>&1 || missing+=(redis-server)
 done
 command -v curl >/dev/null 2>&1 || missing+=(curl)
+# crates/cli/tests/prometheus.rs runs Prometheus (and promtool) on deploy/prometheus and the
+# Grafana dashboard's queries.
+command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
 # The Envoy client tests (crates/cli/tests/envoy_python.rs) run a Python gRPC client built from
 # Envoy's protos, from a virtualenv in the target dir, made once (Debian's python3 makes one only
 # with python3-venv, whose ensurepip supplies the virtualenv's pip).
@@ -30,7 +33,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   SUDO=""
   if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
   $SUDO apt-get update
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y $(printf '%s\n' "${missing[@]}" | sort -u)
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends $(printf '%s\n' "${missing[@]}" | sort -u)
 fi
 
 # grpcio, grpcio-health-checking and xds-protos (Envoy's protos), at the versions in

@@ -6,7 +6,7 @@
 use tollgate_core::{Decision, Limit};
 use tollgate_store::{Check, Store, StoreError};
 
-use crate::{Engine, Outcome, Source};
+use crate::{Engine, Frontend, Outcome, Source};
 
 /// Why a direct check could not be decided.
 #[derive(Debug, thiserror::Error)]
@@ -26,7 +26,8 @@ pub enum EngineError {
 }
 
 impl<S: Store> Engine<S> {
-    /// Decides `cost` for `key` under an ad-hoc `limit` (a peek when `cost` is 0, not counted).
+    /// Decides `cost` for `key` under an ad-hoc `limit` (a peek when `cost` is 0, not counted;
+    /// timed either way, as `source`'s front end's).
     pub async fn check_adhoc(
         &self,
         source: Source,
@@ -34,22 +35,31 @@ impl<S: Store> Engine<S> {
         limit: &Limit,
         cost: u64,
     ) -> Result<Decision, StoreError> {
-        let decision = self.counted(self.store.check(key, limit, cost).await)?;
+        let decided = self.timed(source.frontend(), self.store.check(key, limit, cost)).await;
+        let decision = self.counted(decided)?;
         if cost > 0 {
             self.metrics.count_adhoc(source, limit.algorithm(), decision.allowed);
         }
         Ok(decision)
     }
 
-    /// Decides `cost` for `key` under the rule or named limit `name`, in its scope.
-    pub async fn check_named(&self, name: &str, key: &[u8], cost: u64) -> Result<(Decision, Limit), EngineError> {
+    /// Decides `cost` for `key` under the rule or named limit `name`, in its scope, timed as
+    /// `frontend`'s decision.
+    pub async fn check_named(
+        &self,
+        frontend: Frontend,
+        name: &str,
+        key: &[u8],
+        cost: u64,
+    ) -> Result<(Decision, Limit), EngineError> {
         let policy = self.policy.load();
         let (index, rule) = policy.rules.named(name).ok_or_else(|| EngineError::UnknownRule(name.to_string()))?;
         if !rule.keyed_on_callers_key() {
             return Err(EngineError::NotByName(name.to_string()));
         }
         let check = Check::new(key, &rule.limit, cost).scoped(&rule.name);
-        let decision = self.counted(self.store.check_one(check).await)?;
+        let decided = self.timed(frontend, self.store.check_one(check)).await;
+        let decision = self.counted(decided)?;
         if cost > 0 {
             let outcome = if decision.allowed { Outcome::Allowed } else { Outcome::Rejected };
             self.metrics.count(&policy.counters[index], outcome);

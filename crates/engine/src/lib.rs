@@ -14,7 +14,8 @@
 //!    [`Engine::complete`] when the response's status is not one they count;
 //! 4. **the action** of the first rule over its limit: 429, shadow-ban, delay (a GCRA shaper
 //!    widened by `max_delay`); dry-run rules are checked on their own and never block;
-//! 5. **metrics** ([`metrics`]), and a store error answered by `on_error`, never silently.
+//! 5. **metrics** ([`metrics`]), and a store error answered by `on_error`, never silently. Every
+//!    decision is timed here, by the injected clock, whichever front end asked ([`latency`]).
 //!
 //! The rules are swapped atomically by [`Engine::reload`] ([`reload`] watches a file); the state
 //! of a rule lives in the store under its name, so an unchanged rule keeps its counts across a
@@ -23,6 +24,7 @@
 mod admission;
 mod blocks;
 mod direct;
+pub mod latency;
 pub mod metrics;
 pub mod reload;
 
@@ -41,7 +43,7 @@ use tollgate_store::{Check, Refund, Store, StoreError};
 pub use admission::{Admission, Answer, Fields, Pending, Proceed};
 pub use blocks::DEFAULT_MAX_BLOCKS;
 pub use direct::EngineError;
-pub use metrics::{Metrics, Outcome, Source};
+pub use metrics::{Frontend, Metrics, Outcome, Source};
 pub use tollgate_rules::Request;
 
 use admission::Reservation;
@@ -215,8 +217,26 @@ impl<S: Store> Engine<S> {
     }
 
     /// Decides what to do with `request` under `policy` (see the crate docs; `policy` is
-    /// [`current`](Self::current), which front ends also read the request's headers by).
+    /// [`current`](Self::current), which front ends also read the request's headers by). Timed
+    /// as the middleware's decisions ([`Frontend::Middleware`]).
     pub async fn admit(&self, policy: &Arc<Policy>, request: &Request<'_>) -> Admission {
+        self.timed(Frontend::Middleware, self.decide(policy, request)).await
+    }
+
+    /// Runs `decision` and counts the time it took in `frontend`'s decision latency, by the
+    /// engine's clock (whose reads cost less than `std::time::Instant`'s). The engine's own
+    /// decisions are timed so; a front end deciding on the store itself (Envoy's gRPC service)
+    /// wraps its decision in it.
+    pub async fn timed<T>(&self, frontend: Frontend, decision: impl Future<Output = T>) -> T {
+        let started = self.clock.now_ns();
+        let result = decision.await;
+        let elapsed = self.clock.now_ns().saturating_sub(started);
+        self.metrics.observe_decision(frontend, Duration::from_nanos(elapsed));
+        result
+    }
+
+    /// [`admit`](Self::admit), untimed.
+    async fn decide(&self, policy: &Arc<Policy>, request: &Request<'_>) -> Admission {
         let mut plan = Plan::default();
         // 1. Mitigations in force.
         if self.blocks.any() {

@@ -10,6 +10,8 @@
 //!   `timeout`, `bad_state`, `request`), so the request got `on_error`'s answer or an error
 //!   reply. A failure the store's own failure policy answered is not one (the server counts
 //!   those in `tollgate_store_backend_errors_total`); a front end times its own remote store;
+//! - `tollgate_decision_duration_seconds{frontend}`: seconds per decision, by front end
+//!   (`resp`, `http`, `grpc`, `middleware`; see [`crate::latency`]);
 //! - `tollgate_config_reloads_total{result}`, `tollgate_blocked_keys`,
 //!   `tollgate_blocks_dropped_total`.
 //!
@@ -22,13 +24,15 @@
 //! be noise. The store errors are the exception: their zero is what an operator watches and
 //! alerts on, so with a remote store (one that does not decide in place) every kind exists from
 //! start-up at 0; a store that decides in place (memory) has no backend to fail, and shows a kind
-//! only if it ever returns one. The gauges and unlabelled counters are always there.
+//! only if it ever returns one. A front end's latency series appear with its first decision.
+//! The gauges and unlabelled counters are always there.
 //!
 //! **Cost.** Each counter a decision can touch sits in a `OnceLock`, resolved once per rule and
 //! outcome (or source, algorithm and outcome): the family's map is locked the first time only,
 //! and every later decision is an atomic load and an atomic increment.
 
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -37,6 +41,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tollgate_core::Algorithm;
 use tollgate_store::StoreError;
+
+pub use crate::latency::{Frontend, Latency};
 
 /// What happened to a request under one rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,6 +135,11 @@ struct KindLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FrontendLabels {
+    frontend: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabels {
     result: &'static str,
 }
@@ -166,6 +177,14 @@ impl Source {
             Source::Http => "http",
         }
     }
+
+    /// The front end that carries it.
+    pub(crate) fn frontend(self) -> Frontend {
+        match self {
+            Source::Throttle | Source::Check => Frontend::Resp,
+            Source::Http => Frontend::Http,
+        }
+    }
 }
 
 /// Every metric of an engine.
@@ -179,6 +198,9 @@ pub struct Metrics {
     /// The store error counters by kind: all created at start-up for a remote store.
     store_error_counters: [OnceLock<Counter>; STORE_ERROR_KINDS.len()],
     reloads: Family<ResultLabels, Counter>,
+    latency: Family<FrontendLabels, Latency>,
+    /// The latency histograms by front end, created on first use.
+    latency_by_frontend: [OnceLock<Latency>; Frontend::ALL.len()],
     pub(crate) blocked: Gauge,
     pub(crate) blocks_dropped: Counter,
 }
@@ -200,6 +222,12 @@ impl Metrics {
         );
         let reloads = Family::<ResultLabels, Counter>::default();
         registry.register("config_reloads", "Rules reloads, by result", reloads.clone());
+        let latency = Family::<FrontendLabels, Latency>::default();
+        registry.register(
+            "decision_duration_seconds",
+            "Seconds per decision (store call, failure policy and mitigation included), by front end",
+            latency.clone(),
+        );
         let blocked = Gauge::default();
         registry.register("blocked_keys", "Keys under a mitigation timeout", blocked.clone());
         let blocks_dropped = Counter::default();
@@ -216,6 +244,8 @@ impl Metrics {
             store_errors,
             store_error_counters: std::array::from_fn(|_| OnceLock::new()),
             reloads,
+            latency,
+            latency_by_frontend: std::array::from_fn(|_| OnceLock::new()),
             blocked,
             blocks_dropped,
         };
@@ -261,6 +291,16 @@ impl Metrics {
         self.store_error_counter(store_error_kind(error)).inc();
     }
 
+    /// Counts a decision `frontend` asked for, which took `elapsed` (see [`crate::Engine::timed`]).
+    pub fn observe_decision(&self, frontend: Frontend, elapsed: Duration) {
+        self.latency_by_frontend[frontend.index()]
+            .get_or_init(|| {
+                // One statement: `get_or_create` returns a guard that must not outlive it.
+                self.latency.get_or_create(&FrontendLabels { frontend: frontend.label() }).clone()
+            })
+            .observe(elapsed);
+    }
+
     pub(crate) fn reloaded(&self, ok: bool) {
         self.reloads.get_or_create(&ResultLabels { result: if ok { "ok" } else { "error" } }).inc();
     }
@@ -280,6 +320,7 @@ mod tests {
     fn indexes_follow_the_declaration_order() {
         assert!(Outcome::ALL.iter().enumerate().all(|(i, o)| o.index() == i));
         assert!(Source::ALL.iter().enumerate().all(|(i, s)| s.index() == i));
+        assert!(Frontend::ALL.iter().enumerate().all(|(i, f)| f.index() == i));
     }
 
     #[test]
@@ -298,5 +339,20 @@ mod tests {
             assert!(text.contains(&format!("tollgate_store_errors_total{{kind=\"{kind}\"}} {n}\n")), "{text}");
         }
         assert!(!text.contains("tollgate_decisions_total") && !text.contains("tollgate_rule_decisions_total"));
+    }
+
+    #[test]
+    fn decision_latency_has_a_series_per_front_end_that_decided() {
+        let mut registry = Registry::with_prefix("tollgate");
+        let metrics = Metrics::new(&mut registry, true);
+        assert!(!render(&registry).contains("decision_duration"), "no series before a decision");
+        metrics.observe_decision(Frontend::Resp, Duration::from_micros(3));
+        metrics.observe_decision(Frontend::Resp, Duration::from_micros(300));
+        metrics.observe_decision(Source::Http.frontend(), Duration::from_millis(2));
+        let text = render(&registry);
+        assert!(text.contains("# TYPE tollgate_decision_duration_seconds histogram\n"), "{text}");
+        assert!(text.contains("tollgate_decision_duration_seconds_count{frontend=\"resp\"} 2\n"), "{text}");
+        assert!(text.contains("tollgate_decision_duration_seconds_count{frontend=\"http\"} 1\n"), "{text}");
+        assert!(!text.contains("frontend=\"grpc\"") && !text.contains("frontend=\"middleware\""), "{text}");
     }
 }

@@ -53,6 +53,7 @@ impl App {
             vec![store.clone(), grpc_store.clone()]
         };
         let metrics = Metrics::new(registry, stores);
+        health.register(registry);
         let reloads = Family::<Vec<(&'static str, &'static str)>, Counter>::default();
         registry.register(
             "envoy_config_reloads",

@@ -6,11 +6,14 @@
 //! state: `{"status": "ok" | "degraded", "store": {...}}`. A Redis outage is not made a failed
 //! health check on purpose: every node would fail it at once and a load balancer would take the
 //! whole fleet out, turning an outage the failure policy answers (`--on-store-error`) into a
-//! total one. Alert on `"degraded"` or on `tollgate_store_up == 0` instead.
+//! total one. Alert on `"degraded"` or on `tollgate_store_up == 0` instead (the gauge every front
+//! end registers with [`Health::register`]: 1 while the store is up, 0 while it is not).
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 use serde::Serialize;
 
 use crate::backend::Backend;
@@ -36,6 +39,8 @@ pub struct Health {
     urls: Vec<String>,
     policy: Option<&'static str>,
     state: Mutex<StoreState>,
+    /// `tollgate_store_up`, set with the state.
+    up: Gauge,
 }
 
 /// `GET /healthz`'s body.
@@ -70,7 +75,19 @@ impl Health {
             StoreConfig::Redis(url) => (vec![url.clone()], Some(config.on_store_error.name())),
             StoreConfig::Cluster(nodes) => (nodes.clone(), Some(config.on_store_error.name())),
         };
-        Health { store: config.store.describe(), urls, policy, state: Mutex::new(StoreState::Up) }
+        let up = Gauge::default();
+        up.set(1);
+        Health { store: config.store.describe(), urls, policy, state: Mutex::new(StoreState::Up), up }
+    }
+
+    /// Registers `store_up` in `registry` (whose prefix it takes): 1 while the store is up, 0
+    /// while it is not, as of the last probe.
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "store_up",
+            "1 while the store answers its probe (every second) and the circuit breaker lets calls through, else 0",
+            self.up.clone(),
+        );
     }
 
     /// Whether the store is up now.
@@ -101,6 +118,7 @@ impl Health {
             Ok(()) => StoreState::Up,
             Err(error) => StoreState::Down(explain(&diagnose(&self.urls).await.unwrap_or(error))),
         };
+        self.up.set(i64::from(state == StoreState::Up));
         let previous = std::mem::replace(&mut *self.lock(), state.clone());
         match (&previous, &state) {
             (StoreState::Up, StoreState::Down(why)) | (StoreState::Down(_), StoreState::Down(why))

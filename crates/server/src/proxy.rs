@@ -135,6 +135,7 @@ pub async fn run(
     health.watch(Arc::downgrade(&store));
     let mut registry = Registry::with_prefix("tollgate");
     crate::metrics::register_store(&mut registry, store.clone());
+    health.register(&mut registry);
     let engine = Arc::new(Engine::builder(store, proxy.rules).clock(config.clock.clone()).build(&mut registry));
     if let Some(path) = &proxy.rules_file {
         crate::reload_engine_on_change(&engine, path);

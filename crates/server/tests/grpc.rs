@@ -97,6 +97,8 @@ async fn value_less_keys_count_per_value_and_a_blocklist_always_refuses() {
         series("over_limit", "remote_address", 1),
         series("near_limit", "remote_address", 1),
         series("over_limit", "remote_address_203.0.113.66", 1),
+        // Every RPC timed, in tollgate's own histogram.
+        "tollgate_decision_duration_seconds_count{frontend=\"grpc\"} 6".to_string(),
     ] {
         assert!(metrics.contains(&wanted), "{wanted}: {metrics}");
     }

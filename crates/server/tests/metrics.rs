@@ -128,7 +128,49 @@ async fn a_fresh_serve_shows_no_decision_series_until_a_decision_makes_its_own()
         samples(&after, "tollgate_rule_decisions_total"),
         [("tollgate_rule_decisions_total{rule=\"api\",outcome=\"allowed\"}", 1.0)]
     );
+    // Every decision timed, the peek included, under its front end; HTTP's appear with its first.
+    let latency = "tollgate_decision_duration_seconds";
+    assert_eq!(value(&after, &format!("{latency}_count{{frontend=\"resp\"}}")), Some(5.0), "{after}");
+    assert!(!after.contains("frontend=\"http\""), "{after}");
+    let body = r#"{"key": "h", "limit": "1/1m"}"#;
+    assert!(server.curl(&["-d", body, "HTTP/v1/check"]).starts_with("HTTP/1.1 200"));
+    let named = r#"{"key": "u", "limit_name": "api"}"#;
+    assert!(server.curl(&["-d", named, "HTTP/v1/check"]).starts_with("HTTP/1.1 429"));
+    let (http, _) = scrape(&server);
+    assert_eq!(value(&http, &format!("{latency}_count{{frontend=\"http\"}}")), Some(2.0), "{http}");
+    assert_eq!(value(&http, &format!("{latency}_bucket{{le=\"+Inf\",frontend=\"http\"}}")), Some(2.0), "{http}");
+    // Timed by the engine's clock: this test's manual clock never moves.
+    assert_eq!(value(&http, &format!("{latency}_sum{{frontend=\"http\"}}")), Some(0.0), "{http}");
+    assert_eq!(value(&http, "tollgate_store_up"), Some(1.0), "memory is always up:\n{http}");
     server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_up_follows_the_probe_of_redis() {
+    let mut redis = RedisServer::start();
+    let server = serve_on_redis(redis.url()).await;
+    let (fresh, _) = scrape(&server);
+    assert!(fresh.contains("# TYPE tollgate_store_up gauge\n"), "{fresh}");
+    assert_eq!(value(&fresh, "tollgate_store_up"), Some(1.0), "{fresh}");
+    // Probed every second: wait for each change (no wall-clock assertion).
+    redis.kill();
+    store_up_becomes(&server, 0.0).await;
+    redis.restart();
+    store_up_becomes(&server, 1.0).await;
+    server.stop().await;
+}
+
+/// Waits until `tollgate_store_up` is `up`, or fails after a generous deadline.
+async fn store_up_becomes(server: &Server, up: f64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let (text, _) = scrape(server);
+        if value(&text, "tollgate_store_up") == Some(up) {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "tollgate_store_up never became {up}:\n{text}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// `serve` on the Redis at `url` (a real one, or a port nothing listens on), default policy `local`.

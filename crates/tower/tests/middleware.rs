@@ -187,6 +187,9 @@ async fn login_defence(app: App) {
             "{wanted}: {metrics}"
         );
     }
+    // Every request decided by the engine is timed, the ones a mitigation answered included.
+    let timed = "tollgate_decision_duration_seconds_count{frontend=\"middleware\"} 21\n";
+    assert!(metrics.contains(timed), "{timed}: {metrics}");
 }
 
 /// Before: a `count_status` rule counted after the response only, so 40 concurrent failed logins

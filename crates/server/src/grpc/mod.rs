@@ -162,12 +162,15 @@ impl tollgate_rls::RateLimitService for RateLimitService {
             .zip(&matched)
             .map(|(descriptor, matched)| plan(matched.as_ref(), descriptor.hits_addend.unwrap_or(request_cost)))
             .collect();
-        let mut response =
-            decide(self.app.grpc_store.as_ref(), &plans, &self.app.envoy_metrics).await.map_err(|e| match e {
-                StoreError::Limit(e) => Status::invalid_argument(e.to_string()),
-                e if e.is_backend() => Status::unavailable(e.to_string()),
-                e => Status::internal(e.to_string()),
-            })?;
+        // Envoy's service decides on the store itself, not through the engine's rules; timed by
+        // the engine all the same (`frontend="grpc"`).
+        let decision = decide(self.app.grpc_store.as_ref(), &plans, &self.app.envoy_metrics);
+        let decided = self.app.engine.timed(tollgate_engine::Frontend::Grpc, decision).await;
+        let mut response = decided.map_err(|e| match e {
+            StoreError::Limit(e) => Status::invalid_argument(e.to_string()),
+            e if e.is_backend() => Status::unavailable(e.to_string()),
+            e => Status::internal(e.to_string()),
+        })?;
         if self.headers {
             response.response_headers_to_add = response_headers(&response.statuses);
         }

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use tollgate_core::{Decision, Limit};
 use tollgate_store::StoreError;
 
-use tollgate_engine::{EngineError, Source};
+use tollgate_engine::{EngineError, Frontend, Source};
 
 use crate::app::App;
 
@@ -88,7 +88,7 @@ pub async fn check_json(app: &App, body: &[u8]) -> Response {
         {
             return bad_request("give either \"limit_name\" or an inline limit, not both".into());
         }
-        match app.engine.check_named(name, request.key.as_bytes(), cost).await {
+        match app.engine.check_named(Frontend::Http, name, request.key.as_bytes(), cost).await {
             Ok((decision, limit)) => (decision, limit, name.clone()),
             Err(EngineError::Store(e)) => return store_error(&e),
             Err(EngineError::UnknownRule(_)) => return bad_request(app.unknown_limit(name)),

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use tollgate_core::{Algorithm, Decision, Limit};
-use tollgate_engine::{EngineError, Source};
+use tollgate_engine::{EngineError, Frontend, Source};
 
 use super::options::{self, Opt, Syntax};
 use super::{ceil_units, integer_arg, reply, text};
@@ -84,7 +84,7 @@ pub(super) async fn named(app: &App, args: &[&[u8]], out: &mut BytesMut) {
         let &[name, key] = positional else { return Err(options::LIMIT.usage.to_string()) };
         let name = text(name, "the limit name")?;
         let cost = options::LIMIT.options(rest)?.get(Opt::Cost).unwrap_or(1);
-        match app.engine.check_named(name, key, cost).await {
+        match app.engine.check_named(Frontend::Resp, name, key, cost).await {
             Ok((d, _)) => Ok(d),
             Err(EngineError::UnknownRule(_)) => Err(format!("ERR {}", app.unknown_limit(name))),
             Err(e) => Err(format!("ERR {e}")),
