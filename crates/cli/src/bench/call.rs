@@ -251,7 +251,8 @@ pub(crate) async fn worker(
     let mut recorder = Recorder::new(shared);
     let mut rng = Rng::seeded(id);
     while let Some(ticket) = schedule.take(Instant::now()) {
-        tokio::time::sleep_until(ticket.due.into()).await;
+        tokio::time::sleep_until(ticket.wake().into()).await;
+        let start = ticket.start(Instant::now());
         let key = keys.name(keys.pick(&mut rng));
         let outcome = match tokio::time::timeout(timeout, caller.call(&key)).await {
             Ok(outcome) => outcome,
@@ -264,7 +265,7 @@ pub(crate) async fn worker(
             }
         };
         let unreachable = matches!(outcome, Err(Failure::Transport(_)));
-        recorder.record(ticket.due, Instant::now(), outcome);
+        recorder.record(start, Instant::now(), outcome);
         if unreachable {
             tokio::time::sleep(FAILURE_PAUSE).await;
         }

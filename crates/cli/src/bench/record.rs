@@ -3,7 +3,7 @@
 //! second; and two shared counters for the live progress bar.
 //!
 //! Latency is recorded for every request that got a reply (an error reply included), from its
-//! ticket's due instant; a request that got no reply (timeout, broken connection) counts only as
+//! ticket's start (see `Ticket::start`); a request that got no reply (timeout, broken connection) counts only as
 //! an error.
 
 use std::sync::Mutex;

@@ -196,7 +196,8 @@ enum Event {
 
 /// A request written and not yet answered.
 struct InFlight {
-    due: Instant,
+    /// Where its latency starts (see [`Ticket::start`]).
+    start: Instant,
     sent: Instant,
 }
 
@@ -229,9 +230,9 @@ pub(crate) async fn connection(id: u64, target: Arc<Target>, schedule: Arc<Sched
         };
         // Send every due request the pipeline has room for, in one write.
         while in_flight.len() < target.pipeline {
-            let Some(ticket) = next.filter(|t| t.due <= now) else { break };
+            let Some(ticket) = next.filter(|t| t.ready(now)) else { break };
             target.command.encode(&target.keys.name(target.keys.pick(&mut rng)), &mut write_buf);
-            in_flight.push_back(InFlight { due: ticket.due, sent: now });
+            in_flight.push_back(InFlight { start: ticket.start(now), sent: now });
             next = None;
             if in_flight.len() < target.pipeline {
                 next = schedule.take(now);
@@ -252,7 +253,7 @@ pub(crate) async fn connection(id: u64, target: Arc<Target>, schedule: Arc<Sched
                 continue;
             }
         }
-        let send_next = next.filter(|_| in_flight.len() < target.pipeline).map(|t| t.due);
+        let send_next = next.filter(|_| in_flight.len() < target.pipeline).map(Ticket::wake);
         let give_up = in_flight.front().map(|r| r.sent + target.timeout);
         let event = tokio::select! {
             read = socket.read_buf(&mut read_buf), if !in_flight.is_empty() => Event::Read(read),
@@ -318,7 +319,7 @@ fn broken(
     *stream = None;
     let now = Instant::now();
     for request in in_flight.drain(..) {
-        recorder.record(request.due, now, Err(failure.clone()));
+        recorder.record(request.start, now, Err(failure.clone()));
     }
 }
 
@@ -336,7 +337,7 @@ fn take_replies(
         let Some(request) = in_flight.pop_front() else {
             return Err("protocol error: a reply to no request".into());
         };
-        recorder.record(request.due, now, command.answer(reply));
+        recorder.record(request.start, now, command.answer(reply));
     }
     buf.drain(..at);
     if buf.len() > MAX_REPLY_BYTES {

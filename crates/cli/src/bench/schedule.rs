@@ -18,11 +18,34 @@ pub(crate) enum Stop {
     After(Duration),
 }
 
+/// How early an open-loop request may be sent: tokio's timers fire on a 1 ms wheel, so a request
+/// woken exactly at its due instant would leave up to 1 ms late and charge that to the server.
+/// Sent early, its latency runs from when it was sent.
+pub(crate) const SEND_EARLY: Duration = Duration::from_millis(1);
+
 /// One request to send.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Ticket {
-    /// When it is due (open loop) or was taken (closed loop); latency is measured from here.
+    /// When it is due (open loop) or was taken (closed loop).
     pub(crate) due: Instant,
+}
+
+impl Ticket {
+    /// When to wake up to send it.
+    pub(crate) fn wake(self) -> Instant {
+        self.due.checked_sub(SEND_EARLY).unwrap_or(self.due)
+    }
+
+    /// Whether it may be sent at `now`.
+    pub(crate) fn ready(self, now: Instant) -> bool {
+        self.wake() <= now
+    }
+
+    /// Where its latency starts if it is sent at `sent`: its due instant, or when it was sent if
+    /// that was earlier.
+    pub(crate) fn start(self, sent: Instant) -> Instant {
+        self.due.min(sent)
+    }
 }
 
 /// The shared source of tickets.
@@ -130,6 +153,16 @@ mod tests {
         assert_eq!(dues[1], Duration::from_millis(1));
         assert_eq!(dues[999], Duration::from_millis(999));
         assert_eq!(schedule.planned_length(), Some(Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn latency_starts_at_the_due_instant_or_the_earlier_send() {
+        let due = Instant::now() + Duration::from_secs(1);
+        let ticket = Ticket { due };
+        assert_eq!(ticket.wake(), due - SEND_EARLY);
+        assert!(!ticket.ready(due - SEND_EARLY * 2) && ticket.ready(due - SEND_EARLY));
+        assert_eq!(ticket.start(due - SEND_EARLY), due - SEND_EARLY);
+        assert_eq!(ticket.start(due + Duration::from_secs(5)), due, "a late send is charged from its due instant");
     }
 
     #[test]
