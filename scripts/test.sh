@@ -54,3 +54,9 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 
 step "tests"
 cargo test --workspace --locked
+
+# A 3-primary Redis Cluster with one primary killed under load, for every failure policy (two
+# algorithms, 8 s each), on the binary the tests just built: nothing may be lost
+# (scripts/failure-injection.sh without --short is the full run in the README).
+step "failure injection (short)"
+bash scripts/failure-injection.sh --short --binary "$target_dir/debug/tollgate"

@@ -1,0 +1,457 @@
+#!/usr/bin/env bash
+# Failure injection: one primary of a 3-primary Redis Cluster killed (SIGKILL) under open-loop
+# load, and restarted, for every algorithm and every failure policy (--on-store-error).
+#
+# The cluster: 3 redis-server primaries on free loopback ports, no replicas, AOF on (fsync every
+# second; SIGKILL loses nothing the kernel has), cluster-require-full-coverage no (the other
+# primaries keep serving their slots), --cluster-node-timeout 2000 ms. Per policy and algorithm: a
+# fresh `tollgate serve --store redis+cluster://...` (defaults: --store-timeout 50ms, breaker after
+# 3 failures, probe every 100 ms) and three `tollgate bench resp` processes, one per primary, each
+# at RATE/3 requests/s over KEYS/3 keys hash-tagged onto that primary's slots ("{tag}:N", stored
+# as tollgate:ALGORITHM:t:{tag}:N). At DURATION/3 the second primary is killed with SIGKILL; at
+# 2*DURATION/3 it is started again on its port with its nodes.conf and AOF: it rejoins owning the
+# same slots, with its data (less the keys whose TTL ran out meanwhile). Without replicas nothing
+# takes its slots over: its keys are unavailable for the whole outage, and again for 2 s after the
+# restart (a restarted primary answers CLUSTERDOWN until its rejoin delay, CLUSTER_WRITABLE_DELAY,
+# has passed).
+# Every limit is 10 per 1 s (burst 10 for the bucket family, 10 slices for the sub-window counter),
+# via TG.CHECK (CL.THROTTLE KEY 9 10 1 1 for gcra); by default every key is offered 50 requests/s,
+# 5 times its limit.
+#
+# The table, one row per policy and algorithm:
+#   sent, answered, errors  requests bench issued (open loop: exactly rate x duration), those
+#       answered with a decision, those without a valid reply (error reply, broken connection, no
+#       reply within 2 s). The run fails if sent != answered + errors, if fewer were sent than were
+#       due, or if serve's own count of decisions (tollgate_decisions_total) is not between
+#       answered and answered + errors: a request lost.
+#   fallbacks (breaker)  tollgate_store_fallbacks_total: calls the failure policy answered; and
+#       tollgate_store_breaker_opened_total: how often the circuit breaker opened.
+#   p99 ms before/during/after  the worst per-second p99 (bench's timeline: latency from each
+#       request's intended send time; worst of the three bench processes) among the seconds
+#       before the kill (the first second, connections being made, left out), the seconds that
+#       overlap the outage (kill to restart), and the seconds after the restart.
+#   admitted / bound  allowed decisions, and the most the algorithm admits over the run (from
+#       bench's start to its end, on this host's clock, which is Redis's TIME), summed over keys:
+#         gcra, token-bucket, leaky-bucket   burst + floor(span / T), T = period / count
+#         fixed-window, sliding-window       count x epoch-aligned windows touched
+#         sliding-log                        count x (floor(span / period) + 1)
+#         sub-window                         count x ceil(slices touched / slices)
+#   killed keys  what the killed primary's keys were admitted, in % of their bound.
+#   over-grant killed/others  admitted - bound, or 0, for the killed primary's keys and for the
+#       keys of the two others (one figure per bench process, whose keys are alike).
+#   recovery s redis/fallbacks/rate  from the restarted primary answering PING: until it serves
+#       (its cluster_state:ok, polled every 50 ms); until serve's last fallback (the counter
+#       sampled every 100 ms) or the end of the last second with a bench error, if later; until
+#       the start of the first second from which the killed primary's keys are admitted, in every
+#       full second to the end, at least 90% of what they were in the median second before the
+#       kill. "never": not by the run's end.
+#
+# The run fails (non-zero) if a request is lost, serve dies or the load generator fails, and with
+# --strict also if --on-store-error closed or local admits more than the bound (README, "Failure
+# behaviour": one node never admits more than the limit; without --strict such runs are listed
+# under the table). Every process it started is stopped on exit.
+# Files (--out DIR, default a temporary directory, printed): table.txt, results.tsv,
+# over-bound.txt, timeline.svg (every run: admitted and fallbacks per second
+# from serve's metrics, the outage, p99); per run, POLICY-ALGORITHM/: each bench process's JSON,
+# timeline CSV and SVG plot (nodeN.*), serve's log, its metrics every 100 ms (metrics.tsv:
+# t_ns fallbacks backend_errors breaker_open breaker_opened store_errors allowed denied debts
+# charges_paid) and at the end, and the instants of the kill and the restart (events.txt).
+#
+#   bash scripts/failure-injection.sh [--short] [--out DIR] [--binary TOLLGATE]
+#        [--algorithms "gcra ..."] [--policies "open ..."] [--duration S] [--kill-at S]
+#        [--restart-at S] [--rate R] [--keys K] [--node-timeout MS] [--strict] [-- SERVE FLAGS...]
+#   default: 7 algorithms x 3 policies, 30 s each (kill at 10 s, restart at 20 s), 1500
+#   requests/s over 30 keys: about 11 minutes. --short (CI): gcra and fixed-window x 3 policies,
+#   8 s each (kill at 2 s, restart at 4 s), --node-timeout 500: about 1 minute. --binary skips
+#   the release build. Needs redis-server and redis-cli (7.x), curl and awk.
+set -euo pipefail
+CALLER=$PWD
+cd "$(dirname "$0")/.."
+HERE=scripts/failure-injection
+
+DURATION=30 RATE=1500 KEYS=30 NODE_TIMEOUT=2000 OUT='' KILL_AT='' RESTART_AT='' BIN='' STRICT=0
+EVERY_ALGORITHM="gcra token-bucket leaky-bucket fixed-window sliding-log sliding-window sub-window"
+ALGORITHMS=$EVERY_ALGORITHM
+POLICIES="open closed local"
+SERVE_FLAGS=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --short) DURATION=8 KILL_AT=2 RESTART_AT=4 NODE_TIMEOUT=500 ALGORITHMS="gcra fixed-window"; shift ;;
+    --out) OUT=$2; shift 2 ;;
+    --duration) DURATION=$2; shift 2 ;;
+    --kill-at) KILL_AT=$2; shift 2 ;;
+    --restart-at) RESTART_AT=$2; shift 2 ;;
+    --binary) BIN=$2; shift 2 ;;
+    --strict) STRICT=1; shift ;;
+    --rate) RATE=$2; shift 2 ;;
+    --keys) KEYS=$2; shift 2 ;;
+    --algorithms) ALGORITHMS=$2; shift 2 ;;
+    --policies) POLICIES=$2; shift 2 ;;
+    --node-timeout) NODE_TIMEOUT=$2; shift 2 ;;
+    --) shift; SERVE_FLAGS=("$@"); break ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+KILL_AT=${KILL_AT:-$((DURATION / 3))} RESTART_AT=${RESTART_AT:-$((2 * DURATION / 3))}
+# --out and --binary are relative to the caller's directory.
+case "$OUT" in "" | /*) ;; *) OUT="$CALLER/$OUT" ;; esac
+case "$BIN" in "" | /*) ;; *) BIN="$CALLER/$BIN" ;; esac
+for n in "$DURATION" "$RATE" "$KEYS" "$NODE_TIMEOUT" "$KILL_AT" "$RESTART_AT"; do
+  [[ "$n" =~ ^[1-9][0-9]*$ ]] || { echo "--duration, --rate, --keys, --node-timeout, --kill-at, --restart-at take positive integers, got $n" >&2; exit 2; }
+done
+[ "$KILL_AT" -lt "$RESTART_AT" ] && [ "$RESTART_AT" -lt "$DURATION" ] || { echo "need 0 < --kill-at < --restart-at < --duration (s)" >&2; exit 2; }
+[ $((RATE % 3)) -eq 0 ] && [ $((KEYS % 3)) -eq 0 ] || { echo "--rate and --keys must be multiples of 3 (one third per primary)" >&2; exit 2; }
+for policy in $POLICIES; do
+  case "$policy" in open | closed | local) ;; *) echo "unknown policy $policy (open, closed, local)" >&2; exit 2 ;; esac
+done
+for algorithm in $ALGORITHMS; do
+  [[ " $EVERY_ALGORITHM " == *" $algorithm "* ]] || { echo "unknown algorithm $algorithm ($EVERY_ALGORITHM)" >&2; exit 2; }
+done
+for tool in redis-server redis-cli curl awk; do
+  command -v "$tool" >/dev/null || { echo "$tool is missing (apt-get install -y redis-server curl)" >&2; exit 1; }
+done
+
+if [ -z "$BIN" ]; then
+  cargo build --release -q -p tollgate
+  BIN="${CARGO_TARGET_DIR:-target}/release/tollgate"
+fi
+TOLLGATE=$BIN
+[ -x "$TOLLGATE" ] || { echo "no tollgate binary at $TOLLGATE" >&2; exit 1; }
+"$TOLLGATE" bench resp --help >/dev/null 2>&1 || { echo "$TOLLGATE has no 'bench resp' subcommand" >&2; exit 1; }
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/tollgate-failure-injection.XXXXXX")
+OUT=${OUT:-$WORK/out}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+
+# NODE_PIDS: the redis-server processes; NODE_JOBS: the subshells that wait for them (so that a
+# SIGKILL is no "Killed" job notice from this shell).
+NODE_PORTS=() NODE_PIDS=() NODE_JOBS=() SERVE_PID='' SAMPLER_PID='' BENCH_PIDS=()
+cleanup() {
+  local pid
+  for pid in "${BENCH_PIDS[@]}" $SAMPLER_PID $SERVE_PID "${NODE_PIDS[@]}"; do
+    kill "$pid" 2>/dev/null || true
+  done
+  for pid in "${BENCH_PIDS[@]}" $SAMPLER_PID $SERVE_PID "${NODE_JOBS[@]}"; do
+    wait "$pid" 2>/dev/null || true
+  done
+  rm -rf "$WORK/redis" "$WORK/cluster-create.log"
+  rmdir "$WORK" 2>/dev/null || true
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+fail() { echo "failure-injection: $*" >&2; exit 1; }
+now_ns() { date +%s%N; }
+# Sleeps until the wall-clock instant $1 (ns since the epoch); at once if it is past.
+sleep_until() {
+  local ms=$(( ($1 - $(now_ns)) / 1000000 ))
+  [ "$ms" -gt 0 ] && sleep "$((ms / 1000)).$(printf %03d $((ms % 1000)))"
+  return 0
+}
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# --- the cluster --------------------------------------------------------------------------------
+# A port for a node: it and its cluster bus port (+10000) free.
+node_port() {
+  local port
+  for port in $(seq 23100 23999); do
+    [[ " ${NODE_PORTS[*]} " == *" $port "* ]] && continue
+    if port_free "$port" && port_free $((port + 10000)); then echo "$port"; return; fi
+  done
+  fail "no free port pair in 23100-23999 / 33100-33999"
+}
+start_node() {
+  local i=$1 dir="$WORK/redis/node$1"
+  mkdir -p "$dir"
+  rm -f "$dir/redis.pid"
+  (
+    redis-server --port "${NODE_PORTS[$i]}" --bind 127.0.0.1 --dir "$dir" --save "" \
+      --appendonly yes --appendfsync everysec \
+      --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout "$NODE_TIMEOUT" \
+      --cluster-require-full-coverage no --logfile "$dir/redis.log" --pidfile "$dir/redis.pid" --daemonize no
+    true
+  ) 2>/dev/null &
+  NODE_JOBS[i]=$!
+  for _ in $(seq 200); do [ -s "$dir/redis.pid" ] && break; sleep 0.01; done
+  [ -s "$dir/redis.pid" ] || fail "redis-server on port ${NODE_PORTS[$i]} did not start ($dir/redis.log)"
+  NODE_PIDS[i]=$(cat "$dir/redis.pid")
+}
+answers_ping() { [ "$(redis-cli -p "$1" ping 2>/dev/null)" = PONG ]; }
+# Every node says cluster_state:ok and none flags another as failing.
+cluster_ok() {
+  local port
+  for port in "${NODE_PORTS[@]}"; do
+    redis-cli -p "$port" cluster info 2>/dev/null | grep -q 'cluster_state:ok' || return 1
+    ! redis-cli -p "$port" cluster nodes 2>/dev/null | grep -q fail || return 1
+  done
+}
+wait_cluster_ok() {
+  local deadline=$(( $(now_ns) + 60000000000 ))
+  until cluster_ok; do
+    [ "$(now_ns)" -lt "$deadline" ] || fail "the cluster did not reach cluster_state:ok within 60 s (logs in $WORK/redis)"
+    sleep 0.1
+  done
+}
+for i in 0 1 2; do NODE_PORTS[i]=$(node_port); start_node "$i"; done
+for i in 0 1 2; do
+  for _ in $(seq 100); do answers_ping "${NODE_PORTS[$i]}" && break; sleep 0.1; done
+  answers_ping "${NODE_PORTS[$i]}" || fail "redis-server on port ${NODE_PORTS[$i]} did not start ($WORK/redis/node$i/redis.log)"
+done
+redis-cli --cluster create "${NODE_PORTS[@]/#/127.0.0.1:}" --cluster-replicas 0 --cluster-yes >"$WORK/cluster-create.log" 2>&1 \
+  || fail "redis-cli --cluster create failed: $(cat "$WORK/cluster-create.log")"
+wait_cluster_ok
+STORE="redis+cluster://$(IFS=,; echo "${NODE_PORTS[*]/#/127.0.0.1:}")"
+VICTIM=1
+# The slot ranges each node owns ("0-5460 ..."), from its own line of CLUSTER NODES.
+slots_of() { redis-cli -p "$1" cluster nodes | awk '/myself/ { for (i = 9; i <= NF; i++) printf "%s ", $i }'; }
+SLOTS=()
+for i in 0 1 2; do SLOTS[i]=$(slots_of "${NODE_PORTS[$i]}"); done
+# A hash tag starting with $2 whose slot node $1 owns: keys "{tag}:N" all live on that node.
+tag_on() {
+  local node=$1 base=$2
+  local candidates
+  candidates=$(for n in $(seq 0 99); do echo "cluster keyslot $base$n"; done | redis-cli -p "${NODE_PORTS[0]}")
+  echo "$candidates" | awk -v base="$base" -v ranges="${SLOTS[$node]}" '
+    BEGIN { n = split(ranges, r, " ") }
+    { for (i = 1; i <= n; i++) { split(r[i], ab, "-"); if (ab[2] == "") ab[2] = ab[1]
+        if ($1 >= ab[1] + 0 && $1 <= ab[2] + 0) { print base (NR - 1); exit } } }'
+}
+
+# --- one run ------------------------------------------------------------------------------------
+# The command selecting the algorithm; every limit is 10 per 1000 ms.
+command_for() {
+  case "$1" in
+    gcra) echo "CL.THROTTLE {key} 9 10 1 1" ;;
+    token-bucket | leaky-bucket) echo "TG.CHECK {key} $1 10 1000 BURST 10" ;;
+    sub-window) echo "TG.CHECK {key} $1 10 1000 SLICES 10" ;;
+    fixed-window | sliding-log | sliding-window) echo "TG.CHECK {key} $1 10 1000" ;;
+    *) fail "unknown algorithm $1" ;;
+  esac
+}
+# The most one key may be admitted between $2 and $3 (ns since the epoch) under algorithm $1.
+bound_per_key() {
+  local span=$(( $3 - $2 )) period=1000000000 count=10 burst=10 slices=10
+  local t=$(( period / count ))
+  case "$1" in
+    gcra | token-bucket | leaky-bucket) echo $(( burst + span / t )) ;;
+    fixed-window | sliding-window) echo $(( count * ($3 / period - $2 / period + 1) )) ;;
+    sliding-log) echo $(( count * (span / period + 1) )) ;;
+    sub-window)
+      local slice=$(( period / slices ))
+      local touched=$(( $3 / slice - $2 / slice + 1 ))
+      echo $(( count * ((touched + slices - 1) / slices) )) ;;
+  esac
+}
+# A number from bench's JSON ("null" when absent or null).
+json_num() { awk -v key="\"$2\"" '{ s = s $0 } END {
+  i = index(s, key); if (!i) { print "null"; exit }
+  s = substr(s, i + length(key)); sub(/^[ \t\r\n]*:[ \t\r\n]*/, "", s); match(s, /^(-?[0-9.eE+]+|null)/)
+  print (RSTART ? substr(s, 1, RLENGTH) : "null") }' "$1"; }
+# serve's metrics every 100 ms: t_ns fallbacks backend_errors breaker_open breaker_opened
+# store_errors allowed denied debts charges_paid
+sampler() {
+  while :; do
+    local t
+    t=$(now_ns)
+    curl -s --max-time 1 "$1" 2>/dev/null | awk -v t="$t" -f "$HERE/metrics.awk" >>"$2" || true
+    sleep 0.1
+  done
+}
+start_serve() {
+  local policy=$1 log=$2
+  : >"$log"
+  "$TOLLGATE" serve --resp 127.0.0.1:0 --http 127.0.0.1:0 --grpc 127.0.0.1:0 --store "$STORE" \
+    --on-store-error "$policy" --log-level info ${SERVE_FLAGS[@]+"${SERVE_FLAGS[@]}"} >"$log" 2>&1 &
+  SERVE_PID=$!
+  RESP_ADDR='' HTTP_ADDR=''
+  for _ in $(seq 200); do
+    RESP_ADDR=$(sed -n 's/.*RESP listening on \([0-9.:]*\).*/\1/p' "$log")
+    HTTP_ADDR=$(sed -n 's/.*HTTP listening on \([0-9.:]*\).*/\1/p' "$log")
+    [ -n "$RESP_ADDR" ] && [ -n "$HTTP_ADDR" ] && break
+    kill -0 "$SERVE_PID" 2>/dev/null || fail "tollgate serve exited at start: $(cat "$log")"
+    sleep 0.05
+  done
+  [ -n "$RESP_ADDR" ] && [ -n "$HTTP_ADDR" ] || fail "tollgate serve did not listen within 10 s ($log)"
+  # The store up (health probes every second) before the load starts.
+  for _ in $(seq 100); do
+    curl -s "http://$HTTP_ADDR/healthz" | grep -q '"state":"up"' && return
+    sleep 0.1
+  done
+  fail "tollgate serve's store was not up within 10 s: $(curl -s "http://$HTTP_ADDR/healthz")"
+}
+serve_alive() {
+  kill -0 "$SERVE_PID" 2>/dev/null || fail "tollgate serve died during the run: $(tail -3 "$1")"
+}
+stop_serve() {
+  kill "$SERVE_PID"; wait "$SERVE_PID" 2>/dev/null || true; SERVE_PID=''
+}
+
+RESULTS="$OUT/results.tsv"
+rm -f "$OUT/over-bound.txt"
+printf 'policy\talgorithm\tsent\tanswered\terrors\tfallbacks\tbreaker_opened\tp99_before_us\tp99_during_us\tp99_after_us\tadmitted\tbound\tover_killed\tover_others\tredis_ready_ms\tno_fallbacks_ms\trate_back_ms\tkilled_keys_admitted\tkilled_keys_bound\n' >"$RESULTS"
+RUN=0
+run() {
+  local policy=$1 algorithm=$2
+  RUN=$((RUN + 1))
+  local dir="$OUT/$policy-$algorithm"
+  mkdir -p "$dir"
+  wait_cluster_ok
+  local cmd groups=(0 1 2) tags=() i
+  cmd=$(command_for "$algorithm")
+  for i in "${groups[@]}"; do
+    tags[i]=$(tag_on "$i" "r${RUN}n${i}x")
+    [ -n "${tags[$i]}" ] || fail "no hash tag found for node $i"
+  done
+  start_serve "$policy" "$dir/serve.log"
+  # serve's connections to every primary made before the load (a peek: no state, nothing consumed).
+  for i in "${groups[@]}"; do
+    redis-cli -h "${RESP_ADDR%:*}" -p "${RESP_ADDR##*:}" TG.PEEK "{${tags[$i]}}:warm-up" gcra 10 1000 >/dev/null \
+      || fail "serve did not answer TG.PEEK ($dir/serve.log)"
+  done
+  : >"$dir/metrics.tsv"
+  sampler "http://$HTTP_ADDR/metrics" "$dir/metrics.tsv" &
+  SAMPLER_PID=$!
+  local d_ns=$((DURATION * 1000000000)) t0 t_kill t_restart t_ping='' t_ready='' t_end
+  local per_rate=$((RATE / 3)) per_keys=$((KEYS / 3))
+  t0=$(now_ns)
+  BENCH_PIDS=()
+  for i in "${groups[@]}"; do
+    "$TOLLGATE" bench resp --addr "$RESP_ADDR" --command "$cmd" -c 16 --threads 1 --rate "$per_rate" --duration "${DURATION}s" \
+      --keys "$per_keys" --key-prefix "{${tags[$i]}}:" --timeout 2s -q \
+      --json "$dir/node$i.json" --timeline "$dir/node$i.csv" --plot "$dir/node$i.svg" >"$dir/node$i.bench.log" 2>&1 &
+    BENCH_PIDS[i]=$!
+  done
+  sleep_until $((t0 + KILL_AT * 1000000000))
+  kill -KILL "${NODE_PIDS[$VICTIM]}"
+  t_kill=$(now_ns)
+  wait "${NODE_JOBS[$VICTIM]}" || true
+  serve_alive "$dir/serve.log"
+  sleep_until $((t0 + RESTART_AT * 1000000000))
+  serve_alive "$dir/serve.log"
+  start_node "$VICTIM"
+  t_restart=$(now_ns)
+  local victim_port=${NODE_PORTS[$VICTIM]}
+  while [ "$(now_ns)" -lt $((t0 + d_ns + 5000000000)) ]; do
+    if [ -z "$t_ping" ] && answers_ping "$victim_port"; then t_ping=$(now_ns); fi
+    if [ -n "$t_ping" ] && redis-cli -p "$victim_port" cluster info 2>/dev/null | grep -q 'cluster_state:ok'; then
+      t_ready=$(now_ns); break
+    fi
+    serve_alive "$dir/serve.log"
+    sleep 0.05
+  done
+  [ -n "$t_ping" ] || fail "the restarted primary did not answer PING ($WORK/redis/node$VICTIM/redis.log)"
+  for i in "${groups[@]}"; do
+    wait "${BENCH_PIDS[$i]}" || fail "tollgate bench failed ($dir/node$i.bench.log): $(tail -5 "$dir/node$i.bench.log")"
+  done
+  t_end=$(now_ns)
+  BENCH_PIDS=()
+  sleep 0.3 # one more sample after the last reply
+  kill "$SAMPLER_PID"; wait "$SAMPLER_PID" 2>/dev/null || true; SAMPLER_PID=''
+  serve_alive "$dir/serve.log"
+  curl -s --max-time 5 "http://$HTTP_ADDR/metrics" >"$dir/metrics-final.txt" || fail "serve's /metrics did not answer"
+  stop_serve
+  printf 't0_ns %s\nkill_ns %s\nrestart_ns %s\nping_ns %s\nready_ns %s\nend_ns %s\nkilled_node %s\ntags %s\ncommand %s\n' \
+    "$t0" "$t_kill" "$t_restart" "$t_ping" "${t_ready:-}" "$t_end" "$VICTIM" "${tags[*]}" "$cmd" >"$dir/events.txt"
+
+  # Totals, and the checks that nothing was lost.
+  local sent=0 answered=0 errors=0 admitted=0 over_killed=0 over_others=0 bound=0 killed_admitted=0 killed_bound=0
+  local per_key
+  per_key=$(bound_per_key "$algorithm" "$t0" "$t_end")
+  for i in "${groups[@]}"; do
+    local f="$dir/node$i.json" req err al de
+    req=$(json_num "$f" requests) err=$(json_num "$f" errors) al=$(json_num "$f" allowed) de=$(json_num "$f" denied)
+    [ "$al" != null ] && [ "$de" != null ] || fail "bench reported no decisions ($f)"
+    [ "$req" -eq $((per_rate * DURATION)) ] || fail "lost: bench sent $req requests to node $i's keys, $((per_rate * DURATION)) were due ($f)"
+    [ $((al + de + err)) -eq "$req" ] || fail "lost: $req requests, $al allowed + $de denied + $err errors ($f)"
+    sent=$((sent + req)) answered=$((answered + al + de)) errors=$((errors + err)) admitted=$((admitted + al))
+    local group_bound=$((per_key * per_keys)) over=$((al - per_key * per_keys))
+    [ "$over" -gt 0 ] || over=0
+    bound=$((bound + group_bound))
+    if [ "$i" -eq "$VICTIM" ]; then
+      over_killed=$over killed_admitted=$al killed_bound=$group_bound
+    else
+      over_others=$((over_others + over))
+    fi
+  done
+  local final
+  final=$(awk -v t=0 -f "$HERE/metrics.awk" "$dir/metrics-final.txt")
+  [ -n "$final" ] || fail "no store metrics in serve's /metrics ($dir/metrics-final.txt)"
+  local fallbacks opened s_allowed s_denied
+  read -r _ fallbacks _ _ opened _ s_allowed s_denied _ _ <<<"$final"
+  # serve decided every request bench got a decision for, and at most those plus the errors.
+  [ $((s_allowed + s_denied)) -ge "$answered" ] && [ $((s_allowed + s_denied)) -le $((answered + errors)) ] \
+    || fail "lost: serve made $((s_allowed + s_denied)) decisions, bench got $answered decisions and $errors errors ($dir)"
+  [ "$s_allowed" -ge "$admitted" ] && [ "$s_allowed" -le $((admitted + errors)) ] \
+    || fail "serve admitted $s_allowed, bench was told $admitted allowed (and $errors errors) ($dir)"
+
+  # p99 per phase: seconds (s-1, s] after bench's start; worst second, worst group. The first
+  # second (bench making its connections) is left out.
+  local phases
+  phases=$(awk -F, -v k="$(( (t_kill - t0) / 1000000 ))" -v r="$(( (t_restart - t0) / 1000000 ))" '
+    FNR == 1 || $1 == 1 { next }
+    { s = $1 * 1000; p = $8 + 0
+      if (s <= k) { if (p > b) b = p } else if (s - 1000 >= r) { if (p > a) a = p } else if (p > d) d = p }
+    END { printf "%d %d %d\n", b, d, a }' "$dir"/node*.csv)
+  local p_before p_during p_after
+  read -r p_before p_during p_after <<<"$phases"
+
+  # Recovery, from the restarted primary answering PING: Redis ready (its cluster_state:ok); the
+  # last sample that saw a new fallback, or the end of the last second with a bench error; the
+  # first second from which the killed primary's keys are admitted, in every full second to the
+  # end, at least 90% of what they were in the median second before the kill.
+  local base=$t_ping ready_ms=never fallbacks_ms rate_ms
+  [ -n "$t_ready" ] && ready_ms=$(( (t_ready - t_ping) / 1000000 ))
+  fallbacks_ms=$(awk -v from="$base" '
+    { if (seen && $2 > prev && $1 > from) last = $1; prev = $2; seen = 1; final = $1 }
+    END { if (last != "" && last == final) print "never"; else printf "%.0f\n", last == "" ? from : last }' "$dir/metrics.tsv")
+  if [ "$fallbacks_ms" != never ]; then
+    local last_error
+    last_error=$(awk -F, -v t0="$t0" 'FNR > 1 && $3 > 0 { e = t0 + $1 * 1e9; if (e > m) m = e } END { printf "%.0f\n", m + 0 }' "$dir"/node*.csv)
+    [ "$last_error" -gt "$fallbacks_ms" ] && fallbacks_ms=$last_error
+    fallbacks_ms=$(( (fallbacks_ms - base) / 1000000 ))
+    [ "$fallbacks_ms" -ge 0 ] || fallbacks_ms=0
+  fi
+  rate_ms=$(awk -F, -v from="$(( (base - t0) / 1000000 ))" -v kill="$(( (t_kill - t0) / 1000000 ))" -v per_s="$per_rate" '
+    FNR == 1 || $2 < per_s / 2 { next }
+    $1 >= 2 && $1 * 1000 <= kill { before[++n] = $4 + 0 }
+    $1 * 1000 > from { after[++m] = $4 + 0; second[m] = $1 }
+    END {
+      for (i = 2; i <= n; i++) for (j = i; j > 1 && before[j - 1] > before[j]; j--) { t = before[j]; before[j] = before[j - 1]; before[j - 1] = t }
+      usual = before[int((n + 1) / 2)]
+      good = ""
+      for (i = 1; i <= m; i++) if (after[i] >= 0.9 * usual) { if (good == "") good = second[i] } else good = ""
+      if (good == "") print "never"; else { ms = (good - 1) * 1000 - from; print (ms < 0 ? 0 : ms) }
+    }' "$dir/node$VICTIM.csv")
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$policy" "$algorithm" "$sent" "$answered" \
+    "$errors" "$fallbacks" "$opened" "$p_before" "$p_during" "$p_after" "$admitted" "$bound" "$over_killed" "$over_others" \
+    "$ready_ms" "$fallbacks_ms" "$rate_ms" "$killed_admitted" "$killed_bound" >>"$RESULTS"
+  awk -F'\t' -f "$HERE/table.awk" <(head -1 "$RESULTS"; tail -1 "$RESULTS") | tail -1
+  if [ "$policy" != open ] && [ $((over_killed + over_others)) -gt 0 ]; then
+    local note="--on-store-error $policy, $algorithm: $over_killed admitted over the bound on the killed primary's keys, $over_others on the others ($dir)"
+    echo "$note" >>"$OUT/over-bound.txt"
+    [ "$STRICT" = 0 ] || fail "$note"
+  fi
+}
+
+START=$(date +%s)
+echo "cluster: $STORE, 3 primaries, no replicas; primary ${NODE_PORTS[$VICTIM]} is killed (SIGKILL) at ${KILL_AT}s and"
+echo "  restarted at ${RESTART_AT}s of each run: its slots (a third of the keys) are unavailable from the kill until it serves"
+echo "  again, 2 s after its restart; the other primaries' keys stay available"
+echo "load: per run, $RATE requests/s (open loop) over $KEYS keys for ${DURATION}s, $((RATE / KEYS)) requests/s per key, whose limit is 10/s;"
+echo "  output in $OUT"
+awk -F'\t' -f "$HERE/table.awk" "$RESULTS" | head -2
+for policy in $POLICIES; do
+  for algorithm in $ALGORITHMS; do
+    run "$policy" "$algorithm"
+  done
+done
+echo
+awk -F'\t' -f "$HERE/table.awk" "$RESULTS" | tee "$OUT/table.txt"
+if [ -s "$OUT/over-bound.txt" ]; then
+  echo "over the bound with a policy that should never exceed it on one node (README, \"Failure behaviour\"):"
+  sed 's/^/  /' "$OUT/over-bound.txt"
+fi
+awk -F'\t' -v out="$OUT" -v duration="$DURATION" -v rate="$RATE" -v limit="$((KEYS * 10))" -f "$HERE/timeline.awk" "$RESULTS" >"$OUT/timeline.svg"
+echo
+echo "$(( $(date +%s) - START )) s; files in $OUT (timeline.svg: every run; <policy>-<algorithm>/: bench JSON, CSV and SVG per primary, serve's log and metrics)"
