@@ -307,3 +307,45 @@ async fn refunds_reach_the_debt_or_the_backend() {
     node.store.refund(&[Refund { check, at: reserved.at, decision: reserved.decisions[0] }]).await.unwrap();
     assert_eq!(node.store.stats().debts, 0, "taken back from the debt, nothing to charge");
 }
+
+/// A key's local admissions are charged to the backend once, however many calls for the key are
+/// in flight when it answers again: each charge rides on one call at a time (a call that fails
+/// gives its charges back to the next). The failure injection found four calls each carrying
+/// the same debt after a primary's restart, and the key denied three times as long.
+#[tokio::test(start_paused = true)]
+async fn a_debt_rides_on_one_call_at_a_time() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let remote = Arc::new(Gated {
+        inner: MemoryStore::builder().clock(clock.clone()).build(),
+        gate: tokio::sync::Semaphore::new(0),
+        fail: true.into(),
+    });
+    let options = FallbackOptions {
+        clock: clock.clone(),
+        breaker: Breaker::new(100, Duration::from_millis(100)),
+        ..FallbackOptions::default()
+    };
+    let store = Arc::new(Fallback::with_options(remote.clone(), FailurePolicy::Local, options));
+    let limit = hourly(10);
+    // Two local admissions while the backend fails: a debt of two charges.
+    for _ in 0..2 {
+        assert!(store.check(b"k", &limit, 1).await.unwrap().allowed);
+    }
+    assert_eq!(store.stats().debts, 1);
+    remote.fail.store(false, std::sync::atomic::Ordering::SeqCst);
+    // Four calls for the key at once, all in flight before the backend answers any.
+    let calls: Vec<_> = (0..4)
+        .map(|_| {
+            let (store, limit) = (store.clone(), limit.clone());
+            tokio::spawn(async move { store.check(b"k", &limit, 1).await.unwrap().allowed })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    remote.gate.add_permits(100);
+    for call in calls {
+        assert!(call.await.unwrap(), "2 charged + 4 admitted fit in 10");
+    }
+    assert_eq!(store.stats().debts, 0, "the charges were confirmed");
+    let seen = remote.inner.check_sync(b"k", &limit, 0).unwrap();
+    assert_eq!(seen.remaining, 4, "the two local admissions charged once: 10 - 2 - 4");
+}
