@@ -258,15 +258,36 @@ fn errors_are_counted_and_named() {
     assert_eq!((u64_field(&report, "requests"), u64_field(&report, "errors")), (300, 300));
     assert!(stdout.contains("Couldn't parse as integer: x"), "{stdout}");
 
-    // Nothing listens on a port just freed.
-    let free = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr");
-    let (report, stdout) = bench(
-        &["resp", "--addr", &free.to_string(), "--command", "PING", "--rate", "200", "--duration", "1s", "-c", "2"],
-        &dir,
-    );
-    assert_eq!((u64_field(&report, "requests"), u64_field(&report, "errors")), (200, 200), "{stdout}");
-    assert!(stdout.contains("cannot connect to"), "{stdout}");
-    assert!(report["latency_us"]["p50"].is_null(), "no reply, no latency: {report}");
+    // Nothing listens on a port just freed: refused before the run, naming the address.
+    let free = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").to_string();
+    let refusal = refused(&["resp", "--addr", &free, "--command", "PING"]);
+    assert!(refusal.contains(&format!("cannot connect to {free}")), "{refusal}");
+}
+
+/// A server that dies mid-run: every request still counted, answered or failed, and the open
+/// loop keeps its schedule.
+#[test]
+fn a_server_dying_mid_run_costs_no_request() {
+    let serve = Serve::start(&[]);
+    let dir = temp_dir("dying");
+    let json = dir.join("report.json");
+    let child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["bench", "resp", "--addr", &serve.resp.to_string(), "--command", "TG.CHECK {key} gcra 1000 1000"])
+        .args(["--rate", "200", "--duration", "3s", "-c", "2", "-q", "--json"])
+        .arg(&json)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("tollgate runs");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    drop(serve);
+    let output = child.wait_with_output().expect("bench ends");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON report")).expect("JSON");
+    let (requests, errors) = (u64_field(&report, "requests"), u64_field(&report, "errors"));
+    assert_eq!(requests, 600, "{stdout}");
+    assert_eq!(u64_field(&report, "allowed") + u64_field(&report, "denied") + errors, requests, "{report}");
+    assert!(errors > 0 && errors < requests, "some answered before, the rest failed after: {stdout}");
 }
 
 #[test]

@@ -73,6 +73,11 @@ impl HttpTarget {
         self.url.has_key() || self.body.as_ref().is_some_and(Template::has_key)
     }
 
+    /// `host:port` the requests go to.
+    pub(crate) fn addr(&self) -> &str {
+        &self.addr
+    }
+
     fn request(&self, key: &[u8]) -> Result<Request<Full<Bytes>>, Failure> {
         let uri: Uri = String::from_utf8_lossy(&self.url.render(key)).parse().map_err(|e| {
             Failure::Transport(format!("the URL for key {:?} is not valid: {e}", String::from_utf8_lossy(key)))

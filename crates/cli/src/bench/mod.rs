@@ -201,6 +201,26 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<()> {
 
 /// Starts every connection, shows progress, and gathers the figures.
 async fn drive(target: &Target, load: &LoadArgs, keys: Arc<Keys>) -> anyhow::Result<(String, Summary)> {
+    // Every argument is checked before anything connects.
+    let addr = match target {
+        Target::Resp { addr, command, .. } => {
+            resp::Command::parse(command).map_err(anyhow::Error::msg)?;
+            addr.clone()
+        }
+        Target::Http { url, method, body, headers, .. } => {
+            HttpTarget::new(url, method, body.as_deref(), headers).map_err(anyhow::Error::msg)?.addr().to_string()
+        }
+        Target::Grpc { addr, domain, descriptors, .. } => {
+            GrpcTarget::new(addr, domain, descriptors).map_err(anyhow::Error::msg)?;
+            addr.clone()
+        }
+    };
+    if let Target::Http { .. } = target
+        && load.pipeline > 1
+    {
+        anyhow::bail!("-P must be 1 for HTTP (HTTP/1.1 has no usable pipelining): use more connections (-c)");
+    }
+    preflight(&addr, load.timeout).await?;
     let start = Instant::now();
     let schedule = Arc::new(Schedule::new(start, load.stop(), load.rate));
     let shared = Arc::new(Shared::new(start));
@@ -211,13 +231,14 @@ async fn drive(target: &Target, load: &LoadArgs, keys: Arc<Keys>) -> anyhow::Res
     if !load.quiet {
         eprintln!("tollgate bench: {title}");
     }
-    let progress = progress(load, &schedule, &shared);
+    let (bar, progress) = progress(load, &schedule, &shared);
     let mut total = Tally::total();
     for task in tasks {
         total.merge(&task.await.context("a connection task failed")?);
     }
     let elapsed = start.elapsed();
     progress.abort();
+    bar.finish_and_clear();
     let summary = Summary {
         total,
         seconds: shared.seconds(elapsed),
@@ -226,6 +247,17 @@ async fn drive(target: &Target, load: &LoadArgs, keys: Arc<Keys>) -> anyhow::Res
         first_error: shared.first_error(),
     };
     Ok((title, summary))
+}
+
+/// One connection before the run: a wrong address or a server not started is an error at once,
+/// not a run of refused requests (a server that fails during the run is counted, request by
+/// request).
+async fn preflight(addr: &str, timeout: Duration) -> anyhow::Result<()> {
+    match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addr)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(error)) => anyhow::bail!("cannot connect to {addr}: {error} (is the server running there?)"),
+        Err(_) => anyhow::bail!("cannot connect to {addr}: no answer within --timeout"),
+    }
 }
 
 /// Whether an HTTP run's replies were decisions: any allowed or denied seen.
@@ -269,9 +301,6 @@ fn spawn(
             Ok((title, Some(decisions), tasks))
         }
         Target::Http { url, method, body, headers, .. } => {
-            if load.pipeline > 1 {
-                anyhow::bail!("-P must be 1 for HTTP (HTTP/1.1 has no usable pipelining): use more connections (-c)");
-            }
             let http = Arc::new(HttpTarget::new(url, method, body.as_deref(), headers).map_err(anyhow::Error::msg)?);
             single_key_warning(http.has_key());
             for id in 0..load.connections as u64 {
@@ -320,7 +349,11 @@ fn command_text(target: &Target) -> &str {
 
 /// A live progress bar on stderr (hidden when stderr is not a terminal or with `--quiet`),
 /// updated five times a second with requests done, errors and the last interval's throughput.
-fn progress(load: &LoadArgs, schedule: &Arc<Schedule>, shared: &Arc<Shared>) -> tokio::task::JoinHandle<()> {
+fn progress(
+    load: &LoadArgs,
+    schedule: &Arc<Schedule>,
+    shared: &Arc<Shared>,
+) -> (ProgressBar, tokio::task::JoinHandle<()>) {
     let target = if load.quiet { ProgressDrawTarget::hidden() } else { ProgressDrawTarget::stderr() };
     let (bar, by_time) = match (schedule.planned_length(), load.requests) {
         (Some(length), _) => (ProgressBar::with_draw_target(Some(millis(length)), target), true),
@@ -329,8 +362,8 @@ fn progress(load: &LoadArgs, schedule: &Arc<Schedule>, shared: &Arc<Shared>) -> 
     let template = if by_time { "{bar:30} {elapsed}/{duration} {msg}" } else { "{bar:30} {pos}/{len} {msg}" };
     // The template is a constant known to parse.
     bar.set_style(ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar()));
-    let (schedule, shared) = (schedule.clone(), shared.clone());
-    tokio::spawn(async move {
+    let (schedule, shared, shown) = (schedule.clone(), shared.clone(), bar.clone());
+    let task = tokio::spawn(async move {
         let mut last = (Instant::now(), 0u64);
         let mut tick = tokio::time::interval(Duration::from_millis(200));
         loop {
@@ -340,10 +373,11 @@ fn progress(load: &LoadArgs, schedule: &Arc<Schedule>, shared: &Arc<Shared>) -> 
             let rate = (done - last.1) as f64 / now.duration_since(last.0).as_secs_f64().max(1e-3);
             last = (now, done);
             let position = if by_time { millis(now.duration_since(schedule.start())) } else { done };
-            bar.set_position(position);
-            bar.set_message(format!("{done} done, {} errors, {rate:.0}/s", shared.errors.load(Ordering::Relaxed)));
+            shown.set_position(position);
+            shown.set_message(format!("{done} done, {} errors, {rate:.0}/s", shared.errors.load(Ordering::Relaxed)));
         }
-    })
+    });
+    (bar, task)
 }
 
 fn millis(duration: Duration) -> u64 {
