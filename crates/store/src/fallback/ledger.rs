@@ -7,9 +7,7 @@
 //! - the **in-flight** cost: calls sent and not answered yet, which the remote may still admit;
 //! - the **debt**: what this node admitted locally and the remote has not recorded yet, as charges
 //!   `(at, cost)` sent with the next call for the key (or by the background flush) and dropped once
-//!   a reply confirms them. A charge rides on one call at a time: calls made while it is being
-//!   sent carry only newer charges, and a call that fails gives its charges back for the next
-//!   (so a recovering remote is charged once, not once per call in flight).
+//!   a reply confirms them.
 //!
 //! A local decision rebuilds the key's state from the snapshot, charges it with the debt and with
 //! the in-flight cost (as if every call still in flight were admitted), and decides on that.
@@ -33,10 +31,8 @@ pub(crate) struct Pending {
     /// When it was admitted (remote's clock).
     pub(crate) at: u64,
     pub(crate) cost: u64,
-    /// Unique per ledger: a reply confirms exactly the charges it carried.
+    /// Increasing per ledger: a reply confirms the charges up to the ones it carried.
     pub(crate) seq: u64,
-    /// Carried by a call not answered yet.
-    pub(crate) sending: bool,
 }
 
 /// What a key owes the remote, with what is needed to send it.
@@ -124,8 +120,7 @@ impl Ledger {
         }
     }
 
-    /// The charges of the keys of `checks` that no other call carries, to send with them: they
-    /// are marked as being sent until [`Ledger::settle`] or [`Ledger::unsend`].
+    /// The debts of the keys of `checks`, to send with them.
     pub(crate) fn debts_of(&self, checks: &[Check<'_>], now: u64) -> Vec<Debt> {
         let mut seen: Vec<u64> = Vec::with_capacity(checks.len());
         let mut debts = Vec::new();
@@ -135,44 +130,14 @@ impl Ledger {
                 continue;
             }
             seen.push(fingerprint);
-            let taken = self.with(check, now, false, |e| {
-                let debt = e.debt.as_deref_mut()?;
-                let unsent: Vec<Pending> = debt.charges.iter().filter(|c| !c.sending).copied().collect();
-                if unsent.is_empty() {
-                    return None;
-                }
-                for charge in debt.charges.iter_mut() {
-                    charge.sending = true;
-                }
-                Some(Debt {
-                    scope: debt.scope.clone(),
-                    key: debt.key.clone(),
-                    limit: debt.limit.clone(),
-                    charges: unsent,
-                })
-            });
-            if let Some(Some(debt)) = taken {
+            if let Some(Some(debt)) = self.with(check, now, false, |e| e.debt.as_deref().cloned()) {
                 debts.push(debt);
             }
         }
         debts
     }
 
-    /// The calls that carried these charges failed or were given up: the next call carries them.
-    pub(crate) fn unsend(&self, sent: &[Debt], now: u64) {
-        for debt in sent {
-            let check = Check { scope: &debt.scope, key: &debt.key, limit: &debt.limit, cost: 0 };
-            self.with(&check, now, false, |e| {
-                for charge in e.debt.iter_mut().flat_map(|d| d.charges.iter_mut()) {
-                    if debt.charges.iter().any(|c| c.seq == charge.seq) {
-                        charge.sending = false;
-                    }
-                }
-            });
-        }
-    }
-
-    /// Every debt, for the background flush to send key by key (with [`Ledger::debts_of`]).
+    /// Every debt, for the background flush.
     pub(crate) fn debts(&self) -> Vec<Debt> {
         (0..self.table.shard_count())
             .flat_map(|i| {
@@ -185,10 +150,11 @@ impl Ledger {
     /// A reply confirmed these debts' charges: drop them.
     pub(crate) fn settle(&self, sent: &[Debt], now: u64) {
         for debt in sent {
+            let Some(last) = debt.charges.iter().map(|c| c.seq).max() else { continue };
             let check = Check { scope: &debt.scope, key: &debt.key, limit: &debt.limit, cost: 0 };
             self.with(&check, now, false, |e| {
                 if let Some(mine) = e.debt.as_mut() {
-                    mine.charges.retain(|c| !debt.charges.iter().any(|sent| sent.seq == c.seq));
+                    mine.charges.retain(|c| c.seq > last);
                     if mine.charges.is_empty() {
                         e.debt = None;
                     }
@@ -319,15 +285,11 @@ impl Ledger {
                 })
             });
             debt.limit = check.limit.clone();
-            debt.charges.push(Pending { at: now, cost: check.cost, seq, sending: false });
+            debt.charges.push(Pending { at: now, cost: check.cost, seq });
             if debt.charges.len() > MAX_CHARGES {
                 let first = debt.charges.remove(0);
                 let second = &mut debt.charges[0];
                 second.cost = second.cost.saturating_add(first.cost);
-                // A new charge, unsent: a reply to a call that carried either part confirms
-                // nothing of it (charged twice at worst: an under-grant, never an over-grant).
-                second.seq = self.seq.fetch_add(1, Ordering::Relaxed);
-                second.sending = false;
             }
             let after = entry.heap_bytes();
             shard.heap_bytes -= before;

@@ -207,22 +207,6 @@ fn charges_of(debts: &[Debt], now: u64) -> Vec<Charge<'_>> {
         .collect()
 }
 
-/// Charges a call carries: given back for the next call when it ends without a reply (an error,
-/// or the caller giving up on it), unless cleared because the reply confirmed them.
-struct Sending<'a> {
-    ledger: &'a Ledger,
-    debts: Vec<Debt>,
-    now: u64,
-}
-
-impl Drop for Sending<'_> {
-    fn drop(&mut self) {
-        if !self.debts.is_empty() {
-            self.ledger.unsend(&self.debts, self.now);
-        }
-    }
-}
-
 /// Counts `checks` in flight until dropped (also when the caller gives up on the call).
 struct InFlight<'a> {
     ledger: &'a Ledger,
@@ -335,19 +319,11 @@ impl<R: Remote> Shared<R> {
     async fn flush_debts(self: &Arc<Self>) {
         for debt in self.ledger.debts() {
             let now = self.now();
-            let peek = Check { scope: &debt.scope, key: &debt.key, limit: &debt.limit, cost: 0 };
-            // Only the charges no call in flight carries.
-            let mut sending = Sending { ledger: &self.ledger, debts: self.ledger.debts_of(&[peek], now), now };
-            if sending.debts.is_empty() {
-                continue;
-            }
-            let sent = &sending.debts;
-            let charges = charges_of(sent, now);
+            let sent = [debt];
+            let charges = charges_of(&sent, now);
+            let peek = Check { scope: &sent[0].scope, key: &sent[0].key, limit: &sent[0].limit, cost: 0 };
             match self.remote.decide(&[peek], &charges).await {
-                Ok(reply) => {
-                    self.answered(&[peek], sent, &reply);
-                    sending.debts.clear();
-                }
+                Ok(reply) => self.answered(&[peek], &sent, &reply),
                 Err(error) if error.is_backend() => {
                     self.failed(&error);
                     return;
@@ -356,8 +332,7 @@ impl<R: Remote> Shared<R> {
                     // The key holds something tollgate cannot charge (another program's value):
                     // there is nothing to pay into; drop the debt rather than retry forever.
                     tracing::warn!(%error, "cannot charge a key's local admissions to the store; dropped");
-                    self.ledger.settle(sent, now);
-                    sending.debts.clear();
+                    self.ledger.settle(&sent, now);
                 }
             }
         }
@@ -400,9 +375,7 @@ impl<R: Remote> Store for Fallback<R> {
         let local = sh.policy == FailurePolicy::Local;
         let now = sh.now();
         let debts = if local { sh.ledger.debts_of(checks, now) } else { Vec::new() };
-        let mut sending = Sending { ledger: &sh.ledger, debts, now };
-        let debts = &sending.debts;
-        let charges = charges_of(debts, now);
+        let charges = charges_of(&debts, now);
         let in_flight = local.then(|| {
             sh.ledger.begin(checks, now);
             InFlight { ledger: &sh.ledger, checks, now }
@@ -411,8 +384,7 @@ impl<R: Remote> Store for Fallback<R> {
         drop(in_flight);
         match result {
             Ok(reply) => {
-                sh.answered(checks, debts, &reply);
-                sending.debts.clear();
+                sh.answered(checks, &debts, &reply);
                 let per_check = if reply.snapshots.iter().all(|s| s.at == reply.now_ns) {
                     Vec::new()
                 } else {
