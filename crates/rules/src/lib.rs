@@ -2,16 +2,18 @@
 //!
 //! Which requests count, under which key and limit, and what happens once a key is over: the
 //! rules file shared by the middleware, the server and the proxy. Pure: no I/O besides reading
-//! the file, no clock, no store.
+//! the file (and the ASN database it names), no clock, no store.
 //!
 //! - [`Rules::counting`]: the rules that count a request, with its key (the values of the
 //!   characteristics: client IP, headers, cookies, query parameters, normalised path, method, the
-//!   caller's key) and cost; each rule's state is scoped by its name;
+//!   caller's key, the TLS fingerprints `ja3` and `ja4`, the client's AS number from an
+//!   [`AsnDb`]) and cost; each rule's state is scoped by its name;
 //! - [`Rules::mitigating`]: the rules whose mitigation match covers it (possibly broader);
 //! - [`TrustedProxies::client_ip`]: the client address, never the spoofable leftmost
 //!   `X-Forwarded-For` entry;
 //! - [`normalize`]: paths and query values as they are meant, not as they are spelled.
 
+pub mod asn;
 mod ip;
 mod matcher;
 pub mod normalize;
@@ -19,8 +21,12 @@ mod plan;
 mod request;
 mod rules;
 
+pub use asn::AsnDb;
 pub use ip::{Cidr, ForwardingHeader, TrustedProxies};
 pub use matcher::{Glob, HeaderEquals, Match};
-pub use plan::{Applied, KeyBuf, Plan, RequestError};
+pub use plan::{Applied, Asn, KeyBuf, Plan, RequestError};
 pub use request::Request;
-pub use rules::{Action, Characteristic, Cost, OnBadCost, OnError, OnMissing, Rule, Rules, RulesError, check_name};
+pub use rules::{
+    Action, Characteristic, Cost, DEFAULT_RATE_HALF_LIFE_NS, FingerprintHeaders, OnBadCost, OnError, OnMissing, Rule,
+    Rules, RulesError, check_name,
+};

@@ -7,6 +7,7 @@ use std::net::IpAddr;
 use smallvec::SmallVec;
 
 use crate::Request;
+use crate::asn::AsnDb;
 use crate::normalize;
 use crate::rules::{Characteristic, Cost, OnBadCost, OnMissing, Rule, Rules};
 
@@ -104,9 +105,10 @@ impl Rules {
     pub fn plan(&self, request: &Request<'_>, plan: &mut Plan) -> Result<(), RequestError> {
         plan.clear();
         let path = normalize::path(request.path);
+        let mut asn = Asn::new(self.asn_db.as_deref());
         for (index, rule) in self.rules.iter().enumerate() {
             if rule.matcher.matches(request, &path) {
-                plan.push_with(index, |keys| rule.key_into(request, &path, keys), || rule.cost_for(request))?;
+                plan.push_with(index, |keys| rule.key_into(request, &path, &mut asn, keys), || rule.cost_for(request))?;
             }
         }
         Ok(())
@@ -123,10 +125,15 @@ impl Rules {
     pub fn mitigating_plan(&self, request: &Request<'_>, plan: &mut Plan) {
         plan.clear();
         let path = normalize::path(request.path);
+        let mut asn = Asn::new(self.asn_db.as_deref());
         for (index, rule) in self.rules.iter().enumerate() {
             if rule.mitigation_matcher.matches(request, &path) {
                 // A key that cannot be written (on_missing = "reject") has no mitigation either.
-                let _ = plan.push_with(index, |keys| rule.key_into(request, &path, keys), || Ok::<_, RequestError>(0));
+                let _ = plan.push_with(
+                    index,
+                    |keys| rule.key_into(request, &path, &mut asn, keys),
+                    || Ok::<_, RequestError>(0),
+                );
             }
         }
     }
@@ -140,12 +147,41 @@ impl Rules {
     }
 }
 
+/// The client address's AS number, looked up once per request, when a rule first keys on it.
+pub struct Asn<'d> {
+    db: Option<&'d AsnDb>,
+    looked_up: Option<Option<u32>>,
+    text: [u8; 10],
+}
+
+impl<'d> Asn<'d> {
+    /// Looks up in `db` (none: every request lacks an AS number).
+    #[must_use]
+    pub fn new(db: Option<&'d AsnDb>) -> Self {
+        Asn { db, looked_up: None, text: [0; 10] }
+    }
+
+    /// The AS number of `ip` in decimal, if the database has one.
+    fn of(&mut self, ip: IpAddr) -> Option<&[u8]> {
+        let db = self.db;
+        let asn = (*self.looked_up.get_or_insert_with(|| db.and_then(|db| db.lookup(ip))))?;
+        let at = decimal(&mut self.text, u64::from(asn));
+        Some(&self.text[at..])
+    }
+}
+
 impl Rule {
     /// Appends the store key of `request` (whose normalised path is `path`) to `out`: the
     /// characteristics' values, each as `LEN:VALUE` when there are several. False if the rule
     /// does not apply (a missing part under `on_missing = "skip"`); what was appended then is
-    /// the caller's to drop.
-    pub fn key_into(&self, request: &Request<'_>, path: &str, out: &mut KeyBuf) -> Result<bool, RequestError> {
+    /// the caller's to drop. `asn` looks up the client's AS number (once per request).
+    pub fn key_into(
+        &self,
+        request: &Request<'_>,
+        path: &str,
+        asn: &mut Asn<'_>,
+        out: &mut KeyBuf,
+    ) -> Result<bool, RequestError> {
         let framed = self.key.len() > 1;
         for part in &self.key {
             let text: String;
@@ -163,6 +199,9 @@ impl Rule {
                 Characteristic::Path => Some(path.as_bytes()),
                 Characteristic::Global => Some(b""),
                 Characteristic::Key => request.key,
+                Characteristic::Ja3 => request.ja3.map(str::as_bytes),
+                Characteristic::Ja4 => request.ja4.map(str::as_bytes),
+                Characteristic::Asn => asn.of(request.client_ip),
                 Characteristic::Header(name) => request.header(name).map(str::as_bytes),
                 Characteristic::Cookie(name) => request.cookie(name).map(str::as_bytes),
                 Characteristic::Query(name) => match request.query_param(name) {
@@ -300,6 +339,8 @@ fn describe(part: &Characteristic) -> String {
         Characteristic::Cookie(name) => format!("cookie {name}"),
         Characteristic::Query(name) => format!("query parameter {name}"),
         Characteristic::Key => "a key".into(),
+        Characteristic::Ja3 | Characteristic::Ja4 => format!("{part:?} (a TLS connection)").to_lowercase(),
+        Characteristic::Asn => "an AS number (the client address is in no range of asn_db)".into(),
         other => format!("{other:?}"),
     }
 }

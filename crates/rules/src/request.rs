@@ -1,5 +1,5 @@
-//! What the rules see of a request: method, path, query, host, headers, the client address, and
-//! for the server's named checks the caller's key.
+//! What the rules see of a request: method, path, query, host, headers, the client address, the
+//! TLS fingerprints of its connection, and for the server's named checks the caller's key.
 
 use std::borrow::Cow;
 use std::net::IpAddr;
@@ -22,6 +22,11 @@ pub struct Request<'a> {
     /// The key a caller names (`TG.LIMIT name KEY`, `{"limit_name", "key"}`): the `key`
     /// characteristic; none for HTTP requests.
     pub key: Option<&'a [u8]>,
+    /// The JA3 fingerprint of the client's ClientHello: computed by a TLS listener, or read from
+    /// a trusted proxy's header (see [`FingerprintHeaders`](crate::FingerprintHeaders)).
+    pub ja3: Option<&'a str>,
+    /// The JA4 fingerprint, likewise.
+    pub ja4: Option<&'a str>,
 }
 
 impl<'a> Request<'a> {

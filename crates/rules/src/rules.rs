@@ -5,19 +5,26 @@
 //! trusted_proxies = ["10.0.0.0/8"]      # whose forwarding header to believe
 //! client_ip_header = "x-forwarded-for" # the header those proxies write ("forwarded": RFC 7239)
 //! on_error = "reject"                  # a store error for a rule: 503 ("allow": let it through)
+//! asn_db = "GeoLite2-ASN.mmdb"         # for `asn`: a MaxMind ASN database or an iptoasn TSV
+//! ja3_header = "x-ja3"                 # ja3/ja4 as computed by a trusted proxy in front
+//! ja4_header = "x-ja4"
 //!
 //! [[rules]]
 //! name = "login-failures"              # letters, digits, _ - . (the state's scope, a metric label)
 //! limit = "5/1m"                       # COUNT/PERIOD
 //! algorithm = "fixed-window"           # default gcra; burst / slices as for any limit
-//! key = ["client_ip"]                  # client_ip, method, path, global, key, header:NAME, cookie:NAME, query:NAME
+//! key = ["client_ip"]                  # client_ip, method, path, global, key, header:NAME, cookie:NAME,
+//!                                      # query:NAME, ja3, ja4, asn
 //! on_missing = "skip"                  # a key part the request lacks: skip | shared | reject
 //! count_status = [401]                 # count only these responses (reserved before, refunded after)
+//! rate_half_life = "2s"                # the measured rate's half-life (the default)
+//! when_rate_above = "50/s"             # also mitigate while the measured rate is above this
 //! match = { method = "POST", path = "/login" }
 //! [rules.mitigation]
-//! action = "reject"                    # reject | shadow-ban | dry-run | delay
+//! action = "reject"                    # reject | shadow-ban | dry-run | delay | route
 //! match = {}                           # which requests are mitigated while over (default: the rule's match)
 //! timeout = "60s"                      # keep mitigating this long after the key went over
+//! upstream = "http://127.0.0.1:3001"   # action route: where the proxy sends them instead
 //!
 //! [limits.api]                         # a named limit: a rule keyed on the caller's key
 //! limit = "100/1m"                     # (TG.LIMIT api KEY, {"limit_name": "api", "key": ...})
@@ -25,10 +32,12 @@
 //! ```
 
 use std::path::Path;
+use std::sync::Arc;
 
 use serde::Deserialize;
 use tollgate_core::{Limit, parse_period_ns};
 
+use crate::asn::AsnDb;
 use crate::ip::{Cidr, ForwardingHeader, TrustedProxies};
 use crate::matcher::Match;
 
@@ -53,6 +62,12 @@ pub enum Action {
         /// The longest wait.
         max_delay_ns: u64,
     },
+    /// Send it to another upstream (a quarantine) instead of rejecting it: honoured by `tollgate
+    /// proxy`; a front end that cannot route answers 429.
+    Route {
+        /// The quarantine's base URL (`http://…`).
+        upstream: String,
+    },
 }
 
 /// One part of a rule's key.
@@ -74,6 +89,12 @@ pub enum Characteristic {
     Cookie(String),
     /// A query parameter's (decoded) value.
     Query(String),
+    /// The JA3 fingerprint of the client's TLS ClientHello (32 hex digits).
+    Ja3,
+    /// The JA4 fingerprint of the client's TLS ClientHello (`t13d1516h2_…`).
+    Ja4,
+    /// The autonomous system announcing the client address (from `asn_db`), in decimal.
+    Asn,
 }
 
 /// The cost of a counted request.
@@ -150,7 +171,15 @@ pub struct Rule {
     pub mitigation_matcher: Match,
     /// How long mitigation lasts after the key went over (0: only while over).
     pub timeout_ns: u64,
+    /// The half-life of the rate measured per key (`rate_half_life`, default 2 s).
+    pub rate_half_life_ns: u64,
+    /// Mitigate a key while its measured rate is above this many per second (`when_rate_above`),
+    /// even if its limit is not reached.
+    pub when_rate_above: Option<f64>,
 }
+
+/// The default half-life of the measured rate.
+pub const DEFAULT_RATE_HALF_LIFE_NS: u64 = 2_000_000_000;
 
 /// Why a rules file is refused, naming the file, the rule and the reason.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -169,6 +198,20 @@ pub struct Rules {
     pub on_error: OnError,
     /// The rules, in file order (named limits after them, by name).
     pub rules: Vec<Rule>,
+    /// The ASN database (`asn_db`), loaded with the rules.
+    pub asn_db: Option<Arc<AsnDb>>,
+    /// Headers holding the TLS fingerprints a trusted proxy computed (`ja3_header`,
+    /// `ja4_header`; lowercase): believed from trusted proxies only.
+    pub fingerprint_headers: FingerprintHeaders,
+}
+
+/// The headers a trusted proxy in front writes the client's TLS fingerprints in.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FingerprintHeaders {
+    /// The JA3 header.
+    pub ja3: Option<String>,
+    /// The JA4 header.
+    pub ja4: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -178,6 +221,9 @@ struct File {
     trusted_proxies: Vec<String>,
     client_ip_header: Option<String>,
     on_error: Option<String>,
+    asn_db: Option<String>,
+    ja3_header: Option<String>,
+    ja4_header: Option<String>,
     #[serde(default)]
     rules: Vec<RuleEntry>,
     #[serde(default)]
@@ -199,6 +245,8 @@ struct RuleEntry {
     on_bad_cost: Option<String>,
     on_missing: Option<String>,
     count_status: Option<Vec<u16>>,
+    rate_half_life: Option<String>,
+    when_rate_above: Option<String>,
     #[serde(default, rename = "match")]
     matcher: Match,
     mitigation: Option<MitigationEntry>,
@@ -225,6 +273,7 @@ struct MitigationEntry {
     status: Option<u16>,
     body: Option<String>,
     content_type: Option<String>,
+    upstream: Option<String>,
 }
 
 /// A rule's or named limit's name: 1 to 64 letters, digits, `_`, `-` or `.` (it scopes the state,
@@ -266,11 +315,17 @@ impl Rules {
         let origin = path.display().to_string();
         let text =
             std::fs::read_to_string(path).map_err(|e| RulesError { origin: origin.clone(), what: e.to_string() })?;
-        Rules::parse(&text, &origin)
+        Rules::parse_at(&text, &origin, path.parent().unwrap_or(Path::new("")))
     }
 
-    /// Parses rules from TOML text; `origin` names it in errors.
+    /// Parses rules from TOML text; `origin` names it in errors. A relative `asn_db` is read from
+    /// the current directory.
     pub fn parse(text: &str, origin: &str) -> Result<Rules, RulesError> {
+        Rules::parse_at(text, origin, Path::new(""))
+    }
+
+    /// [`parse`](Self::parse), reading a relative `asn_db` from `dir` (the rules file's).
+    fn parse_at(text: &str, origin: &str, dir: &Path) -> Result<Rules, RulesError> {
         let fail = |what: String| RulesError { origin: origin.to_string(), what };
         let file: File = toml::from_str(text).map_err(|e| fail(with_hint(&e, text)))?;
         let trusted = file
@@ -306,7 +361,32 @@ impl Rules {
         for (name, entry) in file.limits {
             add(named_limit(&name, entry), &name)?;
         }
-        Ok(Rules { trusted_proxies: TrustedProxies::new(trusted).reading(header), on_error, rules })
+        let keys_on = |wanted: Characteristic| rules.iter().find(|r| r.key.contains(&wanted)).map(|r| r.name.clone());
+        let asn_db = match (&file.asn_db, keys_on(Characteristic::Asn)) {
+            (Some(db), _) => Some(Arc::new(AsnDb::load(&dir.join(db)).map_err(|e| fail(format!("asn_db: {e}")))?)),
+            (None, Some(rule)) => return Err(fail(format!("rule {rule:?}: key asn needs an asn_db = \"FILE\""))),
+            (None, None) => None,
+        };
+        let header_name = |name: &Option<String>, what: &str| match name {
+            Some(name) if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') => {
+                Err(fail(format!("{what} {name:?}: a header name (letters, digits and '-')")))
+            }
+            Some(name) if trusted.is_empty() => {
+                Err(fail(format!("{what} {name:?}: a header is believed from trusted_proxies only; name them")))
+            }
+            name => Ok(name.as_ref().map(|n| n.to_ascii_lowercase())),
+        };
+        let fingerprint_headers = FingerprintHeaders {
+            ja3: header_name(&file.ja3_header, "ja3_header")?,
+            ja4: header_name(&file.ja4_header, "ja4_header")?,
+        };
+        Ok(Rules {
+            trusted_proxies: TrustedProxies::new(trusted).reading(header),
+            on_error,
+            rules,
+            asn_db,
+            fingerprint_headers,
+        })
     }
 
     /// The (lowercase) names of the headers the rules read, the forwarding header included:
@@ -322,6 +402,9 @@ impl Rules {
         };
         if self.trusted_proxies.any() {
             add(self.trusted_proxies.header().name());
+            for name in [&self.fingerprint_headers.ja3, &self.fingerprint_headers.ja4].into_iter().flatten() {
+                add(name);
+            }
         }
         for rule in &self.rules {
             for matcher in [&rule.matcher, &rule.mitigation_matcher] {
@@ -384,12 +467,15 @@ fn characteristic(k: &str) -> Result<Characteristic, String> {
         None if k == "path" => Characteristic::Path,
         None if k == "global" => Characteristic::Global,
         None if k == "key" => Characteristic::Key,
+        None if k == "ja3" => Characteristic::Ja3,
+        None if k == "ja4" => Characteristic::Ja4,
+        None if k == "asn" => Characteristic::Asn,
         Some(("header", name)) if !name.is_empty() => Characteristic::Header(name.to_ascii_lowercase()),
         Some(("cookie", name)) if !name.is_empty() => Characteristic::Cookie(name.to_string()),
         Some(("query", name)) if !name.is_empty() => Characteristic::Query(name.to_string()),
         _ => {
             return Err(format!(
-                "key {k:?}: use client_ip, method, path, global, key, header:NAME, cookie:NAME or query:NAME"
+                "key {k:?}: use client_ip, method, path, global, key, ja3, ja4, asn, header:NAME, cookie:NAME or query:NAME"
             ));
         }
     })
@@ -442,8 +528,23 @@ fn rule(entry: RuleEntry) -> Result<Rule, String> {
             let max_delay_ns = mitigation.max_delay.as_deref().map_or(Ok(default), |t| duration(t, "max_delay"))?;
             Action::Delay { max_delay_ns }
         }
-        other => return Err(format!("action {other:?}: use reject, shadow-ban, dry-run or delay")),
+        "route" => match mitigation.upstream.as_deref() {
+            Some(upstream) => Action::Route { upstream: route_upstream(upstream)? },
+            None => return Err("action route needs upstream = \"http://HOST:PORT\"".into()),
+        },
+        other => return Err(format!("action {other:?}: use reject, shadow-ban, dry-run, delay or route")),
     };
+    if mitigation.upstream.is_some() && !matches!(action, Action::Route { .. }) {
+        return Err("upstream applies to action route only".into());
+    }
+    let rate_half_life_ns = match entry.rate_half_life.as_deref() {
+        None => DEFAULT_RATE_HALF_LIFE_NS,
+        Some(text) => match duration(text, "rate_half_life")? {
+            0 => return Err("rate_half_life: use a positive duration, e.g. \"2s\"".into()),
+            ns => ns,
+        },
+    };
+    let when_rate_above = entry.when_rate_above.as_deref().map(rate_per_second).transpose()?;
     if mitigation.max_delay.is_some() && !matches!(action, Action::Delay { .. }) {
         return Err("max_delay applies to action delay only".into());
     }
@@ -462,7 +563,31 @@ fn rule(entry: RuleEntry) -> Result<Rule, String> {
         action,
         mitigation_matcher,
         timeout_ns,
+        rate_half_life_ns,
+        when_rate_above,
     })
+}
+
+/// `COUNT/PERIOD` (`50/s`, `3000/1m`, `0.5/s`) as a rate per second.
+fn rate_per_second(text: &str) -> Result<f64, String> {
+    let invalid = |why: &str| format!("when_rate_above {text:?}: {why}; write COUNT/PERIOD, e.g. \"50/s\"");
+    let (count, period) = text.split_once('/').ok_or_else(|| invalid("no '/'"))?;
+    let count: f64 = count.trim().parse().map_err(|_| invalid("the count is not a number"))?;
+    let period_ns = parse_period_ns(period).map_err(|e| invalid(&e.to_string()))?;
+    if !(count.is_finite() && count > 0.0) || period_ns == 0 {
+        return Err(invalid("use a positive count and period"));
+    }
+    #[allow(clippy::cast_precision_loss)] // a period far beyond 2^53 ns (104 days) loses nothing that matters
+    Ok(count / (period_ns as f64 / 1e9))
+}
+
+/// A route's upstream: an `http://` URL with a host (the proxy speaks HTTP/1.1 to its upstreams).
+fn route_upstream(text: &str) -> Result<String, String> {
+    let uri: http::Uri = text.parse().map_err(|e| format!("upstream {text:?}: {e}"))?;
+    if uri.scheme_str() != Some("http") || uri.host().is_none() {
+        return Err(format!("upstream {text:?}: use an http:// URL with a host, e.g. \"http://127.0.0.1:3001\""));
+    }
+    Ok(text.trim_end_matches('/').to_string())
 }
 
 /// `[limits.NAME]`: a rule keyed on the caller's key, that no HTTP request (which has none) meets.
@@ -483,5 +608,7 @@ fn named_limit(name: &str, entry: LimitEntry) -> Result<Rule, String> {
         action: Action::Reject,
         mitigation_matcher: Match::default(),
         timeout_ns: 0,
+        rate_half_life_ns: DEFAULT_RATE_HALF_LIFE_NS,
+        when_rate_above: None,
     })
 }

@@ -14,6 +14,8 @@ fn request<'a>(method: &'a str, path: &'a str, headers: &'a [(&'a str, &'a str)]
         headers,
         client_ip: ip.parse::<IpAddr>().unwrap(),
         key: None,
+        ja3: None,
+        ja4: None,
     }
 }
 
@@ -180,6 +182,27 @@ fn bad_files_name_the_file_the_rule_and_the_reason() {
         ("[[rules]]\nname = \"a\"\nlimit = \"1/s\"\nkey = [\"global\"]\ncost = 0\n", "cost 0"),
         ("[[rules]]\nname = \"a\"\nlimit = \"1/s\"\nkey = [\"global\"]\non_missing = \"maybe\"\n", "on_missing"),
         ("[limits.a]\nlimit = \"1/s\"\n[[rules]]\nname = \"a\"\nlimit = \"1/s\"\nkey = [\"global\"]\n", "used twice"),
+        ("[[rules]]\nname = \"a\"\nlimit = \"1/s\"\nkey = [\"asn\"]\n", "key asn needs an asn_db"),
+        ("asn_db = \"/nonexistent/asn.tsv\"\n", "asn_db: /nonexistent/asn.tsv"),
+        ("ja3_header = \"x-ja3\"\n", "believed from trusted_proxies only"),
+        ("trusted_proxies = [\"10.0.0.0/8\"]\nja4_header = \"x ja4\"\n", "a header name"),
+        ("[[rules]]\nname = \"a\"\nlimit = \"1/s\"\nkey = [\"global\"]\nwhen_rate_above = \"50\"\n", "COUNT/PERIOD"),
+        ("[[rules]]\nname = \"a\"\nlimit = \"1/s\"\nkey = [\"global\"]\nwhen_rate_above = \"0/s\"\n", "positive"),
+        ("[[rules]]\nname = \"a\"\nlimit = \"1/s\"\nkey = [\"global\"]\nwhen_rate_above = \"5/0s\"\n", "positive"),
+        ("[[rules]]\nname = \"a\"\nlimit = \"1/s\"\nkey = [\"global\"]\nrate_half_life = \"0s\"\n", "rate_half_life"),
+        (
+            "[[rules]]\nname = \"a\"\nlimit = \"1/s\"\nkey = [\"global\"]\n[rules.mitigation]\naction = \"route\"\n",
+            "needs upstream",
+        ),
+        (
+            "[[rules]]\nname = \"a\"\nlimit = \"1/s\"\nkey = [\"global\"]\n[rules.mitigation]\naction = \"route\"\nupstream = \"https://q\"\n",
+            "use an http:// URL",
+        ),
+        (
+            "[[rules]]\nname = \"a\"\nlimit = \"1/s\"\nkey = [\"global\"]\n[rules.mitigation]\nupstream = \"http://q\"\n",
+            "upstream applies to action route only",
+        ),
+        ("[[rules]]\nname = \"a\"\nlimit = \"1/s\"\nkey = [\"ja5\"]\n", "ja3, ja4, asn"),
     ] {
         let err = Rules::parse(text, "t").unwrap_err().to_string();
         assert!(err.contains(wanted), "{text}\n=> {err}");
@@ -242,4 +265,55 @@ fn the_readme_rules_file_loads_and_is_the_login_example() {
     assert_eq!(format!("{:?}", annotated.rules[0]), format!("{:?}", example.rules[0]));
     let names: Vec<&str> = annotated.rules.iter().map(|r| r.name.as_str()).collect();
     assert_eq!((names, example.rules.len()), (vec!["login-failures", "api"], 1));
+}
+
+#[test]
+fn fingerprints_asn_measured_rates_and_routes_are_configured() {
+    let dir = std::env::temp_dir().join(format!("tollgate-rules-asn-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("asn.tsv"), "198.51.100.0\t198.51.100.255\t64500\tZZ\tEXAMPLE\n").unwrap();
+    std::fs::write(
+        dir.join("rules.toml"),
+        "trusted_proxies = [\"10.0.0.0/8\"]\nasn_db = \"asn.tsv\"\nja3_header = \"X-JA3\"\n\
+         [[rules]]\nname = \"r\"\nlimit = \"10/s\"\nkey = [\"asn\", \"ja3\", \"ja4\"]\n\
+         rate_half_life = \"500ms\"\nwhen_rate_above = \"3000/1m\"\n\
+         [rules.mitigation]\naction = \"route\"\nupstream = \"http://127.0.0.1:3001/\"\n",
+    )
+    .unwrap();
+    // A relative asn_db is the rules file's neighbour.
+    let rules = Rules::load(&dir.join("rules.toml")).unwrap();
+    let rule = &rules.rules[0];
+    assert_eq!(rule.rate_half_life_ns, 500_000_000);
+    assert_eq!(rule.when_rate_above, Some(50.0));
+    assert_eq!(rule.action, Action::Route { upstream: "http://127.0.0.1:3001".into() });
+    assert_eq!(rules.fingerprint_headers.ja3.as_deref(), Some("x-ja3"));
+    assert!(rules.header_names().contains(&"x-ja3".to_string()));
+    let mut request = request("GET", "/", &[], "198.51.100.7");
+    request.ja3 = Some("e7d705a3286e19ea42f587b344ee6865");
+    request.ja4 = Some("t13d1516h2_8daaf6152771_e5627efa2ab1");
+    let counted = rules.counting(&request).unwrap();
+    assert_eq!(
+        String::from_utf8(counted[0].key.clone()).unwrap(),
+        "5:64500|32:e7d705a3286e19ea42f587b344ee6865|36:t13d1516h2_8daaf6152771_e5627efa2ab1".replace('|', "")
+    );
+    // An address in no range of the database, or no TLS: the part is missing (on_missing skip).
+    assert!(rules.counting(&Request { client_ip: "192.0.2.1".parse().unwrap(), ..request }).unwrap().is_empty());
+    assert!(rules.counting(&Request { ja4: None, ..request }).unwrap().is_empty());
+    let defaults = Rules::parse("[[rules]]\nname = \"d\"\nlimit = \"1/s\"\nkey = [\"global\"]\n", "t").unwrap();
+    assert_eq!(defaults.rules[0].rate_half_life_ns, tollgate_rules::DEFAULT_RATE_HALF_LIFE_NS);
+    assert_eq!(defaults.rules[0].when_rate_above, None);
+}
+
+/// The README shows `examples/rules/keys.toml` as it is, and it loads (its ASN table beside it).
+#[test]
+fn the_keys_example_is_the_readmes_and_loads() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let file = std::fs::read_to_string(root.join("examples/rules/keys.toml")).unwrap();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    assert!(readme.contains(&format!("```toml\n{file}```\n")), "README.md shows examples/rules/keys.toml verbatim");
+    let rules = Rules::load(&root.join("examples/rules/keys.toml")).unwrap();
+    assert_eq!(rules.rules.len(), 3);
+    let request = Request { ja3: Some("a"), ja4: Some("b"), ..request("POST", "/login", &[], "198.51.100.7") };
+    let keys: Vec<Vec<u8>> = rules.counting(&request).unwrap().into_iter().map(|a| a.key).collect();
+    assert_eq!(keys, [b"b".to_vec(), b"a".to_vec(), b"64497".to_vec()]);
 }
