@@ -40,7 +40,7 @@ impl Proceed {
     pub fn fields(&self, policy: &Policy) -> Option<Fields> {
         let (rule, decision) = self.tightest?;
         let rule = policy.rules.rules.get(rule)?;
-        Some(Fields { policy: rule.name.clone(), limit: rule.limit.clone(), decision })
+        Some(Fields { policy: rule.name.clone(), limit: rule.limit.clone(), decision, rate_per_s: None })
     }
 }
 
@@ -53,6 +53,8 @@ pub struct Fields {
     pub limit: Limit,
     /// The decision.
     pub decision: Decision,
+    /// The key's measured rate, cost per second, when the request was mitigated.
+    pub rate_per_s: Option<f64>,
 }
 
 /// A request answered by the engine.
@@ -68,6 +70,14 @@ pub enum Answer {
         body: String,
         /// Content type.
         content_type: String,
+    },
+    /// Send it to this quarantine upstream instead (action `route`); a front end that cannot
+    /// route answers it as [`TooMany`](Self::TooMany) with `fields`.
+    Route {
+        /// The quarantine's base URL.
+        upstream: String,
+        /// The rule's fields.
+        fields: Fields,
     },
     /// 400: the request cannot be counted (a bad cost header, a missing key part).
     BadRequest(String),

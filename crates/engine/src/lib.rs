@@ -26,6 +26,8 @@ mod blocks;
 mod direct;
 pub mod latency;
 pub mod metrics;
+mod mitigation;
+pub mod rates;
 pub mod reload;
 
 use std::future::Future;
@@ -37,13 +39,14 @@ use arc_swap::ArcSwap;
 use prometheus_client::registry::Registry;
 use smallvec::SmallVec;
 use tollgate_core::{Clock, Decision, Limit, SystemClock};
-use tollgate_rules::{Action, OnError, Plan, Rules};
+use tollgate_rules::{Action, Plan, Rules};
 use tollgate_store::{Check, Refund, Store, StoreError};
 
 pub use admission::{Admission, Answer, Fields, Pending, Proceed};
 pub use blocks::DEFAULT_MAX_BLOCKS;
 pub use direct::EngineError;
 pub use metrics::{Frontend, Metrics, Outcome, Source};
+pub use rates::{DEFAULT_MAX_RATED_KEYS, MAX_TOP, Talker};
 pub use tollgate_rules::Request;
 
 use admission::Reservation;
@@ -61,11 +64,13 @@ pub struct Policy {
     pub header_names: Vec<String>,
     /// Whether any rule looks at the host.
     pub uses_host: bool,
-    /// Whether any rule keys on the client address.
+    /// Whether any rule keys on the client address (or its AS number).
     pub uses_client_ip: bool,
     /// Per rule: the limit it is checked under (a delay rule's bucket widened by `max_delay`).
     checked: Vec<Limit>,
     counters: Vec<RuleCounters>,
+    /// Per rule: its name, scoping its measured rates.
+    names: Vec<Arc<str>>,
 }
 
 /// A rule that applies to the request, with its key (borrowed from the plan) and cost.
@@ -83,6 +88,7 @@ pub struct EngineBuilder<S> {
     rules: Rules,
     clock: Arc<dyn Clock>,
     max_blocks: usize,
+    max_rated_keys: usize,
 }
 
 impl<S: Store> EngineBuilder<S> {
@@ -100,6 +106,13 @@ impl<S: Store> EngineBuilder<S> {
         self
     }
 
+    /// At most this many (rule, key) pairs have a measured rate (default 100,000): the busiest.
+    #[must_use]
+    pub fn max_rated_keys(mut self, max: usize) -> Self {
+        self.max_rated_keys = max.max(1);
+        self
+    }
+
     /// Builds the engine, its metrics registered in `registry`.
     pub fn build(self, registry: &mut Registry) -> Engine<S> {
         // A store that decides in place has no backend to fail: no store error series to watch.
@@ -110,6 +123,7 @@ impl<S: Store> EngineBuilder<S> {
             policy: ArcSwap::new(policy),
             clock: self.clock,
             blocks: blocks::Blocks::new(self.max_blocks),
+            rates: rates::Rates::new(self.max_rated_keys),
             metrics,
         }
     }
@@ -122,6 +136,7 @@ pub struct Engine<S> {
     policy: ArcSwap<Policy>,
     clock: Arc<dyn Clock>,
     blocks: blocks::Blocks,
+    rates: rates::Rates,
     metrics: Metrics,
 }
 
@@ -129,7 +144,13 @@ impl Policy {
     fn compile(rules: Rules, metrics: &Metrics) -> Policy {
         let checked = rules.rules.iter().map(checked_limit).collect();
         let counters = rules.rules.iter().map(|r| metrics.rule(&r.name)).collect();
-        let uses_client_ip = rules.rules.iter().any(|r| r.key.contains(&tollgate_rules::Characteristic::ClientIp));
+        // The AS number is the client address's.
+        let uses_client_ip = rules.rules.iter().any(|r| {
+            r.key
+                .iter()
+                .any(|k| matches!(k, tollgate_rules::Characteristic::ClientIp | tollgate_rules::Characteristic::Asn))
+        });
+        let names = mitigation::names(&rules);
         Policy {
             header_names: rules.header_names(),
             uses_host: rules.uses_host(),
@@ -137,6 +158,7 @@ impl Policy {
             rules,
             checked,
             counters,
+            names,
         }
     }
 }
@@ -171,7 +193,13 @@ fn checked_limit(rule: &tollgate_rules::Rule) -> Limit {
 impl<S: Store> Engine<S> {
     /// An engine applying `rules` with `store`.
     pub fn builder(store: S, rules: Rules) -> EngineBuilder<S> {
-        EngineBuilder { store, rules, clock: Arc::new(SystemClock::new()), max_blocks: DEFAULT_MAX_BLOCKS }
+        EngineBuilder {
+            store,
+            rules,
+            clock: Arc::new(SystemClock::new()),
+            max_blocks: DEFAULT_MAX_BLOCKS,
+            max_rated_keys: DEFAULT_MAX_RATED_KEYS,
+        }
     }
 
     /// The rules in force.
@@ -238,54 +266,44 @@ impl<S: Store> Engine<S> {
     /// [`admit`](Self::admit), untimed.
     async fn decide(&self, policy: &Arc<Policy>, request: &Request<'_>) -> Admission {
         let mut plan = Plan::default();
+        let planned = policy.rules.plan(request, &mut plan);
+        // The measured rates: every request a rule counts, whatever is decided for it.
+        let rates = self.measure(policy, &plan, planned.is_ok());
+
         // 1. Mitigations in force.
-        if self.blocks.any() {
-            let now = self.clock.now_ns();
-            policy.rules.mitigating_plan(request, &mut plan);
-            for (rule_index, key, _) in plan.iter() {
-                let rule = &policy.rules.rules[rule_index];
-                let Some(until) = self.blocks.until(&rule.name, key, now) else { continue };
-                if rule.action == Action::DryRun {
-                    self.dry_run(policy, rule_index, key);
-                    continue;
-                }
-                let wait = until - now;
-                let decision = Decision {
-                    allowed: false,
-                    limit: rule.limit.capacity(),
-                    remaining: 0,
-                    retry_after_ns: wait,
-                    reset_after_ns: wait,
-                };
-                return Admission::Answer(self.mitigate(policy, rule_index, decision));
-            }
+        if let Some(answer) = self.in_force(policy, request, &plan, &rates) {
+            return Admission::Answer(answer);
         }
 
         // 2. The plan.
-        if let Err(error) = policy.rules.plan(request, &mut plan) {
+        if let Err(error) = planned {
             tracing::debug!(%error, "request refused by the rules");
             return Admission::Answer(Answer::BadRequest(error.0));
         }
         if plan.is_empty() {
             return Admission::Proceed(Proceed::free());
         }
+        let mut flagged = SmallVec::new();
+        if let Some(answer) = self.over_rate(policy, &plan, &rates, &mut flagged) {
+            return Admission::Answer(answer);
+        }
         if let Some(one) = single(policy, &plan) {
             // The usual case: one plain store check, nothing to reserve or settle.
             let check =
                 Check::new(one.key, &policy.checked[one.rule], one.cost).scoped(&policy.rules.rules[one.rule].name);
             let decided = self.counted(self.store.check_one(check).await);
-            return self.admit_one(policy, one, decided);
+            return self.admit_one(policy, one, decided, rates[0]);
         }
 
         // 3. Dry-run rules on their own (never blocking); the others all or nothing.
         let mut pending = Pending::default();
-        let mut enforced: SmallVec<[Applies<'_>; 4]> = SmallVec::new();
-        for (rule, key, cost) in plan.iter() {
+        let mut enforced: SmallVec<[(Applies<'_>, f64); 4]> = SmallVec::new();
+        for (i, (rule, key, cost)) in plan.iter().enumerate() {
             let applies = Applies { rule, key, cost };
             if policy.rules.rules[rule].action == Action::DryRun {
-                self.check_dry_run(policy, applies, &mut pending).await;
+                self.check_dry_run(policy, applies, &mut pending, rates[i], flagged.contains(&i)).await;
             } else {
-                enforced.push(applies);
+                enforced.push((applies, rates[i]));
             }
         }
         if enforced.is_empty() {
@@ -293,32 +311,28 @@ impl<S: Store> Engine<S> {
         }
         let checks: SmallVec<[Check<'_>; 4]> = enforced
             .iter()
-            .map(|a| Check::new(a.key, &policy.checked[a.rule], a.cost).scoped(&policy.rules.rules[a.rule].name))
+            .map(|(a, _)| Check::new(a.key, &policy.checked[a.rule], a.cost).scoped(&policy.rules.rules[a.rule].name))
             .collect();
         let reserved = match self.counted(self.store.reserve(&checks).await) {
             Ok(reserved) => reserved,
-            Err(error) => return self.store_failed(policy, &enforced, &error, pending),
+            Err(error) => {
+                let enforced: SmallVec<[Applies<'_>; 4]> = enforced.iter().map(|(a, _)| *a).collect();
+                return self.store_failed(policy, &enforced, &error, pending);
+            }
         };
         let decisions = &reserved.decisions;
 
         // 4. The first rule over its limit acts; otherwise everything is admitted.
         if let Some(i) = decisions.iter().position(|d| !d.allowed) {
-            let applies = enforced[i];
+            let (applies, rate) = enforced[i];
             let decision = decisions[i];
-            let rule = &policy.rules.rules[applies.rule];
-            if rule.timeout_ns > 0 {
-                let now = self.clock.now_ns();
-                let until = now.saturating_add(rule.timeout_ns.max(decision.retry_after_ns));
-                let dropped = self.blocks.block(&rule.name, applies.key, until, now);
-                self.metrics.blocks_dropped.inc_by(dropped);
-                self.metrics.blocked.set(i64::try_from(self.blocks.len()).unwrap_or(i64::MAX));
-            }
+            self.over(policy, applies.rule, applies.key, decision.retry_after_ns);
             // Reservations of dry-run rules made above are settled now: the request goes no further.
             self.settle(pending, None).await;
-            return Admission::Answer(self.mitigate(policy, applies.rule, decision));
+            return Admission::Answer(self.mitigate(policy, applies.rule, decision, rate));
         }
         let mut delay = 0;
-        for (i, (applies, decision)) in enforced.iter().zip(decisions).enumerate() {
+        for (i, ((applies, _), decision)) in enforced.iter().zip(decisions).enumerate() {
             let rule = &policy.rules.rules[applies.rule];
             let wait = match rule.action {
                 Action::Delay { .. } => decision.reset_after_ns.saturating_sub(rule.limit.tolerance_ns()),
@@ -340,18 +354,27 @@ impl<S: Store> Engine<S> {
                 );
             }
         }
-        let tightest = enforced.iter().zip(decisions).min_by_key(|(_, d)| d.remaining).map(|(a, d)| (a.rule, *d));
+        let tightest = enforced.iter().zip(decisions).min_by_key(|(_, d)| d.remaining).map(|((a, _), d)| (a.rule, *d));
         Admission::Proceed(Proceed { delay: Duration::from_nanos(delay), tightest, pending })
     }
 
     /// The admission of a request counted by a single rule (see [`single`]), once decided.
-    fn admit_one(&self, policy: &Policy, one: Applies<'_>, decided: Result<Decision, StoreError>) -> Admission {
+    fn admit_one(
+        &self,
+        policy: &Policy,
+        one: Applies<'_>,
+        decided: Result<Decision, StoreError>,
+        rate: f64,
+    ) -> Admission {
         match decided {
             Ok(decision) if decision.allowed => {
                 self.metrics.count(&policy.counters[one.rule], Outcome::Allowed);
                 Admission::Proceed(Proceed { tightest: Some((one.rule, decision)), ..Proceed::free() })
             }
-            Ok(decision) => Admission::Answer(self.mitigate(policy, one.rule, decision)),
+            Ok(decision) => {
+                self.over(policy, one.rule, one.key, decision.retry_after_ns);
+                Admission::Answer(self.mitigate(policy, one.rule, decision, rate))
+            }
             Err(error) => self.store_failed(policy, &[one], &error, Pending::default()),
         }
     }
@@ -406,11 +429,26 @@ impl<S: Store> Engine<S> {
         }
     }
 
-    async fn check_dry_run(&self, policy: &Arc<Policy>, applied: Applies<'_>, pending: &mut Pending) {
+    /// Checks a dry-run rule on its own; `flagged`: already logged as over its `when_rate_above`.
+    async fn check_dry_run(
+        &self,
+        policy: &Arc<Policy>,
+        applied: Applies<'_>,
+        pending: &mut Pending,
+        rate: f64,
+        flagged: bool,
+    ) {
         let rule = &policy.rules.rules[applied.rule];
         let check = Check::new(applied.key, &policy.checked[applied.rule], applied.cost).scoped(&rule.name);
         match self.counted(self.store.reserve(&[check]).await) {
-            Ok(reserved) if !reserved.decisions[0].allowed => self.dry_run(policy, applied.rule, applied.key),
+            Ok(reserved) if !reserved.decisions[0].allowed => {
+                let now = self.clock.now_ns();
+                let until = now.saturating_add(reserved.decisions[0].retry_after_ns);
+                self.rates.limited(&rule.name, applied.key, until);
+                if !flagged {
+                    self.dry_run(policy, applied.rule, applied.key, Some(rate));
+                }
+            }
             Ok(reserved) => {
                 self.metrics.count(&policy.counters[applied.rule], Outcome::Allowed);
                 if rule.count_status.is_some() {
@@ -429,52 +467,6 @@ impl<S: Store> Engine<S> {
             Err(error) => {
                 self.metrics.count(&policy.counters[applied.rule], Outcome::Error);
                 tracing::warn!(rule = %rule.name, %error, "store error; the dry-run rule is not counted");
-            }
-        }
-    }
-
-    fn dry_run(&self, policy: &Policy, rule: usize, key: &[u8]) {
-        self.metrics.count(&policy.counters[rule], Outcome::DryRun);
-        tracing::warn!(
-            rule = %policy.rules.rules[rule].name,
-            key = %String::from_utf8_lossy(key),
-            "dry-run: this request is over the limit and would be mitigated"
-        );
-    }
-
-    fn mitigate(&self, policy: &Policy, rule: usize, decision: Decision) -> Answer {
-        let r = &policy.rules.rules[rule];
-        match &r.action {
-            Action::ShadowBan { status, body, content_type } => {
-                self.metrics.count(&policy.counters[rule], Outcome::ShadowBanned);
-                Answer::ShadowBan { status: *status, body: body.clone(), content_type: content_type.clone() }
-            }
-            _ => {
-                self.metrics.count(&policy.counters[rule], Outcome::Rejected);
-                Answer::TooMany(Fields { policy: r.name.clone(), limit: r.limit.clone(), decision })
-            }
-        }
-    }
-
-    /// The store failed for the enforced rules: `on_error` decides, never silently.
-    fn store_failed(
-        &self,
-        policy: &Policy,
-        enforced: &[Applies<'_>],
-        error: &StoreError,
-        pending: Pending,
-    ) -> Admission {
-        for applied in enforced {
-            self.metrics.count(&policy.counters[applied.rule], Outcome::Error);
-        }
-        match policy.rules.on_error {
-            OnError::Reject => {
-                tracing::warn!(%error, "store error: request answered 503 (on_error = \"reject\")");
-                Admission::Answer(Answer::Unavailable(format!("the rate limiter's store failed: {error}")))
-            }
-            OnError::Allow => {
-                tracing::warn!(%error, "store error: request let through (on_error = \"allow\")");
-                Admission::Proceed(Proceed { pending, ..Proceed::free() })
             }
         }
     }

@@ -53,6 +53,8 @@ pub enum Outcome {
     Rejected,
     /// Answered the rule's fake success.
     ShadowBanned,
+    /// Sent to the rule's quarantine upstream (action `route`).
+    Routed,
     /// Over the limit under a dry-run rule: let through, logged.
     DryRun,
     /// Admitted after a wait (a delay rule).
@@ -68,10 +70,11 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    const ALL: [Outcome; 9] = [
+    const ALL: [Outcome; 10] = [
         Outcome::Allowed,
         Outcome::Rejected,
         Outcome::ShadowBanned,
+        Outcome::Routed,
         Outcome::DryRun,
         Outcome::Delayed,
         Outcome::Counted,
@@ -87,6 +90,7 @@ impl Outcome {
             Outcome::Allowed => "allowed",
             Outcome::Rejected => "rejected",
             Outcome::ShadowBanned => "shadow_banned",
+            Outcome::Routed => "routed",
             Outcome::DryRun => "dry_run",
             Outcome::Delayed => "delayed",
             Outcome::Counted => "counted",

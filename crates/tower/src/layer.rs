@@ -17,6 +17,12 @@ pub struct Options {
     pub headers_on_allowed: bool,
     /// Also write the legacy `X-RateLimit-Limit/Remaining/Reset` headers.
     pub legacy_headers: bool,
+    /// Pass requests a `route` rule mitigates to the inner service with a [`Quarantine`]
+    /// extension naming the upstream (`tollgate proxy` forwards them there). Off, they are
+    /// answered 429: an inner service that ignored the extension would serve them.
+    ///
+    /// [`Quarantine`]: crate::Quarantine
+    pub routes: bool,
 }
 
 /// Applies a policy engine to every request of the wrapped service. Cheap to clone.

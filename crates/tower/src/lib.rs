@@ -11,7 +11,10 @@
 //! - rules with `count_status` count after the response (e.g. only failed logins), and a
 //!   mitigation `timeout` keeps a key mitigated after it went over;
 //! - the client address is the peer's (`ConnectInfo<SocketAddr>` with axum, or a [`PeerAddr`]
-//!   extension), read through trusted proxies only.
+//!   extension), read through trusted proxies only; the TLS fingerprints `ja3`/`ja4` are the
+//!   connection's ([`TlsFingerprint`] extension) or a trusted proxy's headers;
+//! - `route` rules pass their over-limit requests on with a [`Quarantine`] extension (with
+//!   [`Options::routes`]; `tollgate proxy` forwards them to the quarantine upstream), or 429.
 //!
 //! Split as tower's own middleware: [`layer`], [`service`], [`future`]; `response` writes the
 //! headers and bodies. The decisions, metrics and reloads are the engine's ([`Engine`]).
@@ -37,5 +40,5 @@ pub mod response;
 pub mod service;
 
 pub use layer::{Options, RateLimitLayer};
-pub use service::{PeerAddr, RateLimit};
+pub use service::{PeerAddr, Quarantine, RateLimit, TlsFingerprint};
 pub use tollgate_engine::Engine;

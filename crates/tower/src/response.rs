@@ -63,15 +63,25 @@ fn gcd(mut a: u128, mut b: u128) -> u128 {
     a
 }
 
-/// The 429 for a request denied by rule `policy`.
-pub fn too_many_requests(policy: &str, limit: &Limit, decision: &Decision, legacy: bool) -> Response<Body> {
+/// The 429 for a request denied by rule `policy`; `rate_per_s`, the key's measured rate, is
+/// reported in the body (an RFC 9457 extension member).
+pub fn too_many_requests(
+    policy: &str,
+    limit: &Limit,
+    decision: &Decision,
+    rate_per_s: Option<f64>,
+    legacy: bool,
+) -> Response<Body> {
     let retry = seconds_up(decision.retry_after_ns).max(1);
-    let problem = serde_json::json!({
+    let mut problem = serde_json::json!({
         "type": "about:blank",
         "title": "Too Many Requests",
         "status": 429,
         "detail": format!("rate limit \"{policy}\" exceeded; retry after {retry} s"),
     });
+    if let Some(rate) = rate_per_s {
+        problem["rate_per_s"] = serde_json::json!((rate * 100.0).round() / 100.0);
+    }
     let mut response = Response::new(Body::from(problem.to_string()));
     *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
     let headers = response.headers_mut();

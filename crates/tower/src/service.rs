@@ -28,6 +28,26 @@ use crate::response;
 #[derive(Debug, Clone, Copy)]
 pub struct PeerAddr(pub SocketAddr);
 
+/// The TLS fingerprints of the connection a request came on, for the `ja3` and `ja4`
+/// characteristics: a TLS listener inserts it as a request extension (`tollgate proxy` does).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFingerprint {
+    /// JA3: the MD5 of the ClientHello's version, ciphers, extensions, groups and point formats.
+    pub ja3: Arc<str>,
+    /// JA4 (FoxIO): `t13d1516h2_…`.
+    pub ja4: Arc<str>,
+}
+
+/// Where a request a `route` rule mitigates must go instead of the usual upstream (with
+/// [`Options::routes`](crate::Options::routes)): the extension the inner service receives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Quarantine {
+    /// The quarantine upstream's base URL (`http://…`).
+    pub upstream: String,
+    /// The rule that sent it there.
+    pub rule: String,
+}
+
 /// Applies the engine's rules to every request before (and after) the inner service.
 pub struct RateLimit<I, S> {
     pub(crate) inner: I,
@@ -99,17 +119,18 @@ impl NoPeer {
 }
 
 impl<'r> Head<'r> {
-    /// The client's address: the peer's, or through trusted proxies only.
-    fn client_ip(self, policy: &Policy) -> Result<IpAddr, NoPeer> {
+    /// The client's address: the peer's, or through trusted proxies only; and whether the peer
+    /// is a trusted proxy.
+    fn client_ip(self, policy: &Policy) -> Result<(IpAddr, bool), NoPeer> {
         match self.peer() {
             // The forwarding header counts only from a trusted proxy: not read otherwise.
             Some(peer) if policy.rules.trusted_proxies.trusts(peer) => {
                 let forwarded = policy.rules.trusted_proxies.header().name();
                 let values: SmallVec<[&str; 4]> =
                     self.headers.get_all(forwarded).iter().filter_map(|v| v.to_str().ok()).collect();
-                Ok(policy.rules.trusted_proxies.client_ip(peer, &values))
+                Ok((policy.rules.trusted_proxies.client_ip(peer, &values), true))
             }
-            Some(peer) => Ok(peer),
+            Some(peer) => Ok((peer, false)),
             None if policy.uses_client_ip => {
                 tracing::error!(
                     "RateLimitLayer has no peer address for a rule keyed on client_ip: serve the app with \
@@ -117,8 +138,20 @@ impl<'r> Head<'r> {
                 );
                 Err(NoPeer)
             }
-            None => Ok(IpAddr::from([0, 0, 0, 0])),
+            None => Ok((IpAddr::from([0, 0, 0, 0]), false)),
         }
+    }
+
+    /// The client's TLS fingerprints: a trusted proxy's headers when the rules name them (the
+    /// proxy's own connection says nothing of the client), otherwise the connection's.
+    fn fingerprints(self, policy: &Policy, from_trusted_proxy: bool) -> (Option<&'r str>, Option<&'r str>) {
+        let own = self.extensions.get::<TlsFingerprint>();
+        let headers = &policy.rules.fingerprint_headers;
+        let pick = |header: &Option<String>, own: Option<&'r str>| match header {
+            Some(name) if from_trusted_proxy => self.headers.get(name.as_str()).and_then(|v| v.to_str().ok()),
+            _ => own,
+        };
+        (pick(&headers.ja3, own.map(|f| &*f.ja3)), pick(&headers.ja4, own.map(|f| &*f.ja4)))
     }
 
     /// Collects the values of the headers the rules read into `values` (kept by the caller: the
@@ -136,14 +169,17 @@ impl<'r> Head<'r> {
     /// The request as the engine sees it.
     fn view<'v>(
         self,
-        client_ip: IpAddr,
+        (client_ip, trusted): (IpAddr, bool),
         headers: &'v [(&'r str, &'r str)],
         policy: &Policy,
     ) -> tollgate_engine::Request<'v>
     where
         'r: 'v,
     {
+        let (ja3, ja4) = self.fingerprints(policy, trusted);
         tollgate_engine::Request {
+            ja3,
+            ja4,
             method: self.method.as_str(),
             path: self.uri.path(),
             query: self.uri.query().unwrap_or(""),
@@ -157,12 +193,38 @@ impl<'r> Head<'r> {
 
 fn render(answer: Answer, options: Options) -> Response<Body> {
     match answer {
-        Answer::TooMany(fields) => {
-            response::too_many_requests(&fields.policy, &fields.limit, &fields.decision, options.legacy_headers)
-        }
+        // Not routed (see `routed`): the request is rejected, never served.
+        Answer::TooMany(fields) | Answer::Route { fields, .. } => response::too_many_requests(
+            &fields.policy,
+            &fields.limit,
+            &fields.decision,
+            fields.rate_per_s,
+            options.legacy_headers,
+        ),
         Answer::ShadowBan { status, body, content_type } => response::shadow(status, &body, &content_type),
         Answer::BadRequest(message) => response::problem(http::StatusCode::BAD_REQUEST, &message),
         Answer::Unavailable(message) => response::problem(http::StatusCode::SERVICE_UNAVAILABLE, &message),
+    }
+}
+
+/// What becomes of a request the engine answered.
+enum Answered<B> {
+    /// Passed on, marked for its quarantine.
+    Quarantined(Request<B>),
+    /// Answered with this.
+    Response(Response<Body>),
+}
+
+/// The request, marked for its quarantine, if `answer` routes it there and the options allow it;
+/// otherwise the answer's response.
+fn answered<B>(answer: Answer, request: Request<B>, options: Options) -> Answered<B> {
+    match answer {
+        Answer::Route { upstream, fields } if options.routes => {
+            let mut request = request;
+            request.extensions_mut().insert(Quarantine { upstream, rule: fields.policy });
+            Answered::Quarantined(request)
+        }
+        answer => Answered::Response(render(answer, options)),
     }
 }
 
@@ -225,7 +287,10 @@ where
             Err(no_peer) => return ResponseFuture::answered(no_peer.response()),
         };
         match admission {
-            Some(Admission::Answer(answer)) => ResponseFuture::answered(render(answer, options)),
+            Some(Admission::Answer(answer)) => match answered(answer, request, options) {
+                Answered::Quarantined(request) => ResponseFuture::passed(self.inner.call(request), None, options),
+                Answered::Response(response) => ResponseFuture::answered(response),
+            },
             Some(Admission::Proceed(admitted)) if admitted.delay.is_zero() && admitted.pending.is_empty() => {
                 let fields = if options.headers_on_allowed { admitted.fields(&policy).map(Box::new) } else { None };
                 ResponseFuture::passed(self.inner.call(request), fields, options)
@@ -234,7 +299,7 @@ where
                 // The inner service was made ready; keep it and leave a fresh clone (tower's usual
                 // swap), as it is called later, from the task.
                 let clone = self.inner.clone();
-                let inner = std::mem::replace(&mut self.inner, clone);
+                let mut inner = std::mem::replace(&mut self.inner, clone);
                 let (engine, policy) = (self.engine.clone(), Arc::clone(&policy));
                 ResponseFuture::waiting(Box::pin(async move {
                     let (admitted, request) = match admission {
@@ -252,7 +317,14 @@ where
                             let admission = engine.admit(&policy, &head.view(client_ip, &headers, &policy)).await;
                             drop(headers);
                             match admission {
-                                Admission::Answer(answer) => return Ok(render(answer, options)),
+                                Admission::Answer(answer) => {
+                                    return match answered(answer, Request::from_parts(parts, body), options) {
+                                        Answered::Quarantined(request) => {
+                                            inner.call(request).await.map(|r| future::finish(r, None, options))
+                                        }
+                                        Answered::Response(response) => Ok(response),
+                                    };
+                                }
                                 Admission::Proceed(admitted) => (admitted, Request::from_parts(parts, body)),
                             }
                         }

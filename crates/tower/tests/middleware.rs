@@ -331,7 +331,7 @@ async fn a_missing_key_part_follows_the_rule() {
 async fn rejections_carry_exact_headers_and_a_problem_body() {
     let app = app(
         "[[rules]]\nname = \"api\"\nlimit = \"2/1m\"\nalgorithm = \"fixed-window\"\nkey = [\"client_ip\"]\n",
-        Options { headers_on_allowed: true, legacy_headers: true },
+        Options { headers_on_allowed: true, legacy_headers: true, routes: false },
         0,
     );
     // 20 s into a minute window.
@@ -434,4 +434,29 @@ async fn without_a_peer_address_a_client_ip_rule_refuses_to_guess() {
 
 fn app_global() -> App {
     app("[[rules]]\nname = \"g\"\nlimit = \"5/1m\"\nkey = [\"global\"]\n", Options::default(), 0)
+}
+
+/// `route` passes a request over the limit on, marked with its quarantine, only when the front
+/// end routes (`tollgate proxy` does); otherwise it is a 429, never served by the app: on a store
+/// that decides in place and on one that must be waited for.
+#[tokio::test]
+async fn route_quarantines_only_where_the_front_end_routes() {
+    let rules = "[[rules]]\nname = \"q\"\nlimit = \"1/1m\"\nkey = [\"global\"]\n\
+                 [rules.mitigation]\naction = \"route\"\nupstream = \"http://127.0.0.1:3001\"\n";
+    for waited in [false, true] {
+        let build = if waited { app_waited } else { app };
+        let plain = build(rules, Options::default(), 0);
+        assert_eq!(plain.status("GET", "/", "192.0.2.1", &[]).await, StatusCode::OK);
+        let (status, _, body) = plain.send(request("GET", "/", "192.0.2.1", &[])).await;
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+        assert!(body.contains("\"rate_per_s\""), "{body}");
+        assert_eq!(plain.hits(), 1, "waited: {waited}");
+
+        let routing = build(rules, Options { routes: true, ..Options::default() }, 0);
+        for _ in 0..3 {
+            assert_eq!(routing.status("GET", "/", "192.0.2.1", &[]).await, StatusCode::OK);
+        }
+        assert_eq!(routing.hits(), 3, "passed on to the app, which would forward them to the quarantine");
+        assert!(routing.metrics().contains("tollgate_rule_decisions_total{rule=\"q\",outcome=\"routed\"} 2"));
+    }
 }
