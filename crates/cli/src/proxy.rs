@@ -30,6 +30,13 @@ pub(crate) struct ProxyArgs {
     /// Also send the legacy X-RateLimit-Limit/Remaining/Reset headers.
     #[arg(long)]
     legacy_headers: bool,
+    /// Terminate TLS on --listen with this PEM certificate chain (leaf first); needs --tls-key.
+    /// The rules can then key on the client's TLS fingerprints, ja3 and ja4.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// Longest the upstream may take to accept a connection and to answer (then 504).
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = crate::units::duration)]
     upstream_timeout: std::time::Duration,
@@ -43,9 +50,16 @@ pub(crate) struct ProxyArgs {
 pub(crate) fn run(args: ProxyArgs) -> anyhow::Result<()> {
     crate::serve::init_logging(&args.log_level)?;
     let rules = tollgate_rules::Rules::load(&args.rules).map_err(anyhow::Error::msg)?;
+    if let Some(db) = &rules.asn_db {
+        tracing::info!(asn_db = %db.describe(), "ASN database loaded");
+    }
     if !args.upstream.starts_with("http://") {
         anyhow::bail!("--upstream must be an http:// URL, got {:?}", args.upstream);
     }
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(tollgate_server::http::tls::Tls::load(cert, key).map_err(anyhow::Error::msg)?),
+        _ => None,
+    };
     let config = tollgate_server::Config {
         http: args.http.bounds(),
         shutdown_grace: args.http.shutdown_grace,
@@ -56,9 +70,12 @@ pub(crate) fn run(args: ProxyArgs) -> anyhow::Result<()> {
         rules,
         rules_file: Some(args.rules.clone()),
         upstream_timeout: args.upstream_timeout,
+        tls,
         options: tollgate_tower::Options {
             headers_on_allowed: args.headers_on_allowed,
             legacy_headers: args.legacy_headers,
+            // The proxy routes whatever the rules quarantine.
+            routes: true,
         },
     };
     let runtime =
@@ -66,7 +83,8 @@ pub(crate) fn run(args: ProxyArgs) -> anyhow::Result<()> {
     runtime.block_on(async move {
         let listener = crate::serve::bind(&args.listen, "--listen").await?;
         let admin = crate::serve::bind(&args.admin, "--admin").await?;
-        tracing::info!(upstream = %proxy.upstream, "proxy listening on {}", listener.local_addr()?);
+        let tls = proxy.tls.is_some();
+        tracing::info!(upstream = %proxy.upstream, tls, "proxy listening on {}", listener.local_addr()?);
         tracing::info!("admin (metrics, healthz) listening on {}", admin.local_addr()?);
         tollgate_server::proxy::run(&config, proxy, listener, admin, crate::serve::shutdown_signal())
             .await

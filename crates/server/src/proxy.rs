@@ -1,6 +1,10 @@
 //! `tollgate proxy`: a reverse proxy applying a rules file (through `tollgate-engine`, by the
-//! `tollgate-tower` middleware) in front of any HTTP/1.1 service, with `/metrics` and `/healthz`
-//! on a separate admin listener so that the upstream's own paths stay untouched.
+//! `tollgate-tower` middleware) in front of any HTTP/1.1 service, with `/metrics`, `/healthz` and
+//! `/v1/rules/{name}/top` (a rule's keys by measured rate) on a separate admin listener so that
+//! the upstream's own paths stay untouched.
+//!
+//! Its listener may terminate TLS (the ClientHello fingerprinted for `ja3`/`ja4`, see
+//! `http::tls`); requests a `route` rule mitigates go to that rule's quarantine upstream.
 //!
 //! Bounded like `serve`'s HTTP listener (header-read timeout, request timeout, connection cap,
 //! body limit); the upstream gets a connect and response timeout (504 after it). Hop-by-hop
@@ -16,7 +20,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{ConnectInfo, Request, State};
+use axum::extract::{ConnectInfo, Path, Request, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
@@ -27,11 +31,12 @@ use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tollgate_engine::Engine;
 use tollgate_rules::Rules;
-use tollgate_tower::{Options, RateLimitLayer};
+use tollgate_tower::{Options, Quarantine, RateLimitLayer};
 
 use crate::backend::Backend;
 use crate::config::Config;
 use crate::health::Health;
+use crate::http::tls::Tls;
 
 /// Where to forward, and what to apply.
 #[derive(Debug)]
@@ -46,12 +51,16 @@ pub struct ProxyConfig {
     pub options: Options,
     /// Longest the upstream may take to accept a connection and to answer (default 30 s): 504.
     pub upstream_timeout: Duration,
+    /// Terminate TLS on the listener (the admin listener stays plain HTTP).
+    pub tls: Option<Tls>,
 }
 
 struct Upstream {
     client: Client<HttpConnector, Body>,
     base: String,
     timeout: Duration,
+    /// Whether clients reach the proxy over TLS (`X-Forwarded-Proto`).
+    https: bool,
 }
 
 /// Headers that belong to one hop, not to the request (RFC 9110 §7.6.1).
@@ -89,8 +98,11 @@ async fn forward(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     mut request: Request,
 ) -> Response {
+    // A request a `route` rule mitigates goes to the rule's quarantine instead.
+    let quarantine = request.extensions_mut().remove::<Quarantine>();
+    let base = quarantine.as_ref().map_or(upstream.base.as_str(), |q| q.upstream.as_str());
     let path = request.uri().path_and_query().map_or("/", |p| p.as_str());
-    let Ok(uri) = format!("{}{path}", upstream.base).parse() else {
+    let Ok(uri) = format!("{base}{path}").parse() else {
         return tollgate_tower::response::problem(StatusCode::BAD_REQUEST, "the request target cannot be forwarded");
     };
     *request.uri_mut() = uri;
@@ -104,6 +116,8 @@ async fn forward(
     if let Ok(value) = HeaderValue::from_str(&forwarded) {
         headers.insert("x-forwarded-for", value);
     }
+    let proto = if upstream.https { "https" } else { "http" };
+    headers.insert("x-forwarded-proto", HeaderValue::from_static(proto));
     match tokio::time::timeout(upstream.timeout, upstream.client.request(request)).await {
         Ok(Ok(response)) => {
             let mut response = response.map(Body::new);
@@ -111,13 +125,31 @@ async fn forward(
             response
         }
         Ok(Err(error)) => {
-            tracing::warn!(upstream = %upstream.base, %error, "upstream failed");
+            tracing::warn!(upstream = %base, %error, "upstream failed");
             gateway_error(StatusCode::BAD_GATEWAY)
         }
         Err(_) => {
-            tracing::warn!(upstream = %upstream.base, timeout = ?upstream.timeout, "upstream timed out");
+            tracing::warn!(upstream = %base, timeout = ?upstream.timeout, "upstream timed out");
             gateway_error(StatusCode::GATEWAY_TIMEOUT)
         }
+    }
+}
+
+/// `GET /v1/rules/{name}/top`: the rule's keys by measured rate, highest first (at most 100):
+/// `[{"key", "rate_per_s", "limited"}]`; 404 for a rule the rules in force do not have.
+async fn top(State(engine): State<Arc<Engine<Arc<Backend>>>>, Path(name): Path<String>) -> Response {
+    match engine.top(&name, tollgate_engine::MAX_TOP) {
+        Some(talkers) => {
+            let talkers: Vec<_> = talkers
+                .into_iter()
+                .map(|t| {
+                    let rate = (t.rate_per_s * 1000.0).round() / 1000.0;
+                    serde_json::json!({ "key": t.key, "rate_per_s": rate, "limited": t.limited })
+                })
+                .collect();
+            axum::Json(talkers).into_response()
+        }
+        None => tollgate_tower::response::problem(StatusCode::NOT_FOUND, &format!("no rule named {name:?}")),
     }
 }
 
@@ -140,13 +172,15 @@ pub async fn run(
     if let Some(path) = &proxy.rules_file {
         crate::reload_engine_on_change(&engine, path);
     }
-    let layer = RateLimitLayer::from_engine(engine, proxy.options);
+    // The proxy forwards what a `route` rule quarantines (see `forward`).
+    let layer = RateLimitLayer::from_engine(engine.clone(), Options { routes: true, ..proxy.options });
     let mut connector = HttpConnector::new();
     connector.set_connect_timeout(Some(proxy.upstream_timeout));
     let upstream = Arc::new(Upstream {
         client: Client::builder(TokioExecutor::new()).build(connector),
         base: proxy.upstream.trim_end_matches('/').to_string(),
         timeout: proxy.upstream_timeout,
+        https: proxy.tls.is_some(),
     });
     let (bounds, grace) = (config.http, config.shutdown_grace);
     let app = Router::new()
@@ -163,10 +197,12 @@ pub async fn run(
                 async move { ([(http::header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response() }
             }),
         )
-        .route("/healthz", get(move || async move { axum::Json(health.report()).into_response() }));
+        .route("/healthz", get(move || async move { axum::Json(health.report()).into_response() }))
+        .route("/v1/rules/{name}/top", get(top))
+        .with_state(engine);
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let proxy_task = tokio::spawn(crate::http::server::serve(listener, app, bounds, grace, stopped.clone()));
-    let admin_task = tokio::spawn(crate::http::server::serve(admin, admin_app, bounds, grace, stopped));
+    let proxy_task = tokio::spawn(crate::http::server::serve(listener, app, bounds, grace, stopped.clone(), proxy.tls));
+    let admin_task = tokio::spawn(crate::http::server::serve(admin, admin_app, bounds, grace, stopped, None));
     shutdown.await;
     let _ = stop.send(true);
     proxy_task.await.map_err(|e| e.to_string())?;

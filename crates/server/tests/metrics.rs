@@ -262,6 +262,7 @@ async fn proxy_and_serve_answer_the_same_openmetrics_content_type() {
         rules_file: None,
         options: Default::default(),
         upstream_timeout: Duration::from_secs(1),
+        tls: None,
     };
     let config = common::manual_config();
     let task = tokio::spawn(async move {

@@ -6,7 +6,6 @@ mod common;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -14,9 +13,10 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
+use common::proxy::{Proxy, curl};
 use tokio::net::TcpListener;
 use tollgate_rules::Rules;
-use tollgate_server::proxy::{ProxyConfig, run};
+use tollgate_server::proxy::ProxyConfig;
 use tollgate_server::{Config, StoreConfig};
 use tollgate_store::testkit::redis_server::RedisCluster;
 use tollgate_store::{Check, Limit, RedisOptions, RedisStore, Store};
@@ -63,53 +63,17 @@ async fn upstream() -> (SocketAddr, Arc<AtomicU64>) {
     (address, hits)
 }
 
-async fn curl(args: Vec<String>) -> (u16, String) {
-    let output = tokio::task::spawn_blocking(move || {
-        Command::new("curl").args(["-s", "-i", "--max-time", "10"]).args(args).output().expect("curl")
-    })
-    .await
-    .unwrap();
-    let text = String::from_utf8_lossy(&output.stdout).into_owned();
-    (text.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0), text)
-}
-
-/// A running proxy: its address, its admin address, and the switch that stops it.
-struct Proxy {
-    at: SocketAddr,
-    admin: SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<Result<(), String>>,
-}
-
-impl Proxy {
-    async fn start(config: Config, upstream: String, rules: Rules, file: Option<PathBuf>, timeout: Duration) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let admin = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let (at, admin_at) = (listener.local_addr().unwrap(), admin.local_addr().unwrap());
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let proxy =
-            ProxyConfig { upstream, rules, rules_file: file, options: Default::default(), upstream_timeout: timeout };
-        let task = tokio::spawn(async move {
-            run(&config, proxy, listener, admin, async move {
-                let _ = stopped.await;
-            })
-            .await
-        });
-        Proxy { at, admin: admin_at, stop: Some(stop), task }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.at)
-    }
-
-    async fn metrics(&self) -> String {
-        curl(vec![format!("http://{}/metrics", self.admin)]).await.1
-    }
-
-    async fn stop(mut self) {
-        drop(self.stop.take());
-        self.task.await.unwrap().unwrap();
-    }
+/// A proxy in front of `upstream`, with these rules (reloaded from `file`, if any).
+async fn start(config: Config, upstream: String, rules: Rules, file: Option<PathBuf>, timeout: Duration) -> Proxy {
+    let proxy = ProxyConfig {
+        upstream,
+        rules,
+        rules_file: file,
+        options: Default::default(),
+        upstream_timeout: timeout,
+        tls: None,
+    };
+    Proxy::start(config, proxy).await
 }
 
 fn from(ip: &str) -> Vec<String> {
@@ -124,8 +88,7 @@ fn login_rules() -> Rules {
 async fn proxy_applies_the_login_rules_and_forwards_the_rest() {
     let (up, hits) = upstream().await;
     let proxy =
-        Proxy::start(common::manual_config(), format!("http://{up}"), login_rules(), None, Duration::from_secs(30))
-            .await;
+        start(common::manual_config(), format!("http://{up}"), login_rules(), None, Duration::from_secs(30)).await;
 
     // Forwarding appends the peer to the chain.
     let (status, text) = curl([vec![proxy.url("/echo")], from("198.51.100.9")].concat()).await;
@@ -154,7 +117,7 @@ async fn proxy_applies_the_login_rules_and_forwards_the_rest() {
     ] {
         assert!(metrics.contains(wanted), "{wanted}: {metrics}");
     }
-    let (status, health) = curl(vec![format!("http://{}/healthz", proxy.admin)]).await;
+    let (status, health) = curl(vec![proxy.admin_url("/healthz")]).await;
     assert_eq!(status, 200);
     assert!(health.ends_with(r#"{"status":"ok","store":{"name":"memory","state":"up"}}"#), "{health}");
     proxy.stop().await;
@@ -174,7 +137,7 @@ async fn two_rules_on_a_redis_cluster_are_both_enforced_all_or_nothing() {
     )
     .unwrap();
     let config = Config { store: StoreConfig::Cluster(cluster.urls()), ..common::manual_config() };
-    let proxy = Proxy::start(config, format!("http://{up}"), rules, None, Duration::from_secs(30)).await;
+    let proxy = start(config, format!("http://{up}"), rules, None, Duration::from_secs(30)).await;
     let mut statuses = Vec::new();
     for ip in ["10.1.0.1", "10.1.0.1", "10.1.0.1", "10.1.0.2", "10.1.0.3"] {
         let (status, text) = curl([vec![proxy.url("/echo")], from(ip)].concat()).await;
@@ -210,14 +173,9 @@ async fn a_changed_rules_file_is_applied_and_a_bad_one_is_not() {
     };
     std::fs::write(&file, rule(2)).unwrap();
     let rules = Rules::load(&file).unwrap();
-    let proxy = Proxy::start(
-        common::manual_config(),
-        format!("http://{up}"),
-        rules,
-        Some(file.clone()),
-        Duration::from_secs(30),
-    )
-    .await;
+    let proxy =
+        start(common::manual_config(), format!("http://{up}"), rules, Some(file.clone()), Duration::from_secs(30))
+            .await;
     let echo = || curl(vec![proxy.url("/echo")]);
     assert_eq!(echo().await.0, 200);
 
@@ -252,8 +210,7 @@ async fn a_slow_or_dead_upstream_is_a_504_or_502_that_leaks_nothing() {
     let (up, _) = upstream().await;
     let rules = Rules::default();
     let proxy =
-        Proxy::start(common::manual_config(), format!("http://{up}"), rules.clone(), None, Duration::from_millis(300))
-            .await;
+        start(common::manual_config(), format!("http://{up}"), rules.clone(), None, Duration::from_millis(300)).await;
     let (status, text) = curl(vec![proxy.url("/slow")]).await;
     assert_eq!(status, 504, "{text}");
     assert!(!text.contains(&up.to_string()) && !text.contains("127.0.0.1"), "{text}");
@@ -265,8 +222,7 @@ async fn a_slow_or_dead_upstream_is_a_504_or_502_that_leaks_nothing() {
     proxy.stop().await;
 
     let dead = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
-    let proxy =
-        Proxy::start(common::manual_config(), format!("http://{dead}"), rules, None, Duration::from_secs(2)).await;
+    let proxy = start(common::manual_config(), format!("http://{dead}"), rules, None, Duration::from_secs(2)).await;
     let (status, text) = curl(vec![proxy.url("/echo")]).await;
     assert_eq!(status, 502, "{text}");
     assert!(!text.contains(&dead.port().to_string()) && !text.contains("Connection refused"), "{text}");

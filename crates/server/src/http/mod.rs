@@ -8,6 +8,7 @@
 //! wrong; a store failure is a 503.
 
 pub mod server;
+pub mod tls;
 
 use std::sync::Arc;
 
