@@ -1,7 +1,8 @@
 //! The fuzz targets' bodies (`fuzz/fuzz_targets/*` call these), kept in the library so that the
 //! workspace compiles them on every build and `tests/fuzz_inputs.rs` replays inputs through
-//! exactly what the fuzzer runs: the RESP framer, the RESP command layer, the HTTP API's JSON and
-//! the rules file. Each one panics on a broken invariant; anything else it is fed is fine.
+//! exactly what the fuzzer runs: the RESP framer, the RESP command layer, the HTTP API's JSON, the
+//! rules file and the TLS ClientHello reader. Each one panics on a broken invariant; anything else
+//! it is fed is fine.
 
 use bytes::BytesMut;
 use tollgate_rules::{Request, Rules};
@@ -116,4 +117,67 @@ pub fn rules_file(data: &[u8]) {
     let _ = rules.counting(&request);
     let _ = rules.mitigating(&request);
     let _ = rules.trusted_proxies.client_ip(request.client_ip, &[first]);
+}
+
+/// Bytes as the first bytes of a TLS connection, to `client_hello_from_records` (what
+/// `http::tls` reads a ClientHello with): it never panics; the same bytes one shorter give either
+/// "more bytes needed" or the very same answer (a decision, once made, stands as bytes arrive:
+/// every check is made on bytes before the end of the hello, and bytes after it are not read);
+/// and a hello's fingerprints are well formed: JA3 is 32 lowercase hex digits of a 5-field
+/// string, JA4 is `a_b_c` with a 10-character `a` (`t`, version, `d`/`i`, two 2-digit counts, two
+/// ALPN characters) and 12-hex-digit hashes that are zeros exactly when the raw lists are empty.
+pub fn client_hello(data: &[u8]) {
+    use tollgate_fingerprint::client_hello_from_records;
+
+    let whole = client_hello_from_records(data);
+    if let Some((_, shorter)) = data.split_last() {
+        let shorter = client_hello_from_records(shorter);
+        assert!(shorter == Ok(None) || shorter == whole, "one byte shorter: {shorter:?}, whole: {whole:?}");
+    }
+    let Ok(Some(hello)) = whole else { return };
+    let is_hex = |s: &str| s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    let grease = |v: u16| v.to_be_bytes()[0] == v.to_be_bytes()[1] && v & 0x0f == 0x0a;
+    let ciphers = hello.cipher_suites.iter().filter(|&&v| !grease(v)).count();
+    let extensions: Vec<u16> = hello.extensions.iter().copied().filter(|&v| !grease(v)).collect();
+
+    let ja3 = hello.ja3();
+    assert!(ja3.len() == 32 && is_hex(&ja3), "ja3 {ja3:?}");
+    let ja3_string = hello.ja3_string();
+    let fields: Vec<&str> = ja3_string.split(',').collect();
+    assert_eq!(fields.len(), 5, "ja3 string {ja3_string:?}");
+    assert_eq!(fields[0], hello.legacy_version.to_string(), "ja3 string {ja3_string:?}");
+    for field in &fields[1..] {
+        let decimal = |n: &str| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit());
+        assert!(field.is_empty() || field.split('-').all(decimal), "ja3 string {ja3_string:?}");
+    }
+    let listed = |field: &str| if field.is_empty() { 0 } else { field.split('-').count() };
+    assert_eq!(listed(fields[1]), ciphers, "ja3 string {ja3_string:?}");
+    assert_eq!(listed(fields[2]), extensions.len(), "ja3 string {ja3_string:?}");
+
+    let ja4 = hello.ja4();
+    let parts: Vec<&str> = ja4.split('_').collect();
+    let [a, b, c] = parts[..] else { panic!("ja4 {ja4:?} is not 3 parts") };
+    let a_bytes = a.as_bytes();
+    assert!(
+        a_bytes.len() == 10
+            && a_bytes[0] == b't'
+            && a_bytes[1..3].iter().all(u8::is_ascii_alphanumeric)
+            && (a_bytes[3] == if extensions.contains(&0) { b'd' } else { b'i' })
+            && a_bytes[4..8].iter().all(u8::is_ascii_digit)
+            && a_bytes[8..].iter().all(u8::is_ascii_alphanumeric),
+        "ja4 {ja4:?}"
+    );
+    assert_eq!(a[4..6], format!("{:02}", ciphers.min(99)), "ja4 {ja4:?}");
+    assert_eq!(a[6..8], format!("{:02}", extensions.len().min(99)), "ja4 {ja4:?}");
+    assert!(b.len() == 12 && is_hex(b) && c.len() == 12 && is_hex(c), "ja4 {ja4:?}");
+
+    let raw = hello.ja4_raw();
+    let raw_parts: Vec<&str> = raw.split('_').collect();
+    assert!(matches!(raw_parts.len(), 3 | 4), "ja4_r {raw:?}");
+    assert_eq!(raw_parts[0], a, "ja4_r {raw:?} of ja4 {ja4:?}");
+    let hex_list = |list: &str| list.is_empty() || list.split(',').all(|v| v.len() == 4 && is_hex(v));
+    assert!(raw_parts[1..].iter().all(|list| hex_list(list)), "ja4_r {raw:?}");
+    assert!(raw_parts.get(3).is_none_or(|sigs| !sigs.is_empty()), "ja4_r {raw:?}");
+    assert_eq!(raw_parts[1].is_empty(), b == "000000000000", "ja4 {ja4:?} of ja4_r {raw:?}");
+    assert_eq!(raw_parts[2].is_empty(), c == "000000000000", "ja4 {ja4:?} of ja4_r {raw:?}");
 }

@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+use tollgate_fingerprint::client_hello_from_records;
 use tollgate_server::fuzzing::{self, Harness};
 
 /// The committed inputs of `target`, with their file names.
@@ -90,4 +91,73 @@ fn rules_file_inputs() {
         long_glob.as_bytes(),
     ];
     each("rules_file", by_hand, fuzzing::rules_file);
+}
+
+/// A minimal TLS 1.0-style ClientHello handshake message (header included): one suite, null
+/// compression, then `extensions` as the extensions block if given.
+fn hello_message(extensions: Option<&[u8]>) -> Vec<u8> {
+    let mut body = vec![3, 1];
+    body.extend([7; 32]);
+    body.extend([0, 0, 2, 0x00, 0x2f, 1, 0]);
+    if let Some(extensions) = extensions {
+        body.extend(u16::try_from(extensions.len()).unwrap().to_be_bytes());
+        body.extend(extensions);
+    }
+    let [_, a, b, c] = u32::try_from(body.len()).unwrap().to_be_bytes();
+    [&[1, a, b, c][..], &body].concat()
+}
+
+/// `fragments` each in a handshake record of its own.
+fn records(fragments: &[&[u8]]) -> Vec<u8> {
+    let record = |f: &&[u8]| [&[22, 3, 1][..], &u16::try_from(f.len()).unwrap().to_be_bytes(), f].concat();
+    fragments.iter().flat_map(record).collect()
+}
+
+#[test]
+fn client_hello_inputs() {
+    let plain = hello_message(None);
+    // SNI "a" (then a repeated, empty SNI), ALPN of a non-alphanumeric protocol, a GREASE extension
+    // and a GREASE version.
+    let with_extensions = hello_message(Some(&[
+        0, 0, 0, 6, 0, 4, 0, 0, 1, b'a', 0, 0, 0, 0, 0, 0x10, 0, 4, 0, 2, 1, b'/', 0x0a, 0x0a, 0, 0, 0, 0x2b, 0, 5, 4,
+        0x1a, 0x1a, 3, 4, 0, 0x0d, 0, 4, 0, 2, 4, 3,
+    ]));
+    let (head, tail) = with_extensions.split_at(3);
+    let by_hand: Vec<Vec<u8>> = vec![
+        Vec::new(),
+        b"GET / HTTP/1.1\r\n".to_vec(),
+        vec![22, 2],
+        vec![22, 3, 1, 0, 0],
+        vec![22, 3, 1, 0x40, 1],
+        vec![22, 3, 1, 0, 9, 2],
+        vec![22, 3, 1, 0x40, 0, 1, 0, 0x40, 0x0c],
+        records(&[&plain]),
+        [records(&[&plain]), b"trailing".to_vec()].concat(),
+        records(&[&plain[..plain.len() - 1]]),
+        records(&[&with_extensions]),
+        records(&[head, tail]),
+        records(&[head, &[], tail]),
+        records(&[&[1, 0, 0, 0]]),
+    ];
+    // The hellos written by hand are hellos, so their fingerprints are checked too.
+    for hello in [&by_hand[7], &by_hand[8], &by_hand[10], &by_hand[11]] {
+        assert!(matches!(client_hello_from_records(hello), Ok(Some(_))), "{hello:?}");
+    }
+    let by_hand: Vec<&[u8]> = by_hand.iter().map(Vec::as_slice).collect();
+    each("client_hello", &by_hand, fuzzing::client_hello);
+    // The fingerprint crate's captures of real clients, whole and cut short.
+    let captures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fingerprint/tests/data");
+    for entry in std::fs::read_dir(captures).expect("the fingerprint crate's captures") {
+        let path = entry.expect("a directory entry").path();
+        let text = std::fs::read_to_string(&path).expect("a hex capture");
+        let digits: Vec<u8> = text.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
+        let bytes: Vec<u8> = digits
+            .chunks(2)
+            .map(|pair| u8::from_str_radix(std::str::from_utf8(pair).unwrap(), 16).expect("hex"))
+            .collect();
+        eprintln!("client_hello: {}", path.display());
+        for len in [bytes.len(), bytes.len() / 2, 6] {
+            fuzzing::client_hello(&bytes[..len.min(bytes.len())]);
+        }
+    }
 }
