@@ -20,6 +20,12 @@ pub enum EngineError {
         "rule {0:?} keys on request characteristics, not on a caller's key (key = [\"key\"]): it cannot be checked by name"
     )]
     NotByName(String),
+    /// The rule's keys have no measured rate: it sets neither `rate_half_life` nor
+    /// `when_rate_above`, and is neither dry-run nor route.
+    #[error(
+        "rule {0:?} does not measure its keys' rates: give it rate_half_life = \"2s\" (or when_rate_above, or action dry-run or route)"
+    )]
+    NotMeasured(String),
     /// The store failed or refused the request.
     #[error(transparent)]
     Store(#[from] StoreError),

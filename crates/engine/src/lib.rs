@@ -24,6 +24,7 @@
 mod admission;
 mod blocks;
 mod direct;
+mod enforce;
 pub mod latency;
 pub mod metrics;
 mod mitigation;
@@ -51,6 +52,7 @@ pub use tollgate_rules::Request;
 
 use admission::Reservation;
 use metrics::RuleCounters;
+use mitigation::{Routes, rate};
 
 /// The rules in force, as [`Engine::current`] lends them.
 pub type Current = arc_swap::Guard<Arc<Policy>>;
@@ -64,6 +66,9 @@ pub struct Policy {
     pub header_names: Vec<String>,
     /// Whether any rule looks at the host.
     pub uses_host: bool,
+    /// Whether any rule keys on a TLS fingerprint (`ja3`, `ja4`): front ends need not look for
+    /// one otherwise.
+    pub uses_fingerprints: bool,
     /// Whether any rule keys on the client address (or its AS number).
     pub uses_client_ip: bool,
     /// Per rule: the limit it is checked under (a delay rule's bucket widened by `max_delay`).
@@ -71,14 +76,18 @@ pub struct Policy {
     counters: Vec<RuleCounters>,
     /// Per rule: its name, scoping its measured rates.
     names: Vec<Arc<str>>,
+    /// Whether any rule is measured (none: requests skip the rates entirely).
+    measures: bool,
 }
 
-/// A rule that applies to the request, with its key (borrowed from the plan) and cost.
+/// A rule that applies to the request, with its key (borrowed from the plan), cost and the key's
+/// measured rate (if the rule is measured).
 #[derive(Debug, Clone, Copy)]
 struct Applies<'p> {
     rule: usize,
     key: &'p [u8],
     cost: u64,
+    rate: Option<f64>,
 }
 
 /// Options of an [`Engine`].
@@ -89,6 +98,7 @@ pub struct EngineBuilder<S> {
     clock: Arc<dyn Clock>,
     max_blocks: usize,
     max_rated_keys: usize,
+    routes: bool,
 }
 
 impl<S: Store> EngineBuilder<S> {
@@ -113,6 +123,15 @@ impl<S: Store> EngineBuilder<S> {
         self
     }
 
+    /// Whether the front end sends what a `route` rule quarantines to its upstream (`tollgate
+    /// proxy` does): then such requests are answered [`Answer::Route`]. Off (the default), a
+    /// `route` rule rejects (429), as no request it mitigates may be served.
+    #[must_use]
+    pub fn routes(mut self, routes: bool) -> Self {
+        self.routes = routes;
+        self
+    }
+
     /// Builds the engine, its metrics registered in `registry`.
     pub fn build(self, registry: &mut Registry) -> Engine<S> {
         // A store that decides in place has no backend to fail: no store error series to watch.
@@ -124,6 +143,7 @@ impl<S: Store> EngineBuilder<S> {
             clock: self.clock,
             blocks: blocks::Blocks::new(self.max_blocks),
             rates: rates::Rates::new(self.max_rated_keys),
+            routes: self.routes,
             metrics,
         }
     }
@@ -137,6 +157,7 @@ pub struct Engine<S> {
     clock: Arc<dyn Clock>,
     blocks: blocks::Blocks,
     rates: rates::Rates,
+    routes: bool,
     metrics: Metrics,
 }
 
@@ -151,7 +172,13 @@ impl Policy {
                 .any(|k| matches!(k, tollgate_rules::Characteristic::ClientIp | tollgate_rules::Characteristic::Asn))
         });
         let names = mitigation::names(&rules);
+        let measures = rules.rules.iter().any(|r| r.measured);
+        let uses_fingerprints = rules.rules.iter().any(|r| {
+            r.key.iter().any(|k| matches!(k, tollgate_rules::Characteristic::Ja3 | tollgate_rules::Characteristic::Ja4))
+        });
         Policy {
+            measures,
+            uses_fingerprints,
             header_names: rules.header_names(),
             uses_host: rules.uses_host(),
             uses_client_ip,
@@ -170,7 +197,7 @@ fn single<'p>(policy: &Policy, plan: &'p Plan) -> Option<Applies<'p>> {
     let (rule, key, cost) = plan.single()?;
     let r = &policy.rules.rules[rule];
     let plain = r.action == Action::Reject && r.count_status.is_none() && r.timeout_ns == 0;
-    plain.then_some(Applies { rule, key, cost })
+    plain.then_some(Applies { rule, key, cost, rate: None })
 }
 
 /// The limit a rule is checked under: for `delay`, the bucket widened by `max_delay` (a shaper is
@@ -199,6 +226,7 @@ impl<S: Store> Engine<S> {
             clock: Arc::new(SystemClock::new()),
             max_blocks: DEFAULT_MAX_BLOCKS,
             max_rated_keys: DEFAULT_MAX_RATED_KEYS,
+            routes: false,
         }
     }
 
@@ -267,95 +295,39 @@ impl<S: Store> Engine<S> {
     async fn decide(&self, policy: &Arc<Policy>, request: &Request<'_>) -> Admission {
         let mut plan = Plan::default();
         let planned = policy.rules.plan(request, &mut plan);
-        // The measured rates: every request a rule counts, whatever is decided for it.
+        // The measured rates: every request a measured rule counts, whatever is decided for it.
         let rates = self.measure(policy, &plan, planned.is_ok());
+        // Rules that send the request to a quarantine: it is still charged to the others.
+        let mut routes = Routes::new();
 
         // 1. Mitigations in force.
-        if let Some(answer) = self.in_force(policy, request, &plan, &rates) {
+        if let Some(answer) = self.in_force(policy, request, &plan, &rates, &mut routes) {
             return Admission::Answer(answer);
         }
 
-        // 2. The plan.
+        // 2. The plan, and the rates over `when_rate_above`.
         if let Err(error) = planned {
             tracing::debug!(%error, "request refused by the rules");
             return Admission::Answer(Answer::BadRequest(error.0));
         }
-        if plan.is_empty() {
-            return Admission::Proceed(Proceed::free());
-        }
         let mut flagged = SmallVec::new();
-        if let Some(answer) = self.over_rate(policy, &plan, &rates, &mut flagged) {
+        if let Some(answer) = self.over_rate(policy, &plan, &rates, &mut flagged, &mut routes) {
             return Admission::Answer(answer);
         }
-        if let Some(one) = single(policy, &plan) {
+        if routes.is_empty()
+            && let Some(one) = single(policy, &plan)
+        {
             // The usual case: one plain store check, nothing to reserve or settle.
             let check =
                 Check::new(one.key, &policy.checked[one.rule], one.cost).scoped(&policy.rules.rules[one.rule].name);
             let decided = self.counted(self.store.check_one(check).await);
-            return self.admit_one(policy, one, decided, rates[0]);
+            return self.admit_one(policy, one, decided, rate(&rates, 0));
         }
 
-        // 3. Dry-run rules on their own (never blocking); the others all or nothing.
-        let mut pending = Pending::default();
-        let mut enforced: SmallVec<[(Applies<'_>, f64); 4]> = SmallVec::new();
-        for (i, (rule, key, cost)) in plan.iter().enumerate() {
-            let applies = Applies { rule, key, cost };
-            if policy.rules.rules[rule].action == Action::DryRun {
-                self.check_dry_run(policy, applies, &mut pending, rates[i], flagged.contains(&i)).await;
-            } else {
-                enforced.push((applies, rates[i]));
-            }
-        }
-        if enforced.is_empty() {
-            return Admission::Proceed(Proceed { pending, ..Proceed::free() });
-        }
-        let checks: SmallVec<[Check<'_>; 4]> = enforced
-            .iter()
-            .map(|(a, _)| Check::new(a.key, &policy.checked[a.rule], a.cost).scoped(&policy.rules.rules[a.rule].name))
-            .collect();
-        let reserved = match self.counted(self.store.reserve(&checks).await) {
-            Ok(reserved) => reserved,
-            Err(error) => {
-                let enforced: SmallVec<[Applies<'_>; 4]> = enforced.iter().map(|(a, _)| *a).collect();
-                return self.store_failed(policy, &enforced, &error, pending);
-            }
-        };
-        let decisions = &reserved.decisions;
-
-        // 4. The first rule over its limit acts; otherwise everything is admitted.
-        if let Some(i) = decisions.iter().position(|d| !d.allowed) {
-            let (applies, rate) = enforced[i];
-            let decision = decisions[i];
-            self.over(policy, applies.rule, applies.key, decision.retry_after_ns);
-            // Reservations of dry-run rules made above are settled now: the request goes no further.
-            self.settle(pending, None).await;
-            return Admission::Answer(self.mitigate(policy, applies.rule, decision, rate));
-        }
-        let mut delay = 0;
-        for (i, ((applies, _), decision)) in enforced.iter().zip(decisions).enumerate() {
-            let rule = &policy.rules.rules[applies.rule];
-            let wait = match rule.action {
-                Action::Delay { .. } => decision.reset_after_ns.saturating_sub(rule.limit.tolerance_ns()),
-                _ => 0,
-            };
-            self.metrics
-                .count(&policy.counters[applies.rule], if wait > 0 { Outcome::Delayed } else { Outcome::Allowed });
-            delay = delay.max(wait);
-            if rule.count_status.is_some() {
-                pending.hold(
-                    policy,
-                    Reservation {
-                        rule: applies.rule,
-                        key: applies.key.to_vec(),
-                        cost: applies.cost,
-                        at: reserved.instant(i),
-                        decision: *decision,
-                    },
-                );
-            }
-        }
-        let tightest = enforced.iter().zip(decisions).min_by_key(|(_, d)| d.remaining).map(|((a, _), d)| (a.rule, *d));
-        Admission::Proceed(Proceed { delay: Duration::from_nanos(delay), tightest, pending })
+        // 3. Dry-run rules on their own (never blocking); the others all or nothing. Boxed:
+        // several rules on one request are the rarer case, and inline their state would double
+        // the size of every request's future (moved, so copied, by `admit_now`).
+        Box::pin(self.enforce_plan(policy, &plan, &rates, &flagged, routes)).await
     }
 
     /// The admission of a request counted by a single rule (see [`single`]), once decided.
@@ -364,7 +336,7 @@ impl<S: Store> Engine<S> {
         policy: &Policy,
         one: Applies<'_>,
         decided: Result<Decision, StoreError>,
-        rate: f64,
+        rate: Option<f64>,
     ) -> Admission {
         match decided {
             Ok(decision) if decision.allowed => {
@@ -430,14 +402,7 @@ impl<S: Store> Engine<S> {
     }
 
     /// Checks a dry-run rule on its own; `flagged`: already logged as over its `when_rate_above`.
-    async fn check_dry_run(
-        &self,
-        policy: &Arc<Policy>,
-        applied: Applies<'_>,
-        pending: &mut Pending,
-        rate: f64,
-        flagged: bool,
-    ) {
+    async fn check_dry_run(&self, policy: &Arc<Policy>, applied: Applies<'_>, pending: &mut Pending, flagged: bool) {
         let rule = &policy.rules.rules[applied.rule];
         let check = Check::new(applied.key, &policy.checked[applied.rule], applied.cost).scoped(&rule.name);
         match self.counted(self.store.reserve(&[check]).await) {
@@ -446,11 +411,14 @@ impl<S: Store> Engine<S> {
                 let until = now.saturating_add(reserved.decisions[0].retry_after_ns);
                 self.rates.limited(&rule.name, applied.key, until);
                 if !flagged {
-                    self.dry_run(policy, applied.rule, applied.key, Some(rate));
+                    self.dry_run(policy, applied.rule, applied.key, applied.rate);
                 }
             }
             Ok(reserved) => {
-                self.metrics.count(&policy.counters[applied.rule], Outcome::Allowed);
+                // A request already logged as over `when_rate_above` is counted once, as dry_run.
+                if !flagged {
+                    self.metrics.count(&policy.counters[applied.rule], Outcome::Allowed);
+                }
                 if rule.count_status.is_some() {
                     pending.hold(
                         policy,

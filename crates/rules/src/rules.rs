@@ -17,7 +17,7 @@
 //!                                      # query:NAME, ja3, ja4, asn
 //! on_missing = "skip"                  # a key part the request lacks: skip | shared | reject
 //! count_status = [401]                 # count only these responses (reserved before, refunded after)
-//! rate_half_life = "2s"                # the measured rate's half-life (the default)
+//! rate_half_life = "2s"                # measure each key's rate, with this half-life (default 2 s)
 //! when_rate_above = "50/s"             # also mitigate while the measured rate is above this
 //! match = { method = "POST", path = "/login" }
 //! [rules.mitigation]
@@ -173,6 +173,10 @@ pub struct Rule {
     pub timeout_ns: u64,
     /// The half-life of the rate measured per key (`rate_half_life`, default 2 s).
     pub rate_half_life_ns: u64,
+    /// Whether the engine measures the rate of the rule's keys: the rule sets `rate_half_life` or
+    /// `when_rate_above`, or its action is dry-run or route (measuring costs a table update per
+    /// request: plain rules do without).
+    pub measured: bool,
     /// Mitigate a key while its measured rate is above this many per second (`when_rate_above`),
     /// even if its limit is not reached.
     pub when_rate_above: Option<f64>,
@@ -545,6 +549,25 @@ fn rule(entry: RuleEntry) -> Result<Rule, String> {
         },
     };
     let when_rate_above = entry.when_rate_above.as_deref().map(rate_per_second).transpose()?;
+    if let Some(above) = when_rate_above {
+        // One request alone reads 2·ln 2 / half-life (see the engine's rates): a threshold at or
+        // below it would hold every key over.
+        #[allow(clippy::cast_precision_loss)] // a half-life far below 2^53 ns
+        let one = 2.0 * std::f64::consts::LN_2 / (rate_half_life_ns as f64 / 1e9);
+        if above <= one {
+            return Err(format!(
+                "when_rate_above {above}/s: one request alone measures {one:.3}/s with rate_half_life {}: \
+                 raise it, or lengthen rate_half_life",
+                tollgate_core::format_period(rate_half_life_ns)
+            ));
+        }
+        if matches!(action, Action::Delay { .. }) {
+            return Err("when_rate_above mitigates at once: it does not combine with action delay".into());
+        }
+    }
+    let measured = entry.rate_half_life.is_some()
+        || when_rate_above.is_some()
+        || matches!(action, Action::DryRun | Action::Route { .. });
     if mitigation.max_delay.is_some() && !matches!(action, Action::Delay { .. }) {
         return Err("max_delay applies to action delay only".into());
     }
@@ -564,6 +587,7 @@ fn rule(entry: RuleEntry) -> Result<Rule, String> {
         mitigation_matcher,
         timeout_ns,
         rate_half_life_ns,
+        measured,
         when_rate_above,
     })
 }
@@ -609,6 +633,7 @@ fn named_limit(name: &str, entry: LimitEntry) -> Result<Rule, String> {
         mitigation_matcher: Match::default(),
         timeout_ns: 0,
         rate_half_life_ns: DEFAULT_RATE_HALF_LIFE_NS,
+        measured: false,
         when_rate_above: None,
     })
 }

@@ -203,6 +203,14 @@ fn bad_files_name_the_file_the_rule_and_the_reason() {
             "upstream applies to action route only",
         ),
         ("[[rules]]\nname = \"a\"\nlimit = \"1/s\"\nkey = [\"ja5\"]\n", "ja3, ja4, asn"),
+        (
+            "[[rules]]\nname = \"a\"\nlimit = \"1/s\"\nkey = [\"global\"]\nwhen_rate_above = \"30/1m\"\n",
+            "one request alone measures 0.693/s",
+        ),
+        (
+            "[[rules]]\nname = \"a\"\nlimit = \"1/s\"\nkey = [\"global\"]\nwhen_rate_above = \"5/s\"\n[rules.mitigation]\naction = \"delay\"\n",
+            "does not combine with action delay",
+        ),
     ] {
         let err = Rules::parse(text, "t").unwrap_err().to_string();
         assert!(err.contains(wanted), "{text}\n=> {err}");
@@ -315,5 +323,5 @@ fn the_keys_example_is_the_readmes_and_loads() {
     assert_eq!(rules.rules.len(), 3);
     let request = Request { ja3: Some("a"), ja4: Some("b"), ..request("POST", "/login", &[], "198.51.100.7") };
     let keys: Vec<Vec<u8>> = rules.counting(&request).unwrap().into_iter().map(|a| a.key).collect();
-    assert_eq!(keys, [b"b".to_vec(), b"a".to_vec(), b"64497".to_vec()]);
+    assert_eq!(keys, [b"1:b5:64497".to_vec(), b"12:198.51.100.71:a".to_vec(), b"64497".to_vec()]);
 }

@@ -19,7 +19,9 @@ pub struct Options {
     pub legacy_headers: bool,
     /// Pass requests a `route` rule mitigates to the inner service with a [`Quarantine`]
     /// extension naming the upstream (`tollgate proxy` forwards them there). Off, they are
-    /// answered 429: an inner service that ignored the extension would serve them.
+    /// answered 429: an inner service that ignored the extension would serve them. Read when the
+    /// layer builds its engine ([`RateLimitLayer::with_options`]); an engine built elsewhere
+    /// routes as its builder said ([`EngineBuilder::routes`](tollgate_engine::EngineBuilder::routes)).
     ///
     /// [`Quarantine`]: crate::Quarantine
     pub routes: bool,
@@ -48,7 +50,7 @@ impl<S: Store> RateLimitLayer<S> {
     /// A layer with these options.
     pub fn with_options(rules: Rules, store: S, options: Options) -> Self {
         let mut registry = Registry::with_prefix("tollgate");
-        let engine = Arc::new(Engine::builder(store, rules).build(&mut registry));
+        let engine = Arc::new(Engine::builder(store, rules).routes(options.routes).build(&mut registry));
         RateLimitLayer { engine, options, registry: Some(Arc::new(registry)) }
     }
 

@@ -143,12 +143,20 @@ impl<'r> Head<'r> {
     }
 
     /// The client's TLS fingerprints: a trusted proxy's headers when the rules name them (the
-    /// proxy's own connection says nothing of the client), otherwise the connection's.
+    /// proxy's own connection says nothing of the client), otherwise the connection's. Of several
+    /// values (header lines, or a comma-separated list) the last is the proxy's: one that appends
+    /// rather than replaces leaves the client's own before it.
     fn fingerprints(self, policy: &Policy, from_trusted_proxy: bool) -> (Option<&'r str>, Option<&'r str>) {
+        if !policy.uses_fingerprints {
+            return (None, None);
+        }
         let own = self.extensions.get::<TlsFingerprint>();
         let headers = &policy.rules.fingerprint_headers;
         let pick = |header: &Option<String>, own: Option<&'r str>| match header {
-            Some(name) if from_trusted_proxy => self.headers.get(name.as_str()).and_then(|v| v.to_str().ok()),
+            Some(name) if from_trusted_proxy => {
+                let last = self.headers.get_all(name.as_str()).iter().next_back()?.to_str().ok()?;
+                last.rsplit(',').next().map(str::trim).filter(|v| !v.is_empty())
+            }
             _ => own,
         };
         (pick(&headers.ja3, own.map(|f| &*f.ja3)), pick(&headers.ja4, own.map(|f| &*f.ja4)))
@@ -215,11 +223,11 @@ enum Answered<B> {
     Response(Response<Body>),
 }
 
-/// The request, marked for its quarantine, if `answer` routes it there and the options allow it;
-/// otherwise the answer's response.
+/// The request, marked for its quarantine, if `answer` routes it there (the engine does so only
+/// when built to route, see [`Options::routes`]); otherwise the answer's response.
 fn answered<B>(answer: Answer, request: Request<B>, options: Options) -> Answered<B> {
     match answer {
-        Answer::Route { upstream, fields } if options.routes => {
+        Answer::Route { upstream, fields } => {
             let mut request = request;
             request.extensions_mut().insert(Quarantine { upstream, rule: fields.policy });
             Answered::Quarantined(request)

@@ -69,7 +69,8 @@ fn app_waited(rules: &str, options: Options, slow: u64) -> App {
 fn app_on<S: Store + 'static>(store: S, clock: Arc<ManualClock>, rules: &str, options: Options, slow: u64) -> App {
     let mut registry = Registry::with_prefix("tollgate");
     let rules = Rules::parse(rules, "test").unwrap();
-    let engine = Arc::new(Engine::builder(store, rules).clock(clock.clone()).build(&mut registry));
+    let engine =
+        Arc::new(Engine::builder(store, rules).clock(clock.clone()).routes(options.routes).build(&mut registry));
     let hits = Arc::new(AtomicU64::new(0));
     let (h1, h2) = (hits.clone(), hits.clone());
     let router = Router::new()

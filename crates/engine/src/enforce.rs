@@ -1,0 +1,131 @@
+//! The enforced rules of a request, all or nothing: one reservation for all of them, and the
+//! action of the first one over its limit.
+//!
+//! A `route` rule does not end the request, it sends it elsewhere: so a rule that rejects (or
+//! shadow-bans) wins over it, and a quarantined request is still charged to every other rule (a
+//! quarantine that is a cheaper replica must not be a way around them). When only route rules
+//! are over, they are set aside and the others reserved again: each round sets aside at least one
+//! rule, so there are at most as many rounds as rules. What a quarantined request reserves for
+//! `count_status` rules stays counted (its response is the quarantine's, not seen here): an
+//! under-grant, never an over-grant.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use smallvec::SmallVec;
+use tollgate_rules::{Action, Plan};
+use tollgate_store::{Check, Store};
+
+use crate::admission::{Admission, Pending, Proceed, Reservation};
+use crate::metrics::Outcome;
+use crate::mitigation::{Rates, Route, Routes, rate};
+use crate::{Applies, Engine, Policy};
+
+impl<S: Store> Engine<S> {
+    /// Checks the dry-run rules of `plan` on their own (never blocking; `flagged` ones were
+    /// logged already) and enforces the others, but those in `routes`, all or nothing.
+    pub(crate) async fn enforce_plan(
+        &self,
+        policy: &Arc<Policy>,
+        plan: &Plan,
+        rates: &Rates,
+        flagged: &[usize],
+        routes: Routes,
+    ) -> Admission {
+        let mut pending = Pending::default();
+        let mut enforced: SmallVec<[Applies<'_>; 4]> = SmallVec::new();
+        for (i, (rule, key, cost)) in plan.iter().enumerate() {
+            let applies = Applies { rule, key, cost, rate: rate(rates, i) };
+            if policy.rules.rules[rule].action == Action::DryRun {
+                self.check_dry_run(policy, applies, &mut pending, flagged.contains(&i)).await;
+            } else if !routes.iter().any(|r| r.rule == rule) {
+                enforced.push(applies);
+            }
+        }
+        self.enforce(policy, enforced, pending, routes).await
+    }
+
+    /// Reserves `enforced` all or nothing (see the module docs); `routes` already send the
+    /// request to a quarantine, and `pending` holds the dry-run rules' reservations.
+    async fn enforce(
+        &self,
+        policy: &Arc<Policy>,
+        mut enforced: SmallVec<[Applies<'_>; 4]>,
+        mut pending: Pending,
+        mut routes: Routes,
+    ) -> Admission {
+        loop {
+            if enforced.is_empty() {
+                return match routes.first() {
+                    Some(route) => Admission::Answer(self.mitigate(policy, route.rule, route.decision, route.rate)),
+                    None => Admission::Proceed(Proceed { pending, ..Proceed::free() }),
+                };
+            }
+            let checks: SmallVec<[Check<'_>; 4]> = enforced
+                .iter()
+                .map(|a| Check::new(a.key, &policy.checked[a.rule], a.cost).scoped(&policy.rules.rules[a.rule].name))
+                .collect();
+            let reserved = match self.counted(self.store.reserve(&checks).await) {
+                Ok(reserved) => reserved,
+                Err(error) => return self.store_failed(policy, &enforced, &error, pending),
+            };
+            let decisions = &reserved.decisions;
+            let over = |i: &usize| !decisions[*i].allowed;
+
+            // The first rule over its limit that does not route acts; the request goes no further.
+            if let Some(i) = (0..enforced.len()).filter(over).find(|&i| !self.routes_for(policy, enforced[i].rule)) {
+                let (applies, decision) = (enforced[i], decisions[i]);
+                self.over(policy, applies.rule, applies.key, decision.retry_after_ns);
+                // Reservations of dry-run rules made above are settled now.
+                self.settle(pending, None).await;
+                return Admission::Answer(self.mitigate(policy, applies.rule, decision, applies.rate));
+            }
+            if decisions.iter().any(|d| !d.allowed) {
+                // Only route rules are over: set them aside, and charge the others again.
+                let mut kept = SmallVec::new();
+                for (applies, decision) in enforced.iter().zip(decisions) {
+                    if decision.allowed {
+                        kept.push(*applies);
+                    } else {
+                        self.over(policy, applies.rule, applies.key, decision.retry_after_ns);
+                        routes.push(Route { rule: applies.rule, decision: *decision, rate: applies.rate });
+                    }
+                }
+                enforced = kept;
+                continue;
+            }
+
+            // Everything admitted: the request proceeds (or goes to its quarantine, charged).
+            let mut delay = 0;
+            for (i, (applies, decision)) in enforced.iter().zip(decisions).enumerate() {
+                let rule = &policy.rules.rules[applies.rule];
+                let wait = match rule.action {
+                    Action::Delay { .. } => decision.reset_after_ns.saturating_sub(rule.limit.tolerance_ns()),
+                    _ => 0,
+                };
+                self.metrics
+                    .count(&policy.counters[applies.rule], if wait > 0 { Outcome::Delayed } else { Outcome::Allowed });
+                delay = delay.max(wait);
+                if rule.count_status.is_some() && routes.is_empty() {
+                    pending.hold(
+                        policy,
+                        Reservation {
+                            rule: applies.rule,
+                            key: applies.key.to_vec(),
+                            cost: applies.cost,
+                            at: reserved.instant(i),
+                            decision: *decision,
+                        },
+                    );
+                }
+            }
+            if let Some(route) = routes.first() {
+                // Dropped unsettled: the dry-run rules' reservations stay counted too.
+                drop(pending);
+                return Admission::Answer(self.mitigate(policy, route.rule, route.decision, route.rate));
+            }
+            let tightest = enforced.iter().zip(decisions).min_by_key(|(_, d)| d.remaining).map(|(a, d)| (a.rule, *d));
+            return Admission::Proceed(Proceed { delay: Duration::from_nanos(delay), tightest, pending });
+        }
+    }
+}
