@@ -60,6 +60,18 @@ pub(crate) fn run(args: ProxyArgs) -> anyhow::Result<()> {
         (Some(cert), Some(key)) => Some(tollgate_server::http::tls::Tls::load(cert, key).map_err(anyhow::Error::msg)?),
         _ => None,
     };
+    let fingerprinted = rules.rules.iter().filter(|r| {
+        r.key.iter().any(|k| matches!(k, tollgate_rules::Characteristic::Ja3 | tollgate_rules::Characteristic::Ja4))
+    });
+    if tls.is_none() && rules.fingerprint_headers == tollgate_rules::FingerprintHeaders::default() {
+        for rule in fingerprinted {
+            tracing::warn!(
+                rule = %rule.name,
+                "the rule keys on ja3/ja4, but there is neither --tls-cert nor ja3_header/ja4_header: \
+                 no request has a fingerprint, so it applies to none (on_missing) or shares one key"
+            );
+        }
+    }
     let config = tollgate_server::Config {
         http: args.http.bounds(),
         shutdown_grace: args.http.shutdown_grace,

@@ -29,7 +29,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
-use tollgate_engine::Engine;
+use tollgate_engine::{Engine, EngineError};
 use tollgate_rules::Rules;
 use tollgate_tower::{Options, Quarantine, RateLimitLayer};
 
@@ -136,10 +136,11 @@ async fn forward(
 }
 
 /// `GET /v1/rules/{name}/top`: the rule's keys by measured rate, highest first (at most 100):
-/// `[{"key", "rate_per_s", "limited"}]`; 404 for a rule the rules in force do not have.
+/// `[{"key", "rate_per_s", "limited"}]`; 404 for a rule the rules in force do not have, 409 for
+/// one that does not measure its keys.
 async fn top(State(engine): State<Arc<Engine<Arc<Backend>>>>, Path(name): Path<String>) -> Response {
     match engine.top(&name, tollgate_engine::MAX_TOP) {
-        Some(talkers) => {
+        Ok(talkers) => {
             let talkers: Vec<_> = talkers
                 .into_iter()
                 .map(|t| {
@@ -149,7 +150,10 @@ async fn top(State(engine): State<Arc<Engine<Arc<Backend>>>>, Path(name): Path<S
                 .collect();
             axum::Json(talkers).into_response()
         }
-        None => tollgate_tower::response::problem(StatusCode::NOT_FOUND, &format!("no rule named {name:?}")),
+        Err(error @ EngineError::NotMeasured(_)) => {
+            tollgate_tower::response::problem(StatusCode::CONFLICT, &error.to_string())
+        }
+        Err(error) => tollgate_tower::response::problem(StatusCode::NOT_FOUND, &error.to_string()),
     }
 }
 
@@ -168,12 +172,13 @@ pub async fn run(
     let mut registry = Registry::with_prefix("tollgate");
     crate::metrics::register_store(&mut registry, store.clone());
     health.register(&mut registry);
-    let engine = Arc::new(Engine::builder(store, proxy.rules).clock(config.clock.clone()).build(&mut registry));
+    // The proxy forwards what a `route` rule quarantines (see `forward`).
+    let engine =
+        Arc::new(Engine::builder(store, proxy.rules).clock(config.clock.clone()).routes(true).build(&mut registry));
     if let Some(path) = &proxy.rules_file {
         crate::reload_engine_on_change(&engine, path);
     }
-    // The proxy forwards what a `route` rule quarantines (see `forward`).
-    let layer = RateLimitLayer::from_engine(engine.clone(), Options { routes: true, ..proxy.options });
+    let layer = RateLimitLayer::from_engine(engine.clone(), proxy.options);
     let mut connector = HttpConnector::new();
     connector.set_connect_timeout(Some(proxy.upstream_timeout));
     let upstream = Arc::new(Upstream {

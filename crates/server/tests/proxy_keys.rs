@@ -130,7 +130,8 @@ async fn tls_clients_are_keyed_by_their_fingerprint_whatever_their_address() {
     for characteristic in ["ja3", "ja4"] {
         assert_ne!(modern[characteristic], legacy[characteristic]);
         let rules = format!(
-            "[[rules]]\nname = \"per-client\"\nlimit = \"3/1m\"\nalgorithm = \"fixed-window\"\nkey = [\"{characteristic}\"]\n"
+            "[[rules]]\nname = \"per-client\"\nlimit = \"3/1m\"\nalgorithm = \"fixed-window\"\nkey = [\"{characteristic}\"]\n\
+             rate_half_life = \"2s\"\n"
         );
         let tls = Tls::load(&cert, &key).unwrap();
         let proxy = start(common::manual_config(), &up, &rules, Some(tls)).await;
@@ -178,6 +179,16 @@ async fn fingerprint_headers_count_from_trusted_proxies_only() {
     assert_eq!(curl(with(&proxy, "t13d1516h2_aaa_bbb")).await.0, 200);
     assert_eq!(curl(with(&proxy, "t13d1516h2_aaa_bbb")).await.0, 429);
     assert_eq!(curl(with(&proxy, "t12d0909h1_ccc_ddd")).await.0, 200);
+    // Before: the first value counted. An edge that appends its header rather than replacing it
+    // leaves the client's own first, so each client-chosen value was a fresh key.
+    for spoofed in ["t13d0000h2_000000000000_000000000001", "t13d0000h2_000000000000_000000000002"] {
+        let mut args = with(&proxy, spoofed);
+        args.extend(["-H".to_string(), "x-ja4: t13d1516h2_aaa_bbb".to_string()]);
+        assert_eq!(curl(args).await.0, 429, "the edge's value, last, is the key");
+    }
+    let folded =
+        vec![proxy.url("/"), "-H".into(), "x-ja4: t13d0000h2_000000000000_000000000003, t13d1516h2_aaa_bbb".into()];
+    assert_eq!(curl(folded).await.0, 429, "in one comma-separated value too");
     proxy.stop().await;
 
     let untrusted = format!("trusted_proxies = [\"10.0.0.0/8\"]\nja4_header = \"x-ja4\"\n{rule}");
@@ -204,7 +215,7 @@ async fn addresses_of_one_autonomous_system_share_a_bucket() {
     for file in ["asn.tsv", "asn.mmdb"] {
         let rules = format!(
             "trusted_proxies = [\"127.0.0.1/32\"]\nasn_db = \"{}\"\n\
-             [[rules]]\nname = \"per-as\"\nlimit = \"2/1m\"\nkey = [\"asn\"]\n",
+             [[rules]]\nname = \"per-as\"\nlimit = \"2/1m\"\nkey = [\"asn\"]\nrate_half_life = \"2s\"\n",
             dir.join(file).display()
         );
         let proxy = start(common::manual_config(), &up, &rules, None).await;
@@ -314,6 +325,13 @@ async fn top_reports_whom_a_dry_run_rule_would_limit() {
     assert!(proxy.metrics().await.contains("tollgate_rule_decisions_total{rule=\"trial\",outcome=\"dry_run\"} 2"));
     let (status, text) = curl(vec![proxy.admin_url("/v1/rules/nope/top")]).await;
     assert_eq!(status, 404, "{text}");
+    proxy.stop().await;
+    // A rule that does not measure its keys says how to make it.
+    let plain = "[[rules]]\nname = \"plain\"\nlimit = \"3/1m\"\nkey = [\"client_ip\"]\n";
+    let proxy = start(common::manual_config(), &up, plain, None).await;
+    let (status, text) = curl(vec![proxy.admin_url("/v1/rules/plain/top")]).await;
+    assert_eq!(status, 409, "{text}");
+    assert!(text.contains("rate_half_life"), "{text}");
     proxy.stop().await;
 }
 

@@ -3,9 +3,11 @@
 //! for the handshake. Every request of the connection carries the fingerprints as a
 //! [`TlsFingerprint`] extension, for the rules' `ja3` and `ja4` characteristics.
 //!
-//! Bounded like the rest of the listener: the ClientHello must arrive within the header-read
-//! timeout and within [`MAX_HELLO_BYTES`]; anything that is not a ClientHello (a plain-HTTP
-//! client on the TLS port) is dropped on its first byte.
+//! Bounded like the rest of the listener: the ClientHello and the handshake must be done within
+//! the header-read timeout, the ClientHello within [`MAX_HELLO_BYTES`] and [`MAX_HELLO_RECORDS`]
+//! records; anything that is not a ClientHello (a plain-HTTP client on the TLS port) is dropped
+//! on its first byte. The hello is parsed once its records hold as many bytes as it declares,
+//! not on every read: a client trickling it byte by byte costs one parse, not thousands.
 
 use std::io;
 use std::path::Path;
@@ -56,23 +58,61 @@ impl Tls {
         Ok(Tls { acceptor: TlsAcceptor::from(Arc::new(config)) })
     }
 
-    /// Reads `stream`'s ClientHello (within `timeout`), fingerprints it and completes the
-    /// handshake (within `timeout` again).
+    /// Reads `stream`'s ClientHello, fingerprints it and completes the handshake, all within
+    /// `timeout`.
     pub(crate) async fn accept(
         &self,
-        mut stream: TcpStream,
+        stream: TcpStream,
         timeout: Duration,
     ) -> Result<(TlsStream<Replay>, TlsFingerprint), String> {
-        let (hello, fingerprint) = tokio::time::timeout(timeout, read_hello(&mut stream))
-            .await
-            .map_err(|_| format!("no ClientHello within {} ms", timeout.as_millis()))??;
-        let replay = Replay { prefix: hello, at: 0, stream };
-        let stream = tokio::time::timeout(timeout, self.acceptor.accept(replay))
+        let handshake = async move {
+            let mut stream = stream;
+            let (hello, fingerprint) = read_hello(&mut stream).await?;
+            let replay = Replay { prefix: hello, at: 0, stream };
+            let stream = self.acceptor.accept(replay).await.map_err(|e| format!("TLS handshake: {e}"))?;
+            Ok((stream, fingerprint))
+        };
+        tokio::time::timeout(timeout, handshake)
             .await
             .map_err(|_| format!("no TLS handshake within {} ms", timeout.as_millis()))?
-            .map_err(|e| format!("TLS handshake: {e}"))?;
-        Ok((stream, fingerprint))
     }
+}
+
+/// The most TLS records a ClientHello may come in: clients send one (two for the largest
+/// post-quantum hellos); more is only a way to make the server parse more.
+pub const MAX_HELLO_RECORDS: usize = 16;
+
+/// Whether the records in `bytes` hold as many bytes as the ClientHello they begin declares (or
+/// too few bytes to tell, or not a handshake at all): then the parser is worth running. Walks the
+/// record headers only.
+fn worth_parsing(bytes: &[u8]) -> Result<bool, String> {
+    let (mut at, mut records) = (0, 0);
+    // The payload so far, and the handshake header's first 4 bytes (however fragmented).
+    let (mut payload, mut header) = (0usize, [0u8; 4]);
+    while let Some(&[kind, _, _, high, low]) = bytes.get(at..).and_then(<[u8]>::first_chunk::<5>) {
+        if kind != 22 {
+            // Not a handshake record: the parser says what it is, at once.
+            return Ok(true);
+        }
+        records += 1;
+        if records > MAX_HELLO_RECORDS {
+            return Err(format!("ClientHello in more than {MAX_HELLO_RECORDS} records"));
+        }
+        let start = at + 5;
+        let end = (start + usize::from(u16::from_be_bytes([high, low]))).min(bytes.len());
+        let body = bytes.get(start..end).unwrap_or_default();
+        for (slot, &byte) in header.iter_mut().skip(payload).zip(body) {
+            *slot = byte;
+        }
+        payload += body.len();
+        at = start + usize::from(u16::from_be_bytes([high, low]));
+    }
+    if payload < 4 {
+        // Too little to tell; parsing a few bytes costs nothing.
+        return Ok(bytes.len() < 16);
+    }
+    let declared = 4 + usize::from(header[1]) * 65_536 + usize::from(header[2]) * 256 + usize::from(header[3]);
+    Ok(payload >= declared)
 }
 
 /// Reads records until they hold a whole ClientHello; returns the bytes read and the
@@ -82,6 +122,9 @@ async fn read_hello(stream: &mut TcpStream) -> Result<(Vec<u8>, TlsFingerprint),
     loop {
         if stream.read_buf(&mut bytes).await.map_err(|e| e.to_string())? == 0 {
             return Err("the client closed the connection before its ClientHello".into());
+        }
+        if !worth_parsing(&bytes)? && bytes.len() < MAX_HELLO_BYTES {
+            continue;
         }
         match client_hello_from_records(&bytes) {
             Ok(Some(hello)) => return Ok((bytes, TlsFingerprint { ja3: hello.ja3().into(), ja4: hello.ja4().into() })),
@@ -140,5 +183,44 @@ impl AsyncWrite for Replay {
 
     fn is_write_vectored(&self) -> bool {
         self.stream.is_write_vectored()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A ClientHello of `body_len` bytes (its body zeroes: only the framing matters here) in
+    /// records of at most `record` bytes.
+    fn records(body_len: usize, record: usize) -> Vec<u8> {
+        let len = u32::try_from(body_len).unwrap().to_be_bytes();
+        let mut message = vec![1, len[1], len[2], len[3]];
+        message.resize(4 + body_len, 0);
+        message
+            .chunks(record)
+            .flat_map(|chunk| {
+                let n = u16::try_from(chunk.len()).unwrap().to_be_bytes();
+                [22, 3, 1, n[0], n[1]].into_iter().chain(chunk.iter().copied())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_hello_is_parsed_once_its_declared_bytes_are_in() {
+        let whole = records(500, 200);
+        for cut in 9..whole.len() {
+            assert_eq!(worth_parsing(&whole[..cut]), Ok(false), "{cut} of {}", whole.len());
+        }
+        assert_eq!(worth_parsing(&whole), Ok(true));
+        // Too short to tell, or not TLS: the parser decides.
+        assert_eq!(worth_parsing(&whole[..8]), Ok(true));
+        assert_eq!(worth_parsing(b"GET / HTTP/1.1\r\n"), Ok(true));
+    }
+
+    #[test]
+    fn a_hello_in_too_many_records_is_refused() {
+        assert_eq!(worth_parsing(&records(100, 100 / MAX_HELLO_RECORDS + 1)), Ok(true));
+        let many = records(100, 1);
+        assert!(worth_parsing(&many[..many.len() / 2]).unwrap_err().contains("more than 16 records"));
     }
 }
