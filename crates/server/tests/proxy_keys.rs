@@ -300,6 +300,7 @@ async fn the_measured_rate_drives_when_rate_above_and_top() {
     let later = top(&proxy, "fast").await;
     let decayed = later[0]["rate_per_s"].as_f64().unwrap();
     assert!(decayed < rate / 2.0, "two half-lives later: {decayed}/s after {rate}/s");
+    eprintln!("50/s measured as {rate}/s after 1.6 s (half-life 500 ms); 1 s after it stopped: {decayed}/s");
     assert_eq!(later[0]["limited"], false, "below 20/s again: {later:?}");
     assert_eq!(steady(proxy.at, "198.51.100.7", 1, Duration::from_secs(1)).await[0].0, 200);
     proxy.stop().await;

@@ -2,7 +2,8 @@
 //! bare, behind a layer that does nothing (the floor: what axum's per-route layering costs any
 //! middleware), behind `RateLimitLayer` (one rule keyed on the client IP, memory store) and
 //! behind tower_governor's `GovernorLayer` (keyed on the peer IP), both with limits that never
-//! deny, over 65,536 client addresses. In-process (tower `call` on the router) and over loopback
+//! deny, over 65,536 client addresses; and the same rule with its keys' rates measured
+//! (`rate_half_life`, for `top`, `when_rate_above` and dry-run reports). In-process (tower `call` on the router) and over loopback
 //! HTTP. `cargo bench -p tollgate-tower` (the summary lines give the ratios, rounds back to back;
 //! `SUMMARY_ONLY=1` skips criterion).
 
@@ -29,9 +30,13 @@ enum Behind {
     NoOp,
     Tollgate,
     Governor,
+    TollgateMeasured,
 }
 
-const ALL: [Behind; 4] = [Behind::Nothing, Behind::NoOp, Behind::Tollgate, Behind::Governor];
+const ALL: [Behind; 5] = [Behind::Nothing, Behind::NoOp, Behind::Tollgate, Behind::Governor, Behind::TollgateMeasured];
+
+/// The rule of both tollgate apps: a limit that never denies, per client IP.
+const RULE: &str = "[[rules]]\nname = \"api\"\nlimit = \"1000000000/1s\"\nkey = [\"client_ip\"]\n";
 
 /// A layer that passes every request on: the cost of being a layer at all.
 #[derive(Clone)]
@@ -57,9 +62,10 @@ fn app(behind: Behind) -> Router {
         Behind::Nothing => router,
         Behind::NoOp => router.layer(tower_layer::layer_fn(PassThrough)),
         Behind::Tollgate => {
-            let rules =
-                Rules::parse("[[rules]]\nname = \"api\"\nlimit = \"1000000000/1s\"\nkey = [\"client_ip\"]\n", "bench")
-                    .expect("rules");
+            router.layer(RateLimitLayer::new(Rules::parse(RULE, "bench").expect("rules"), MemoryStore::new()))
+        }
+        Behind::TollgateMeasured => {
+            let rules = Rules::parse(&format!("{RULE}rate_half_life = \"2s\"\n"), "bench").expect("rules");
             router.layer(RateLimitLayer::new(rules, MemoryStore::new()))
         }
         Behind::Governor => {
@@ -145,6 +151,7 @@ fn main() {
         "axum handler, behind a pass-through layer",
         "axum handler, behind RateLimitLayer",
         "axum handler, behind tower_governor",
+        "axum handler, behind RateLimitLayer, rates measured",
     ];
     if std::env::var_os("SUMMARY_ONLY").is_none() {
         let mut criterion = Criterion::default().configure_from_args().measurement_time(Duration::from_secs(2));
@@ -159,33 +166,36 @@ fn main() {
         }
         criterion.final_summary();
     }
-    // Rounds of the four back to back; the median round by tollgate's overhead over governor's.
-    let overhead = |round: &[f64; 4]| (round[2] - round[0]) / (round[3] - round[0]);
-    let mut rounds: Vec<[f64; 4]> =
+    // Rounds of the five back to back; the median round by tollgate's overhead over governor's.
+    let overhead = |round: &[f64; 5]| (round[2] - round[0]) / (round[3] - round[0]);
+    let mut rounds: Vec<[f64; 5]> =
         (0..9).map(|_| std::array::from_fn(|k| ns_per_request(&runtime, &mut apps[k], 65_536))).collect();
     rounds.sort_by(|a, b| overhead(a).total_cmp(&overhead(b)));
-    let [bare, noop, tollgate, governor] = rounds[4];
+    let [bare, noop, tollgate, governor, measured] = rounds[4];
     println!(
         "in-process, per request (median of 9 rounds): bare {bare:.0} ns; a pass-through layer +{:.0} ns; \
          tollgate +{:.0} ns; tower_governor +{:.0} ns; tollgate's overhead is {:.2}x governor's \
-         ({:.2}x beyond the pass-through layer's)",
+         ({:.2}x beyond the pass-through layer's); with its rates measured +{:.0} ns ({:.2}x governor's)",
         noop - bare,
         tollgate - bare,
         governor - bare,
         (tollgate - bare) / (governor - bare),
         (tollgate - noop) / (governor - noop),
+        measured - bare,
+        (measured - bare) / (governor - bare),
     );
     let addresses: Vec<SocketAddr> = ALL.map(|b| serve_loopback(app(b))).into();
-    let mut rounds: Vec<[f64; 4]> =
+    let mut rounds: Vec<[f64; 5]> =
         (0..9).map(|_| std::array::from_fn(|k| loopback_median(addresses[k], 2_000))).collect();
     rounds.sort_by(|a, b| (a[2] / a[0]).total_cmp(&(b[2] / b[0])));
-    let [bare, noop, tollgate, governor] = rounds[4];
+    let [bare, noop, tollgate, governor, measured] = rounds[4];
     println!(
         "over loopback HTTP/1.1, median round trip: bare {:.1} us, pass-through layer {:.3}x, tollgate {:.3}x, \
-         tower_governor {:.3}x",
+         tower_governor {:.3}x, tollgate with rates measured {:.3}x",
         bare / 1e3,
         noop / bare,
         tollgate / bare,
-        governor / bare
+        governor / bare,
+        measured / bare
     );
 }
