@@ -12,7 +12,7 @@ use crate::Policy;
 /// What to do with a request.
 #[derive(Debug)]
 pub enum Admission {
-    /// Pass it on (after `delay`), then give its response's status to [`Engine::complete`].
+    /// Pass it on (after `delay`), then give its response's status to [`Engine::complete`](crate::Engine::complete).
     Proceed(Proceed),
     /// Answer this instead; the request goes no further.
     Answer(Answer),
@@ -85,7 +85,7 @@ pub enum Answer {
     Unavailable(String),
 }
 
-/// Reservations of `count_status` rules, settled by [`Engine::complete`]. Dropping it without
+/// Reservations of `count_status` rules, settled by [`Engine::complete`](crate::Engine::complete). Dropping it without
 /// completing leaves them counted (an under-grant, never an over-grant).
 #[derive(Debug, Default)]
 pub struct Pending {

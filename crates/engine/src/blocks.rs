@@ -4,12 +4,9 @@
 //! A full shard drops its expired entries, then the eighth of its entries that expire soonest
 //! (counted: their mitigation ends early; the limit itself still applies to them).
 
-use std::collections::HashMap;
-use std::hash::BuildHasher;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-const SHARDS: usize = 16;
+use crate::sharded::{SHARDS, Sharded};
 
 /// The default bound on blocked keys.
 pub const DEFAULT_MAX_BLOCKS: usize = 100_000;
@@ -17,31 +14,15 @@ pub const DEFAULT_MAX_BLOCKS: usize = 100_000;
 /// Blocked (rule, key) pairs and when their mitigation ends.
 #[derive(Debug)]
 pub(crate) struct Blocks {
-    shards: [Mutex<HashMap<u64, u64>>; SHARDS],
+    table: Sharded<u64>,
     per_shard: usize,
-    hasher: foldhash::quality::RandomState,
     /// Entries held (an upper bound while entries expire): 0 lets requests skip every lookup.
     held: AtomicUsize,
 }
 
 impl Blocks {
     pub(crate) fn new(max: usize) -> Self {
-        Blocks {
-            shards: std::array::from_fn(|_| Mutex::new(HashMap::new())),
-            per_shard: max.div_ceil(SHARDS).max(1),
-            hasher: foldhash::quality::RandomState::default(),
-            held: AtomicUsize::new(0),
-        }
-    }
-
-    fn locate(&self, rule: &str, key: &[u8]) -> (usize, u64) {
-        let fingerprint = self.hasher.hash_one((rule, key));
-        // The low bits pick the shard; the map hashes the whole fingerprint again.
-        (usize::try_from(fingerprint % SHARDS as u64).unwrap_or(0), fingerprint)
-    }
-
-    fn shard(&self, index: usize) -> std::sync::MutexGuard<'_, HashMap<u64, u64>> {
-        self.shards[index].lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        Blocks { table: Sharded::new(), per_shard: max.div_ceil(SHARDS).max(1), held: AtomicUsize::new(0) }
     }
 
     /// Whether any key may be blocked (false: no lookup is needed).
@@ -51,16 +32,16 @@ impl Blocks {
 
     /// Until when `key` is mitigated under `rule`, if it is at `now`.
     pub(crate) fn until(&self, rule: &str, key: &[u8], now: u64) -> Option<u64> {
-        let (index, fingerprint) = self.locate(rule, key);
-        self.shard(index).get(&fingerprint).copied().filter(|&until| until > now)
+        let (index, fingerprint) = self.table.locate(rule, key);
+        self.table.shard(index).get(&fingerprint).copied().filter(|&until| until > now)
     }
 
     /// Mitigates `key` under `rule` until `until` (or later, if it already is). Returns how many
     /// other entries were dropped before they expired to make room.
     pub(crate) fn block(&self, rule: &str, key: &[u8], until: u64, now: u64) -> u64 {
         let mut dropped = 0;
-        let (index, fingerprint) = self.locate(rule, key);
-        let mut shard = self.shard(index);
+        let (index, fingerprint) = self.table.locate(rule, key);
+        let mut shard = self.table.shard(index);
         if !shard.contains_key(&fingerprint) && shard.len() >= self.per_shard {
             let before = shard.len();
             shard.retain(|_, until| *until > now);

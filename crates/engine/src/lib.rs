@@ -4,17 +4,22 @@
 //! tower/axum middleware and `tollgate proxy`. Front ends parse a request into its
 //! characteristics ([`Request`]) and render what the engine decides; the engine does the rest:
 //!
-//! 1. **mitigations in force**: a key a rule blocked for its `timeout` is answered by the rule's
-//!    action at once ([`blocks`]: bounded, sharded, skipped until a first block);
-//! 2. **the plan**: the rules that count the request, each with its key and cost (or a 400 for a
-//!    bad cost header, or a missing key part under `on_missing = "reject"`);
-//! 3. **admission, all or nothing**: one [`Store::reserve`] for every enforced rule, each in its
+//! 1. **the measured rates** of the rules that ask for them ([`rates`]: an EWMA per key on the
+//!    real elapsed time, bounded, a top-k; [`Engine::top`]);
+//! 2. **mitigations in force**: a key a rule blocked for its `timeout` is answered by the rule's
+//!    action at once (`blocks`: bounded, sharded, skipped until a first block);
+//! 3. **the plan**: the rules that count the request, each with its key and cost (or a 400 for a
+//!    bad cost header, or a missing key part under `on_missing = "reject"`), and the keys over
+//!    their `when_rate_above`;
+//! 4. **admission, all or nothing**: one [`Store::reserve`] for every enforced rule, each in its
 //!    own scope (the rule's name); `count_status` rules are *reserved* like the others, so
 //!    concurrent requests can never push more than `count` through, and refunded by
 //!    [`Engine::complete`] when the response's status is not one they count;
-//! 4. **the action** of the first rule over its limit: 429, shadow-ban, delay (a GCRA shaper
-//!    widened by `max_delay`); dry-run rules are checked on their own and never block;
-//! 5. **metrics** ([`metrics`]), and a store error answered by `on_error`, never silently. Every
+//! 5. **the action** of the first rule over its limit: 429, shadow-ban, delay (a GCRA shaper
+//!    widened by `max_delay`); a `route` rule yields to one that rejects, and its quarantined
+//!    request is still charged to the others (`enforce`); dry-run rules are checked on their
+//!    own and never block;
+//! 6. **metrics** ([`metrics`]), and a store error answered by `on_error`, never silently. Every
 //!    decision is timed here, by the injected clock, whichever front end asked ([`latency`]).
 //!
 //! The rules are swapped atomically by [`Engine::reload`] ([`reload`] watches a file); the state
@@ -30,6 +35,7 @@ pub mod metrics;
 mod mitigation;
 pub mod rates;
 pub mod reload;
+mod sharded;
 
 use std::future::Future;
 use std::sync::Arc;

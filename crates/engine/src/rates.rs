@@ -15,31 +15,27 @@
 //! **Bounded memory.** Keys are sharded (no lock shared by every request); a full shard drops the
 //! eighth of its keys with the lowest rate now, so the keys that remain are the recently busy
 //! ones: a top-k. A dropped key that comes back starts afresh. An entry keeps at most
-//! [`MAX_KEY_BYTES`] of its key, for [`Rates::top`] to show: entries are found by the key's
+//! [`MAX_KEY_BYTES`] of its key, for [`Engine::top`](crate::Engine::top) to show: entries are found by the key's
 //! fingerprint, so a long header value costs no more than a short one.
 //!
 //! Only the rules that ask for it are measured (`tollgate_rules::Rule::measured`): the others
 //! pay nothing.
 
-use std::hash::BuildHasher;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-/// Entries by the (rule, key) fingerprint, itself a quality hash: the map's hasher need not be one.
-type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
-
-const SHARDS: usize = 16;
+use crate::sharded::{Map, SHARDS, Sharded};
 
 /// The default bound on measured (rule, key) pairs.
 pub const DEFAULT_MAX_RATED_KEYS: usize = 100_000;
 
-/// The most talkers [`Rates::top`] returns.
+/// The most talkers [`Engine::top`](crate::Engine::top) returns.
 pub const MAX_TOP: usize = 100;
 
-/// The most bytes of a key an entry keeps (for [`Rates::top`]; longer keys end in `…`).
+/// The most bytes of a key an entry keeps (for [`Engine::top`](crate::Engine::top); longer keys end in `…`).
 pub const MAX_KEY_BYTES: usize = 256;
 
-/// A key's measured rate. The rule and key are for [`Rates::top`] only: the hot path reads the
+/// A key's measured rate. The rule and key are for [`Engine::top`](crate::Engine::top) only: the hot path reads the
 /// numbers, in the entry itself.
 ///
 /// Small (48 bytes, with its label behind a pointer): entries are looked up at random, and one
@@ -56,7 +52,7 @@ struct Entry {
     label: Box<Label>,
 }
 
-/// Whose rate an entry is: read by [`Rates::top`] only.
+/// Whose rate an entry is: read by [`Engine::top`](crate::Engine::top) only.
 #[derive(Debug)]
 struct Label {
     rule: Arc<str>,
@@ -74,7 +70,7 @@ pub(crate) struct Measured {
     pub(crate) per_unit: f64,
 }
 
-/// One key of a rule, as [`Rates::top`] reports it.
+/// One key of a rule, as [`Engine::top`](crate::Engine::top) reports it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Talker {
     /// The key (lossy UTF-8; several characteristics are framed `LEN:VALUE`).
@@ -147,37 +143,17 @@ impl Entry {
     }
 }
 
-/// A shard on a cache line of its own: neighbouring shards' locks do not contend.
-#[derive(Debug, Default)]
-#[repr(align(64))]
-struct Shard(Mutex<HashMap<u64, Entry>>);
-
 /// The measured rates of every rule's keys (see the module docs).
 #[derive(Debug)]
 pub(crate) struct Rates {
-    shards: [Shard; SHARDS],
+    table: Sharded<Entry>,
     per_shard: usize,
-    hasher: foldhash::quality::RandomState,
     held: AtomicUsize,
 }
 
 impl Rates {
     pub(crate) fn new(max: usize) -> Self {
-        Rates {
-            shards: std::array::from_fn(|_| Shard::default()),
-            per_shard: max.div_ceil(SHARDS).max(1),
-            hasher: foldhash::quality::RandomState::default(),
-            held: AtomicUsize::new(0),
-        }
-    }
-
-    fn locate(&self, rule: &str, key: &[u8]) -> (usize, u64) {
-        let fingerprint = self.hasher.hash_one((rule, key));
-        (usize::try_from(fingerprint % SHARDS as u64).unwrap_or(0), fingerprint)
-    }
-
-    fn shard(&self, index: usize) -> MutexGuard<'_, HashMap<u64, Entry>> {
-        self.shards[index].0.lock().unwrap_or_else(PoisonError::into_inner)
+        Rates { table: Sharded::new(), per_shard: max.div_ceil(SHARDS).max(1), held: AtomicUsize::new(0) }
     }
 
     /// Counts an arrival of `cost` for `key` under `rule` at `now`; returns the key's rate then.
@@ -186,8 +162,8 @@ impl Rates {
     /// and the key as well would cost two more cache misses on every request, against a chance of
     /// about 3·10⁻¹⁰ that two of 100,000 keys share a fingerprint (they would then share a rate).
     pub(crate) fn record(&self, rule: &Arc<str>, half_life_ns: u64, key: &[u8], cost: u64, now: u64) -> Measured {
-        let (index, fingerprint) = self.locate(rule, key);
-        let mut shard = self.shard(index);
+        let (index, fingerprint) = self.table.locate(rule, key);
+        let mut shard = self.table.shard(index);
         if let Some(entry) = shard.get_mut(&fingerprint) {
             // A reloaded rule with another half-life keeps its level, decayed at the new pace.
             entry.half_life_ns = half_life_ns;
@@ -214,8 +190,8 @@ impl Rates {
 
     /// Marks `key` limited under `rule` until `until`.
     pub(crate) fn limited(&self, rule: &str, key: &[u8], until: u64) {
-        let (index, fingerprint) = self.locate(rule, key);
-        if let Some(entry) = self.shard(index).get_mut(&fingerprint) {
+        let (index, fingerprint) = self.table.locate(rule, key);
+        if let Some(entry) = self.table.shard(index).get_mut(&fingerprint) {
             entry.limited_until_ns = entry.limited_until_ns.max(until);
         }
     }
@@ -229,7 +205,7 @@ impl Rates {
         // then looked up again, so no lock is held while keys are copied or everything sorted.
         let mut ranked: Vec<(f64, usize, u64)> = Vec::new();
         for index in 0..SHARDS {
-            let shard = self.shard(index);
+            let shard = self.table.shard(index);
             ranked
                 .extend(shard.iter().filter(|(_, e)| *e.label.rule == *rule).map(|(&f, e)| (e.rate_at(now), index, f)));
         }
@@ -240,7 +216,7 @@ impl Rates {
         let mut talkers: Vec<Talker> = ranked
             .into_iter()
             .filter_map(|(_, index, fingerprint)| {
-                self.shard(index).get(&fingerprint).map(|e| e.talker(now, rate_above))
+                self.table.shard(index).get(&fingerprint).map(|e| e.talker(now, rate_above))
             })
             .collect();
         talkers.sort_by(|a, b| b.rate_per_s.total_cmp(&a.rate_per_s).then_with(|| a.key.cmp(&b.key)));
@@ -255,7 +231,7 @@ impl Rates {
 }
 
 /// Drops the eighth of a full shard's keys with the lowest rate at `now`; returns how many.
-fn evict(shard: &mut HashMap<u64, Entry>, now: u64) -> usize {
+fn evict(shard: &mut Map<Entry>, now: u64) -> usize {
     let mut rates: Vec<(f64, u64)> = shard.iter().map(|(&f, e)| (e.rate_at(now), f)).collect();
     let victims = rates.len().div_ceil(8);
     if victims == 0 {
