@@ -320,6 +320,9 @@ impl<S: Store> Engine<S> {
         if let Some(answer) = self.over_rate(policy, &plan, &rates, &mut flagged, &mut routes) {
             return Admission::Answer(answer);
         }
+        if routes.is_empty() && plan.is_empty() {
+            return Admission::Proceed(Proceed::free());
+        }
         if routes.is_empty()
             && let Some(one) = single(policy, &plan)
         {
