@@ -14,6 +14,7 @@
 //! - [`normalize`]: paths and query values as they are meant, not as they are spelled.
 
 pub mod asn;
+mod file;
 mod ip;
 mod matcher;
 pub mod normalize;

@@ -1,5 +1,5 @@
-//! The rules file, parsed and validated into [`Rules`] (what a request is planned against lives
-//! in `plan`):
+//! The rules, as loaded from their file into [`Rules`] (the parsing and validation live in
+//! `file`, planning a request against them in `plan`):
 //!
 //! ```toml
 //! trusted_proxies = ["10.0.0.0/8"]      # whose forwarding header to believe
@@ -34,11 +34,10 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use serde::Deserialize;
-use tollgate_core::{Limit, parse_period_ns};
+use tollgate_core::Limit;
 
 use crate::asn::AsnDb;
-use crate::ip::{Cidr, ForwardingHeader, TrustedProxies};
+use crate::ip::TrustedProxies;
 use crate::matcher::Match;
 
 /// What to do with a request while its key is over the limit.
@@ -189,8 +188,8 @@ pub const DEFAULT_RATE_HALF_LIFE_NS: u64 = 2_000_000_000;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{origin}: {what}")]
 pub struct RulesError {
-    origin: String,
-    what: String,
+    pub(crate) origin: String,
+    pub(crate) what: String,
 }
 
 /// A loaded rules file.
@@ -218,68 +217,6 @@ pub struct FingerprintHeaders {
     pub ja4: Option<String>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct File {
-    #[serde(default)]
-    trusted_proxies: Vec<String>,
-    client_ip_header: Option<String>,
-    on_error: Option<String>,
-    asn_db: Option<String>,
-    ja3_header: Option<String>,
-    ja4_header: Option<String>,
-    #[serde(default)]
-    rules: Vec<RuleEntry>,
-    #[serde(default)]
-    limits: std::collections::BTreeMap<String, LimitEntry>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RuleEntry {
-    name: String,
-    limit: String,
-    algorithm: Option<String>,
-    burst: Option<u64>,
-    slices: Option<u64>,
-    #[serde(default)]
-    key: Vec<String>,
-    cost: Option<u64>,
-    cost_header: Option<String>,
-    on_bad_cost: Option<String>,
-    on_missing: Option<String>,
-    count_status: Option<Vec<u16>>,
-    rate_half_life: Option<String>,
-    when_rate_above: Option<String>,
-    #[serde(default, rename = "match")]
-    matcher: Match,
-    mitigation: Option<MitigationEntry>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct LimitEntry {
-    #[serde(default)]
-    algorithm: Option<String>,
-    limit: String,
-    burst: Option<u64>,
-    slices: Option<u64>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct MitigationEntry {
-    action: Option<String>,
-    #[serde(rename = "match")]
-    matcher: Option<Match>,
-    timeout: Option<String>,
-    max_delay: Option<String>,
-    status: Option<u16>,
-    body: Option<String>,
-    content_type: Option<String>,
-    upstream: Option<String>,
-}
-
 /// A rule's or named limit's name: 1 to 64 letters, digits, `_`, `-` or `.` (it scopes the state,
 /// in Redis keys too, and labels metrics).
 pub fn check_name(name: &str) -> Result<(), String> {
@@ -289,108 +226,19 @@ pub fn check_name(name: &str) -> Result<(), String> {
     if valid { Ok(()) } else { Err(format!("name {name:?}: use 1 to 64 letters, digits, '_', '-' or '.'")) }
 }
 
-/// The parser's message, with a hint for a common mistake.
-fn with_hint(error: &toml::de::Error, text: &str) -> String {
-    let message = error.to_string();
-    match hint(error, text) {
-        "" => message,
-        hint => format!("{}\n{hint}", message.trim_end()),
-    }
-}
-
-/// A hint for the TOML mistakes that the parser reports only in serde's terms.
-fn hint(error: &toml::de::Error, text: &str) -> &'static str {
-    let message = error.message();
-    let has_line = |wanted: &str| text.lines().any(|line| line.split('#').next().unwrap_or("").trim() == wanted);
-    if message.contains("expected a sequence") && has_line("[rules]") {
-        "hint: each rule is a [[rules]] table (double brackets: one per rule), not [rules]"
-    } else if message.contains("invalid type") && text.lines().any(|l| l.trim().starts_with("[[limits")) {
-        "hint: a named limit is a [limits.NAME] table (single brackets), not [[limits.NAME]]"
-    } else if message.contains("expected a sequence") && has_line("[rules.mitigation]") {
-        "hint: [rules.mitigation] belongs after the [[rules]] table it mitigates"
-    } else {
-        ""
-    }
-}
-
 impl Rules {
     /// Loads a rules file.
     pub fn load(path: &Path) -> Result<Rules, RulesError> {
         let origin = path.display().to_string();
         let text =
             std::fs::read_to_string(path).map_err(|e| RulesError { origin: origin.clone(), what: e.to_string() })?;
-        Rules::parse_at(&text, &origin, path.parent().unwrap_or(Path::new("")))
+        crate::file::parse(&text, &origin, path.parent().unwrap_or(Path::new("")))
     }
 
     /// Parses rules from TOML text; `origin` names it in errors. A relative `asn_db` is read from
     /// the current directory.
     pub fn parse(text: &str, origin: &str) -> Result<Rules, RulesError> {
-        Rules::parse_at(text, origin, Path::new(""))
-    }
-
-    /// [`parse`](Self::parse), reading a relative `asn_db` from `dir` (the rules file's).
-    fn parse_at(text: &str, origin: &str, dir: &Path) -> Result<Rules, RulesError> {
-        let fail = |what: String| RulesError { origin: origin.to_string(), what };
-        let file: File = toml::from_str(text).map_err(|e| fail(with_hint(&e, text)))?;
-        let trusted = file
-            .trusted_proxies
-            .iter()
-            .map(|t| t.parse::<Cidr>().map_err(|e| fail(format!("trusted_proxies: {e}"))))
-            .collect::<Result<Vec<_>, _>>()?;
-        let header = match file.client_ip_header.as_deref().map(str::to_ascii_lowercase).as_deref() {
-            None | Some("x-forwarded-for") => ForwardingHeader::XForwardedFor,
-            Some("forwarded") => ForwardingHeader::Forwarded,
-            Some(other) => {
-                return Err(fail(format!("client_ip_header {other:?}: use \"x-forwarded-for\" or \"forwarded\"")));
-            }
-        };
-        let on_error = match file.on_error.as_deref() {
-            None | Some("reject") => OnError::Reject,
-            Some("allow") => OnError::Allow,
-            Some(other) => return Err(fail(format!("on_error {other:?}: use \"reject\" or \"allow\""))),
-        };
-        let mut rules: Vec<Rule> = Vec::new();
-        let mut add = |rule: Result<Rule, String>, name: &str| -> Result<(), RulesError> {
-            let rule = rule.map_err(|e| fail(format!("rule {name:?}: {e}")))?;
-            if rules.iter().any(|r| r.name == rule.name) {
-                return Err(fail(format!("rule {name:?}: the name is used twice")));
-            }
-            rules.push(rule);
-            Ok(())
-        };
-        for entry in file.rules {
-            let name = entry.name.clone();
-            add(rule(entry), &name)?;
-        }
-        for (name, entry) in file.limits {
-            add(named_limit(&name, entry), &name)?;
-        }
-        let keys_on = |wanted: Characteristic| rules.iter().find(|r| r.key.contains(&wanted)).map(|r| r.name.clone());
-        let asn_db = match (&file.asn_db, keys_on(Characteristic::Asn)) {
-            (Some(db), _) => Some(Arc::new(AsnDb::load(&dir.join(db)).map_err(|e| fail(format!("asn_db: {e}")))?)),
-            (None, Some(rule)) => return Err(fail(format!("rule {rule:?}: key asn needs an asn_db = \"FILE\""))),
-            (None, None) => None,
-        };
-        let header_name = |name: &Option<String>, what: &str| match name {
-            Some(name) if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') => {
-                Err(fail(format!("{what} {name:?}: a header name (letters, digits and '-')")))
-            }
-            Some(name) if trusted.is_empty() => {
-                Err(fail(format!("{what} {name:?}: a header is believed from trusted_proxies only; name them")))
-            }
-            name => Ok(name.as_ref().map(|n| n.to_ascii_lowercase())),
-        };
-        let fingerprint_headers = FingerprintHeaders {
-            ja3: header_name(&file.ja3_header, "ja3_header")?,
-            ja4: header_name(&file.ja4_header, "ja4_header")?,
-        };
-        Ok(Rules {
-            trusted_proxies: TrustedProxies::new(trusted).reading(header),
-            on_error,
-            rules,
-            asn_db,
-            fingerprint_headers,
-        })
+        crate::file::parse(text, origin, Path::new(""))
     }
 
     /// The (lowercase) names of the headers the rules read, the forwarding header included:
@@ -458,182 +306,4 @@ impl Rule {
     pub fn keyed_on_callers_key(&self) -> bool {
         self.key == [Characteristic::Key]
     }
-}
-
-fn duration(text: &str, what: &str) -> Result<u64, String> {
-    parse_period_ns(text).map_err(|e| format!("{what}: {e}"))
-}
-
-fn characteristic(k: &str) -> Result<Characteristic, String> {
-    Ok(match k.split_once(':') {
-        None if k == "client_ip" => Characteristic::ClientIp,
-        None if k == "method" => Characteristic::Method,
-        None if k == "path" => Characteristic::Path,
-        None if k == "global" => Characteristic::Global,
-        None if k == "key" => Characteristic::Key,
-        None if k == "ja3" => Characteristic::Ja3,
-        None if k == "ja4" => Characteristic::Ja4,
-        None if k == "asn" => Characteristic::Asn,
-        Some(("header", name)) if !name.is_empty() => Characteristic::Header(name.to_ascii_lowercase()),
-        Some(("cookie", name)) if !name.is_empty() => Characteristic::Cookie(name.to_string()),
-        Some(("query", name)) if !name.is_empty() => Characteristic::Query(name.to_string()),
-        _ => {
-            return Err(format!(
-                "key {k:?}: use client_ip, method, path, global, key, ja3, ja4, asn, header:NAME, cookie:NAME or query:NAME"
-            ));
-        }
-    })
-}
-
-fn rule(entry: RuleEntry) -> Result<Rule, String> {
-    check_name(&entry.name)?;
-    let limit = Limit::from_parts(&entry.limit, entry.algorithm.as_deref(), entry.burst, entry.slices)
-        .map_err(|e| e.to_string())?;
-    let key = entry.key.iter().map(|k| characteristic(k)).collect::<Result<Vec<_>, _>>()?;
-    if key.is_empty() {
-        return Err("key: name at least one characteristic (\"global\" for one key for everyone)".into());
-    }
-    let default_cost = entry.cost.unwrap_or(1);
-    let cost = match (entry.cost_header, entry.cost) {
-        (Some(header), _) => Cost::Header(header.to_ascii_lowercase()),
-        (None, cost) => Cost::Fixed(cost.unwrap_or(1)),
-    };
-    if default_cost == 0 || default_cost > limit.capacity() {
-        return Err(format!("cost {default_cost}: use 1 to the limit's capacity {}", limit.capacity()));
-    }
-    let on_missing = match entry.on_missing.as_deref() {
-        None | Some("skip") => OnMissing::Skip,
-        Some("shared") => OnMissing::Shared,
-        Some("reject") => OnMissing::Reject,
-        Some(other) => return Err(format!("on_missing {other:?}: use skip, shared or reject")),
-    };
-    let on_bad_cost = match entry.on_bad_cost.as_deref() {
-        None | Some("reject") => OnBadCost::Reject,
-        Some("default") => OnBadCost::Default,
-        Some(other) => return Err(format!("on_bad_cost {other:?}: use reject or default")),
-    };
-    if entry.on_bad_cost.is_some() && !matches!(cost, Cost::Header(_)) {
-        return Err("on_bad_cost applies with cost_header only".into());
-    }
-    let mitigation = entry.mitigation.unwrap_or_default();
-    let action = match mitigation.action.as_deref().unwrap_or("reject") {
-        "reject" => Action::Reject,
-        "dry-run" => Action::DryRun,
-        "shadow-ban" => Action::ShadowBan {
-            status: mitigation.status.unwrap_or(200),
-            body: mitigation.body.clone().unwrap_or_default(),
-            content_type: mitigation.content_type.clone().unwrap_or_else(|| "text/plain".into()),
-        },
-        "delay" => {
-            if !limit.algorithm().is_bucket() {
-                return Err("action delay shapes with a bucket: use gcra, token-bucket or leaky-bucket".into());
-            }
-            let default = limit.tolerance_ns();
-            let max_delay_ns = mitigation.max_delay.as_deref().map_or(Ok(default), |t| duration(t, "max_delay"))?;
-            Action::Delay { max_delay_ns }
-        }
-        "route" => match mitigation.upstream.as_deref() {
-            Some(upstream) => Action::Route { upstream: route_upstream(upstream)? },
-            None => return Err("action route needs upstream = \"http://HOST:PORT\"".into()),
-        },
-        other => return Err(format!("action {other:?}: use reject, shadow-ban, dry-run, delay or route")),
-    };
-    if mitigation.upstream.is_some() && !matches!(action, Action::Route { .. }) {
-        return Err("upstream applies to action route only".into());
-    }
-    let rate_half_life_ns = match entry.rate_half_life.as_deref() {
-        None => DEFAULT_RATE_HALF_LIFE_NS,
-        Some(text) => match duration(text, "rate_half_life")? {
-            0 => return Err("rate_half_life: use a positive duration, e.g. \"2s\"".into()),
-            ns => ns,
-        },
-    };
-    let when_rate_above = entry.when_rate_above.as_deref().map(rate_per_second).transpose()?;
-    if let Some(above) = when_rate_above {
-        // One request alone reads 2·ln 2 / half-life (see the engine's rates): a threshold at or
-        // below it would hold every key over.
-        #[allow(clippy::cast_precision_loss)] // a half-life far below 2^53 ns
-        let one = 2.0 * std::f64::consts::LN_2 / (rate_half_life_ns as f64 / 1e9);
-        if above <= one {
-            return Err(format!(
-                "when_rate_above {above}/s: one request alone measures {one:.3}/s with rate_half_life {}: \
-                 raise it, or lengthen rate_half_life",
-                tollgate_core::format_period(rate_half_life_ns)
-            ));
-        }
-        if matches!(action, Action::Delay { .. }) {
-            return Err("when_rate_above mitigates at once: it does not combine with action delay".into());
-        }
-    }
-    let measured = entry.rate_half_life.is_some()
-        || when_rate_above.is_some()
-        || matches!(action, Action::DryRun | Action::Route { .. });
-    if mitigation.max_delay.is_some() && !matches!(action, Action::Delay { .. }) {
-        return Err("max_delay applies to action delay only".into());
-    }
-    let timeout_ns = mitigation.timeout.as_deref().map_or(Ok(0), |t| duration(t, "timeout"))?;
-    let mitigation_matcher = mitigation.matcher.unwrap_or_else(|| entry.matcher.clone());
-    Ok(Rule {
-        name: entry.name,
-        matcher: entry.matcher,
-        key,
-        limit,
-        cost,
-        default_cost,
-        on_missing,
-        on_bad_cost,
-        count_status: entry.count_status,
-        action,
-        mitigation_matcher,
-        timeout_ns,
-        rate_half_life_ns,
-        measured,
-        when_rate_above,
-    })
-}
-
-/// `COUNT/PERIOD` (`50/s`, `3000/1m`, `0.5/s`) as a rate per second.
-fn rate_per_second(text: &str) -> Result<f64, String> {
-    let invalid = |why: &str| format!("when_rate_above {text:?}: {why}; write COUNT/PERIOD, e.g. \"50/s\"");
-    let (count, period) = text.split_once('/').ok_or_else(|| invalid("no '/'"))?;
-    let count: f64 = count.trim().parse().map_err(|_| invalid("the count is not a number"))?;
-    let period_ns = parse_period_ns(period).map_err(|e| invalid(&e.to_string()))?;
-    if !(count.is_finite() && count > 0.0) || period_ns == 0 {
-        return Err(invalid("use a positive count and period"));
-    }
-    #[allow(clippy::cast_precision_loss)] // a period far beyond 2^53 ns (104 days) loses nothing that matters
-    Ok(count / (period_ns as f64 / 1e9))
-}
-
-/// A route's upstream: an `http://` URL with a host (the proxy speaks HTTP/1.1 to its upstreams).
-fn route_upstream(text: &str) -> Result<String, String> {
-    let uri: http::Uri = text.parse().map_err(|e| format!("upstream {text:?}: {e}"))?;
-    if uri.scheme_str() != Some("http") || uri.host().is_none() {
-        return Err(format!("upstream {text:?}: use an http:// URL with a host, e.g. \"http://127.0.0.1:3001\""));
-    }
-    Ok(text.trim_end_matches('/').to_string())
-}
-
-/// `[limits.NAME]`: a rule keyed on the caller's key, that no HTTP request (which has none) meets.
-fn named_limit(name: &str, entry: LimitEntry) -> Result<Rule, String> {
-    check_name(name)?;
-    let limit = Limit::from_parts(&entry.limit, entry.algorithm.as_deref(), entry.burst, entry.slices)
-        .map_err(|e| e.to_string())?;
-    Ok(Rule {
-        name: name.to_string(),
-        matcher: Match::default(),
-        key: vec![Characteristic::Key],
-        limit,
-        cost: Cost::Fixed(1),
-        default_cost: 1,
-        on_missing: OnMissing::Skip,
-        on_bad_cost: OnBadCost::Reject,
-        count_status: None,
-        action: Action::Reject,
-        mitigation_matcher: Match::default(),
-        timeout_ns: 0,
-        rate_half_life_ns: DEFAULT_RATE_HALF_LIFE_NS,
-        measured: false,
-        when_rate_above: None,
-    })
 }
