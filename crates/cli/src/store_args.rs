@@ -1,20 +1,42 @@
-//! The store flags `serve` and `proxy` share: `--store`, `--on-store-error`, `--store-timeout`,
-//! `--breaker-*`, `--lease*`. The Redis-only flags are refused with the memory store rather than ignored.
+//! The store flags `serve` and `proxy` share: `--store`, `--store-tls-*`, `--store-sentinel-*`,
+//! `--on-store-error`, `--store-timeout`, `--breaker-*`, `--lease*`. A flag that does not apply to
+//! the chosen store is refused rather than ignored (a TLS file without a `rediss…` URL, say).
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use tollgate_server::{Config, LeaseMode, LeaseOptions, OnStoreError, StoreConfig};
+use tollgate_server::{Config, LeaseMode, LeaseOptions, OnStoreError, StoreConfig, TlsConfig, Topology};
 
 use crate::units;
 
 /// Where state lives, and what to do when it cannot be reached.
 #[derive(Debug, Args)]
 pub(crate) struct StoreArgs {
-    /// Where state lives: memory, redis://[user:password@]host:port[/db] or
-    /// redis+cluster://host:port,host:port.
+    /// Where state lives: memory, redis://[user:password@]host:port[/db],
+    /// redis+cluster://[user:password@]host:port,host:port or
+    /// redis+sentinel://[user:password@]host:port,host:port/MASTER_NAME[/db]; rediss://,
+    /// rediss+cluster://, rediss+sentinel:// for TLS.
     #[arg(long, value_name = "STORE", default_value = "memory", value_parser = StoreConfig::parse)]
     pub(crate) store: StoreConfig,
+    /// With rediss…: the CA certificates (PEM) that sign Redis's certificates [default: the
+    /// system's roots].
+    #[arg(long, value_name = "FILE")]
+    pub(crate) store_tls_ca: Option<PathBuf>,
+    /// With rediss…: this client's certificate (PEM), for servers that require one
+    /// (tls-auth-clients yes); with --store-tls-key.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) store_tls_cert: Option<PathBuf>,
+    /// With rediss…: the private key (PEM) of --store-tls-cert.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) store_tls_key: Option<PathBuf>,
+    /// With redis+sentinel://: the user the Sentinels require (their ACL), if any.
+    #[arg(long, value_name = "USER")]
+    pub(crate) store_sentinel_user: Option<String>,
+    /// With redis+sentinel://: the password the Sentinels require (their requirepass), if any;
+    /// the URL's credentials are the data servers'.
+    #[arg(long, value_name = "PASSWORD")]
+    pub(crate) store_sentinel_password: Option<String>,
     /// With Redis: what to answer while Redis fails (open admits, closed denies, local decides in
     /// memory) [default: local].
     #[arg(long, value_name = "POLICY")]
@@ -53,12 +75,60 @@ fn lease_mode(text: &str) -> Result<LeaseMode, String> {
 }
 
 impl StoreArgs {
+    /// Applies the TLS and Sentinel flags to the Redis target, refusing those that do not apply.
+    fn redis_connection(&mut self) -> anyhow::Result<()> {
+        let tls_flags = [
+            ("--store-tls-ca", self.store_tls_ca.is_some()),
+            ("--store-tls-cert", self.store_tls_cert.is_some()),
+            ("--store-tls-key", self.store_tls_key.is_some()),
+        ];
+        let sentinel_flags = [
+            ("--store-sentinel-user", self.store_sentinel_user.is_some()),
+            ("--store-sentinel-password", self.store_sentinel_password.is_some()),
+        ];
+        let target = match &mut self.store {
+            StoreConfig::Redis(target) => target,
+            StoreConfig::Memory { .. } => return Ok(()),
+        };
+        match &mut target.tls {
+            Some(tls) => {
+                *tls = TlsConfig::from_files(
+                    self.store_tls_ca.as_deref(),
+                    self.store_tls_cert.as_deref(),
+                    self.store_tls_key.as_deref(),
+                )
+                .map_err(anyhow::Error::msg)?;
+            }
+            None => {
+                if let Some((flag, _)) = tls_flags.iter().find(|(_, given)| *given) {
+                    anyhow::bail!(
+                        "{flag} applies to TLS only: use a rediss://, rediss+cluster:// or rediss+sentinel:// URL \
+                         (or remove it)"
+                    );
+                }
+            }
+        }
+        if matches!(target.topology, Topology::Sentinel { .. }) {
+            target.sentinel_username = self.store_sentinel_user.take();
+            target.sentinel_password = self.store_sentinel_password.take();
+        } else if let Some((flag, _)) = sentinel_flags.iter().find(|(_, given)| *given) {
+            anyhow::bail!("{flag} applies to redis+sentinel:// only (the URL's credentials are the data servers')");
+        }
+        Ok(())
+    }
+
     /// A server config with these store settings and defaults for the rest; a Redis-only flag
     /// given with the memory store is an error naming it.
-    pub(crate) fn config(self) -> anyhow::Result<Config> {
+    pub(crate) fn config(mut self) -> anyhow::Result<Config> {
         let defaults = Config::default();
+        self.redis_connection()?;
         if matches!(self.store, StoreConfig::Memory { .. }) {
             let redis_only = [
+                ("--store-tls-ca", self.store_tls_ca.is_some()),
+                ("--store-tls-cert", self.store_tls_cert.is_some()),
+                ("--store-tls-key", self.store_tls_key.is_some()),
+                ("--store-sentinel-user", self.store_sentinel_user.is_some()),
+                ("--store-sentinel-password", self.store_sentinel_password.is_some()),
                 ("--on-store-error", self.on_store_error.is_some()),
                 ("--store-timeout", self.store_timeout.is_some()),
                 ("--breaker-threshold", self.breaker_threshold.is_some()),

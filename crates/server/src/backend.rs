@@ -90,8 +90,7 @@ impl Backend {
                         .build(),
                 ));
             }
-            StoreConfig::Redis(url) => RedisStore::open(url, options).map_err(|e| e.to_string())?,
-            StoreConfig::Cluster(nodes) => RedisStore::open_cluster(nodes, options).await.map_err(|e| e.to_string())?,
+            StoreConfig::Redis(target) => RedisStore::connect(target, options).map_err(|e| e.to_string())?,
         };
         let policy = match config.on_store_error {
             OnStoreError::Open => FailurePolicy::Open,
@@ -125,11 +124,19 @@ impl Backend {
         Some(Backend::Redis(Leased::new(fallback, config.lease.clone(), config.clock.clone()), latency.clone()))
     }
 
-    /// Whether the store answers (always, in memory), and if not the driver's reason.
+    /// Whether the store answers (always, in memory): Redis's topology read again and a primary
+    /// pinged; if not, why in tollgate's words (each server tried on a connection of its own, so
+    /// that a certificate, a password or an address is named rather than a timeout).
     pub async fn ping(&self) -> Result<(), String> {
         match self {
             Backend::Memory(_) => Ok(()),
-            Backend::Redis(store, _) => store.inner().inner().probe().await.map_err(|e| e.to_string()),
+            Backend::Redis(store, _) => {
+                let redis = store.inner().inner();
+                match redis.probe().await {
+                    Ok(()) => Ok(()),
+                    Err(error) => Err(redis.diagnose().await.unwrap_or_else(|| error.to_string())),
+                }
+            }
         }
     }
 

@@ -24,6 +24,7 @@ use std::time::Duration;
 use tollgate_core::{Clock, SystemClock};
 use tollgate_rules::Rules;
 pub use tollgate_store::memory::{DEFAULT_MAX_KEYS, DEFAULT_MAX_MEMORY};
+pub use tollgate_store::redis::target::{RedisTarget, TlsConfig, Topology};
 
 /// Which store decides.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,39 +36,40 @@ pub enum StoreConfig {
         /// See `MemoryStoreBuilder::max_memory`.
         max_memory: usize,
     },
-    /// One Redis server, e.g. `redis://127.0.0.1:6379`.
-    Redis(String),
-    /// A Redis Cluster, reached through any of these nodes.
-    Cluster(Vec<String>),
+    /// Redis: one server, a Cluster or a Sentinel group, plain or TLS.
+    Redis(Box<RedisTarget>),
 }
 
 impl StoreConfig {
-    /// Parses `memory`, `redis://host:port[/db]` or `redis+cluster://host:port,host:port`.
+    /// Parses `memory` or a Redis URL (`redis://host:port[/db]`, `redis+cluster://…`,
+    /// `redis+sentinel://…/MASTER`, and `rediss…` for TLS).
     pub fn parse(text: &str) -> Result<Self, String> {
         if text == "memory" {
             return Ok(StoreConfig::Memory { max_keys: DEFAULT_MAX_KEYS, max_memory: DEFAULT_MAX_MEMORY });
         }
-        if text.starts_with("redis+cluster://") {
-            return crate::store_url::check_cluster(text).map(StoreConfig::Cluster);
-        }
-        if text.starts_with("redis://") || text.starts_with("rediss://") {
-            return crate::store_url::check_redis(text).map(StoreConfig::Redis);
+        if text.starts_with("redis") && text.contains("://") {
+            return RedisTarget::parse(text).map(|t| StoreConfig::Redis(Box::new(t)));
         }
         Err(format!(
-            "unknown store {text:?}: use memory, redis://host:port[/db] (e.g. redis://127.0.0.1:6379) or \
-             redis+cluster://host:port,host:port"
+            "unknown store {:?}: use memory, redis://host:port[/db] (e.g. redis://127.0.0.1:6379), \
+             redis+cluster://host:port,host:port or redis+sentinel://host:port,host:port/MASTER_NAME \
+             (rediss… for TLS)",
+            tollgate_store::redis::target::redacted(text)
         ))
+    }
+
+    /// A Redis store at `url` (any form [`RedisTarget::parse`] reads); panics on a bad URL (for
+    /// tests and examples).
+    #[must_use]
+    pub fn redis(url: &str) -> Self {
+        StoreConfig::Redis(Box::new(RedisTarget::parse(url).unwrap_or_else(|e| panic!("{e}"))))
     }
 
     /// What the logs may say of this store: its kind and address, never its credentials.
     pub fn describe(&self) -> String {
         match self {
             StoreConfig::Memory { .. } => "memory".into(),
-            StoreConfig::Redis(url) => crate::store_url::redacted(url),
-            StoreConfig::Cluster(nodes) => {
-                let nodes: Vec<String> = nodes.iter().map(|n| crate::store_url::redacted(n)).collect();
-                format!("redis+cluster://{}", nodes.join(",").replace("redis://", ""))
-            }
+            StoreConfig::Redis(target) => target.redacted(),
         }
     }
 }
@@ -245,11 +247,13 @@ mod tests {
 
     #[test]
     fn parses_stores() {
-        assert_eq!(StoreConfig::parse("redis://h:1").unwrap(), StoreConfig::Redis("redis://h:1".into()));
-        assert_eq!(
-            StoreConfig::parse("redis+cluster://a:1,b:2").unwrap(),
-            StoreConfig::Cluster(vec!["redis://a:1".into(), "redis://b:2".into()])
-        );
-        assert!(StoreConfig::parse("mongodb://x").is_err());
+        let StoreConfig::Redis(target) = StoreConfig::parse("redis://h:1").unwrap() else { panic!() };
+        assert_eq!(target.redacted(), "redis://h:1");
+        let StoreConfig::Redis(target) = StoreConfig::parse("rediss+cluster://u:p@a:1,b:2").unwrap() else { panic!() };
+        assert_eq!(target.redacted(), "rediss+cluster://u@a:1,b:2");
+        let StoreConfig::Redis(target) = StoreConfig::parse("redis+sentinel://a,b/m").unwrap() else { panic!() };
+        assert_eq!(target.redacted(), "redis+sentinel://a:26379,b:26379/m");
+        let error = StoreConfig::parse("mongodb://u:secret@x").unwrap_err();
+        assert!(error.contains("unknown store") && !error.contains("secret"), "{error}");
     }
 }

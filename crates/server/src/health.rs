@@ -35,8 +35,6 @@ pub enum StoreState {
 #[derive(Debug)]
 pub struct Health {
     store: String,
-    /// The URLs to diagnose a failed probe with (one per node; none in memory).
-    urls: Vec<String>,
     policy: Option<&'static str>,
     state: Mutex<StoreState>,
     /// `tollgate_store_up`, set with the state.
@@ -70,14 +68,13 @@ pub struct StoreReport {
 impl Health {
     /// Health of `config`'s store.
     pub fn new(config: &Config) -> Self {
-        let (urls, policy) = match &config.store {
-            StoreConfig::Memory { .. } => (Vec::new(), None),
-            StoreConfig::Redis(url) => (vec![url.clone()], Some(config.on_store_error.name())),
-            StoreConfig::Cluster(nodes) => (nodes.clone(), Some(config.on_store_error.name())),
+        let policy = match &config.store {
+            StoreConfig::Memory { .. } => None,
+            StoreConfig::Redis(_) => Some(config.on_store_error.name()),
         };
         let up = Gauge::default();
         up.set(1);
-        Health { store: config.store.describe(), urls, policy, state: Mutex::new(StoreState::Up), up }
+        Health { store: config.store.describe(), policy, state: Mutex::new(StoreState::Up), up }
     }
 
     /// Registers `store_up` in `registry` (whose prefix it takes): 1 while the store is up, 0
@@ -116,7 +113,7 @@ impl Health {
                 StoreState::Down("the circuit breaker is open: recent calls failed or timed out".into())
             }
             Ok(()) => StoreState::Up,
-            Err(error) => StoreState::Down(explain(&diagnose(&self.urls).await.unwrap_or(error))),
+            Err(why) => StoreState::Down(why),
         };
         self.up.set(i64::from(state == StoreState::Up));
         let previous = std::mem::replace(&mut *self.lock(), state.clone());
@@ -146,41 +143,4 @@ impl Health {
             }
         });
     }
-}
-
-/// Why a new connection to each URL in turn fails, if one does: the shared connection only says
-/// it timed out while it retries, a fresh one says "refused", "out of range", "WRONGPASS".
-async fn diagnose(urls: &[String]) -> Option<String> {
-    for url in urls {
-        let attempt = async {
-            let client = redis::Client::open(url.as_str())?;
-            let mut connection = client.get_multiplexed_async_connection().await?;
-            redis::cmd("PING").query_async::<()>(&mut connection).await
-        };
-        match tokio::time::timeout(Duration::from_secs(1), attempt).await {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => return Some(error.to_string()),
-            Err(_) => return Some("no answer within 1 s".into()),
-        }
-    }
-    None
-}
-
-/// A driver's error as what a user should check.
-fn explain(error: &str) -> String {
-    let lower = error.to_ascii_lowercase();
-    let hint = if lower.contains("db index") || lower.contains("database number") {
-        "the URL's database does not exist on that server (Redis has 16 by default: /0 to /15)"
-    } else if lower.contains("noauth") || lower.contains("wrongpass") || lower.contains("password") {
-        "authentication failed: check the user and password in the URL"
-    } else if lower.contains("connection refused") {
-        "nothing listens at that address: is redis-server running there, on that port?"
-    } else if lower.contains("timed out") || lower.contains("timeout") || lower.contains("within") {
-        "no answer within --store-timeout: a wrong host, a firewall, or an overloaded Redis"
-    } else if lower.contains("lookup") || lower.contains("not known") || lower.contains("resolve") {
-        "the host name does not resolve"
-    } else {
-        return error.to_string();
-    };
-    format!("{hint} ({error})")
 }

@@ -16,7 +16,6 @@ mod listener;
 pub mod metrics;
 pub mod proxy;
 pub mod resp;
-pub mod store_url;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -25,7 +24,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 pub use app::App;
-pub use config::{Config, HttpBounds, OnStoreError, RespBounds, StoreConfig};
+pub use config::{Config, HttpBounds, OnStoreError, RedisTarget, RespBounds, StoreConfig, TlsConfig, Topology};
 pub use tollgate_store::{LeaseMode, LeaseOptions};
 
 /// The sockets the server answers on (bound by the caller, so that port 0 works).

@@ -209,7 +209,7 @@ async fn http_bounds_slowloris_connections_and_bodies() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_trouble_shows_in_the_metrics_as_counters() {
     let mut redis = RedisServer::start();
-    let server = Server::start(Config { store: StoreConfig::Redis(redis.url()), ..common::manual_config() }).await;
+    let server = Server::start(Config { store: StoreConfig::redis(&redis.url()), ..common::manual_config() }).await;
     assert_eq!(server.cli(&["CL.THROTTLE", "k", "9", "10", "60"]).lines().next(), Some("0"));
     redis.kill();
     for _ in 0..5 {

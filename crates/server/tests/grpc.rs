@@ -266,7 +266,7 @@ async fn a_frozen_redis_is_answered_by_the_failure_policy() {
     let redis = tollgate_store::testkit::redis_server::RedisServer::start();
     let envoy = tollgate_envoy::Config::parse(CONFIG, "test.yaml").unwrap();
     let config = Config {
-        store: tollgate_server::StoreConfig::Redis(redis.url()),
+        store: tollgate_server::StoreConfig::redis(&redis.url()),
         // Generous, so that the healthy call before the freeze is Redis's on a loaded machine.
         grpc_store_timeout: std::time::Duration::from_millis(200),
         envoy: Arc::new(envoy),

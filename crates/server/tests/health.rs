@@ -29,7 +29,7 @@ async fn health_until(server: &Server, wanted: &str) -> String {
 async fn healthz_follows_redis_down_and_up_again() {
     let mut redis = RedisServer::start();
     let url = redis.url();
-    let server = Server::start(Config { store: StoreConfig::Redis(url.clone()), ..common::manual_config() }).await;
+    let server = Server::start(Config { store: StoreConfig::redis(&url), ..common::manual_config() }).await;
     let up = health_until(&server, r#""state":"up""#).await;
     assert!(up.starts_with("HTTP/1.1 200") && up.contains(r#""status":"ok""#), "{up}");
     assert!(up.contains(&format!(r#""name":"{url}""#)) && up.contains(r#""on_store_error":"local""#), "{up}");
@@ -49,7 +49,7 @@ async fn healthz_follows_redis_down_and_up_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_the_server_lacks_is_named() {
     let redis = RedisServer::start();
-    let store = StoreConfig::Redis(format!("{}/99", redis.url()));
+    let store = StoreConfig::redis(&format!("{}/99", redis.url()));
     let server = Server::start(Config { store, ..common::manual_config() }).await;
     let down = health_until(&server, r#""state":"down""#).await;
     assert!(down.contains("the URL's database does not exist on that server"), "{down}");

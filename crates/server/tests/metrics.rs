@@ -175,7 +175,7 @@ async fn store_up_becomes(server: &Server, up: f64) {
 
 /// `serve` on the Redis at `url` (a real one, or a port nothing listens on), default policy `local`.
 async fn serve_on_redis(url: String) -> Server {
-    Server::start(Config { store: StoreConfig::Redis(url), ..common::manual_config() }).await
+    Server::start(Config { store: StoreConfig::redis(&url), ..common::manual_config() }).await
 }
 
 const STORE_COUNTERS: [&str; 4] = [

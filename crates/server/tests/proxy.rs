@@ -136,7 +136,13 @@ async fn two_rules_on_a_redis_cluster_are_both_enforced_all_or_nothing() {
         "t",
     )
     .unwrap();
-    let config = Config { store: StoreConfig::Cluster(cluster.urls()), ..common::manual_config() };
+    let config = Config {
+        store: StoreConfig::redis(&format!(
+            "redis+cluster://{}",
+            cluster.nodes().iter().map(|n| n.address()).collect::<Vec<_>>().join(",")
+        )),
+        ..common::manual_config()
+    };
     let proxy = start(config, format!("http://{up}"), rules, None, Duration::from_secs(30)).await;
     let mut statuses = Vec::new();
     for ip in ["10.1.0.1", "10.1.0.1", "10.1.0.1", "10.1.0.2", "10.1.0.3"] {

@@ -260,7 +260,7 @@ async fn http_answers_decisions_headers_metrics_and_errors() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serves_from_redis_too() {
     let redis = RedisServer::start();
-    let server = Server::start(Config { store: StoreConfig::Redis(redis.url()), ..common::manual_config() }).await;
+    let server = Server::start(Config { store: StoreConfig::redis(&redis.url()), ..common::manual_config() }).await;
     assert_eq!(
         server.cli(&["CL.THROTTLE", "r", "15", "30", "60"]).split_whitespace().collect::<Vec<_>>(),
         ["0", "16", "15", "-1", "2"]

@@ -5,7 +5,8 @@
 //! - [`MemoryStore`]: the embedded default. Thread-safe (lock-free compare-and-swap for GCRA,
 //!   small sharded locks for the other algorithms), bounded in keys with idle keys evicted
 //!   first, and driven by an injectable [`Clock`](tollgate_core::Clock).
-//! - [`RedisStore`] (feature `redis`): Redis or Redis Cluster, one atomic script per decision.
+//! - [`RedisStore`] (feature `redis`): one Redis server, a Redis Cluster or a Sentinel group, plain
+//!   or TLS, one atomic script per decision.
 //! - [`Leased`]: hot keys decided from slices of their capacity leased with one call
 //!   ([`lease`]), at memory speed on Redis without over-granting.
 //! - [`Fallback`]: what to answer when a [`Remote`] store (Redis) fails or is slow: fail-open,
@@ -59,7 +60,7 @@ pub use lease::{LeaseMode, LeaseOptions, LeaseStats, Leased, Lessor};
 struct ReadmeExamples;
 pub use memory::{MemoryStore, MemoryStoreBuilder};
 #[cfg(feature = "redis")]
-pub use redis::{RedisOptions, RedisStore, TimeSource};
+pub use redis::{RedisOptions, RedisStore, RedisTarget, TimeSource};
 pub use remote::{Charge, Remote, Reply};
 pub use store::{Check, Refund, Reserved, Store, all_allowed};
 pub use tollgate_core::{Algorithm, Clock, Decision, Limit, ManualClock, SystemClock};

@@ -59,6 +59,27 @@ pub(super) fn lessees_key(prefix: &str, state_key: &[u8]) -> Vec<u8> {
     out
 }
 
+/// The Redis Cluster hash slot of `key`: CRC16 (XMODEM) of its hash tag when it has one, else of
+/// the whole key, modulo 16,384.
+pub fn slot(key: &[u8]) -> u16 {
+    let hashed = key
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            rest.iter().position(|&b| b == b'}').filter(|&close| close > 0).map(|close| &rest[..close])
+        })
+        .unwrap_or(key);
+    let mut crc: u16 = 0;
+    for &byte in hashed {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+        }
+    }
+    crc % 16_384
+}
+
 /// Whether Redis Cluster would hash `key` by a `{tag}` inside it (a non-empty one, first `{`
 /// to the first `}` after it).
 fn has_hash_tag(key: &[u8]) -> bool {
@@ -94,6 +115,17 @@ mod tests {
             }
         }
         assert!(state_key("tg", "a:b", Algorithm::Gcra, b"k").is_err());
+    }
+
+    #[test]
+    fn slots_are_redis_clusters() {
+        // Redis's own answers (CLUSTER KEYSLOT); the cluster tests compare many more.
+        assert_eq!(slot(b"123456789"), 0x31C3, "CRC16/XMODEM's check value");
+        assert_eq!(slot(b"foo"), 12_182);
+        assert_eq!(slot(b"{user1000}.following"), slot(b"user1000"));
+        assert_ne!(slot(b"foo{}{bar}"), slot(b"bar"), "an empty tag hashes the whole key");
+        assert_eq!(slot(b"foo{{bar}}zap"), slot(b"{bar"));
+        assert_eq!(slot(b""), 0);
     }
 
     #[test]

@@ -1,9 +1,13 @@
-//! [`RedisStore`]: state in Redis or Redis Cluster, every decision one atomic script call
-//! (feature `redis`).
+//! [`RedisStore`]: state in Redis, every decision one atomic script call (feature `redis`).
 //!
+//! - **Where.** One server, a Redis Cluster or the primary of a Sentinel group, plain or TLS, as
+//!   a [`RedisTarget`] says (parsed from `redis://`, `rediss+cluster://`, `redis+sentinel://`…
+//!   URLs). tollgate follows the topology itself: a cluster's slot map is kept current through
+//!   failovers and reshards (`MOVED`, `ASK`, `READONLY`), a Sentinel group's primary through its
+//!   switches (see `cluster.rs` and `sentinel.rs`).
 //! - **One script, one round trip.** `decide.lua` holds all seven algorithms; a check or a
-//!   multi-key check is one `EVALSHA` (reloaded transparently after `NOSCRIPT`). Every key the
-//!   script writes gets its TTL in the same call: the time until its state is idle again.
+//!   multi-key check is one `EVALSHA` (loaded on a server that lacks it after `NOSCRIPT`). Every
+//!   key the script writes gets its TTL in the same call: the time until its state is idle again.
 //! - **One clock.** By default the script reads the Redis server's `TIME`, so a fleet of callers
 //!   shares one clock. A caller-side [`Clock`] may be given instead (the conformance suite uses a
 //!   manual one); TTLs then get a margin (default 60 s) for the skew between that clock and the
@@ -11,26 +15,35 @@
 //! - **Exact nanoseconds.** Lua numbers are doubles; the script keeps instants as decimal strings
 //!   and computes around "now" so that every value it handles is exact, for every limit `Limit`
 //!   accepts (periods and `burst * T` up to 50 days).
-//! - **Bounded waits.** Each call has a timeout (default 50 ms); the connection is multiplexed
-//!   (concurrent calls are pipelined automatically) and reconnects by itself.
+//! - **Bounded waits.** Each call has a timeout (default 50 ms), redirects included; each
+//!   server's connection is multiplexed (concurrent calls are pipelined automatically) and
+//!   reconnects by itself. A call that may have run is never sent twice.
 //! - **A remote for the failure policy** ([`Remote`]): the script also records charges (what a
 //!   node admitted while Redis could not be reached) and answers each key's snapshot and the
 //!   server's time, which [`Fallback`](crate::Fallback) uses.
 
+mod across;
+mod cluster;
+mod connection;
 mod keys;
 mod lease;
+mod node;
 mod reply;
+mod sentinel;
+pub mod target;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::cluster_async::ClusterConnection;
-use tollgate_core::{Clock, Decision, Limit, Snapshot};
+use tollgate_core::{Clock, Limit};
 
 use crate::remote::{Charge, Remote, Reply};
 use crate::{Check, Refund, Reserved, Store, StoreError};
-use reply::{backend, check_prefix, parse_reply, script_error};
+use connection::Connection;
+pub use keys::slot as hash_slot;
+use node::Script;
+use reply::{check_prefix, parse_reply, script_error};
+pub use target::{Address, RedisTarget, TlsConfig, Topology};
 
 /// Where the Redis store takes "now" from.
 #[derive(Debug, Clone)]
@@ -65,41 +78,12 @@ impl Default for RedisOptions {
     }
 }
 
-#[derive(Clone)]
-enum Connection {
-    Single(ConnectionManager),
-    Cluster(Arc<LazyCluster>),
-}
-
-/// A cluster connection made on first use (it learns the slots from a node then), and tried again
-/// on the next call while no node answers; once made, it follows the cluster by itself.
-struct LazyCluster {
-    client: redis::cluster::ClusterClient,
-    connection: tokio::sync::OnceCell<ClusterConnection>,
-}
-
-impl LazyCluster {
-    async fn connection(&self) -> redis::RedisResult<ClusterConnection> {
-        self.connection.get_or_try_init(|| self.client.get_async_connection()).await.cloned()
-    }
-}
-
-impl Connection {
-    /// Runs `cmd` on this connection.
-    async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
-        match self {
-            Connection::Single(c) => cmd.query_async(&mut c.clone()).await,
-            Connection::Cluster(c) => cmd.query_async(&mut c.connection().await?).await,
-        }
-    }
-}
-
-/// A [`Store`] on Redis or Redis Cluster.
+/// A [`Store`] on Redis: one server, a Redis Cluster or a Sentinel group's primary.
 #[derive(Clone)]
 pub struct RedisStore {
     connection: Connection,
     options: RedisOptions,
-    script: Arc<redis::Script>,
+    script: Arc<Script>,
     /// Script calls sent (one `EVALSHA` each), for the calls-per-decision figure.
     script_calls: Arc<std::sync::atomic::AtomicU64>,
 }
@@ -113,54 +97,54 @@ struct LeaseArgs {
 
 impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let kind = match self.connection {
-            Connection::Single(_) => "single",
-            Connection::Cluster(_) => "cluster",
-        };
-        f.debug_struct("RedisStore").field("connection", &kind).field("options", &self.options).finish()
+        f.debug_struct("RedisStore")
+            .field("connection", &self.connection.kind())
+            .field("options", &self.options)
+            .finish()
     }
 }
 
 impl RedisStore {
-    /// A store on the Redis server at `url` (`redis://host:port/db`). Returns at once: the
-    /// connection is made on first use and remade after failures, so a store can be created
-    /// while Redis is down.
+    /// A store on the Redis that `url` names (any form [`RedisTarget::parse`] reads:
+    /// `redis://host:port/db`, `redis+cluster://…`, `redis+sentinel://…`, and their TLS forms
+    /// with the system's roots). Returns at once: connections are made on first use and remade
+    /// after failures, so a store can be created while Redis is down.
     pub fn open(url: &str, options: RedisOptions) -> Result<Self, StoreError> {
-        check_prefix(&options.prefix)?;
-        let client = redis::Client::open(url).map_err(|e| backend(&e))?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(options.timeout))
-            .set_response_timeout(Some(options.timeout))
-            .set_number_of_retries(2)
-            .set_min_delay(Duration::from_millis(10))
-            .set_max_delay(Duration::from_millis(100));
-        let manager = ConnectionManager::new_lazy_with_config(client, config).map_err(|e| backend(&e))?;
-        Ok(RedisStore::with(Connection::Single(manager), options))
+        let target = RedisTarget::parse(url).map_err(StoreError::Unsupported)?;
+        RedisStore::connect(&target, options)
     }
 
     /// A store on the Redis Cluster reachable through any of `nodes` (`redis://host:port`).
-    /// Returns at once, as [`open`](Self::open): the connection (and the slot map) is made on
-    /// first use, again on later calls while no node answers, so a store can be created while
-    /// the cluster is down.
+    /// Returns at once, as [`open`](Self::open): the slot map is read on first use, again while
+    /// no node answers, so a store can be created while the cluster is down.
     pub async fn open_cluster(nodes: &[String], options: RedisOptions) -> Result<Self, StoreError> {
+        let joined: Vec<&str> = nodes.iter().map(|n| n.trim_start_matches("redis://")).collect();
+        RedisStore::open(&format!("redis+cluster://{}", joined.join(",")), options)
+    }
+
+    /// A store on `target`. Returns at once, as [`open`](Self::open).
+    pub fn connect(target: &RedisTarget, options: RedisOptions) -> Result<Self, StoreError> {
         check_prefix(&options.prefix)?;
-        let client = redis::cluster::ClusterClientBuilder::new(nodes.to_vec())
-            .connection_timeout(options.timeout)
-            .response_timeout(options.timeout)
-            .retries(2)
-            .min_retry_wait(10)
-            .max_retry_wait(100)
-            .build()
-            .map_err(|e| backend(&e))?;
-        let lazy = LazyCluster { client, connection: tokio::sync::OnceCell::new() };
-        Ok(RedisStore::with(Connection::Cluster(Arc::new(lazy)), options))
+        let connection = Connection::open(target, options.timeout)?;
+        Ok(RedisStore::with(connection, options))
+    }
+
+    fn is_cluster(&self) -> bool {
+        matches!(self.connection, Connection::Cluster(_))
+    }
+
+    /// Why Redis cannot be used, in tollgate's words (which server, and what to check: a
+    /// certificate that does not verify names the host and the CA), or `None` if every server
+    /// calls go to answers a connection of its own.
+    pub async fn diagnose(&self) -> Option<String> {
+        self.connection.diagnose().await
     }
 
     fn with(connection: Connection, options: RedisOptions) -> Self {
         RedisStore {
             connection,
             options,
-            script: Arc::new(redis::Script::new(include_str!("decide.lua"))),
+            script: Arc::new(Script::new(include_str!("decide.lua"))),
             script_calls: Arc::default(),
         }
     }
@@ -230,31 +214,31 @@ impl RedisStore {
         if lease.is_some() {
             keys.push(keys::lessees_key(&self.options.prefix, &keys[0]));
         }
-        if matches!(self.connection, Connection::Cluster(_)) {
-            let slot = redis::cluster_routing::Slot::for_key(&keys[0]);
-            if keys.iter().any(|k| redis::cluster_routing::Slot::for_key(k) != slot) {
+        if self.is_cluster() {
+            let slot = keys::slot(&keys[0]);
+            if keys.iter().any(|k| keys::slot(k) != slot) {
                 return Err(StoreError::CrossSlot);
             }
         }
-        let mut invocation = self.script.prepare_invoke();
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(&self.script.sha1).arg(keys.len());
         for key in &keys {
-            invocation.key(key.as_slice());
+            cmd.arg(key.as_slice());
         }
         match &self.options.time {
-            TimeSource::Server => invocation.arg("").arg(""),
+            TimeSource::Server => cmd.arg("").arg(""),
             TimeSource::Clock(clock) => {
                 let now = clock.now_ns();
-                invocation.arg(now / 1_000_000_000).arg(now % 1_000_000_000)
+                cmd.arg(now / 1_000_000_000).arg(now % 1_000_000_000)
             }
         };
         let margin_ms = match self.options.time {
             TimeSource::Server => 0,
             TimeSource::Clock(_) => u64::try_from(self.options.clock_skew_margin.as_millis()).unwrap_or(u64::MAX),
         };
-        invocation.arg(margin_ms).arg(checks.len()).arg(charges.len()).arg(refunds.len());
-        let limit_args = |invocation: &mut redis::ScriptInvocation<'_>, limit: &Limit, cost: u64| {
-            invocation
-                .arg(limit.algorithm().name())
+        cmd.arg(margin_ms).arg(checks.len()).arg(charges.len()).arg(refunds.len());
+        let limit_args = |cmd: &mut redis::Cmd, limit: &Limit, cost: u64| {
+            cmd.arg(limit.algorithm().name())
                 .arg(limit.count())
                 .arg(limit.period_ns())
                 .arg(limit.burst())
@@ -264,30 +248,27 @@ impl RedisStore {
                 .arg(cost);
         };
         for check in checks {
-            limit_args(&mut invocation, check.limit, check.cost);
+            limit_args(&mut cmd, check.limit, check.cost);
         }
         for charge in charges {
-            limit_args(&mut invocation, charge.check.limit, charge.check.cost);
-            invocation.arg(charge.age_ns);
+            limit_args(&mut cmd, charge.check.limit, charge.check.cost);
+            cmd.arg(charge.age_ns);
         }
         for refund in refunds {
-            limit_args(&mut invocation, refund.check.limit, refund.check.cost);
-            invocation.arg(refund.at).arg(refund.decision.reset_after_ns);
+            limit_args(&mut cmd, refund.check.limit, refund.check.cost);
+            cmd.arg(refund.at).arg(refund.decision.reset_after_ns);
         }
         if let Some(lease) = lease {
-            invocation.arg(lease.lessee).arg(lease.lifetime_ms);
+            cmd.arg(lease.lessee).arg(lease.lifetime_ms);
         }
         self.script_calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let call = async {
-            match &self.connection {
-                Connection::Single(c) => invocation.invoke_async::<Vec<i64>>(&mut c.clone()).await,
-                Connection::Cluster(c) => invocation.invoke_async::<Vec<i64>>(&mut c.connection().await?).await,
-            }
-        };
+        let call = self.connection.run(&keys[0], &cmd, Some(&self.script));
         let reply = tokio::time::timeout(self.options.timeout, call)
             .await
             .map_err(|_| StoreError::Timeout(self.options.timeout))?
-            .map_err(|e| script_error(&e, &keys))?;
+            .map_err(|failure| script_error(&failure, &keys))?;
+        let reply: Vec<i64> = redis::from_redis_value(reply)
+            .map_err(|e| StoreError::Backend(format!("the script answered something else than integers: {e}")))?;
         match lease {
             None => Ok((parse_reply(&reply, checks.len())?, None)),
             Some(_) => {
@@ -300,117 +281,6 @@ impl RedisStore {
                 Ok((parse_reply(reply, checks.len())?, Some(granted)))
             }
         }
-    }
-}
-
-/// One slot's share of a call: the indices of its checks in the call, and its charges.
-struct Group<'a> {
-    checks: Vec<usize>,
-    charges: Vec<Charge<'a>>,
-}
-
-impl RedisStore {
-    /// Records `charges` and decides `checks` all or nothing, whatever slots their keys are in:
-    /// one script call when they share one; otherwise slot by slot, in order, and once a slot
-    /// denies, what the slots before it admitted is refunded (exactly, unless something else was
-    /// admitted there meanwhile: then it stays counted, an under-grant) and every check that did
-    /// not block reports its state as a peek would. Charges are recorded in any case.
-    async fn decide_across(&self, checks: &[Check<'_>], charges: &[Charge<'_>]) -> Result<Reply, StoreError> {
-        if let Some(c) = checks.iter().find(|c| c.cost > c.limit.capacity()) {
-            return Err(tollgate_core::Error::CostExceedsCapacity { cost: c.cost, capacity: c.limit.capacity() }.into());
-        }
-        let groups = self.groups(checks, charges)?;
-        if groups.len() <= 1 {
-            return self.call(checks, charges, &[]).await;
-        }
-        let mut decisions: Vec<Option<Decision>> = vec![None; checks.len()];
-        let mut snapshots = vec![Snapshot::default(); checks.len()];
-        let mut admitted: Vec<(Vec<usize>, u64)> = Vec::new();
-        let mut now_ns = 0;
-        let mut denied = false;
-        for group in &groups {
-            // After a denial, the remaining slots are only peeked (and charged).
-            let sent: Vec<Check<'_>> =
-                group.checks.iter().map(|&i| if denied { Check { cost: 0, ..checks[i] } } else { checks[i] }).collect();
-            let reply = self.call(&sent, &group.charges, &[]).await?;
-            now_ns = now_ns.max(reply.now_ns);
-            // Each check keeps its own slot's instant (in its snapshot): a refund needs it.
-            for (k, &i) in group.checks.iter().enumerate() {
-                decisions[i] = Some(reply.decisions[k]);
-                snapshots[i] = reply.snapshots[k];
-            }
-            if !denied && reply.decisions.iter().all(|d| d.allowed) {
-                admitted.push((group.checks.clone(), reply.now_ns));
-            } else if !denied {
-                denied = true;
-                // This slot decided all or nothing itself; its checks that did not block already
-                // report as peeks.
-            }
-        }
-        if denied {
-            for (indices, at) in &admitted {
-                let refunds: Vec<Refund<'_>> = indices
-                    .iter()
-                    .filter_map(|&i| decisions[i].map(|decision| Refund { check: checks[i], at: *at, decision }))
-                    .collect();
-                self.call(&[], &[], &refunds).await?;
-                let peeks: Vec<Check<'_>> = indices.iter().map(|&i| Check { cost: 0, ..checks[i] }).collect();
-                let reply = self.call(&peeks, &[], &[]).await?;
-                for (k, &i) in indices.iter().enumerate() {
-                    decisions[i] = Some(reply.decisions[k]);
-                    snapshots[i] = reply.snapshots[k];
-                }
-            }
-        }
-        let decisions = decisions.into_iter().map(|d| d.ok_or(StoreError::NoChecks)).collect::<Result<_, _>>()?;
-        Ok(Reply { decisions, snapshots, now_ns })
-    }
-
-    /// The call's checks and charges grouped by slot, in order of first appearance (one group on
-    /// a single server).
-    fn groups<'a>(&self, checks: &[Check<'_>], charges: &[Charge<'a>]) -> Result<Vec<Group<'a>>, StoreError> {
-        if !matches!(self.connection, Connection::Cluster(_)) {
-            return Ok(vec![Group { checks: (0..checks.len()).collect(), charges: charges.to_vec() }]);
-        }
-        let mut slots: Vec<redis::cluster_routing::Slot> = Vec::new();
-        let mut groups: Vec<Group<'a>> = Vec::new();
-        let group_of = |c: &Check<'_>, slots: &mut Vec<_>, groups: &mut Vec<Group<'a>>| -> Result<usize, StoreError> {
-            let slot = redis::cluster_routing::Slot::for_key(self.state_key(c.scope, c.key, c.limit)?);
-            Ok(slots.iter().position(|s| *s == slot).unwrap_or_else(|| {
-                slots.push(slot);
-                groups.push(Group { checks: Vec::new(), charges: Vec::new() });
-                groups.len() - 1
-            }))
-        };
-        for (i, check) in checks.iter().enumerate() {
-            let g = group_of(check, &mut slots, &mut groups)?;
-            groups[g].checks.push(i);
-        }
-        for charge in charges {
-            let g = group_of(&charge.check, &mut slots, &mut groups)?;
-            groups[g].charges.push(*charge);
-        }
-        Ok(groups)
-    }
-}
-
-impl RedisStore {
-    /// `items` grouped by the Redis Cluster slot of their check's key, groups in order of first
-    /// appearance (one group on a single server).
-    fn by_slot<T: Copy>(&self, items: &[T], check: impl Fn(&T) -> Check<'_>) -> Result<Vec<Vec<T>>, StoreError> {
-        if !matches!(self.connection, Connection::Cluster(_)) {
-            return Ok(vec![items.to_vec()]);
-        }
-        let mut groups: Vec<(redis::cluster_routing::Slot, Vec<T>)> = Vec::new();
-        for item in items {
-            let c = check(item);
-            let slot = redis::cluster_routing::Slot::for_key(self.state_key(c.scope, c.key, c.limit)?);
-            match groups.iter_mut().find(|(s, _)| *s == slot) {
-                Some((_, group)) => group.push(*item),
-                None => groups.push((slot, vec![*item])),
-            }
-        }
-        Ok(groups.into_iter().map(|(_, group)| group).collect())
     }
 }
 
@@ -440,15 +310,12 @@ impl Store for RedisStore {
 
     async fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> Result<(), StoreError> {
         let key = self.state_key(scope, key, limit)?;
-        let call = async {
-            let mut cmd = redis::cmd("DEL");
-            cmd.arg(key.as_slice());
-            self.connection.query::<i64>(&cmd).await
-        };
-        tokio::time::timeout(self.options.timeout, call)
+        let mut cmd = redis::cmd("DEL");
+        cmd.arg(key.as_slice());
+        tokio::time::timeout(self.options.timeout, self.connection.run(&key, &cmd, None))
             .await
             .map_err(|_| StoreError::Timeout(self.options.timeout))?
-            .map_err(|e| backend(&e))?;
+            .map_err(|failure| script_error(&failure, std::slice::from_ref(&key)))?;
         Ok(())
     }
 }
@@ -466,12 +333,11 @@ impl Remote for RedisStore {
         self.decide_across(checks, charges).await
     }
 
+    /// Reads the topology again (a cluster's slot map, the Sentinels' primary) and pings a
+    /// primary, within the store's timeout or a second, whichever is longer (a topology read
+    /// may try several servers).
     async fn probe(&self) -> Result<(), StoreError> {
-        let call = async { self.connection.query::<String>(&redis::cmd("PING")).await };
-        tokio::time::timeout(self.options.timeout, call)
-            .await
-            .map_err(|_| StoreError::Timeout(self.options.timeout))?
-            .map_err(|e| backend(&e))?;
-        Ok(())
+        let within = self.options.timeout.max(Duration::from_secs(1));
+        tokio::time::timeout(within, self.connection.probe()).await.map_err(|_| StoreError::Timeout(within))?
     }
 }

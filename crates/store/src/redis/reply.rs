@@ -3,12 +3,9 @@
 
 use tollgate_core::{Decision, Snapshot};
 
+use super::connection::Failure;
 use crate::StoreError;
 use crate::remote::Reply;
-
-pub(super) fn backend(error: &redis::RedisError) -> StoreError {
-    StoreError::Backend(error.to_string())
-}
 
 pub(super) fn check_prefix(prefix: &str) -> Result<(), StoreError> {
     if prefix.contains(['{', '}']) {
@@ -19,7 +16,10 @@ pub(super) fn check_prefix(prefix: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
-pub(super) fn script_error(error: &redis::RedisError, keys: &[Vec<u8>]) -> StoreError {
+/// A failed call as a [`StoreError`]: a key holding what tollgate did not write is the call's own
+/// `BadState`; anything else is the backend's, said in tollgate's words with the server's address.
+pub(super) fn script_error(failure: &Failure, keys: &[Vec<u8>]) -> StoreError {
+    let (error, node) = failure;
     match error.code() {
         Some("WRONGTYPE") => {
             let keys: Vec<String> = keys.iter().map(|k| String::from_utf8_lossy(k).into_owned()).collect();
@@ -29,7 +29,7 @@ pub(super) fn script_error(error: &redis::RedisError, keys: &[Vec<u8>]) -> Store
         }
         Some("TOLLGATE_BADSTATE") => StoreError::BadState(error.detail().unwrap_or("").to_string()),
         _ if error.to_string().contains("TOLLGATE_BADSTATE") => StoreError::BadState(error.to_string()),
-        _ => backend(error),
+        _ => StoreError::Backend(node.as_ref().map_or_else(|| error.to_string(), |node| node.explain(error))),
     }
 }
 

@@ -17,14 +17,21 @@
 //! - [`hammer`]: many concurrent callers on one key, for zero-over-grant tests;
 //! - [`faults`]: a remote store whose calls fail on demand, for tests of the failure policy;
 //! - [`random`]: a seeded generator and random limits across the whole accepted range;
-//! - `redis_server` (with feature `redis`): real `redis-server` processes and a 3-node cluster.
+//! - `redis_server`, `redis_topology` and `tls` (with feature `redis`): real `redis-server`
+//!   processes (plain, TLS, with ACL users), clusters with replicas, Sentinel groups, and the
+//!   certificates a test makes for them.
 
 pub mod cases;
 pub mod faults;
 pub mod hammer;
+pub mod load;
 pub mod random;
 #[cfg(feature = "redis")]
 pub mod redis_server;
+#[cfg(feature = "redis")]
+pub mod redis_topology;
+#[cfg(feature = "redis")]
+pub mod tls;
 pub mod traces;
 
 use std::sync::Arc;

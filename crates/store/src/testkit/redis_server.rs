@@ -1,73 +1,135 @@
-//! Real `redis-server` processes for tests (features `testkit` + `redis`): one server, or a
-//! three-node Redis Cluster, on free loopback ports, stopped and cleaned up on drop.
+//! Real `redis-server` processes for tests (features `testkit` + `redis`): one server (plain or
+//! TLS only, with any extra configuration such as ACL users or `replicaof`), a Sentinel, on free
+//! loopback ports, stopped and cleaned up on drop. Clusters and Sentinel groups are in
+//! [`redis_topology`](super::redis_topology).
 //!
 //! The test command (`scripts/test.sh`) installs `redis-server` when it is missing; these helpers
 //! only look for it on the `PATH`.
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use super::tls::TestCertificates;
+
 /// A free loopback port (the OS picks one; it is released before the server binds it).
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port()
 }
 
-/// Sends one inline command and returns the raw reply (enough for PING and CLUSTER INFO).
-fn raw_command(port: u16, command: &str) -> Option<String> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
-    stream.write_all(format!("{command}\r\n").as_bytes()).ok()?;
-    let mut buffer = [0u8; 4096];
-    let n = stream.read(&mut buffer).ok()?;
-    Some(String::from_utf8_lossy(&buffer[..n]).into_owned())
+/// TLS on a test server: its only port speaks TLS.
+#[derive(Debug, Clone)]
+pub struct ServerTls {
+    /// The CA, server and client certificates.
+    pub certificates: TestCertificates,
+    /// Whether clients must present a certificate the CA signed (`tls-auth-clients yes`).
+    pub auth_clients: bool,
+}
+
+/// How to start a [`RedisServer`].
+#[derive(Debug, Clone, Default)]
+pub struct ServerConfig {
+    /// Cluster mode, with this `cluster-node-timeout` in milliseconds.
+    pub cluster_node_timeout_ms: Option<u64>,
+    /// TLS only (`port 0`, `tls-port`; replication and the cluster bus over TLS too).
+    pub tls: Option<ServerTls>,
+    /// A Sentinel (`redis-server CONF --sentinel`) rather than a data server.
+    pub sentinel: bool,
+    /// Further configuration lines (`user …`, `replicaof …`, `sentinel monitor …`).
+    pub lines: Vec<String>,
+    /// The default user's password, for [`RedisServer::cli`] (a `requirepass` in `lines`).
+    pub cli_password: Option<String>,
 }
 
 /// One `redis-server` process.
 #[derive(Debug)]
 pub struct RedisServer {
     port: u16,
+    cluster_port: u16,
     dir: PathBuf,
-    cluster: bool,
+    config: ServerConfig,
     child: Option<Child>,
 }
 
 impl RedisServer {
-    /// Starts a standalone server on a free port.
+    /// Starts a standalone plain server on a free port.
     #[must_use]
     pub fn start() -> Self {
-        Self::start_on(free_port(), false)
+        Self::start_with(ServerConfig::default())
     }
 
-    fn start_on(port: u16, cluster: bool) -> Self {
-        let dir = std::env::temp_dir().join(format!("tollgate-redis-{}-{port}", std::process::id()));
+    /// Starts a server as `config` says, on a free port.
+    #[must_use]
+    pub fn start_with(config: ServerConfig) -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!(
+            "tollgate-redis-{}-{port}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
         std::fs::create_dir_all(&dir).expect("a temporary directory");
-        let mut server = RedisServer { port, dir, cluster, child: None };
+        let cluster_port = if config.cluster_node_timeout_ms.is_some() { free_port() } else { 0 };
+        let mut server = RedisServer { port, cluster_port, dir, config, child: None };
         server.spawn();
         server
     }
 
-    fn spawn(&mut self) {
-        let mut command = Command::new("redis-server");
-        command
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+    fn config_text(&self) -> String {
+        let c = &self.config;
+        let mut lines = vec![
+            "bind 127.0.0.1".to_string(),
+            format!("dir {}", self.dir.display()),
+            format!("logfile {}", self.dir.join("redis.log").display()),
+        ];
+        match &c.tls {
+            None => lines.push(format!("port {}", self.port)),
+            Some(tls) => {
+                let files = &tls.certificates;
+                lines.extend([
+                    "port 0".to_string(),
+                    format!("tls-port {}", self.port),
+                    format!("tls-cert-file {}", files.server_cert.display()),
+                    format!("tls-key-file {}", files.server_key.display()),
+                    format!("tls-ca-cert-file {}", files.ca.display()),
+                    format!("tls-auth-clients {}", if tls.auth_clients { "yes" } else { "no" }),
+                    "tls-replication yes".to_string(),
+                ]);
+                if c.cluster_node_timeout_ms.is_some() {
+                    lines.push("tls-cluster yes".into());
+                }
+            }
+        }
+        if !c.sentinel {
             // DEBUG SLEEP, for tests of a frozen server, from loopback clients only.
-            .args(["--enable-debug-command", "local"])
-            .arg("--dir")
-            .arg(&self.dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        if self.cluster {
-            command.args([
-                "--cluster-enabled",
-                "yes",
-                "--cluster-config-file",
-                "nodes.conf",
-                "--cluster-node-timeout",
-                "2000",
+            lines.extend(["save \"\"".into(), "appendonly no".into(), "enable-debug-command local".into()]);
+            // A replica in sync at once (not after the default 5 s wait for more replicas).
+            lines.push("repl-diskless-sync-delay 0".into());
+        }
+        if let Some(timeout) = c.cluster_node_timeout_ms {
+            lines.extend([
+                "cluster-enabled yes".to_string(),
+                "cluster-config-file nodes.conf".to_string(),
+                format!("cluster-node-timeout {timeout}"),
+                format!("cluster-port {}", self.cluster_port),
             ]);
+        }
+        lines.extend(c.lines.iter().cloned());
+        lines.join("\n") + "\n"
+    }
+
+    fn spawn(&mut self) {
+        let file = self.dir.join(if self.config.sentinel { "sentinel.conf" } else { "redis.conf" });
+        // A Sentinel rewrites its file (what it learned): keep it across restarts.
+        if !(self.config.sentinel && file.exists()) {
+            std::fs::write(&file, self.config_text()).expect("a configuration file");
+        }
+        let mut command = Command::new("redis-server");
+        command.arg(&file).stdout(Stdio::null()).stderr(Stdio::null());
+        if self.config.sentinel {
+            command.arg("--sentinel");
         }
         let child = command.spawn().unwrap_or_else(|e| {
             panic!(
@@ -76,25 +138,47 @@ impl RedisServer {
         });
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
-        while raw_command(self.port, "PING").is_none_or(|reply| !reply.starts_with("+PONG")) {
+        while self.cli(&["PING"]).trim() != "PONG" {
             assert!(Instant::now() < deadline, "redis-server on port {} did not answer PING", self.port);
             std::thread::sleep(Duration::from_millis(20));
         }
     }
 
-    /// The port it listens on.
+    /// The port it listens on (its TLS port with TLS).
     #[must_use]
     pub fn port(&self) -> u16 {
         self.port
     }
 
-    /// `redis://127.0.0.1:PORT`.
+    /// `redis://127.0.0.1:PORT`, or `rediss://localhost:PORT` with TLS (the name its certificate
+    /// holds).
     #[must_use]
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        match self.config.tls {
+            None => format!("redis://127.0.0.1:{}", self.port),
+            Some(_) => format!("rediss://localhost:{}", self.port),
+        }
     }
 
-    /// Kills the server (as an outage would); [`restart`](Self::restart) brings it back.
+    /// `127.0.0.1:PORT`.
+    #[must_use]
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// What the server logged so far.
+    #[must_use]
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default()
+    }
+
+    /// The process id, while it runs.
+    #[must_use]
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Kills the server with SIGKILL (as a crash would); [`restart`](Self::restart) brings it back.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
@@ -102,7 +186,8 @@ impl RedisServer {
         }
     }
 
-    /// Starts the server again on the same port (empty: nothing was saved).
+    /// Starts the server again on the same port (empty: nothing was saved; a cluster node keeps
+    /// its `nodes.conf`).
     pub fn restart(&mut self) {
         self.kill();
         self.spawn();
@@ -126,12 +211,35 @@ impl RedisServer {
         }
     }
 
-    /// Runs `redis-cli -p PORT ARGS...` and returns its output.
+    /// The arguments that make `redis-cli` reach this server (`-p PORT`, and the TLS files).
+    #[must_use]
+    pub fn cli_args(&self) -> Vec<String> {
+        let mut args = vec!["-h".into(), "127.0.0.1".into(), "-p".into(), self.port.to_string()];
+        if let Some(tls) = &self.config.tls {
+            let files = &tls.certificates;
+            args.extend([
+                "--tls".into(),
+                "--cacert".into(),
+                files.ca.display().to_string(),
+                "--cert".into(),
+                files.client_cert.display().to_string(),
+                "--key".into(),
+                files.client_key.display().to_string(),
+            ]);
+        }
+        if let Some(password) = &self.config.cli_password {
+            args.extend(["--no-auth-warning".into(), "-a".into(), password.clone()]);
+        }
+        args
+    }
+
+    /// Runs `redis-cli -p PORT ARGS...` (as the default user) and returns its output.
     #[must_use]
     pub fn cli(&self, args: &[&str]) -> String {
         let output = Command::new("redis-cli")
-            .args(["-p", &self.port.to_string()])
+            .args(self.cli_args())
             .args(args)
+            .stderr(Stdio::null())
             .output()
             .expect("redis-cli runs (it comes with redis-server)");
         String::from_utf8_lossy(&output.stdout).into_owned()
@@ -145,45 +253,17 @@ impl Drop for RedisServer {
     }
 }
 
-/// A three-node Redis Cluster (three primaries, no replicas).
-#[derive(Debug)]
-pub struct RedisCluster {
-    nodes: Vec<RedisServer>,
-}
+pub use super::redis_topology::RedisCluster;
 
-impl RedisCluster {
-    /// Starts three cluster-enabled servers and joins them with `redis-cli --cluster create`.
-    #[must_use]
-    pub fn start() -> Self {
-        let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start_on(free_port(), true)).collect();
-        let addresses: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
-        let output = Command::new("redis-cli")
-            .arg("--cluster")
-            .arg("create")
-            .args(&addresses)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
-            .output()
-            .expect("redis-cli runs");
-        assert!(output.status.success(), "cluster create failed: {}", String::from_utf8_lossy(&output.stdout));
-        let deadline = Instant::now() + Duration::from_secs(20);
-        for node in &nodes {
-            while !raw_command(node.port, "CLUSTER INFO").is_some_and(|info| info.contains("cluster_state:ok")) {
-                assert!(Instant::now() < deadline, "the cluster did not reach cluster_state:ok");
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        }
-        RedisCluster { nodes }
-    }
-
-    /// The nodes' URLs.
-    #[must_use]
-    pub fn urls(&self) -> Vec<String> {
-        self.nodes.iter().map(RedisServer::url).collect()
-    }
-
-    /// The nodes.
-    #[must_use]
-    pub fn nodes(&self) -> &[RedisServer] {
-        &self.nodes
-    }
+/// The README's ACL for tollgate (its `ACL SETUSER tollgate …` line, word for word) for the user
+/// `user` with `password`, as a `redis.conf` line (`user …`); the test that runs with it is the
+/// README's proof.
+#[must_use]
+pub fn readme_acl(user: &str, password: &str) -> String {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).expect("the README");
+    let line = readme
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("ACL SETUSER tollgate "))
+        .expect("the README gives an `ACL SETUSER tollgate …` line");
+    format!("user {user} {}", line.replace(">PASSWORD", &format!(">{password}")))
 }

@@ -1,0 +1,274 @@
+//! One Redis server: its connection (multiplexed, made on first use, remade after a failure, TLS
+//! and ACL user as the target says), the script call with `NOSCRIPT` handled and `ASKING` when a
+//! migration asks for it, and its errors read: redirects, a demoted primary, and every failure to
+//! connect said in tollgate's words (which server, which name, which CA).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::{Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
+
+use super::target::{Address, RedisTarget, TlsConfig};
+
+/// How to connect to every server of one kind (the data servers, or the Sentinels).
+#[derive(Debug)]
+pub(super) struct Settings {
+    pub(super) tls: Option<TlsConfig>,
+    pub(super) username: Option<String>,
+    pub(super) password: Option<String>,
+    pub(super) db: u32,
+    pub(super) timeout: Duration,
+}
+
+impl Settings {
+    /// The data servers' settings.
+    pub(super) fn data(target: &RedisTarget, timeout: Duration) -> Self {
+        Settings {
+            tls: target.tls.clone(),
+            username: target.username.clone(),
+            password: target.password.clone(),
+            db: target.db,
+            timeout,
+        }
+    }
+
+    /// The Sentinels' settings: their own credentials, TLS as the data servers.
+    pub(super) fn sentinels(target: &RedisTarget, timeout: Duration) -> Self {
+        Settings {
+            tls: target.tls.clone(),
+            username: target.sentinel_username.clone(),
+            password: target.sentinel_password.clone(),
+            db: 0,
+            timeout,
+        }
+    }
+
+    /// A client for the server at `address`.
+    fn client(&self, address: &Address) -> RedisResult<redis::Client> {
+        let addr = match &self.tls {
+            None => redis::ConnectionAddr::Tcp(address.host.clone(), address.port),
+            Some(_) => redis::ConnectionAddr::TcpTls {
+                host: address.host.clone(),
+                port: address.port,
+                insecure: false,
+                tls_params: None,
+            },
+        };
+        // No CLIENT SETINFO on connect: one command fewer for the ACL user to be allowed.
+        let mut redis = redis::RedisConnectionInfo::default().set_db(i64::from(self.db)).set_skip_set_lib_name();
+        if let Some(user) = &self.username {
+            redis = redis.set_username(user);
+        }
+        if let Some(password) = &self.password {
+            redis = redis.set_password(password);
+        }
+        let info = redis::IntoConnectionInfo::into_connection_info(addr)?.set_redis_settings(redis);
+        match &self.tls {
+            None => redis::Client::open(info),
+            Some(tls) => redis::Client::build_with_tls(
+                info,
+                redis::TlsCertificates {
+                    client_tls: tls.client.as_ref().map(|(cert, key)| redis::ClientTlsConfig {
+                        client_cert: cert.clone(),
+                        client_key: key.clone(),
+                    }),
+                    root_cert: tls.ca.as_ref().map(|(pem, _)| pem.clone()),
+                },
+            ),
+        }
+    }
+}
+
+/// One server and its connection.
+pub(super) struct Node {
+    pub(super) address: Address,
+    connection: ConnectionManager,
+    settings: Arc<Settings>,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Node({})", self.address)
+    }
+}
+
+/// A script to run by its SHA1, loaded on a server that lacks it.
+#[derive(Debug)]
+pub(super) struct Script {
+    pub(super) source: &'static str,
+    pub(super) sha1: String,
+}
+
+impl Script {
+    pub(super) fn new(source: &'static str) -> Self {
+        Script { source, sha1: redis::Script::new(source).get_hash().to_string() }
+    }
+}
+
+impl Node {
+    /// The server at `address`; returns at once (the connection is made on first use).
+    pub(super) fn open(address: Address, settings: Arc<Settings>) -> Result<Arc<Node>, RedisError> {
+        let client = settings.client(&address)?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(settings.timeout))
+            .set_response_timeout(Some(settings.timeout))
+            .set_number_of_retries(1)
+            .set_min_delay(Duration::from_millis(10))
+            .set_max_delay(Duration::from_millis(100));
+        let connection = ConnectionManager::new_lazy_with_config(client, config)?;
+        Ok(Arc::new(Node { address, connection, settings }))
+    }
+
+    /// Sends `cmd` (after `ASKING` when `asking`: a slot being imported); with `script`, a
+    /// `NOSCRIPT` reply loads it and sends `cmd` again.
+    pub(super) async fn run(&self, cmd: &Cmd, script: Option<&Script>, asking: bool) -> RedisResult<Value> {
+        let mut connection = self.connection.clone();
+        let reply = send(&mut connection, cmd, asking).await;
+        match (reply, script) {
+            (Err(e), Some(script)) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                redis::cmd("SCRIPT").arg("LOAD").arg(script.source).query_async::<()>(&mut connection).await?;
+                send(&mut connection, cmd, asking).await
+            }
+            (reply, _) => reply,
+        }
+    }
+
+    /// A command on this server's shared connection, its reply converted.
+    pub(super) async fn query<T: redis::FromRedisValue>(&self, cmd: &Cmd) -> RedisResult<T> {
+        Ok(redis::from_redis_value(self.run(cmd, None, false).await?)?)
+    }
+
+    /// Why a new connection to this server fails, if it does (a `PING` on a connection of its
+    /// own, within the timeout): the shared connection may only say that it is reconnecting.
+    pub(super) async fn diagnose(&self) -> Option<String> {
+        let attempt = async {
+            let client = self.settings.client(&self.address)?;
+            let config = redis::AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(self.settings.timeout.max(Duration::from_millis(500))))
+                .set_response_timeout(Some(self.settings.timeout.max(Duration::from_millis(500))));
+            let mut connection = client.get_multiplexed_async_connection_with_config(&config).await?;
+            redis::cmd("PING").query_async::<()>(&mut connection).await
+        };
+        match tokio::time::timeout(Duration::from_secs(2), attempt).await {
+            Ok(Ok(())) => None,
+            Ok(Err(error)) => Some(self.explain(&error)),
+            Err(_) => {
+                Some(format!("{}: no answer within 2 s: a wrong host, a firewall, or a frozen server", self.address))
+            }
+        }
+    }
+
+    /// `error`, from this server, in tollgate's words (naming the server, never a credential).
+    pub(super) fn explain(&self, error: &RedisError) -> String {
+        explain(&self.address, error, &self.settings)
+    }
+}
+
+async fn send(connection: &mut ConnectionManager, cmd: &Cmd, asking: bool) -> RedisResult<Value> {
+    if !asking {
+        return connection.req_packed_command(cmd).await?.extract_error();
+    }
+    // One write: nothing else on the multiplexed connection comes between ASKING and the command.
+    let mut pipe = redis::pipe();
+    pipe.cmd("ASKING").add_command(cmd.clone());
+    let mut replies = connection.req_packed_commands(&pipe, 1, 1).await?;
+    replies.pop().ok_or_else(|| RedisError::from((ErrorKind::Parse, "no reply after ASKING")))?.extract_error()
+}
+
+/// Where a `MOVED` or `ASK` reply sends a slot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Redirect {
+    /// The slot has a new owner.
+    Moved(u16, Address),
+    /// The slot is being migrated and this key is already at the address: ask there, once.
+    Ask(u16, Address),
+}
+
+/// The redirect in `error`, if it is one.
+pub(super) fn redirect(error: &RedisError) -> Option<Redirect> {
+    let moved = match error.kind() {
+        ErrorKind::Server(ServerErrorKind::Moved) => true,
+        ErrorKind::Server(ServerErrorKind::Ask) => false,
+        _ => return None,
+    };
+    let (address, slot) = error.redirect_node()?;
+    let (host, port) = address.rsplit_once(':')?;
+    let address =
+        Address { host: host.trim_start_matches('[').trim_end_matches(']').to_string(), port: port.parse().ok()? };
+    Some(if moved { Redirect::Moved(slot, address) } else { Redirect::Ask(slot, address) })
+}
+
+/// Whether `error` says the server is a replica now (a demoted primary): the command did not run.
+pub(super) fn is_readonly(error: &RedisError) -> bool {
+    error.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly) || error.code() == Some("READONLY")
+}
+
+/// Whether the cluster cannot serve the slot now (failover under way, or the slot unassigned).
+pub(super) fn is_cluster_down(error: &RedisError) -> bool {
+    matches!(
+        error.kind(),
+        ErrorKind::Server(ServerErrorKind::ClusterDown | ServerErrorKind::TryAgain | ServerErrorKind::MasterDown)
+    )
+}
+
+/// `error` from the server at `address`, in tollgate's words.
+pub(super) fn explain(address: &Address, error: &RedisError, settings: &Settings) -> String {
+    let text = error.to_string();
+    let lower = text.to_ascii_lowercase();
+    let tls = settings.tls.as_ref();
+    let hint = if let Some(tls) = tls.filter(|_| lower.contains("unknownissuer") || lower.contains("unknown issuer")) {
+        format!(
+            "its TLS certificate is not signed by a CA tollgate trusts ({}): give the CA that signed it with \
+             --store-tls-ca FILE",
+            tls.trusted()
+        )
+    } else if tls.is_some() && (lower.contains("notvalidforname") || lower.contains("not valid for name")) {
+        format!(
+            "its TLS certificate is not valid for the name {:?}: connect by a name the certificate holds",
+            address.host
+        )
+    } else if tls.is_some() && lower.contains("expired") {
+        "its TLS certificate has expired".into()
+    } else if tls.is_some() && lower.contains("notvalidyet") {
+        "its TLS certificate is not valid yet (check the clocks)".into()
+    } else if tls.is_some() && lower.contains("invalid peer certificate") {
+        format!("its TLS certificate does not verify against {}", tls.map_or("", TlsConfig::trusted))
+    } else if let Some(tls) = tls.filter(|_| {
+        lower.contains("certificaterequired")
+            || lower.contains("certificate required")
+            || (lower.contains("alert") && lower.contains("certificate"))
+    }) {
+        if tls.client.is_some() {
+            "it refused tollgate's client certificate (is it signed by a CA the server trusts?)".into()
+        } else {
+            "it requires a client certificate: give --store-tls-cert FILE and --store-tls-key FILE".into()
+        }
+    } else if tls.is_some() && (lower.contains("invalidcontenttype") || lower.contains("corrupt message")) {
+        "it does not speak TLS on that port (for a plain server use redis://)".into()
+    } else if is_readonly(error) {
+        "it is a replica now (a failover under way): calls move to the new primary as soon as it is named".into()
+    } else if lower.contains("db index") || lower.contains("database number") {
+        "the URL's database does not exist on that server (Redis has 16 by default: /0 to /15)".into()
+    } else if lower.contains("noauth") || lower.contains("wrongpass") || lower.contains("invalid password") {
+        "authentication failed: check the user and password in the URL".into()
+    } else if lower.contains("noperm") {
+        format!(
+            "the ACL user {} may not run a command or touch a key tollgate needs (see the README's ACL)",
+            settings.username.as_deref().unwrap_or("default")
+        )
+    } else if lower.contains("connection refused") {
+        "nothing listens at that address: is redis-server running there, on that port?".into()
+    } else if tls.is_none()
+        && (lower.contains("connection reset") || lower.contains("broken pipe") || lower.contains("end of file"))
+    {
+        "the connection was closed (if the server speaks TLS on that port, use rediss://)".into()
+    } else if lower.contains("timed out") || lower.contains("timeout") {
+        "no answer within --store-timeout: a wrong host, a firewall, or an overloaded Redis".into()
+    } else if lower.contains("lookup") || lower.contains("not known") || lower.contains("resolve") {
+        "the host name does not resolve".into()
+    } else {
+        return format!("{address}: {text}");
+    };
+    format!("{address}: {hint} ({text})")
+}

@@ -1,0 +1,174 @@
+//! A Redis Cluster with replicas (3 primaries + 3 replicas, `cluster-node-timeout` 1000 ms)
+//! changing its topology under load: a slot migrated key by key (`ASK`, `TRYAGAIN`, then `MOVED`)
+//! and a primary killed with SIGKILL (its replica promoted). The store runs behind the `closed`
+//! failure policy, so a call Redis did not decide is a denial and a silent fallback cannot pass;
+//! every limit but one is far above the load, so every denial is a fallback.
+//!
+//! Before: tollgate used the driver's cluster client, which after the failover answered every
+//! call for the killed primary's slots `Moved: SLOT ADDRESS` for as long as the process ran (the
+//! slots stayed on the failure policy for ever).
+//!
+//! The wall-clock bound here (recovery within 5 s of Redis's promotion) is generous: it catches
+//! a store that never follows, not a slow machine. The measured figures are printed.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tollgate_store::redis::hash_slot;
+use tollgate_store::testkit::load::{Call, Load, Outcome};
+use tollgate_store::testkit::redis_topology::{ClusterConfig, RedisCluster};
+use tollgate_store::{FailurePolicy, Fallback, Limit, RedisOptions, RedisStore, Store};
+
+const PREFIX: &str = "fo";
+
+async fn store(urls: &[String]) -> Arc<Fallback<RedisStore>> {
+    let options =
+        RedisOptions { prefix: PREFIX.into(), timeout: Duration::from_millis(100), ..RedisOptions::default() };
+    let redis = RedisStore::open_cluster(urls, options).await.unwrap();
+    Arc::new(Fallback::new(redis, FailurePolicy::Closed))
+}
+
+/// A limit the load never reaches: every denial is the failure policy's.
+fn roomy() -> Limit {
+    Limit::per_second(1_000_000).build().unwrap()
+}
+
+/// The last call for one of `keys` that Redis did not decide, if any.
+fn last_failure(calls: &[Call], keys: &[usize]) -> Option<Duration> {
+    calls.iter().filter(|c| keys.contains(&c.key) && c.outcome != Outcome::Allowed).map(|c| c.at).max()
+}
+
+/// Runs `f` on a blocking thread (the cluster helpers run redis-cli and sleep).
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(f).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_is_followed_through_a_live_reshard_and_a_primary_failover() {
+    let config = ClusterConfig { replicas: 1, node_timeout_ms: 1000, ..ClusterConfig::default() };
+    let cluster = Arc::new(std::sync::Mutex::new(blocking(move || RedisCluster::start_with(config)).await));
+    {
+        // tollgate's slot of a key is Redis's (hash tags, empty tags, any bytes).
+        let c = cluster.lock().unwrap();
+        for key in ["k1", "{user42}:day", "a{}b", "{}x", "x{y", "}{z}", "{{w}}", "\u{e9}t\u{e9}", "tollgate:gcra:{k}"] {
+            assert_eq!(hash_slot(key.as_bytes()), c.slot_of(key.as_bytes()), "{key:?}");
+        }
+    }
+    let urls = cluster.lock().unwrap().urls();
+    let store = store(&urls).await;
+
+    // --- A live reshard: one slot's keys moved one by one while they are decided. ----------
+    let (slot, from, to) = {
+        let c = cluster.lock().unwrap();
+        let slot = c.slot_of(b"mig");
+        let from = c.primary_of(slot).unwrap();
+        let to =
+            (0..c.nodes().len()).find(|&i| i != from && c.nodes()[i].cli(&["ROLE"]).starts_with("master")).unwrap();
+        (slot, from, to)
+    };
+    let tagged: Vec<Vec<u8>> = (0..8).map(|i| format!("{{mig}}:{i}").into_bytes()).collect();
+    let load = Load::start(store.clone(), tagged.clone(), &roomy(), Duration::from_millis(2));
+    // One key under a real limit, hammered across the migration: exactly its burst admitted.
+    let exact = Limit::per_hour(60).burst(40).build().unwrap();
+    let hammer = {
+        let store = store.clone();
+        let exact = exact.clone();
+        tokio::spawn(async move {
+            let mut admitted = 0;
+            for _ in 0..400 {
+                if store.check(b"{mig}:exact", &exact, 1).await.unwrap().allowed {
+                    admitted += 1;
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            admitted
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let c = cluster.clone();
+    blocking(move || c.lock().unwrap().migrate_slot(slot, to, 1, Duration::from_millis(40))).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let calls = load.stop().await;
+    let admitted = hammer.await.unwrap();
+    let failed: Vec<&Call> = calls.iter().filter(|c| c.outcome != Outcome::Allowed).collect();
+    println!(
+        "reshard: slot {slot} from node {from} to node {to}; {} calls, {} not decided by Redis",
+        calls.len(),
+        failed.len()
+    );
+    assert!(failed.is_empty(), "calls fell back during a live reshard: {:?}", &failed[..failed.len().min(5)]);
+    assert_eq!(admitted, 40, "a key hammered across its slot's migration admits exactly its burst");
+    {
+        let c = cluster.lock().unwrap();
+        assert_eq!(c.primary_of(slot), Some(to));
+        let exists = c.nodes()[to].cli(&["EXISTS", &format!("{PREFIX}:gcra:t:{{mig}}:exact")]);
+        assert_eq!(exists.trim(), "1", "the key lives on its new primary");
+    }
+
+    // --- A primary killed with SIGKILL: its replica promoted, tollgate follows. --------------
+    let keys: Vec<Vec<u8>> = (0..24).map(|i| format!("k{i}").into_bytes()).collect();
+    let (victim, victim_keys, others) = {
+        let c = cluster.lock().unwrap();
+        let owner = |k: &[u8]| c.primary_of(c.slot_of(k)).unwrap();
+        let victim = owner(&keys[0]);
+        let (mine, others): (Vec<usize>, Vec<usize>) = (0..keys.len()).partition(|&i| owner(&keys[i]) == victim);
+        (victim, mine, others)
+    };
+    let load = Load::start(store.clone(), keys.clone(), &roomy(), Duration::from_millis(5));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let killed_at = load.elapsed();
+    let c = cluster.clone();
+    let victim_slot = {
+        let g = c.lock().unwrap();
+        g.slot_of(&keys[victim_keys[0]])
+    };
+    let promoted = blocking(move || {
+        let mut guard = c.lock().unwrap();
+        guard.nodes_mut()[victim].kill();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Some(p) = guard.primary_of(victim_slot).filter(|&p| p != victim) {
+                return (Instant::now(), p);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "Redis did not promote a replica within 30 s: {}\n{}",
+                guard.nodes().iter().find(|n| n.pid().is_some()).unwrap().cli(&["CLUSTER", "NODES"]),
+                guard.nodes().iter().map(|n| n.log()).collect::<Vec<_>>().join("\n-----\n")
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    })
+    .await;
+    let promoted_at = load.elapsed() - promoted.0.elapsed();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let end = load.elapsed();
+    let calls = load.stop().await;
+
+    let recovered = last_failure(&calls, &victim_keys).unwrap_or(killed_at);
+    println!(
+        "failover: node {victim} killed at {killed_at:?}, replica {} promoted by Redis at {promoted_at:?}; the killed \
+         primary's keys last fell back at {recovered:?}: {:?} after the promotion ({} calls to {end:?})",
+        promoted.1,
+        recovered.saturating_sub(promoted_at),
+        calls.len()
+    );
+    assert!(
+        recovered < promoted_at + Duration::from_secs(5),
+        "the promoted replica's keys still fell back {:?} after Redis promoted it",
+        recovered.saturating_sub(promoted_at)
+    );
+    let tail: Vec<&Call> =
+        calls.iter().filter(|c| c.at > promoted_at + Duration::from_secs(2) && c.outcome != Outcome::Allowed).collect();
+    assert!(tail.is_empty(), "calls not decided by Redis 2 s after the promotion: {:?}", &tail[..tail.len().min(5)]);
+    let healthy_after = last_failure(&calls, &others);
+    println!("the healthy primaries' keys last fell back at {healthy_after:?} (one breaker for the cluster)");
+    // A key of the failed-over slots under a long limit: its state is written on the promoted
+    // replica (not on a node that forwards it, nor in the failure policy's memory).
+    let key = &keys[victim_keys[0]];
+    let long = Limit::per_hour(10).build().unwrap();
+    assert!(store.check(key, &long, 1).await.unwrap().allowed);
+    let c = cluster.lock().unwrap();
+    let state_key = format!("{PREFIX}:gcra:{{{}}}", String::from_utf8_lossy(key));
+    assert_eq!(c.nodes()[promoted.1].cli(&["EXISTS", &state_key]).trim(), "1", "the key lives on the promoted replica");
+}
