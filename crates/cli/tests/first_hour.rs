@@ -45,6 +45,23 @@ fn out_of_range_flags_are_refused_with_the_flag_and_the_range() {
         (&["--breaker-threshold", "5"], "--breaker-threshold applies to a Redis store only"),
         (&["--grpc-store-timeout", "5ms"], "--grpc-store-timeout applies to a Redis store only"),
         (&["--store", "redis://127.0.0.1:1", "--max-keys", "5"], "--max-keys and --max-memory bound the memory store"),
+        (&["--store-tls-ca", "ca.pem"], "--store-tls-ca applies to a Redis store only"),
+        (
+            &["--store", "redis://127.0.0.1:1", "--store-tls-ca", "ca.pem"],
+            "--store-tls-ca applies to TLS only: use a rediss://",
+        ),
+        (
+            &["--store", "rediss://127.0.0.1:1", "--store-tls-cert", "c.pem"],
+            "--store-tls-cert and --store-tls-key go together",
+        ),
+        (
+            &["--store", "rediss://127.0.0.1:1", "--store-tls-ca", "/nonexistent/ca.pem"],
+            "cannot read /nonexistent/ca.pem",
+        ),
+        (
+            &["--store", "redis://127.0.0.1:1", "--store-sentinel-password", "x"],
+            "--store-sentinel-password applies to redis+sentinel:// only",
+        ),
     ] {
         let stderr = refused(args);
         assert!(stderr.contains(wanted), "{args:?}: {stderr}");
@@ -55,10 +72,11 @@ fn out_of_range_flags_are_refused_with_the_flag_and_the_range() {
 fn bad_store_urls_fail_before_any_listener_in_tollgates_words() {
     for (url, wanted) in [
         ("redis://", "no host"),
-        ("rediss://cache:6379", "TLS (rediss://) is not built into tollgate"),
+        ("rediss://cache:6379#insecure", "the server's certificate is always verified"),
         ("redis://cache:6379/one", "the database \"one\" is not a number"),
         ("redis://:hunter2@cache:70000", "port \"70000\""),
-        ("redis+cluster://", "no node"),
+        ("redis+cluster://", "no host"),
+        ("redis+sentinel://:hunter2@s1:26379,s2", "no master name"),
         ("mongodb://db", "unknown store"),
     ] {
         let stderr = refused(&["--store", url]);
@@ -67,6 +85,57 @@ fn bad_store_urls_fail_before_any_listener_in_tollgates_words() {
         let own = stderr.split("<STORE>'").nth(1).unwrap_or(&stderr);
         assert!(!own.contains("hunter2") && !stderr.contains("InvalidClientConfig"), "{url}: {stderr}");
     }
+}
+
+#[test]
+fn proxy_takes_the_same_store_flags() {
+    let output = tollgate(&[
+        "proxy",
+        "--listen",
+        "127.0.0.1:0",
+        "--admin",
+        "127.0.0.1:0",
+        "--upstream",
+        "http://127.0.0.1:1",
+        "--rules",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/tollgate.toml"),
+        "--store",
+        "redis://127.0.0.1:1",
+        "--store-tls-ca",
+        "ca.pem",
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success() && stderr.contains("--store-tls-ca applies to TLS only"), "{stderr}");
+}
+
+/// A Redis whose TLS certificate does not verify: said at start-up and by `/healthz`, naming the
+/// server and the CA tollgate checked it against.
+#[test]
+fn a_certificate_that_does_not_verify_is_named_with_its_ca() {
+    use tollgate_store::testkit::redis_server::{RedisServer, ServerConfig, ServerTls};
+    use tollgate_store::testkit::tls::TestCertificates;
+    let dir = std::env::temp_dir().join(format!("tollgate-first-hour-tls-{}", std::process::id()));
+    let certificates = TestCertificates::create(&dir);
+    let tls = Some(ServerTls { certificates: certificates.clone(), auth_clients: false });
+    let redis = RedisServer::start_with(ServerConfig { tls, ..ServerConfig::default() });
+    let url = format!("rediss://localhost:{}", redis.port());
+    let other = certificates.other_ca.display().to_string();
+    let serve = Running::start(&["--store", &url, "--store-tls-ca", &other, "--on-store-error", "closed"]);
+    let wanted = format!("not signed by a CA tollgate trusts (the CA in {other})");
+    let warning = serve.log.iter().find(|l| l.contains("does not answer")).cloned().unwrap_or_default();
+    assert!(warning.contains(&wanted) && warning.contains(&format!("localhost:{}", redis.port())), "{warning}");
+    let health = serve.get("/healthz");
+    assert!(health.contains(r#""state":"down""#) && health.contains(&wanted), "{health}");
+    drop(serve);
+
+    let ca = certificates.ca.display().to_string();
+    let serve = Running::start(&["--store", &url, "--store-tls-ca", &ca, "--on-store-error", "closed"]);
+    let health = serve.get("/healthz");
+    assert!(
+        health.contains(r#""status":"ok""#) && health.contains(&format!("rediss://localhost:{}", redis.port())),
+        "{health}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -60,7 +60,7 @@ pub use lease::{LeaseMode, LeaseOptions, LeaseStats, Leased, Lessor};
 struct ReadmeExamples;
 pub use memory::{MemoryStore, MemoryStoreBuilder};
 #[cfg(feature = "redis")]
-pub use redis::{RedisOptions, RedisStore, RedisTarget, TimeSource};
+pub use redis::{RedisOptions, RedisStore, RedisTarget, TimeSource, TlsConfig};
 pub use remote::{Charge, Remote, Reply};
 pub use store::{Check, Refund, Reserved, Store, all_allowed};
 pub use tollgate_core::{Algorithm, Clock, Decision, Limit, ManualClock, SystemClock};

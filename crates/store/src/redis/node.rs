@@ -153,6 +153,11 @@ impl Node {
         match tokio::time::timeout(Duration::from_secs(2), attempt).await {
             Ok(Ok(())) => None,
             Ok(Err(error)) => Some(self.explain(&error)),
+            Err(_) if self.settings.tls.is_some() => Some(format!(
+                "{}: no answer to the TLS handshake within 2 s: a plain (non-TLS) server on that port (use \
+                 redis://), a wrong host, or a firewall",
+                self.address
+            )),
             Err(_) => {
                 Some(format!("{}: no answer within 2 s: a wrong host, a firewall, or a frozen server", self.address))
             }
@@ -250,9 +255,13 @@ pub(super) fn explain(address: &Address, error: &RedisError, settings: &Settings
         "it is a replica now (a failover under way): calls move to the new primary as soon as it is named".into()
     } else if lower.contains("db index") || lower.contains("database number") {
         "the URL's database does not exist on that server (Redis has 16 by default: /0 to /15)".into()
-    } else if lower.contains("noauth") || lower.contains("wrongpass") || lower.contains("invalid password") {
+    } else if error.kind() == ErrorKind::AuthenticationFailed
+        || lower.contains("noauth")
+        || lower.contains("wrongpass")
+        || lower.contains("authentication failed")
+    {
         "authentication failed: check the user and password in the URL".into()
-    } else if lower.contains("noperm") {
+    } else if lower.contains("noperm") || lower.contains("can't run this command") {
         format!(
             "the ACL user {} may not run a command or touch a key tollgate needs (see the README's ACL)",
             settings.username.as_deref().unwrap_or("default")
@@ -263,6 +272,10 @@ pub(super) fn explain(address: &Address, error: &RedisError, settings: &Settings
         && (lower.contains("connection reset") || lower.contains("broken pipe") || lower.contains("end of file"))
     {
         "the connection was closed (if the server speaks TLS on that port, use rediss://)".into()
+    } else if tls.is_some() && (lower.contains("timed out") || lower.contains("timeout")) {
+        "no answer to the TLS handshake: a plain (non-TLS) server on that port (use redis://), a wrong host, or a \
+         firewall"
+            .into()
     } else if lower.contains("timed out") || lower.contains("timeout") {
         "no answer within --store-timeout: a wrong host, a firewall, or an overloaded Redis".into()
     } else if lower.contains("lookup") || lower.contains("not known") || lower.contains("resolve") {
