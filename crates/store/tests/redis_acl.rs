@@ -92,7 +92,7 @@ async fn the_readme_acl_is_enough_and_nothing_more_is_used() {
         let mut command = vec!["ACL", "SETUSER", "spare", "reset"];
         command.extend(rules);
         assert_eq!(server.cli(&command).trim(), "OK");
-        server.cli(&["ACL", "LOG", "RESET"]);
+        assert_eq!(server.cli(&["ACL", "LOG", "RESET"]).trim(), "OK");
         let url = format!("redis://spare:{PASSWORD}@127.0.0.1:{}", server.port());
         let store = RedisStore::open(&url, options()).unwrap();
         let s = server.clone();
