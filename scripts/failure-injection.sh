@@ -1,19 +1,27 @@
 #!/usr/bin/env bash
-# Failure injection: one primary of a 3-primary Redis Cluster killed (SIGKILL) under open-loop
-# load, and restarted, for every algorithm and every failure policy (--on-store-error).
+# Failure injection: a Redis primary killed (SIGKILL) under open-loop load, and restarted, for
+# every algorithm and every failure policy (--on-store-error), in one of three topologies
+# (--topology; scripts/failure-injection/topology.sh):
 #
-# The cluster: 3 redis-server primaries on free loopback ports, no replicas, AOF on (fsync every
-# second; SIGKILL loses nothing the kernel has), cluster-require-full-coverage no (the other
-# primaries keep serving their slots), --cluster-node-timeout 2000 ms. Per policy and algorithm: a
-# fresh `tollgate serve --store redis+cluster://...` (defaults: --store-timeout 50ms, breaker after
-# 3 failures, probe every 100 ms) and three `tollgate bench resp` processes, one per primary, each
-# at RATE/3 requests/s over KEYS/3 keys hash-tagged onto that primary's slots ("{tag}:N", stored
-# as tollgate:ALGORITHM:t:{tag}:N). At DURATION/3 the second primary is killed with SIGKILL; at
-# 2*DURATION/3 it is started again on its port with its nodes.conf and AOF: it rejoins owning the
-# same slots, with its data (less the keys whose TTL ran out meanwhile). Without replicas nothing
-# takes its slots over: its keys are unavailable for the whole outage, and again for 2 s after the
-# restart (a restarted primary answers CLUSTERDOWN until its rejoin delay, CLUSTER_WRITABLE_DELAY,
-# has passed).
+# cluster (default): 3 redis-server primaries on free loopback ports, no replicas, AOF on (fsync
+#   every second; SIGKILL loses nothing the kernel has), cluster-require-full-coverage no (the
+#   other primaries keep serving their slots), --cluster-node-timeout 2000 ms. Nothing takes the
+#   killed primary's slots over: its keys are unavailable for the whole outage, and again for 2 s
+#   after the restart (a restarted primary answers CLUSTERDOWN until its rejoin delay,
+#   CLUSTER_WRITABLE_DELAY, has passed). It restarts with its nodes.conf and AOF: it owns the same
+#   slots, with its data (less the keys whose TTL ran out meanwhile).
+# replicas: 3 primaries + 3 replicas, --cluster-node-timeout 1000 ms: the killed primary's replica
+#   is promoted by the cluster (about 2 s after the kill); the killed node restarts as its replica.
+# sentinel: a primary, a replica and 3 Sentinels (quorum 2, down-after-milliseconds 1000,
+#   failover-timeout 2000): the Sentinels promote the replica; the killed node restarts and they
+#   make it a replica. Every key lives on the one primary.
+#
+# Per policy and algorithm: a fresh `tollgate serve --store redis+cluster://...` (or
+# redis+sentinel://.../tollgate; defaults: --store-timeout 50ms, breaker after 3 failures, probe
+# every 100 ms) and three `tollgate bench resp` processes, one per key group, each at RATE/3
+# requests/s over KEYS/3 keys hash-tagged onto one primary's slots ("{tag}:N", stored as
+# tollgate:ALGORITHM:t:{tag}:N). At DURATION/3 the primary of the second group is killed with
+# SIGKILL; at 2*DURATION/3 it is started again on its port with its files.
 # Every limit is 10 per 1 s (burst 10 for the bucket family, 10 slices for the sub-window counter),
 # via TG.CHECK (CL.THROTTLE KEY 9 10 1 1 for gcra); by default every key is offered 50 requests/s,
 # 5 times its limit.
@@ -39,14 +47,19 @@
 #   killed keys  what the killed primary's keys were admitted, in % of their bound.
 #   over-grant killed/others  admitted - bound, or 0, for the killed primary's keys and for the
 #       keys of the two others (one figure per bench process, whose keys are alike).
-#   recovery s redis/fallbacks/rate  from the restarted primary answering PING: until it serves
-#       (its cluster_state:ok, polled every 50 ms); until serve's last fallback (the counter
-#       sampled every 100 ms) or the end of the last second with a bench error, if later; until
-#       the start of the first second from which the killed primary's keys are admitted, in every
-#       full second to the end, at least 90% of what they were in the median second before the
-#       kill. "never": not by the run's end.
+#   recovery s redis/fallbacks/rate  cluster: from the restarted primary answering PING, until it
+#       serves (its cluster_state:ok, polled every 50 ms). replicas, sentinel: from the kill until
+#       Redis promoted a replica (it serves the slots with cluster_state:ok everywhere, or the
+#       Sentinels name it and it says it is a primary; polled every 20 ms). Then, from that
+#       instant (PING, or the promotion): until serve's last fallback (the counter sampled every
+#       100 ms) or the end of the last second with a bench error, if later; until the start of
+#       the first second from which the killed primary's keys are admitted, in every full second
+#       to the end, at least 90% of what they were in the median second before the kill.
+#       "never": not by the run's end.
 #
-# The run fails (non-zero) if a request is lost, serve dies or the load generator fails, and with
+# The run fails (non-zero) if a request is lost, serve dies or the load generator fails, with
+# replicas or Sentinel if tollgate still falls back at the end of a run (it did not follow the
+# promotion), and with
 # --strict also if --on-store-error closed or local admits more than the bound (README, "Failure
 # behaviour": one node never admits more than the limit; without --strict such runs are listed
 # under the table). Every process it started is stopped on exit.
@@ -57,26 +70,29 @@
 # t_ns fallbacks backend_errors breaker_open breaker_opened store_errors allowed denied debts
 # charges_paid) and at the end, and the instants of the kill and the restart (events.txt).
 #
-#   bash scripts/failure-injection.sh [--short] [--out DIR] [--binary TOLLGATE]
-#        [--algorithms "gcra ..."] [--policies "open ..."] [--duration S] [--kill-at S]
-#        [--restart-at S] [--rate R] [--keys K] [--node-timeout MS] [--strict] [-- SERVE FLAGS...]
+#   bash scripts/failure-injection.sh [--topology cluster|replicas|sentinel] [--short] [--out DIR]
+#        [--binary TOLLGATE] [--algorithms "gcra ..."] [--policies "open ..."] [--duration S]
+#        [--kill-at S] [--restart-at S] [--rate R] [--keys K] [--node-timeout MS] [--strict]
+#        [-- SERVE FLAGS...]
 #   default: 7 algorithms x 3 policies, 30 s each (kill at 10 s, restart at 20 s), 1500
 #   requests/s over 30 keys: about 11 minutes. --short (CI): gcra and fixed-window x 3 policies,
-#   8 s each (kill at 2 s, restart at 4 s), --node-timeout 500: about 1 minute. --binary skips
-#   the release build. Needs redis-server and redis-cli (7.x), curl and awk.
+#   8 s each (kill at 2 s, restart at 4 s), --node-timeout 500 (with replicas or Sentinel: 10 s
+#   each, restart at 6 s, --node-timeout 1000): about 1 minute. --node-timeout is the cluster's
+#   cluster-node-timeout or the Sentinels' down-after-milliseconds. --binary skips the release
+#   build. Needs redis-server and redis-cli (7.x), curl and awk.
 set -euo pipefail
 CALLER=$PWD
 cd "$(dirname "$0")/.."
 HERE=scripts/failure-injection
 
-DURATION=30 RATE=1500 KEYS=30 NODE_TIMEOUT=2000 OUT='' KILL_AT='' RESTART_AT='' BIN='' STRICT=0
+DURATION=30 RATE=1500 KEYS=30 NODE_TIMEOUT='' OUT='' KILL_AT='' RESTART_AT='' BIN='' STRICT=0 TOPOLOGY=cluster
 EVERY_ALGORITHM="gcra token-bucket leaky-bucket fixed-window sliding-log sliding-window sub-window"
 ALGORITHMS=$EVERY_ALGORITHM
 POLICIES="open closed local"
 SERVE_FLAGS=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    --short) DURATION=8 KILL_AT=2 RESTART_AT=4 NODE_TIMEOUT=500 ALGORITHMS="gcra fixed-window"; shift ;;
+    --short) DURATION=8 KILL_AT=2 RESTART_AT=4 SHORT=1 ALGORITHMS="gcra fixed-window"; shift ;;
     --out) OUT=$2; shift 2 ;;
     --duration) DURATION=$2; shift 2 ;;
     --kill-at) KILL_AT=$2; shift 2 ;;
@@ -88,12 +104,20 @@ while [ $# -gt 0 ]; do
     --algorithms) ALGORITHMS=$2; shift 2 ;;
     --policies) POLICIES=$2; shift 2 ;;
     --node-timeout) NODE_TIMEOUT=$2; shift 2 ;;
+    --topology) TOPOLOGY=$2; shift 2 ;;
     --) shift; SERVE_FLAGS=("$@"); break ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 KILL_AT=${KILL_AT:-$((DURATION / 3))} RESTART_AT=${RESTART_AT:-$((2 * DURATION / 3))}
+# --short with replicas or Sentinel: 10 s runs, restart at 6 s (Redis's own failover takes 2-3 s).
+if [ "${SHORT:-0}" = 1 ] && [ "$TOPOLOGY" != cluster ]; then DURATION=10 RESTART_AT=6; fi
+case "$TOPOLOGY" in
+  cluster) NODE_TIMEOUT=${NODE_TIMEOUT:-$([ "${SHORT:-0}" = 1 ] && echo 500 || echo 2000)} ;;
+  replicas | sentinel) NODE_TIMEOUT=${NODE_TIMEOUT:-1000} ;;
+  *) echo "unknown topology $TOPOLOGY (cluster, replicas, sentinel)" >&2; exit 2 ;;
+esac
 # --out and --binary are relative to the caller's directory.
 case "$OUT" in "" | /*) ;; *) OUT="$CALLER/$OUT" ;; esac
 case "$BIN" in "" | /*) ;; *) BIN="$CALLER/$BIN" ;; esac
@@ -127,13 +151,13 @@ OUT=$(cd "$OUT" && pwd)
 
 # NODE_PIDS: the redis-server processes; NODE_JOBS: the subshells that wait for them (so that a
 # SIGKILL is no "Killed" job notice from this shell).
-NODE_PORTS=() NODE_PIDS=() NODE_JOBS=() SERVE_PID='' SAMPLER_PID='' BENCH_PIDS=()
+NODE_PORTS=() NODE_PIDS=() NODE_JOBS=() SENTINEL_PIDS=() SENTINEL_JOBS=() SERVE_PID='' SAMPLER_PID='' BENCH_PIDS=()
 cleanup() {
   local pid
-  for pid in "${BENCH_PIDS[@]}" $SAMPLER_PID $SERVE_PID "${NODE_PIDS[@]}"; do
+  for pid in "${BENCH_PIDS[@]}" $SAMPLER_PID $SERVE_PID "${NODE_PIDS[@]}" "${SENTINEL_PIDS[@]}"; do
     kill "$pid" 2>/dev/null || true
   done
-  for pid in "${BENCH_PIDS[@]}" $SAMPLER_PID $SERVE_PID "${NODE_JOBS[@]}"; do
+  for pid in "${BENCH_PIDS[@]}" $SAMPLER_PID $SERVE_PID "${NODE_JOBS[@]}" "${SENTINEL_JOBS[@]}"; do
     wait "$pid" 2>/dev/null || true
   done
   rm -rf "$WORK/redis" "$WORK/cluster-create.log"
@@ -151,72 +175,9 @@ sleep_until() {
 }
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
-# --- the cluster --------------------------------------------------------------------------------
-# A port for a node: it and its cluster bus port (+10000) free.
-node_port() {
-  local port
-  for port in $(seq 23100 23999); do
-    [[ " ${NODE_PORTS[*]} " == *" $port "* ]] && continue
-    if port_free "$port" && port_free $((port + 10000)); then echo "$port"; return; fi
-  done
-  fail "no free port pair in 23100-23999 / 33100-33999"
-}
-start_node() {
-  local i=$1 dir="$WORK/redis/node$1"
-  mkdir -p "$dir"
-  rm -f "$dir/redis.pid"
-  (
-    redis-server --port "${NODE_PORTS[$i]}" --bind 127.0.0.1 --dir "$dir" --save "" \
-      --appendonly yes --appendfsync everysec \
-      --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout "$NODE_TIMEOUT" \
-      --cluster-require-full-coverage no --logfile "$dir/redis.log" --pidfile "$dir/redis.pid" --daemonize no
-    true
-  ) 2>/dev/null &
-  NODE_JOBS[i]=$!
-  for _ in $(seq 200); do [ -s "$dir/redis.pid" ] && break; sleep 0.01; done
-  [ -s "$dir/redis.pid" ] || fail "redis-server on port ${NODE_PORTS[$i]} did not start ($dir/redis.log)"
-  NODE_PIDS[i]=$(cat "$dir/redis.pid")
-}
-answers_ping() { [ "$(redis-cli -p "$1" ping 2>/dev/null)" = PONG ]; }
-# Every node says cluster_state:ok and none flags another as failing.
-cluster_ok() {
-  local port
-  for port in "${NODE_PORTS[@]}"; do
-    redis-cli -p "$port" cluster info 2>/dev/null | grep -q 'cluster_state:ok' || return 1
-    ! redis-cli -p "$port" cluster nodes 2>/dev/null | grep -q fail || return 1
-  done
-}
-wait_cluster_ok() {
-  local deadline=$(( $(now_ns) + 60000000000 ))
-  until cluster_ok; do
-    [ "$(now_ns)" -lt "$deadline" ] || fail "the cluster did not reach cluster_state:ok within 60 s (logs in $WORK/redis)"
-    sleep 0.1
-  done
-}
-for i in 0 1 2; do NODE_PORTS[i]=$(node_port); start_node "$i"; done
-for i in 0 1 2; do
-  for _ in $(seq 100); do answers_ping "${NODE_PORTS[$i]}" && break; sleep 0.1; done
-  answers_ping "${NODE_PORTS[$i]}" || fail "redis-server on port ${NODE_PORTS[$i]} did not start ($WORK/redis/node$i/redis.log)"
-done
-redis-cli --cluster create "${NODE_PORTS[@]/#/127.0.0.1:}" --cluster-replicas 0 --cluster-yes >"$WORK/cluster-create.log" 2>&1 \
-  || fail "redis-cli --cluster create failed: $(cat "$WORK/cluster-create.log")"
-wait_cluster_ok
-STORE="redis+cluster://$(IFS=,; echo "${NODE_PORTS[*]/#/127.0.0.1:}")"
-VICTIM=1
-# The slot ranges each node owns ("0-5460 ..."), from its own line of CLUSTER NODES.
-slots_of() { redis-cli -p "$1" cluster nodes | awk '/myself/ { for (i = 9; i <= NF; i++) printf "%s ", $i }'; }
-SLOTS=()
-for i in 0 1 2; do SLOTS[i]=$(slots_of "${NODE_PORTS[$i]}"); done
-# A hash tag starting with $2 whose slot node $1 owns: keys "{tag}:N" all live on that node.
-tag_on() {
-  local node=$1 base=$2
-  local candidates
-  candidates=$(for n in $(seq 0 99); do echo "cluster keyslot $base$n"; done | redis-cli -p "${NODE_PORTS[0]}")
-  echo "$candidates" | awk -v base="$base" -v ranges="${SLOTS[$node]}" '
-    BEGIN { n = split(ranges, r, " ") }
-    { for (i = 1; i <= n; i++) { split(r[i], ab, "-"); if (ab[2] == "") ab[2] = ab[1]
-        if ($1 >= ab[1] + 0 && $1 <= ab[2] + 0) { print base (NR - 1); exit } } }'
-}
+# --- the topology -------------------------------------------------------------------------------
+source "$HERE/topology.sh"
+setup_topology
 
 # --- one run ------------------------------------------------------------------------------------
 # The command selecting the algorithm; every limit is 10 per 1000 ms.
@@ -296,12 +257,15 @@ run() {
   RUN=$((RUN + 1))
   local dir="$OUT/$policy-$algorithm"
   mkdir -p "$dir"
-  wait_cluster_ok
+  wait_topology_ok
+  read_primaries
+  # Key group 1's primary is killed (every group's, with Sentinel: there is one primary).
+  VICTIM=${PRIMARIES[1]} VICTIM_SLOTS=${SLOTS[1]:-}
   local cmd groups=(0 1 2) tags=() i
   cmd=$(command_for "$algorithm")
   for i in "${groups[@]}"; do
     tags[i]=$(tag_on "$i" "r${RUN}n${i}x")
-    [ -n "${tags[$i]}" ] || fail "no hash tag found for node $i"
+    [ -n "${tags[$i]}" ] || fail "no hash tag found for key group $i"
   done
   start_serve "$policy" "$dir/serve.log"
   # serve's connections to every primary made before the load (a peek: no state, nothing consumed).
@@ -312,7 +276,7 @@ run() {
   : >"$dir/metrics.tsv"
   sampler "http://$HTTP_ADDR/metrics" "$dir/metrics.tsv" &
   SAMPLER_PID=$!
-  local d_ns=$((DURATION * 1000000000)) t0 t_kill t_restart t_ping='' t_ready='' t_end
+  local d_ns=$((DURATION * 1000000000)) t0 t_kill t_restart t_ping='' t_ready='' t_promoted=''
   local per_rate=$((RATE / 3)) per_keys=$((KEYS / 3))
   t0=$(now_ns)
   BENCH_PIDS=()
@@ -327,14 +291,29 @@ run() {
   t_kill=$(now_ns)
   wait "${NODE_JOBS[$VICTIM]}" || true
   serve_alive "$dir/serve.log"
+  if [ "$TOPOLOGY" != cluster ]; then
+    # Redis's own failover: until a replica serves the killed primary's keys.
+    while [ "$(now_ns)" -lt $((t0 + RESTART_AT * 1000000000)) ]; do
+      if promoted "$VICTIM"; then t_promoted=$(now_ns); break; fi
+      serve_alive "$dir/serve.log"
+      sleep 0.02
+    done
+    [ -n "$t_promoted" ] || fail "Redis did not promote a replica of the killed primary by ${RESTART_AT}s (logs in $WORK/redis)"
+  fi
   sleep_until $((t0 + RESTART_AT * 1000000000))
   serve_alive "$dir/serve.log"
   start_node "$VICTIM"
   t_restart=$(now_ns)
   local victim_port=${NODE_PORTS[$VICTIM]}
+  local t_end=''
   while [ "$(now_ns)" -lt $((t0 + d_ns + 5000000000)) ]; do
+    # The load's end, if it ends while this waits for the restarted node.
+    if [ -z "$t_end" ] && ! kill -0 "${BENCH_PIDS[@]}" 2>/dev/null; then t_end=$(now_ns); fi
     if [ -z "$t_ping" ] && answers_ping "$victim_port"; then t_ping=$(now_ns); fi
-    if [ -n "$t_ping" ] && redis-cli -p "$victim_port" cluster info 2>/dev/null | grep -q 'cluster_state:ok'; then
+    # Without replicas it serves its slots again; with them it rejoins as a replica, in sync.
+    if [ -n "$t_ping" ] && if [ "$TOPOLOGY" = cluster ]; then
+      redis-cli -p "$victim_port" cluster info 2>/dev/null | grep -q 'cluster_state:ok'
+    else topology_ok; fi; then
       t_ready=$(now_ns); break
     fi
     serve_alive "$dir/serve.log"
@@ -344,15 +323,19 @@ run() {
   for i in "${groups[@]}"; do
     wait "${BENCH_PIDS[$i]}" || fail "tollgate bench failed ($dir/node$i.bench.log): $(tail -5 "$dir/node$i.bench.log")"
   done
-  t_end=$(now_ns)
+  t_end=${t_end:-$(now_ns)}
   BENCH_PIDS=()
   sleep 0.3 # one more sample after the last reply
   kill "$SAMPLER_PID"; wait "$SAMPLER_PID" 2>/dev/null || true; SAMPLER_PID=''
   serve_alive "$dir/serve.log"
   curl -s --max-time 5 "http://$HTTP_ADDR/metrics" >"$dir/metrics-final.txt" || fail "serve's /metrics did not answer"
   stop_serve
-  printf 't0_ns %s\nkill_ns %s\nrestart_ns %s\nping_ns %s\nready_ns %s\nend_ns %s\nkilled_node %s\ntags %s\ncommand %s\n' \
-    "$t0" "$t_kill" "$t_restart" "$t_ping" "${t_ready:-}" "$t_end" "$VICTIM" "${tags[*]}" "$cmd" >"$dir/events.txt"
+  printf 't0_ns %s\nkill_ns %s\npromoted_ns %s\nrestart_ns %s\nping_ns %s\nready_ns %s\nend_ns %s\nkilled_node %s\ntags %s\ncommand %s\n' \
+    "$t0" "$t_kill" "$t_promoted" "$t_restart" "$t_ping" "${t_ready:-}" "$t_end" "$VICTIM" "${tags[*]}" "$cmd" >"$dir/events.txt"
+  # Without replicas, the killed primary's keys are back when it is; with them, once Redis
+  # promoted a replica (what it restarts as no longer matters to them).
+  local t_back=$t_restart
+  [ "$TOPOLOGY" = cluster ] || t_back=$t_promoted
 
   # Totals, and the checks that nothing was lost.
   local sent=0 answered=0 errors=0 admitted=0 over_killed=0 over_others=0 bound=0 killed_admitted=0 killed_bound=0
@@ -368,8 +351,8 @@ run() {
     local group_bound=$((per_key * per_keys)) over=$((al - per_key * per_keys))
     [ "$over" -gt 0 ] || over=0
     bound=$((bound + group_bound))
-    if [ "$i" -eq "$VICTIM" ]; then
-      over_killed=$over killed_admitted=$al killed_bound=$group_bound
+    if [ "$TOPOLOGY" = sentinel ] || [ "$i" -eq 1 ]; then
+      over_killed=$((over_killed + over)) killed_admitted=$((killed_admitted + al)) killed_bound=$((killed_bound + group_bound))
     else
       over_others=$((over_others + over))
     fi
@@ -388,7 +371,7 @@ run() {
   # p99 per phase: seconds (s-1, s] after bench's start; worst second, worst group. The first
   # second (bench making its connections) is left out.
   local phases
-  phases=$(awk -F, -v k="$(( (t_kill - t0) / 1000000 ))" -v r="$(( (t_restart - t0) / 1000000 ))" '
+  phases=$(awk -F, -v k="$(( (t_kill - t0) / 1000000 ))" -v r="$(( (t_back - t0) / 1000000 ))" '
     FNR == 1 || $1 == 1 { next }
     { s = $1 * 1000; p = $8 + 0
       if (s <= k) { if (p > b) b = p } else if (s - 1000 >= r) { if (p > a) a = p } else if (p > d) d = p }
@@ -396,12 +379,15 @@ run() {
   local p_before p_during p_after
   read -r p_before p_during p_after <<<"$phases"
 
-  # Recovery, from the restarted primary answering PING: Redis ready (its cluster_state:ok); the
-  # last sample that saw a new fallback, or the end of the last second with a bench error; the
-  # first second from which the killed primary's keys are admitted, in every full second to the
-  # end, at least 90% of what they were in the median second before the kill.
+  # Recovery, from the restarted primary answering PING (with replicas or Sentinel: from Redis's
+  # promotion of a replica): Redis ready (its cluster_state:ok; with replicas or Sentinel: the
+  # time Redis took to promote, from the kill); the last sample that saw a new fallback, or the
+  # end of the last second with a bench error; the first second from which the killed primary's
+  # keys are admitted, in every full second to the end, at least 90% of what they were in the
+  # median second before the kill.
   local base=$t_ping ready_ms=never fallbacks_ms rate_ms
   [ -n "$t_ready" ] && ready_ms=$(( (t_ready - t_ping) / 1000000 ))
+  if [ "$TOPOLOGY" != cluster ]; then base=$t_promoted ready_ms=$(( (t_promoted - t_kill) / 1000000 )); fi
   fallbacks_ms=$(awk -v from="$base" '
     { if (seen && $2 > prev && $1 > from) last = $1; prev = $2; seen = 1; final = $1 }
     END { if (last != "" && last == final) print "never"; else printf "%.0f\n", last == "" ? from : last }' "$dir/metrics.tsv")
@@ -422,11 +408,14 @@ run() {
       good = ""
       for (i = 1; i <= m; i++) if (after[i] >= 0.9 * usual) { if (good == "") good = second[i] } else good = ""
       if (good == "") print "never"; else { ms = (good - 1) * 1000 - from; print (ms < 0 ? 0 : ms) }
-    }' "$dir/node$VICTIM.csv")
+    }' "$dir/node1.csv")
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$policy" "$algorithm" "$sent" "$answered" \
     "$errors" "$fallbacks" "$opened" "$p_before" "$p_during" "$p_after" "$admitted" "$bound" "$over_killed" "$over_others" \
     "$ready_ms" "$fallbacks_ms" "$rate_ms" "$killed_admitted" "$killed_bound" >>"$RESULTS"
   awk -F'\t' -f "$HERE/table.awk" <(head -1 "$RESULTS"; tail -1 "$RESULTS") | tail -1
+  # With replicas or Sentinel, tollgate must follow Redis's promotion, whatever the policy.
+  [ "$TOPOLOGY" = cluster ] || [ "$fallbacks_ms" != never ] \
+    || fail "tollgate still fell back at the end of the run, $(( (t_end - t_promoted) / 1000000 )) ms after Redis promoted a replica ($dir)"
   if [ "$policy" != open ] && [ $((over_killed + over_others)) -gt 0 ]; then
     local note="--on-store-error $policy, $algorithm: $over_killed admitted over the bound on the killed primary's keys, $over_others on the others ($dir)"
     echo "$note" >>"$OUT/over-bound.txt"
@@ -435,9 +424,19 @@ run() {
 }
 
 START=$(date +%s)
-echo "cluster: $STORE, 3 primaries, no replicas; primary ${NODE_PORTS[$VICTIM]} is killed (SIGKILL) at ${KILL_AT}s and"
-echo "  restarted at ${RESTART_AT}s of each run: its slots (a third of the keys) are unavailable from the kill until it serves"
-echo "  again, 2 s after its restart; the other primaries' keys stay available"
+case "$TOPOLOGY" in
+  cluster)
+    echo "cluster: $STORE, 3 primaries, no replicas; in each run a primary is killed (SIGKILL) at ${KILL_AT}s and"
+    echo "  restarted at ${RESTART_AT}s: its slots (a third of the keys) are unavailable from the kill until it serves"
+    echo "  again, 2 s after its restart; the other primaries' keys stay available" ;;
+  replicas)
+    echo "cluster: $STORE, 3 primaries + 3 replicas, cluster-node-timeout ${NODE_TIMEOUT} ms; in each run a primary is"
+    echo "  killed (SIGKILL) at ${KILL_AT}s: Redis promotes its replica; it is restarted at ${RESTART_AT}s and rejoins as a replica" ;;
+  sentinel)
+    echo "sentinel: $STORE, a primary, a replica and 3 Sentinels (down-after ${NODE_TIMEOUT} ms); in each run the primary"
+    echo "  is killed (SIGKILL) at ${KILL_AT}s: the Sentinels promote the replica; it is restarted at ${RESTART_AT}s as a replica;"
+    echo "  every key lives on the one primary (\"killed keys\" are all of them)" ;;
+esac
 echo "load: per run, $RATE requests/s (open loop) over $KEYS keys for ${DURATION}s, $((RATE / KEYS)) requests/s per key, whose limit is 10/s;"
 echo "  output in $OUT"
 awk -F'\t' -f "$HERE/table.awk" "$RESULTS" | head -2

@@ -60,3 +60,9 @@ cargo test --workspace --locked
 # (scripts/failure-injection.sh without --short is the full run in the README).
 step "failure injection (short)"
 bash scripts/failure-injection.sh --short --binary "$target_dir/debug/tollgate"
+# The same with replicas, then with Sentinel: a primary killed, Redis promoting its replica, and
+# tollgate following the promotion (the run fails if it still falls back at its end).
+step "failure injection (short, a cluster with replicas)"
+bash scripts/failure-injection.sh --short --topology replicas --policies closed --binary "$target_dir/debug/tollgate"
+step "failure injection (short, Sentinel)"
+bash scripts/failure-injection.sh --short --topology sentinel --policies closed --binary "$target_dir/debug/tollgate"
