@@ -183,6 +183,11 @@ impl Cluster {
 
     /// Refreshes the map in the background (unless one ran within [`REFRESH_EVERY`]).
     pub(super) fn refresh_soon(self: &Arc<Self>) {
+        // Cheap to call on every failure: no task while a refresh runs or one ended just now.
+        match self.refreshing.try_lock() {
+            Ok(last) if last.is_none_or(|at| at.elapsed() >= REFRESH_EVERY) => {}
+            _ => return,
+        }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
         let cluster = Arc::clone(self);
         runtime.spawn(async move {

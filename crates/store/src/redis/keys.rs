@@ -72,13 +72,29 @@ pub fn slot(key: &[u8]) -> u16 {
         .unwrap_or(key);
     let mut crc: u16 = 0;
     for &byte in hashed {
-        crc ^= u16::from(byte) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
-        }
+        crc = (crc << 8) ^ CRC16[usize::from(((crc >> 8) ^ u16::from(byte)) & 0xff)];
     }
     crc % 16_384
 }
+
+/// CRC16/XMODEM (polynomial 0x1021) of every byte, computed at compile time (where `From` cannot
+/// be called: the casts below are of values below 256).
+#[allow(clippy::cast_possible_truncation)]
+const CRC16: [u16; 256] = {
+    let mut table = [0u16; 256];
+    let mut byte = 0;
+    while byte < 256 {
+        let mut crc = (byte as u16) << 8;
+        let mut bit = 0;
+        while bit < 8 {
+            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+            bit += 1;
+        }
+        table[byte] = crc;
+        byte += 1;
+    }
+    table
+};
 
 /// Whether Redis Cluster would hash `key` by a `{tag}` inside it (a non-empty one, first `{`
 /// to the first `}` after it).

@@ -110,10 +110,12 @@ impl Node {
     /// The server at `address`; returns at once (the connection is made on first use).
     pub(super) fn open(address: Address, settings: Arc<Settings>) -> Result<Arc<Node>, RedisError> {
         let client = settings.client(&address)?;
+        // One connection attempt per call that finds the connection broken: a server that is
+        // down fails its calls at once (the failure policy answers), rather than after retries.
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(settings.timeout))
             .set_response_timeout(Some(settings.timeout))
-            .set_number_of_retries(1)
+            .set_number_of_retries(0)
             .set_min_delay(Duration::from_millis(10))
             .set_max_delay(Duration::from_millis(100));
         let connection = ConnectionManager::new_lazy_with_config(client, config)?;
