@@ -37,6 +37,9 @@ pub(super) const REFRESH_EVERY: Duration = Duration::from_millis(100);
 /// Redirects and retries one call may follow before it fails.
 const MAX_ATTEMPTS: usize = 5;
 
+/// Of those, tries after `TRYAGAIN`, `CLUSTERDOWN` or `READONLY` (the topology settling).
+const MAX_SETTLES: usize = 2;
+
 /// Slot → primary.
 #[derive(Clone)]
 struct SlotMap {
@@ -132,6 +135,7 @@ impl Cluster {
     ) -> Result<Value, (RedisError, Option<Arc<Node>>)> {
         let mut redirect: Option<(Arc<Node>, bool)> = None;
         let mut last = None;
+        let mut settles = 0;
         for _ in 0..MAX_ATTEMPTS {
             let (node, asking) = match redirect.take() {
                 Some(target) => target,
@@ -158,8 +162,11 @@ impl Cluster {
                     redirect = Some((target, false));
                 }
                 Some(Redirect::Ask(_, address)) => redirect = Some((self.node(&address).map_err(|e| (e, None))?, true)),
-                None if node::is_cluster_down(&error) || node::is_readonly(&error) => {
-                    // Nothing ran: wait for the topology to settle a little, and try again.
+                None if (node::is_cluster_down(&error) || node::is_readonly(&error)) && settles < MAX_SETTLES => {
+                    // Nothing ran: wait for the topology to settle a little, and try again (a
+                    // migration's TRYAGAIN passes in milliseconds; a node that stays CLUSTERDOWN
+                    // is failed after two tries, not held for the call's whole timeout).
+                    settles += 1;
                     tokio::time::sleep(Duration::from_millis(5)).await;
                     let _ = self.refresh(false).await;
                 }
