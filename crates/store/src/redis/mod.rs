@@ -117,9 +117,27 @@ impl RedisStore {
     /// A store on the Redis Cluster reachable through any of `nodes` (`redis://host:port`).
     /// Returns at once, as [`open`](Self::open): the slot map is read on first use, again while
     /// no node answers, so a store can be created while the cluster is down.
+    /// Each node's URL may carry the credentials; they must be the same on every node.
     pub async fn open_cluster(nodes: &[String], options: RedisOptions) -> Result<Self, StoreError> {
-        let joined: Vec<&str> = nodes.iter().map(|n| n.trim_start_matches("redis://")).collect();
-        RedisStore::open(&format!("redis+cluster://{}", joined.join(",")), options)
+        let targets = nodes.iter().map(|n| RedisTarget::parse(n)).collect::<Result<Vec<_>, _>>();
+        let targets = targets.map_err(StoreError::Unsupported)?;
+        let Some(first) = targets.first() else {
+            return Err(StoreError::Unsupported("a cluster needs at least one node".into()));
+        };
+        let mut seeds = Vec::new();
+        for target in &targets {
+            let Topology::Server(address) = &target.topology else {
+                return Err(StoreError::Unsupported(format!("{}: a node is one server's URL", target.redacted())));
+            };
+            if (&target.username, &target.password, target.tls.is_some())
+                != (&first.username, &first.password, first.tls.is_some())
+            {
+                return Err(StoreError::Unsupported("the nodes of one cluster share their credentials and TLS".into()));
+            }
+            seeds.push(address.clone());
+        }
+        let target = RedisTarget { topology: Topology::Cluster(seeds), db: 0, ..first.clone() };
+        RedisStore::connect(&target, options)
     }
 
     /// A store on `target`. Returns at once, as [`open`](Self::open).

@@ -224,6 +224,11 @@ pub(super) fn explain(address: &Address, error: &RedisError, settings: &Settings
     let text = error.to_string();
     let lower = text.to_ascii_lowercase();
     let tls = settings.tls.as_ref();
+    let closed = lower.contains("connection reset")
+        || lower.contains("broken pipe")
+        || lower.contains("end of file")
+        || lower.contains("connection closed")
+        || lower.contains("connection dropped");
     let hint = if let Some(tls) = tls.filter(|_| lower.contains("unknownissuer") || lower.contains("unknown issuer")) {
         format!(
             "its TLS certificate is not signed by a CA tollgate trusts ({}): give the CA that signed it with \
@@ -270,10 +275,20 @@ pub(super) fn explain(address: &Address, error: &RedisError, settings: &Settings
         )
     } else if lower.contains("connection refused") {
         "nothing listens at that address: is redis-server running there, on that port?".into()
-    } else if tls.is_none()
-        && (lower.contains("connection reset") || lower.contains("broken pipe") || lower.contains("end of file"))
-    {
+    } else if closed && tls.is_none() {
         "the connection was closed (if the server speaks TLS on that port, use rediss://)".into()
+    } else if let Some(tls) = tls.filter(|_| closed) {
+        // With TLS 1.3 the client's handshake ends before the server checks its certificate: a
+        // refusal arrives as an alert or, depending on timing, as a connection closed under it.
+        if tls.client.is_some() {
+            "it closed the TLS connection: did it refuse tollgate's client certificate (is it signed by a CA the \
+             server trusts)?"
+                .into()
+        } else {
+            "it closed the TLS connection: it probably requires a client certificate: give --store-tls-cert FILE \
+             and --store-tls-key FILE"
+                .into()
+        }
     } else if tls.is_some() && (lower.contains("timed out") || lower.contains("timeout")) {
         "no answer to the TLS handshake: a plain (non-TLS) server on that port (use redis://), a wrong host, or a \
          firewall"
