@@ -12,27 +12,24 @@
 //!   deadline. None of these replies ran the call, so trying again never charges twice.
 //! - **A primary that does not answer** (refused, timed out, connection lost) fails the call,
 //!   which is never sent again (it may have run), and triggers a refresh: once Redis has
-//!   promoted a replica, the next refresh finds it, within [`REFRESH_EVERY`] of the first call
+//!   promoted a replica, the next refresh finds it, within [`REFRESH_EVERY`](super::follow::REFRESH_EVERY) of the first call
 //!   after the promotion. The probe refreshes too, so an idle or breaker-skipped store follows.
 //!
 //! A refresh asks the nodes it knows (primaries first, then the ones the URL gave) until one
-//! answers; refreshes are serialized and at most one per [`REFRESH_EVERY`] unless the map lacks
+//! answers; refreshes are serialized and at most one per [`REFRESH_EVERY`](super::follow::REFRESH_EVERY) unless the map lacks
 //! the slot a call needs. Connections are kept per address across refreshes.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use redis::{Cmd, ErrorKind, RedisError, RedisResult, Value};
 
+use super::follow::{Nodes, Refresh, in_background};
 use super::node::{self, Node, Redirect, Script, Settings};
 use super::target::Address;
 
 /// Slots in a Redis Cluster.
 pub(super) const SLOTS: usize = 16_384;
-
-/// The least time between two refreshes of the map (unless a call finds no owner).
-pub(super) const REFRESH_EVERY: Duration = Duration::from_millis(100);
 
 /// Redirects and retries one call may follow before it fails.
 const MAX_ATTEMPTS: usize = 5;
@@ -72,12 +69,10 @@ impl SlotMap {
 /// A Redis Cluster's topology and connections.
 pub(super) struct Cluster {
     seeds: Vec<Address>,
-    settings: Arc<Settings>,
     map: RwLock<Arc<SlotMap>>,
-    /// Every node connected so far, by address (kept across refreshes).
-    nodes: Mutex<HashMap<Address, Arc<Node>>>,
-    /// Held while refreshing; the instant the last refresh ended.
-    refreshing: tokio::sync::Mutex<Option<Instant>>,
+    /// Every node connected so far (kept across refreshes).
+    nodes: Nodes,
+    refresh: Refresh,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -91,26 +86,14 @@ impl Cluster {
     pub(super) fn new(seeds: Vec<Address>, settings: Arc<Settings>) -> Self {
         Cluster {
             seeds,
-            settings,
             map: RwLock::new(Arc::new(SlotMap::empty())),
-            nodes: Mutex::new(HashMap::new()),
-            refreshing: tokio::sync::Mutex::new(None),
+            nodes: Nodes::new(settings),
+            refresh: Refresh::default(),
         }
     }
 
     fn map(&self) -> Arc<SlotMap> {
         self.map.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
-    }
-
-    /// The node at `address`, connected once.
-    fn node(&self, address: &Address) -> RedisResult<Arc<Node>> {
-        let mut nodes = self.nodes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(node) = nodes.get(address) {
-            return Ok(node.clone());
-        }
-        let node = Node::open(address.clone(), self.settings.clone())?;
-        nodes.insert(address.clone(), node.clone());
-        Ok(node)
     }
 
     /// The primaries the map names now.
@@ -156,12 +139,14 @@ impl Cluster {
             };
             match node::redirect(&error) {
                 Some(Redirect::Moved(moved, address)) => {
-                    let target = self.node(&address).map_err(|e| (e, None))?;
+                    let target = self.nodes.get(&address).map_err(|e| (e, None))?;
                     self.set_owner(moved, target.clone());
                     self.refresh_soon();
                     redirect = Some((target, false));
                 }
-                Some(Redirect::Ask(_, address)) => redirect = Some((self.node(&address).map_err(|e| (e, None))?, true)),
+                Some(Redirect::Ask(_, address)) => {
+                    redirect = Some((self.nodes.get(&address).map_err(|e| (e, None))?, true))
+                }
                 None if (node::is_cluster_down(&error) || node::is_readonly(&error)) && settles < MAX_SETTLES => {
                     // Nothing ran: wait for the topology to settle a little, and try again (a
                     // migration's TRYAGAIN passes in milliseconds; a node that stays CLUSTERDOWN
@@ -170,7 +155,7 @@ impl Cluster {
                     tokio::time::sleep(Duration::from_millis(5)).await;
                     let _ = self.refresh(false).await;
                 }
-                None if is_unreachable(&error) => {
+                None if node::is_unreachable(&error) => {
                     self.refresh_soon();
                     return Err((error, Some(node)));
                 }
@@ -188,31 +173,20 @@ impl Cluster {
         *guard = Arc::new(map);
     }
 
-    /// Refreshes the map in the background (unless one ran within [`REFRESH_EVERY`]).
+    /// Refreshes the map in the background (unless one runs, or ran within [`REFRESH_EVERY`](super::follow::REFRESH_EVERY)).
     pub(super) fn refresh_soon(self: &Arc<Self>) {
-        // Cheap to call on every failure: no task while a refresh runs or one ended just now.
-        match self.refreshing.try_lock() {
-            Ok(last) if last.is_none_or(|at| at.elapsed() >= REFRESH_EVERY) => {}
-            _ => return,
+        if self.refresh.due() {
+            let cluster = Arc::clone(self);
+            in_background(async move {
+                let _ = cluster.refresh(false).await;
+            });
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
-        let cluster = Arc::clone(self);
-        runtime.spawn(async move {
-            let _ = cluster.refresh(false).await;
-        });
     }
 
-    /// Reads the map from the first node that answers `CLUSTER SLOTS`. Serialized; skipped when
-    /// another refresh ended within [`REFRESH_EVERY`], unless `needed` (a call found no owner).
+    /// Reads the map from the first node that answers `CLUSTER SLOTS` (see [`Refresh::run`];
+    /// `needed`: a call found no owner).
     pub(super) async fn refresh(&self, needed: bool) -> RedisResult<()> {
-        let asked = Instant::now();
-        let mut last = self.refreshing.lock().await;
-        if last.is_some_and(|at| at >= asked || (!needed && at.elapsed() < REFRESH_EVERY)) {
-            return Ok(());
-        }
-        let result = self.read_map().await;
-        *last = Some(Instant::now());
-        result
+        self.refresh.run(needed, || self.read_map()).await
     }
 
     async fn read_map(&self) -> RedisResult<()> {
@@ -222,22 +196,17 @@ impl Cluster {
                 candidates.push(seed.clone());
             }
         }
-        let known: Vec<Address> =
-            self.nodes.lock().unwrap_or_else(std::sync::PoisonError::into_inner).keys().cloned().collect();
-        for address in known {
+        for address in self.nodes.addresses() {
             if !candidates.contains(&address) {
                 candidates.push(address);
             }
         }
         let mut last = None;
         for address in candidates {
-            let node = self.node(&address)?;
+            let node = self.nodes.get(&address)?;
             let mut slots = redis::cmd("CLUSTER");
             slots.arg("SLOTS");
-            let reply = tokio::time::timeout(
-                self.settings.timeout.max(Duration::from_millis(200)),
-                node.query::<Value>(&slots),
-            );
+            let reply = tokio::time::timeout(self.nodes.query_timeout(), node.query::<Value>(&slots));
             let ranges = match reply.await {
                 Ok(Ok(value)) => parse_slots(value, &address.host),
                 Ok(Err(error)) => Err(error),
@@ -247,7 +216,7 @@ impl Cluster {
                 Ok(ranges) => {
                     let mut map = SlotMap::empty();
                     for (start, end, owner) in ranges {
-                        let node = self.node(&owner)?;
+                        let node = self.nodes.get(&owner)?;
                         for slot in start..=end {
                             map.set(slot, node.clone());
                         }
@@ -268,11 +237,6 @@ impl Cluster {
 
 fn no_owner(slot: u16) -> RedisError {
     RedisError::from((ErrorKind::ClusterConnectionNotFound, "no primary serves the slot", slot.to_string()))
-}
-
-/// Whether `error` says the server could not be reached or answered nothing.
-pub(super) fn is_unreachable(error: &RedisError) -> bool {
-    error.is_io_error() || error.is_timeout() || error.kind() == ErrorKind::ClusterConnectionNotFound
 }
 
 /// `CLUSTER SLOTS`' reply as (first slot, last slot, primary); an empty host is the node asked.

@@ -25,6 +25,7 @@
 mod across;
 mod cluster;
 mod connection;
+mod follow;
 mod keys;
 mod lease;
 mod node;

@@ -211,6 +211,12 @@ pub(super) fn is_readonly(error: &RedisError) -> bool {
     error.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly) || error.code() == Some("READONLY")
 }
 
+/// Whether `error` says the server could not be reached or answered nothing (the call may or
+/// may not have run).
+pub(super) fn is_unreachable(error: &RedisError) -> bool {
+    error.is_io_error() || error.is_timeout() || error.kind() == ErrorKind::ClusterConnectionNotFound
+}
+
 /// Whether the cluster cannot serve the slot now (failover under way, or the slot unassigned).
 pub(super) fn is_cluster_down(error: &RedisError) -> bool {
     matches!(

@@ -6,17 +6,15 @@
 //! - **Following a switch.** A `READONLY` reply (the primary was demoted: the call did not run) asks
 //!   the Sentinels again at once and retries the call on the new primary, within its deadline. A
 //!   primary that does not answer fails the call (it may have run; it is never sent twice) and
-//!   asks the Sentinels again in the background, at most once per [`REFRESH_EVERY`]: once they
+//!   asks the Sentinels again in the background, at most once per [`REFRESH_EVERY`](super::follow::REFRESH_EVERY): once they
 //!   have promoted a replica, calls move to it within that time. The probe asks too, so an idle
 //!   store follows.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, RwLock};
 
 use redis::{Cmd, ErrorKind, RedisError, RedisResult, Value};
 
-use super::cluster::{REFRESH_EVERY, is_unreachable};
+use super::follow::{Nodes, Refresh, in_background};
 use super::node::{self, Node, Script, Settings};
 use super::target::Address;
 
@@ -27,11 +25,10 @@ const MAX_ATTEMPTS: usize = 3;
 pub(super) struct Sentinel {
     sentinels: Vec<Arc<Node>>,
     master_name: String,
-    settings: Arc<Settings>,
     primary: RwLock<Option<Arc<Node>>>,
-    /// Every data server connected so far, by address (a primary switched back is reused).
-    nodes: Mutex<HashMap<Address, Arc<Node>>>,
-    refreshing: tokio::sync::Mutex<Option<Instant>>,
+    /// Every data server connected so far (a primary switched back is reused).
+    nodes: Nodes,
+    refresh: Refresh,
 }
 
 impl std::fmt::Debug for Sentinel {
@@ -53,10 +50,9 @@ impl Sentinel {
         Ok(Sentinel {
             sentinels,
             master_name,
-            settings,
             primary: RwLock::new(None),
-            nodes: Mutex::new(HashMap::new()),
-            refreshing: tokio::sync::Mutex::new(None),
+            nodes: Nodes::new(settings),
+            refresh: Refresh::default(),
         })
     }
 
@@ -87,7 +83,7 @@ impl Sentinel {
                     last = Some((error, Some(node)));
                 }
                 Err(error) => {
-                    if is_unreachable(&error) {
+                    if node::is_unreachable(&error) {
                         self.refresh_soon();
                     }
                     return Err((error, Some(node)));
@@ -105,36 +101,24 @@ impl Sentinel {
         ))
     }
 
-    /// Asks the Sentinels again in the background (unless that was done within
-    /// [`REFRESH_EVERY`]).
+    /// Asks the Sentinels again in the background (unless that runs, or ran within
+    /// [`REFRESH_EVERY`](super::follow::REFRESH_EVERY)).
     pub(super) fn refresh_soon(self: &Arc<Self>) {
-        // Cheap to call on every failure: no task while a refresh runs or one ended just now.
-        match self.refreshing.try_lock() {
-            Ok(last) if last.is_none_or(|at| at.elapsed() >= REFRESH_EVERY) => {}
-            _ => return,
+        if self.refresh.due() {
+            let sentinel = Arc::clone(self);
+            in_background(async move {
+                let _ = sentinel.refresh(false).await;
+            });
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
-        let sentinel = Arc::clone(self);
-        runtime.spawn(async move {
-            let _ = sentinel.refresh(false).await;
-        });
     }
 
-    /// Asks the Sentinels which server is the primary, and switches to it. Serialized; skipped
-    /// when another ended within [`REFRESH_EVERY`], unless `needed`.
+    /// Asks the Sentinels which server is the primary, and switches to it (see [`Refresh::run`]).
     pub(super) async fn refresh(&self, needed: bool) -> RedisResult<()> {
-        let asked = Instant::now();
-        let mut last = self.refreshing.lock().await;
-        if last.is_some_and(|at| at >= asked || (!needed && at.elapsed() < REFRESH_EVERY)) {
-            return Ok(());
-        }
-        let result = self.discover().await;
-        *last = Some(Instant::now());
-        result
+        self.refresh.run(needed, || self.discover()).await
     }
 
     async fn discover(&self) -> RedisResult<()> {
-        let wait = self.settings.timeout.max(Duration::from_millis(200));
+        let wait = self.nodes.query_timeout();
         let mut problems = Vec::new();
         for sentinel in &self.sentinels {
             let mut ask = redis::cmd("SENTINEL");
@@ -157,7 +141,7 @@ impl Sentinel {
             if self.primary().is_some_and(|p| p.address == address) {
                 return Ok(());
             }
-            let node = self.node(&address)?;
+            let node = self.nodes.get(&address)?;
             match tokio::time::timeout(wait, node.query::<Value>(&redis::cmd("ROLE"))).await {
                 Ok(Ok(Value::Array(role))) if matches!(role.first(), Some(Value::BulkString(r)) if r == b"master") => {
                     tracing::info!(master = %self.master_name, primary = %address, "Sentinel: calls go to this primary");
@@ -174,15 +158,5 @@ impl Sentinel {
             "no primary found through the Sentinels",
             problems.join("; "),
         )))
-    }
-
-    fn node(&self, address: &Address) -> RedisResult<Arc<Node>> {
-        let mut nodes = self.nodes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(node) = nodes.get(address) {
-            return Ok(node.clone());
-        }
-        let node = Node::open(address.clone(), self.settings.clone())?;
-        nodes.insert(address.clone(), node.clone());
-        Ok(node)
     }
 }
