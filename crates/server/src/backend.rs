@@ -12,8 +12,8 @@ use tollgate_core::{Decision, Limit};
 use tollgate_store::fallback::FallbackOptions;
 use tollgate_store::memory::Evictions;
 use tollgate_store::{
-    Breaker, Check, FailurePolicy, Fallback, FallbackStats, LeaseStats, Leased, MemoryStore, RedisOptions, RedisStore,
-    Refund, Remote, Reserved, Store, StoreError,
+    Breaker, BreakerState, Check, FailurePolicy, Fallback, FallbackStats, LeaseStats, Leased, MemoryStore,
+    RedisOptions, RedisStore, Refund, Remote, Reserved, Store, StoreError,
 };
 
 use crate::config::{Config, OnStoreError, StoreConfig};
@@ -58,12 +58,23 @@ impl BackendStats {
         };
         // Both stores share one connection and its count of script calls.
         let script_calls = self.script_calls.max(other.script_calls);
-        BackendStats { memory: self.memory.or(other.memory), fallback, lease, script_calls }
+        let mut breakers = self.breakers;
+        for state in other.breakers {
+            match breakers.iter_mut().find(|b| b.domain == state.domain) {
+                Some(b) => {
+                    b.open |= state.open;
+                    b.opened += state.opened;
+                }
+                None => breakers.push(state),
+            }
+        }
+        breakers.sort_by(|a, b| a.domain.cmp(&b.domain));
+        BackendStats { memory: self.memory.or(other.memory), fallback, lease, script_calls, breakers }
     }
 }
 
 /// What the store reports for the metrics.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct BackendStats {
     /// The memory store's keys, bytes and evictions (the memory store only).
     pub memory: Option<(usize, usize, Evictions)>,
@@ -73,6 +84,8 @@ pub struct BackendStats {
     pub lease: Option<LeaseStats>,
     /// Script calls sent to Redis (Redis only).
     pub script_calls: Option<u64>,
+    /// The circuit breaker of each Redis server calls went to (Redis only).
+    pub breakers: Vec<BreakerState>,
 }
 
 impl Backend {
@@ -140,11 +153,13 @@ impl Backend {
         }
     }
 
-    /// Whether the circuit breaker skips the store now (never, in memory).
-    pub fn breaker_open(&self) -> bool {
+    /// The servers whose circuit breaker skips them now (none, in memory).
+    pub fn open_breakers(&self) -> Vec<String> {
         match self {
-            Backend::Memory(_) => false,
-            Backend::Redis(store, _) => store.inner().breaker().is_open(),
+            Backend::Memory(_) => Vec::new(),
+            Backend::Redis(store, _) => {
+                store.inner().breakers().states().into_iter().filter(|b| b.open).map(|b| b.domain.to_string()).collect()
+            }
         }
     }
 
@@ -168,6 +183,7 @@ impl Backend {
                 fallback: Some(store.inner().stats()),
                 lease: Some(store.stats()),
                 script_calls: Some(store.inner().inner().script_calls()),
+                breakers: store.inner().breakers().states(),
             },
         }
     }

@@ -37,6 +37,8 @@ pub struct Health {
     store: String,
     policy: Option<&'static str>,
     state: Mutex<StoreState>,
+    /// Each Redis server's circuit breaker, as of the last probe.
+    nodes: Mutex<Vec<NodeReport>>,
     /// `tollgate_store_up`, set with the state.
     up: Gauge,
 }
@@ -63,6 +65,21 @@ pub struct StoreReport {
     /// What answers while it is down (`--on-store-error`; Redis only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub on_store_error: Option<&'static str>,
+    /// Each Redis server calls went to, and its circuit breaker (the failure policy answers the
+    /// keys of a server whose breaker is open, and only those).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<NodeReport>,
+}
+
+/// One Redis server in a [`StoreReport`].
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct NodeReport {
+    /// Its address (from the topology, never from a client).
+    pub node: String,
+    /// `closed` (calls go to it) or `open` (its keys are answered by the failure policy).
+    pub breaker: &'static str,
+    /// How many times its breaker opened.
+    pub opened: u64,
 }
 
 impl Health {
@@ -74,7 +91,13 @@ impl Health {
         };
         let up = Gauge::default();
         up.set(1);
-        Health { store: config.store.describe(), policy, state: Mutex::new(StoreState::Up), up }
+        Health {
+            store: config.store.describe(),
+            policy,
+            state: Mutex::new(StoreState::Up),
+            nodes: Mutex::new(Vec::new()),
+            up,
+        }
     }
 
     /// Registers `store_up` in `registry` (whose prefix it takes): 1 while the store is up, 0
@@ -103,18 +126,37 @@ impl Health {
             StoreState::Up => ("ok", "up", None),
             StoreState::Down(why) => ("degraded", "down", Some(why)),
         };
-        Report { status, store: StoreReport { name: self.store.clone(), state, error, on_store_error: self.policy } }
+        let nodes = self.nodes.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        Report {
+            status,
+            store: StoreReport { name: self.store.clone(), state, error, on_store_error: self.policy, nodes },
+        }
     }
 
     /// Probes `backend` once, recording and logging a change of state.
     pub async fn probe(&self, backend: &Backend) {
+        let open = backend.open_breakers();
         let state = match backend.ping().await {
-            Ok(()) if backend.breaker_open() => {
-                StoreState::Down("the circuit breaker is open: recent calls failed or timed out".into())
-            }
+            Ok(()) if !open.is_empty() => StoreState::Down(format!(
+                "the circuit breaker of {} is open: recent calls failed or timed out (the failure policy answers \
+                 its keys)",
+                open.join(", ")
+            )),
             Ok(()) => StoreState::Up,
             Err(why) => StoreState::Down(why),
         };
+        let nodes = backend
+            .stats()
+            .breakers
+            .into_iter()
+            .filter(|b| !b.domain.is_empty())
+            .map(|b| NodeReport {
+                node: b.domain.to_string(),
+                breaker: if b.open { "open" } else { "closed" },
+                opened: b.opened,
+            })
+            .collect();
+        *self.nodes.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = nodes;
         self.up.set(i64::from(state == StoreState::Up));
         let previous = std::mem::replace(&mut *self.lock(), state.clone());
         match (&previous, &state) {

@@ -19,6 +19,7 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::registry::Registry;
 
 use crate::backend::{Backend, BackendStats};
+use tollgate_store::BreakerState;
 
 /// The one exposition format of every front end: OpenMetrics text.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -93,6 +94,12 @@ struct PathLabels {
     path: &'static str,
 }
 
+/// `node` of `tollgate_store_node_breaker_*`: a Redis server's address, from the topology.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NodeLabels {
+    node: String,
+}
+
 fn counter(encoder: &mut DescriptorEncoder<'_>, name: &str, help: &str, value: u64) -> Result<(), std::fmt::Error> {
     let metric = ConstCounter::new(value);
     metric.encode(encoder.encode_descriptor(name, help, None, metric.metric_type())?)
@@ -158,6 +165,30 @@ impl Collector for StoreCollector {
                 "Keys the failure policy stopped following while needed (each can over-grant).",
                 f.ledger_evictions,
             )?;
+        }
+        // The servers by address ("" is calls made before the topology was known: not a server).
+        let breakers: Vec<&BreakerState> = stats.breakers.iter().filter(|b| !b.domain.is_empty()).collect();
+        if !breakers.is_empty() {
+            let mut open = encoder.encode_descriptor(
+                "store_node_breaker_open",
+                "1 while the circuit breaker of this Redis server skips it (the failure policy answers its keys).",
+                None,
+                MetricType::Gauge,
+            )?;
+            for b in &breakers {
+                ConstGauge::new(i64::from(b.open))
+                    .encode(open.encode_family(&NodeLabels { node: b.domain.to_string() })?)?;
+            }
+            let mut opened = encoder.encode_descriptor(
+                "store_node_breaker_opened",
+                "Times the circuit breaker of this Redis server opened.",
+                None,
+                MetricType::Counter,
+            )?;
+            for b in &breakers {
+                ConstCounter::new(b.opened)
+                    .encode(opened.encode_family(&NodeLabels { node: b.domain.to_string() })?)?;
+            }
         }
         if let Some(calls) = stats.script_calls {
             counter(

@@ -40,9 +40,23 @@ async fn healthz_follows_redis_down_and_up_again() {
     assert!(down.starts_with("HTTP/1.1 200") && down.contains(r#""status":"degraded""#), "{down}");
     assert!(down.contains("is redis-server running there"), "{down}");
     assert_eq!(server.cli(&["CL.THROTTLE", "k", "1", "1", "60"]).lines().next(), Some("0"), "still deciding");
+    // Calls fail until the server's own breaker opens: /healthz and the metrics name it.
+    for _ in 0..3 {
+        let _ = server.cli(&["CL.THROTTLE", "k", "1", "1", "60"]);
+    }
+    let node = format!(r#""nodes":[{{"node":"127.0.0.1:{}","breaker":"open","opened":1}}]"#, redis.port());
+    let down = health_until(&server, &node).await;
+    assert!(
+        down.contains("the circuit breaker of 127.0.0.1:") || down.contains("is redis-server running there"),
+        "{down}"
+    );
+    let metrics = server.curl(&["HTTP/metrics"]);
+    let gauge = format!(r#"tollgate_store_node_breaker_open{{node="127.0.0.1:{}"}} 1"#, redis.port());
+    assert!(metrics.contains(&gauge), "{gauge} in {metrics}");
 
     redis.restart();
-    health_until(&server, r#""status":"ok""#).await;
+    let up = health_until(&server, r#""status":"ok""#).await;
+    assert!(up.contains(r#""breaker":"closed","opened":1"#), "{up}");
     server.stop().await;
 }
 

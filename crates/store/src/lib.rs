@@ -51,7 +51,7 @@ mod table;
 pub mod testkit;
 
 pub use error::StoreError;
-pub use fallback::{Breaker, FailurePolicy, Fallback, FallbackStats};
+pub use fallback::{Breaker, BreakerState, FailurePolicy, Fallback, FallbackStats};
 pub use lease::{LeaseMode, LeaseOptions, LeaseStats, Leased, Lessor};
 
 /// The README's examples, compiled and run as doctests so that they stay true.
@@ -61,6 +61,6 @@ struct ReadmeExamples;
 pub use memory::{MemoryStore, MemoryStoreBuilder};
 #[cfg(feature = "redis")]
 pub use redis::{RedisOptions, RedisStore, RedisTarget, TimeSource, TlsConfig};
-pub use remote::{Charge, Remote, Reply};
+pub use remote::{Charge, Domain, Remote, Reply};
 pub use store::{Check, Refund, Reserved, Store, all_allowed};
 pub use tollgate_core::{Algorithm, Clock, Decision, Limit, ManualClock, SystemClock};

@@ -8,6 +8,7 @@
 //! [`Fallback`]: crate::Fallback
 
 use std::future::Future;
+use std::sync::Arc;
 
 use tollgate_core::{Decision, Snapshot};
 
@@ -34,6 +35,10 @@ pub struct Reply {
     pub now_ns: u64,
 }
 
+/// A fault domain: the server a key's calls go to now, named by its address (`""` for a remote
+/// with a single one). Names come from the remote's topology, never from a client.
+pub type Domain = Arc<str>;
+
 /// A store in another process, with what a failure policy needs besides deciding.
 pub trait Remote: Store + 'static {
     /// Records `charges`, then decides `checks` all or nothing (as [`Store::check_all`]), in one
@@ -47,6 +52,23 @@ pub trait Remote: Store + 'static {
 
     /// One cheap round trip: whether the remote answers now.
     fn probe(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The server that decides `check` now (its fault domain: the failure policy keeps a circuit
+    /// breaker per domain, so that one failing server leaves the others' keys alone). Default:
+    /// one domain for the whole remote.
+    fn domain(&self, check: &Check<'_>) -> Domain {
+        let _ = check;
+        Domain::from("")
+    }
+
+    /// Whether `domain` answers now: `Ok(true)` if it does, `Ok(false)` if the topology no longer
+    /// has it (a failover replaced it: its keys are decided elsewhere now). Default: [`probe`].
+    ///
+    /// [`probe`]: Remote::probe
+    fn probe_domain(&self, domain: &Domain) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        let _ = domain;
+        async { self.probe().await.map(|()| true) }
+    }
 }
 
 /// A shared remote is a remote.
@@ -61,5 +83,13 @@ impl<R: Remote> Remote for std::sync::Arc<R> {
 
     fn probe(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
         (**self).probe()
+    }
+
+    fn domain(&self, check: &Check<'_>) -> Domain {
+        (**self).domain(check)
+    }
+
+    fn probe_domain(&self, domain: &Domain) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        (**self).probe_domain(domain)
     }
 }

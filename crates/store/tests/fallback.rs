@@ -98,7 +98,7 @@ async fn lost_replies_never_over_grant() {
             2 => Fault::Refuse,
             _ => Fault::None,
         });
-        if node.store.breaker().is_open() && i % 9 == 0 {
+        if node.store.breakers().any_open() && i % 9 == 0 {
             remote.set(Fault::None);
             until_settled(&node).await;
         }
@@ -220,7 +220,7 @@ async fn the_breaker_stops_calls_reaching_a_dead_backend_and_closes_when_it_answ
         assert!(!node.store.check(b"k", &limit, 1).await.unwrap().allowed, "closed: denied");
     }
     let reached = remote.reached();
-    assert!(node.store.breaker().is_open());
+    assert!(node.store.breakers().any_open());
     for _ in 0..100 {
         assert!(!node.store.check(b"k", &limit, 1).await.unwrap().allowed);
     }
@@ -228,9 +228,9 @@ async fn the_breaker_stops_calls_reaching_a_dead_backend_and_closes_when_it_answ
     assert_eq!(node.store.stats().fallbacks, 103);
     remote.set(Fault::None);
     tokio::time::sleep(Duration::from_millis(150)).await;
-    assert!(!node.store.breaker().is_open(), "a probe got through");
+    assert!(!node.store.breakers().any_open(), "a probe got through");
     assert!(node.store.check(b"k", &limit, 1).await.unwrap().allowed);
-    assert_eq!(node.store.breaker().times_opened(), 1);
+    assert_eq!(node.store.breakers().times_opened(), 1);
 }
 
 #[tokio::test(start_paused = true)]
@@ -306,4 +306,125 @@ async fn refunds_reach_the_debt_or_the_backend() {
     assert_eq!(node.store.stats().debts, 1);
     node.store.refund(&[Refund { check, at: reserved.at, decision: reserved.decisions[0] }]).await.unwrap();
     assert_eq!(node.store.stats().debts, 0, "taken back from the debt, nothing to charge");
+}
+
+/// A remote of several servers (a key's server: its first byte, or where `moved` sends that byte)
+/// that fail, come back, or leave the topology on demand.
+struct Zoned {
+    inner: MemoryStore,
+    failing: std::sync::Mutex<Vec<String>>,
+    moved: std::sync::Mutex<Vec<(String, String)>>,
+}
+
+impl Zoned {
+    fn zone(&self, key: &[u8]) -> String {
+        let zone = String::from_utf8_lossy(&key[..1]).into_owned();
+        let moved = self.moved.lock().unwrap();
+        moved.iter().find(|(from, _)| *from == zone).map_or(zone, |(_, to)| to.clone())
+    }
+
+    fn fail(&self, zone: &str, failing: bool) {
+        let mut zones = self.failing.lock().unwrap();
+        zones.retain(|z| z != zone);
+        if failing {
+            zones.push(zone.to_string());
+        }
+    }
+}
+
+impl Store for Zoned {
+    async fn reserve(&self, checks: &[Check<'_>]) -> Result<Reserved, StoreError> {
+        let reply = self.decide(checks, &[]).await?;
+        Ok(Reserved::at(reply.decisions, reply.now_ns))
+    }
+
+    async fn refund(&self, refunds: &[Refund<'_>]) -> Result<(), StoreError> {
+        self.inner.refund(refunds).await
+    }
+
+    async fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> Result<(), StoreError> {
+        self.inner.reset(scope, key, limit).await
+    }
+}
+
+impl Remote for Zoned {
+    async fn decide(&self, checks: &[Check<'_>], charges: &[Charge<'_>]) -> Result<Reply, StoreError> {
+        let failing = self.failing.lock().unwrap().clone();
+        if checks.iter().chain(charges.iter().map(|c| &c.check)).any(|c| failing.contains(&self.zone(c.key))) {
+            return Err(StoreError::Backend("down".into()));
+        }
+        self.inner.decide(checks, charges).await
+    }
+
+    async fn probe(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    fn domain(&self, check: &Check<'_>) -> tollgate_store::Domain {
+        self.zone(check.key).into()
+    }
+
+    async fn probe_domain(&self, domain: &tollgate_store::Domain) -> Result<bool, StoreError> {
+        if self.moved.lock().unwrap().iter().any(|(from, _)| **from == **domain) {
+            return Ok(false);
+        }
+        if self.failing.lock().unwrap().iter().any(|z| **z == **domain) {
+            return Err(StoreError::Backend("down".into()));
+        }
+        Ok(true)
+    }
+}
+
+/// Before: one breaker for the whole remote, so one failing server sent every server's keys to
+/// the policy while it was open (under `closed`, denied).
+#[tokio::test(start_paused = true)]
+async fn one_failing_server_sends_only_its_own_keys_to_the_policy() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let remote = Arc::new(Zoned {
+        inner: MemoryStore::builder().clock(clock.clone()).build(),
+        failing: Default::default(),
+        moved: Default::default(),
+    });
+    let options = FallbackOptions {
+        clock: clock.clone(),
+        breaker: Breaker::new(3, Duration::from_millis(100)),
+        ..FallbackOptions::default()
+    };
+    let store = Fallback::with_options(remote.clone(), FailurePolicy::Closed, options);
+    let roomy = Limit::per_second(1_000_000).build().unwrap();
+    let allowed = |key: &'static [u8]| {
+        let (store, roomy) = (&store, &roomy);
+        async move { store.check(key, roomy, 1).await.unwrap().allowed }
+    };
+
+    remote.fail("a", true);
+    for round in 0..20 {
+        assert!(!allowed(b"a1").await, "round {round}: server a is down (closed denies)");
+        assert!(allowed(b"b1").await, "round {round}: server b's keys never meet a's breaker");
+    }
+    let states = store.breakers().states();
+    assert_eq!(
+        states.iter().map(|s| (&*s.domain, s.open, s.opened)).collect::<Vec<_>>(),
+        [("a", true, 1), ("b", false, 0)]
+    );
+    assert_eq!(store.stats().fallbacks, 20, "only a's calls were the policy's");
+
+    // a answers again: its probe closes its breaker.
+    remote.fail("a", false);
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert!(allowed(b"a1").await && !store.breakers().any_open());
+
+    // a fails, then a failover moves its keys to c: they are decided there at once, and a's
+    // breaker is dropped once its probe finds a gone from the topology.
+    remote.fail("a", true);
+    for _ in 0..3 {
+        assert!(!allowed(b"a1").await);
+    }
+    assert!(store.breakers().any_open());
+    remote.moved.lock().unwrap().push(("a".into(), "c".into()));
+    assert!(allowed(b"a1").await, "the keys moved to c, whose breaker is closed");
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let states = store.breakers().states();
+    assert!(states.iter().all(|s| &*s.domain != "a" && !s.open), "{states:?}");
+    assert_eq!(store.breakers().times_opened(), 2, "a's openings are still counted");
 }

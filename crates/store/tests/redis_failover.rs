@@ -8,6 +8,10 @@
 //! call for the killed primary's slots `Moved: SLOT ADDRESS` for as long as the process ran (the
 //! slots stayed on the failure policy for ever).
 //!
+//! Then the promoted replica is killed too (no replica left): only its keys meet the failure
+//! policy, the other primaries' never do (a circuit breaker per primary; before, one breaker for
+//! the whole cluster sent every key to the policy while it was open).
+//!
 //! The wall-clock bound here (recovery within 5 s of Redis's promotion) is generous: it catches
 //! a store that never follows, not a slow machine. The measured figures are printed.
 
@@ -45,7 +49,14 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_is_followed_through_a_live_reshard_and_a_primary_failover() {
-    let config = ClusterConfig { replicas: 1, node_timeout_ms: 1000, ..ClusterConfig::default() };
+    // With Redis's default `cluster-require-full-coverage yes`, every node answers CLUSTERDOWN
+    // while any slot is unserved: the healthy primaries' keys too, whatever the client does.
+    let config = ClusterConfig {
+        replicas: 1,
+        node_timeout_ms: 1000,
+        lines: vec!["cluster-require-full-coverage no".into()],
+        ..ClusterConfig::default()
+    };
     let cluster = Arc::new(std::sync::Mutex::new(blocking(move || RedisCluster::start_with(config)).await));
     {
         // tollgate's slot of a key is Redis's (hash tags, empty tags, any bytes).
@@ -180,14 +191,46 @@ async fn a_cluster_is_followed_through_a_live_reshard_and_a_primary_failover() {
     let tail: Vec<&Call> =
         calls.iter().filter(|c| c.at > promoted_at + Duration::from_secs(2) && c.outcome != Outcome::Allowed).collect();
     assert!(tail.is_empty(), "calls not decided by Redis 2 s after the promotion: {:?}", &tail[..tail.len().min(5)]);
-    let healthy_after = last_failure(&calls, &others);
-    println!("the healthy primaries' keys last fell back at {healthy_after:?} (one breaker for the cluster)");
+    // A breaker per primary: the two healthy primaries' keys never met the failure policy.
+    let healthy: Vec<&Call> =
+        calls.iter().filter(|c| others.contains(&c.key) && c.outcome != Outcome::Allowed).collect();
+    assert!(healthy.is_empty(), "healthy primaries' keys fell back: {:?}", &healthy[..healthy.len().min(5)]);
     // A key of the failed-over slots under a long limit: its state is written on the promoted
     // replica (not on a node that forwards it, nor in the failure policy's memory).
     let key = &keys[victim_keys[0]];
     let long = Limit::per_hour(10).build().unwrap();
     assert!(store.check(key, &long, 1).await.unwrap().allowed);
-    let c = cluster.lock().unwrap();
-    let state_key = format!("{PREFIX}:gcra:{{{}}}", String::from_utf8_lossy(key));
-    assert_eq!(c.nodes()[promoted.1].cli(&["EXISTS", &state_key]).trim(), "1", "the key lives on the promoted replica");
+    {
+        let c = cluster.lock().unwrap();
+        let state_key = format!("{PREFIX}:gcra:{{{}}}", String::from_utf8_lossy(key));
+        assert_eq!(
+            c.nodes()[promoted.1].cli(&["EXISTS", &state_key]).trim(),
+            "1",
+            "the key lives on the promoted replica"
+        );
+    }
+
+    // --- The promoted primary killed too: no replica is left, its slots stay down. ------------
+    // Only its keys are the policy's (denied under `closed`); the other primaries' never are.
+    let load = Load::start(store.clone(), keys.clone(), &roomy(), Duration::from_millis(5));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let c = cluster.clone();
+    blocking(move || c.lock().unwrap().nodes_mut()[promoted.1].kill()).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let calls = load.stop().await;
+    let dead: Vec<&Call> =
+        calls.iter().filter(|c| victim_keys.contains(&c.key) && c.outcome != Outcome::Allowed).collect();
+    let healthy: Vec<&Call> =
+        calls.iter().filter(|c| others.contains(&c.key) && c.outcome != Outcome::Allowed).collect();
+    let opened = store.stats().breaker_opened;
+    println!(
+        "no replica left: {} calls for the dead primary's keys answered by the policy, {} for the others' keys \
+         (of {} calls); breakers opened {opened} times in the whole test: {:?}",
+        dead.len(),
+        healthy.len(),
+        calls.len(),
+        store.breakers().states()
+    );
+    assert!(!dead.is_empty(), "the dead primary's keys are the policy's");
+    assert!(healthy.is_empty(), "healthy primaries' keys fell back: {:?}", &healthy[..healthy.len().min(5)]);
 }

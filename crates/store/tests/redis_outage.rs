@@ -132,7 +132,7 @@ async fn a_killed_redis_costs_at_most_a_few_timeouts_and_is_used_again_once_back
             admitted += u32::from(decision.allowed);
         }
         assert_eq!(admitted, expected, "{name}: the policy decided every call");
-        assert!(store.breaker().is_open(), "{name}");
+        assert!(store.breakers().any_open(), "{name}");
         let started = Instant::now();
         for _ in 0..1_000 {
             store.check(b"open breaker", &limit, 1).await.unwrap();

@@ -1,5 +1,5 @@
-//! A [`Fallback`] lends through its remote, behind its breaker: while the breaker is open a lease
-//! fails at once (the key is then decided exactly, by the failure policy), and a grant is recorded
+//! A [`Fallback`] lends through its remote, behind the breaker of the key's server: while it is
+//! open a lease fails at once (the key is then decided exactly, by the failure policy), and a grant is recorded
 //! like any reply, so that a local decision during a later outage starts from the state after it.
 //! A request that waited on a lease call that failed is answered by the policy at once.
 
@@ -13,19 +13,20 @@ use crate::{Check, StoreError};
 impl<R: Remote + Lessor> Lessor for Fallback<R> {
     async fn lease(&self, check: Check<'_>, want: u64, lessee: u64, lifetime: Duration) -> Result<Grant, StoreError> {
         let sh = &self.shared;
-        if sh.breaker.is_open() {
-            return Err(StoreError::Backend("circuit breaker open".into()));
+        let breakers = sh.breakers_of(&[check]);
+        if let Some((domain, _)) = breakers.iter().find(|(_, b)| b.is_open()) {
+            return Err(StoreError::Backend(format!("circuit breaker open for {domain}")));
         }
         match sh.remote.lease(check, want, lessee, lifetime).await {
             Ok(grant) => {
                 let reply =
                     Reply { decisions: vec![grant.decision], snapshots: vec![grant.snapshot], now_ns: grant.at };
-                sh.answered(&[Check { cost: grant.granted, ..check }], &[], &reply);
+                sh.answered(&[Check { cost: grant.granted, ..check }], &[], &reply, &breakers);
                 Ok(grant)
             }
             Err(error) => {
                 if error.is_backend() {
-                    sh.failed(&error);
+                    sh.failed(&error, &breakers);
                 }
                 Err(error)
             }

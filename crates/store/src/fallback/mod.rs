@@ -11,9 +11,13 @@
 //!   the key in debt there, so the fleet's later decisions account for it. A reply that arrives
 //!   after its timeout is never used: the call was decided locally, and if the backend admitted it
 //!   too, the key is charged twice (an under-grant of that one call).
-//! - **Circuit breaker** ([`Breaker`]): after a few consecutive failures, calls stop waiting on
-//!   the backend and are answered by the policy at once; one background task probes the backend
-//!   and closes the breaker when it answers. A dead or frozen backend costs no timeout per call.
+//! - **A circuit breaker per server** ([`Breakers`]): after a few consecutive failures of one
+//!   server (a fault domain: [`Remote::domain`]), calls for the keys it holds stop waiting on it and
+//!   are answered by the policy at once, while the keys of every other server go on as usual; one
+//!   background task probes that server and closes its breaker when it answers, or forgets it when
+//!   the topology no longer has it (a failover moved its keys). A dead or frozen server costs no
+//!   timeout per call. A request whose keys live on several servers is answered by the policy
+//!   whole when any of them is failing.
 //!
 //! **The bound.** One node never admits more than the limit across a slow, paused or failing
 //! backend: its local decisions start from the backend's state as of its latest reply (every
@@ -31,12 +35,12 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-pub use breaker::{Breaker, DEFAULT_PROBE_EVERY, DEFAULT_THRESHOLD};
+pub use breaker::{Breaker, BreakerState, Breakers, DEFAULT_PROBE_EVERY, DEFAULT_THRESHOLD};
 use ledger::{Debt, Ledger};
 use tollgate_core::{Clock, Decision, Limit, SystemClock};
 
 use crate::memory::{DEFAULT_MAX_KEYS, DEFAULT_MAX_MEMORY};
-use crate::remote::{Charge, Remote, Reply};
+use crate::remote::{Charge, Domain, Remote, Reply};
 use crate::{Check, Refund, Reserved, Store, StoreError};
 
 /// What to answer while the backend fails.
@@ -54,7 +58,8 @@ pub enum FailurePolicy {
 /// Settings of a [`Fallback`].
 #[derive(Debug)]
 pub struct FallbackOptions {
-    /// The circuit breaker (default: opens after 3 consecutive failures, probes every 100 ms).
+    /// The circuit breakers' settings, one breaker per server (default: each opens after 3
+    /// consecutive failures of its server, and then probes it every 100 ms).
     pub breaker: Breaker,
     /// The node's clock, for local decisions (default: the system clock). Instants are moved to
     /// the backend's clock by the offset seen in its replies.
@@ -83,9 +88,9 @@ pub struct FallbackStats {
     pub fallbacks: u64,
     /// Calls to the backend that failed or timed out.
     pub backend_errors: u64,
-    /// Whether the breaker is open now.
+    /// Whether any server's breaker is open now.
     pub breaker_open: bool,
-    /// How many times the breaker opened.
+    /// How many times a breaker opened (all servers).
     pub breaker_opened: u64,
     /// Keys whose local admissions the backend has not recorded yet.
     pub debts: usize,
@@ -110,7 +115,7 @@ impl<R> Clone for Fallback<R> {
 struct Shared<R> {
     remote: R,
     policy: FailurePolicy,
-    breaker: Breaker,
+    breakers: Breakers,
     ledger: Ledger,
     clock: Arc<dyn Clock>,
     /// The backend's now minus the node's, from the latest reply.
@@ -127,7 +132,7 @@ impl<R: std::fmt::Debug> std::fmt::Debug for Fallback<R> {
         f.debug_struct("Fallback")
             .field("remote", &self.shared.remote)
             .field("policy", &self.shared.policy)
-            .field("breaker", &self.shared.breaker)
+            .field("breakers", &self.shared.breakers.states())
             .finish_non_exhaustive()
     }
 }
@@ -145,7 +150,7 @@ impl<R: Remote> Fallback<R> {
             shared: Arc::new(Shared {
                 remote,
                 policy,
-                breaker,
+                breakers: Breakers::new(&breaker),
                 ledger: Ledger::new(max_keys, max_memory),
                 clock,
                 offset_ns: AtomicI64::new(0),
@@ -168,9 +173,9 @@ impl<R: Remote> Fallback<R> {
         self.shared.policy
     }
 
-    /// The circuit breaker.
-    pub fn breaker(&self) -> &Breaker {
-        &self.shared.breaker
+    /// The circuit breakers, one per server.
+    pub fn breakers(&self) -> &Breakers {
+        &self.shared.breakers
     }
 
     /// Calls answered by the failure policy so far.
@@ -185,8 +190,8 @@ impl<R: Remote> Fallback<R> {
         FallbackStats {
             fallbacks: sh.fallbacks.load(Ordering::Relaxed),
             backend_errors: sh.backend_errors.load(Ordering::Relaxed),
-            breaker_open: sh.breaker.is_open(),
-            breaker_opened: sh.breaker.times_opened(),
+            breaker_open: sh.breakers.any_open(),
+            breaker_opened: sh.breakers.times_opened(),
             debts,
             charges_paid: sh.charges_paid.load(Ordering::Relaxed),
             ledger_evictions,
@@ -227,9 +232,24 @@ impl<R: Remote> Shared<R> {
         u64::try_from((local + i128::from(self.offset_ns.load(Ordering::Relaxed))).max(0)).unwrap_or(u64::MAX)
     }
 
-    /// The backend answered `checks` (sent with `debts`' charges).
-    fn answered(&self, checks: &[Check<'_>], debts: &[Debt], reply: &Reply) {
-        self.breaker.success();
+    /// The fault domains of `checks` (each once), with their breakers.
+    fn breakers_of(&self, checks: &[Check<'_>]) -> Vec<(Domain, Arc<Breaker>)> {
+        let mut out: Vec<(Domain, Arc<Breaker>)> = Vec::with_capacity(1);
+        for check in checks {
+            let domain = self.remote.domain(check);
+            if !out.iter().any(|(d, _)| *d == domain) {
+                let breaker = self.breakers.get(&domain);
+                out.push((domain, breaker));
+            }
+        }
+        out
+    }
+
+    /// The backend answered `checks` (sent with `debts`' charges), from the servers of `breakers`.
+    fn answered(&self, checks: &[Check<'_>], debts: &[Debt], reply: &Reply, breakers: &[(Domain, Arc<Breaker>)]) {
+        for (_, breaker) in breakers {
+            breaker.success();
+        }
         let offset = i128::from(reply.now_ns) - i128::from(self.clock.now_ns());
         self.offset_ns.store(i64::try_from(offset).unwrap_or(0), Ordering::Relaxed);
         if self.policy == FailurePolicy::Local {
@@ -262,33 +282,44 @@ impl<R: Remote> Shared<R> {
         Ok(Reserved::at(decisions, at))
     }
 
-    /// A call to the backend failed: count it, and start probing if that opened the breaker.
-    fn failed(self: &Arc<Self>, error: &StoreError) {
+    /// A call to the servers of `breakers` failed: count it against each, and start probing the
+    /// ones whose breaker that opened.
+    fn failed(self: &Arc<Self>, error: &StoreError, breakers: &[(Domain, Arc<Breaker>)]) {
         self.backend_errors.fetch_add(1, Ordering::Relaxed);
-        if self.breaker.failure() {
-            tracing::warn!(%error, "store unavailable: circuit breaker open, answering by the failure policy");
-            self.start_probe();
+        for (domain, breaker) in breakers {
+            if breaker.failure() {
+                tracing::warn!(%error, node = %domain, "server unavailable: its circuit breaker is open, the failure policy answers its keys");
+                self.start_probe(domain.clone(), breaker.clone());
+            }
         }
     }
 
-    fn start_probe(self: &Arc<Self>) {
+    fn start_probe(self: &Arc<Self>, domain: Domain, breaker: Arc<Breaker>) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            // No runtime to probe from: let the next call try the backend.
-            self.breaker.close();
+            // No runtime to probe from: let the next call try the server.
+            breaker.close();
             return;
         };
         let weak: Weak<Self> = Arc::downgrade(self);
-        let every = self.breaker.probe_every();
+        let every = self.breakers.probe_every();
         runtime.spawn(async move {
             loop {
                 tokio::time::sleep(every).await;
                 let Some(shared) = weak.upgrade() else { return };
-                if shared.remote.probe().await.is_ok() {
-                    shared.breaker.close();
-                    tracing::info!("store reachable again: circuit breaker closed");
-                    shared.flush.notify_one();
-                    return;
+                match shared.remote.probe_domain(&domain).await {
+                    Ok(true) => {
+                        breaker.close();
+                        tracing::info!(node = %domain, "server reachable again: its circuit breaker closed");
+                    }
+                    Ok(false) => {
+                        breaker.close();
+                        shared.breakers.forget(&domain);
+                        tracing::info!(node = %domain, "server no longer in the topology (its keys moved): breaker dropped");
+                    }
+                    Err(_) => continue,
                 }
+                shared.flush.notify_one();
+                return;
             }
         });
     }
@@ -308,26 +339,26 @@ impl<R: Remote> Shared<R> {
             loop {
                 let _ = tokio::time::timeout(Duration::from_secs(1), notify.notified()).await;
                 let Some(shared) = weak.upgrade() else { return };
-                if !shared.breaker.is_open() {
-                    shared.flush_debts().await;
-                }
+                shared.flush_debts().await;
             }
         });
     }
 
-    /// Sends every debt, one key per call (with a peek of the key, to learn its state).
+    /// Sends every debt whose server's breaker is closed, one key per call (with a peek of the
+    /// key, to learn its state).
     async fn flush_debts(self: &Arc<Self>) {
         for debt in self.ledger.debts() {
             let now = self.now();
             let sent = [debt];
             let charges = charges_of(&sent, now);
             let peek = Check { scope: &sent[0].scope, key: &sent[0].key, limit: &sent[0].limit, cost: 0 };
+            let breakers = self.breakers_of(&[peek]);
+            if breakers.iter().any(|(_, b)| b.is_open()) {
+                continue;
+            }
             match self.remote.decide(&[peek], &charges).await {
-                Ok(reply) => self.answered(&[peek], &sent, &reply),
-                Err(error) if error.is_backend() => {
-                    self.failed(&error);
-                    return;
-                }
+                Ok(reply) => self.answered(&[peek], &sent, &reply, &breakers),
+                Err(error) if error.is_backend() => self.failed(&error, &breakers),
                 Err(error) => {
                     // The key holds something tollgate cannot charge (another program's value):
                     // there is nothing to pay into; drop the debt rather than retry forever.
@@ -369,7 +400,8 @@ impl<R: Remote> Store for Fallback<R> {
             return Err(tollgate_core::Error::CostExceedsCapacity { cost: c.cost, capacity: c.limit.capacity() }.into());
         }
         let sh = &self.shared;
-        if sh.breaker.is_open() {
+        let breakers = sh.breakers_of(checks);
+        if breakers.iter().any(|(_, b)| b.is_open()) {
             return sh.fall_back(checks);
         }
         let local = sh.policy == FailurePolicy::Local;
@@ -384,7 +416,7 @@ impl<R: Remote> Store for Fallback<R> {
         drop(in_flight);
         match result {
             Ok(reply) => {
-                sh.answered(checks, &debts, &reply);
+                sh.answered(checks, &debts, &reply, &breakers);
                 let per_check = if reply.snapshots.iter().all(|s| s.at == reply.now_ns) {
                     Vec::new()
                 } else {
@@ -393,7 +425,7 @@ impl<R: Remote> Store for Fallback<R> {
                 Ok(Reserved { decisions: reply.decisions, at: reply.now_ns, per_check })
             }
             Err(error) if error.is_backend() => {
-                sh.failed(&error);
+                sh.failed(&error, &breakers);
                 sh.fall_back(checks)
             }
             Err(error) => Err(error),
@@ -406,12 +438,14 @@ impl<R: Remote> Store for Fallback<R> {
     async fn refund(&self, refunds: &[Refund<'_>]) -> Result<(), StoreError> {
         let sh = &self.shared;
         let remote: Vec<Refund<'_>> = refunds.iter().filter(|r| !sh.ledger.refund(r, sh.now())).copied().collect();
-        if remote.is_empty() || sh.breaker.is_open() {
+        let checks: Vec<Check<'_>> = remote.iter().map(|r| r.check).collect();
+        let breakers = sh.breakers_of(&checks);
+        if remote.is_empty() || breakers.iter().any(|(_, b)| b.is_open()) {
             return Ok(());
         }
         match sh.remote.refund(&remote).await {
             Err(error) if error.is_backend() => {
-                sh.failed(&error);
+                sh.failed(&error, &breakers);
                 Ok(())
             }
             other => other,

@@ -96,6 +96,11 @@ impl Cluster {
         self.map.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
+    /// The primary the map names for `slot`, if any.
+    pub(super) fn owner(&self, slot: u16) -> Option<Arc<Node>> {
+        self.map().owner(slot)
+    }
+
     /// The primaries the map names now.
     pub(super) fn primaries(&self) -> Vec<Arc<Node>> {
         let map = self.map();

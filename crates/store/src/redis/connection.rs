@@ -14,6 +14,7 @@ use super::node::{Node, Script, Settings};
 use super::sentinel::Sentinel;
 use super::target::{RedisTarget, Topology};
 use crate::StoreError;
+use crate::remote::Domain;
 
 /// The topology, connected.
 #[derive(Clone)]
@@ -59,6 +60,56 @@ impl Connection {
             Connection::Server(node) => node.run(cmd, script, false).await.map_err(|e| (e, Some(node.clone()))),
             Connection::Cluster(cluster) => cluster.run(keys::slot(key), cmd, script).await,
             Connection::Sentinel(sentinel) => sentinel.run(cmd, script).await,
+        }
+    }
+
+    /// The server that `key`'s calls go to now (`""` while a cluster's map or the Sentinels'
+    /// primary is not known yet).
+    pub(super) fn domain(&self, key: &[u8]) -> Domain {
+        let node = match self {
+            Connection::Server(node) => Some(node.clone()),
+            Connection::Cluster(cluster) => cluster.owner(keys::slot(key)),
+            Connection::Sentinel(sentinel) => sentinel.primary(),
+        };
+        node.map_or_else(|| Domain::from(""), |n| n.domain.clone())
+    }
+
+    /// Whether the server `domain` answers a `PING` now, after the topology is read again;
+    /// `Ok(false)` if the topology no longer has it as a primary. `""` (no server known yet):
+    /// whether any primary answers.
+    pub(super) async fn probe_domain(&self, domain: &Domain) -> Result<bool, StoreError> {
+        if domain.is_empty() {
+            return self.probe().await.map(|()| true);
+        }
+        let node = match self {
+            Connection::Server(node) => Some(node.clone()),
+            Connection::Cluster(cluster) => {
+                cluster.refresh(false).await.map_err(|e| StoreError::Backend(e.to_string()))?;
+                cluster.primaries().into_iter().find(|n| n.domain == *domain)
+            }
+            Connection::Sentinel(sentinel) => {
+                sentinel.refresh(false).await.map_err(|e| StoreError::Backend(e.to_string()))?;
+                sentinel.primary().filter(|n| n.domain == *domain)
+            }
+        };
+        let Some(node) = node else { return Ok(false) };
+        if matches!(self, Connection::Cluster(_)) {
+            // A cluster node that answers may still refuse its keys (CLUSTERDOWN while it rejoins,
+            // or while the cluster lacks a slot): it serves once it says its cluster is ok.
+            let mut info = redis::cmd("CLUSTER");
+            info.arg("INFO");
+            return match node.query::<String>(&info).await {
+                Ok(info) if info.contains("cluster_state:ok") => Ok(true),
+                Ok(_) => Err(StoreError::Backend(format!(
+                    "{}: it answers, but does not serve its slots yet (its cluster_state is not ok)",
+                    node.address
+                ))),
+                Err(error) => Err(StoreError::Backend(node.explain(&error))),
+            };
+        }
+        match node.query::<String>(&redis::cmd("PING")).await {
+            Ok(_) => Ok(true),
+            Err(error) => Err(StoreError::Backend(node.explain(&error))),
         }
     }
 

@@ -38,7 +38,7 @@ use std::time::Duration;
 
 use tollgate_core::{Clock, Limit};
 
-use crate::remote::{Charge, Remote, Reply};
+use crate::remote::{Charge, Domain, Remote, Reply};
 use crate::{Check, Refund, Reserved, Store, StoreError};
 use connection::Connection;
 pub use keys::slot as hash_slot;
@@ -350,6 +350,21 @@ impl Remote for RedisStore {
             return Ok(Reply { decisions: Vec::new(), snapshots: Vec::new(), now_ns });
         }
         self.decide_across(checks, charges).await
+    }
+
+    /// The server that holds `check`'s key now (a cluster's slot owner, the Sentinels' primary).
+    fn domain(&self, check: &Check<'_>) -> Domain {
+        match self.state_key(check.scope, check.key, check.limit) {
+            Ok(key) => self.connection.domain(&key),
+            Err(_) => Domain::from(""),
+        }
+    }
+
+    async fn probe_domain(&self, domain: &Domain) -> Result<bool, StoreError> {
+        let within = self.options.timeout.max(Duration::from_secs(1));
+        tokio::time::timeout(within, self.connection.probe_domain(domain))
+            .await
+            .map_err(|_| StoreError::Timeout(within))?
     }
 
     /// Reads the topology again (a cluster's slot map, the Sentinels' primary) and pings a

@@ -10,6 +10,7 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 
 use super::target::{Address, RedisTarget, TlsConfig};
+use crate::remote::Domain;
 
 /// How to connect to every server of one kind (the data servers, or the Sentinels).
 #[derive(Debug)]
@@ -83,6 +84,8 @@ impl Settings {
 /// One server and its connection.
 pub(super) struct Node {
     pub(super) address: Address,
+    /// Its address as a fault domain (the failure policy's breaker, health and metrics).
+    pub(super) domain: Domain,
     connection: ConnectionManager,
     settings: Arc<Settings>,
 }
@@ -119,7 +122,8 @@ impl Node {
             .set_min_delay(Duration::from_millis(10))
             .set_max_delay(Duration::from_millis(100));
         let connection = ConnectionManager::new_lazy_with_config(client, config)?;
-        Ok(Arc::new(Node { address, connection, settings }))
+        let domain = Domain::from(address.to_string());
+        Ok(Arc::new(Node { address, domain, connection, settings }))
     }
 
     /// Sends `cmd` (after `ASKING` when `asking`: a slot being imported); with `script`, a
