@@ -428,3 +428,60 @@ async fn one_failing_server_sends_only_its_own_keys_to_the_policy() {
     assert!(states.iter().all(|s| &*s.domain != "a" && !s.open), "{states:?}");
     assert_eq!(store.breakers().times_opened(), 2, "a's openings are still counted");
 }
+
+/// Gated's leases: a refill waits at the gate like any call, then debits all it wants or nothing.
+impl tollgate_store::lease::Lessor for Gated {
+    async fn lease(
+        &self,
+        check: Check<'_>,
+        want: u64,
+        _lessee: u64,
+        _lifetime: Duration,
+    ) -> Result<tollgate_store::lease::Grant, StoreError> {
+        let want = want.clamp(1, check.limit.capacity());
+        let reply = self.decide(&[Check { cost: want, ..check }], &[]).await?;
+        let decision = reply.decisions[0];
+        Ok(tollgate_store::lease::Grant {
+            decision,
+            granted: if decision.allowed { want } else { 0 },
+            lessees: 1,
+            snapshot: reply.snapshots[0],
+            at: reply.now_ns,
+        })
+    }
+}
+
+/// Before: a lease refill in flight was not counted by the failure policy's ledger, so a request
+/// decided locally meanwhile (Redis slow for it) could spend what the refill was about to take:
+/// here 10 admitted locally, then the refill's 5 granted: 15 under a limit of 10.
+#[tokio::test(start_paused = true)]
+async fn a_lease_refill_in_flight_counts_against_local_decisions() {
+    use tollgate_store::lease::Lessor;
+    let clock = Arc::new(ManualClock::new(T0));
+    let remote = Arc::new(Gated {
+        inner: MemoryStore::builder().clock(clock.clone()).build(),
+        gate: tokio::sync::Semaphore::new(0),
+        fail: false.into(),
+    });
+    let options = FallbackOptions { clock: clock.clone(), ..FallbackOptions::default() };
+    let store = Arc::new(Fallback::with_options(remote.clone(), FailurePolicy::Local, options));
+    let limit = hourly(10);
+    // Learn the key's state (nothing used yet).
+    remote.gate.add_permits(1);
+    assert!(store.check(b"k", &limit, 0).await.unwrap().allowed);
+    // A refill of 5 units, stuck at the gate.
+    let refill = {
+        let (store, limit) = (store.clone(), limit.clone());
+        tokio::spawn(async move { store.lease(Check::new(b"k", &limit, 1), 5, 7, Duration::from_millis(100)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    // Meanwhile Redis refuses the exact path: decided locally.
+    remote.fail.store(true, std::sync::atomic::Ordering::SeqCst);
+    let local = (0..10).filter(|_| futures_ready(store.check_sync_local(&limit))).count();
+    remote.fail.store(false, std::sync::atomic::Ordering::SeqCst);
+    remote.gate.add_permits(100);
+    let granted = refill.await.unwrap().unwrap().granted;
+    assert_eq!(granted, 5);
+    assert!(local as u64 + granted <= 10, "{local} admitted locally + {granted} leased under a limit of 10");
+    assert_eq!(local, 5, "the 5 the refill does not take");
+}

@@ -1,11 +1,12 @@
-//! A [`Fallback`] lends through its remote, behind the breaker of the key's server: while it is
-//! open a lease fails at once (the key is then decided exactly, by the failure policy), and a grant is recorded
+//! A [`Fallback`] lends through its remote, behind the breaker of the key's server, the refill
+//! counted in flight by the ledger until it is answered (a local decision meanwhile leaves room
+//! for it): while the breaker is open a lease fails at once (the key is then decided exactly, by the failure policy), and a grant is recorded
 //! like any reply, so that a local decision during a later outage starts from the state after it.
 //! A request that waited on a lease call that failed is answered by the policy at once.
 
 use std::time::Duration;
 
-use super::Fallback;
+use super::{FailurePolicy, Fallback, InFlight};
 use crate::lease::{Grant, Lessor};
 use crate::remote::{Remote, Reply};
 use crate::{Check, StoreError};
@@ -17,7 +18,17 @@ impl<R: Remote + Lessor> Lessor for Fallback<R> {
         if let Some((domain, _)) = breakers.iter().find(|(_, b)| b.is_open()) {
             return Err(StoreError::Backend(format!("circuit breaker open for {domain}")));
         }
-        match sh.remote.lease(check, want, lessee, lifetime).await {
+        // The refill may take up to `want` units: counted in flight, as any call is, so that a
+        // request decided locally meanwhile cannot spend them too.
+        let now = sh.now();
+        let in_flight_checks = [Check { cost: want.clamp(1, check.limit.capacity().max(1)), ..check }];
+        let in_flight = (sh.policy == FailurePolicy::Local).then(|| {
+            sh.ledger.begin(&in_flight_checks, now);
+            InFlight { ledger: &sh.ledger, checks: &in_flight_checks, now }
+        });
+        let result = sh.remote.lease(check, want, lessee, lifetime).await;
+        drop(in_flight);
+        match result {
             Ok(grant) => {
                 let reply =
                     Reply { decisions: vec![grant.decision], snapshots: vec![grant.snapshot], now_ns: grant.at };
