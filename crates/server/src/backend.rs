@@ -158,7 +158,10 @@ impl Backend {
         match self {
             Backend::Memory(_) => Vec::new(),
             Backend::Redis(store, _) => {
-                store.inner().breakers().states().into_iter().filter(|b| b.open).map(|b| b.domain.to_string()).collect()
+                // "": calls made before the topology was known (a cluster's slot map, the Sentinels'
+                // primary) have no server to name yet.
+                let name = |domain: &str| if domain.is_empty() { "Redis".to_string() } else { domain.to_string() };
+                store.inner().breakers().states().into_iter().filter(|b| b.open).map(|b| name(&b.domain)).collect()
             }
         }
     }
