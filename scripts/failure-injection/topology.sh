@@ -8,15 +8,18 @@
 SENTINEL_PORTS=() SENTINEL_PIDS=() SENTINEL_JOBS=()
 MASTER_NAME=tollgate
 
-# A port for a node: it and its cluster bus port (+10000) free.
+# A port for a node: it and its cluster bus port (bus_port) free. Both stay below Linux's ephemeral
+# range (32768 and up): Redis's default bus port, +10000, lands in it, where a client socket's local
+# port (the load's, the nodes' own links) can hold it and a node fails to start or restart.
 node_port() {
   local port
   for port in $(seq 23100 23999); do
     [[ " ${NODE_PORTS[*]} ${SENTINEL_PORTS[*]} " == *" $port "* ]] && continue
-    if port_free "$port" && port_free $((port + 10000)); then echo "$port"; return; fi
+    if port_free "$port" && port_free "$(bus_port "$port")"; then echo "$port"; return; fi
   done
-  fail "no free port pair in 23100-23999 / 33100-33999"
+  fail "no free port pair in 23100-23999 / 24100-24999"
 }
+bus_port() { echo $(($1 + 1000)); }
 
 # Starts data node $1 (again, after a kill: with its files); $2: a replicaof address, first start only.
 start_node() {
@@ -24,7 +27,7 @@ start_node() {
   mkdir -p "$dir"
   rm -f "$dir/redis.pid"
   local mode=(--cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout "$NODE_TIMEOUT"
-    --cluster-require-full-coverage no)
+    --cluster-require-full-coverage no --cluster-port "$(bus_port "${NODE_PORTS[$i]}")")
   if [ "$TOPOLOGY" = sentinel ]; then
     mode=()
     [ -n "${2:-}" ] && mode=(--replicaof "${2% *}" "${2#* }")
@@ -37,7 +40,7 @@ start_node() {
   ) 2>/dev/null &
   NODE_JOBS[i]=$!
   for _ in $(seq 200); do [ -s "$dir/redis.pid" ] && break; sleep 0.01; done
-  [ -s "$dir/redis.pid" ] || fail "redis-server on port ${NODE_PORTS[$i]} did not start ($dir/redis.log)"
+  [ -s "$dir/redis.pid" ] || fail "redis-server on port ${NODE_PORTS[$i]} did not start: $(tail -3 "$dir/redis.log" 2>/dev/null)"
   NODE_PIDS[i]=$(cat "$dir/redis.pid")
 }
 
@@ -115,7 +118,8 @@ setup_topology() {
   done
   for i in $(seq 0 $((nodes - 1))); do
     for _ in $(seq 100); do answers_ping "${NODE_PORTS[$i]}" && break; sleep 0.1; done
-    answers_ping "${NODE_PORTS[$i]}" || fail "redis-server on port ${NODE_PORTS[$i]} did not start ($WORK/redis/node$i/redis.log)"
+    answers_ping "${NODE_PORTS[$i]}" ||
+      fail "redis-server on port ${NODE_PORTS[$i]} does not answer: $(tail -3 "$WORK/redis/node$i/redis.log" 2>/dev/null)"
   done
   if [ "$TOPOLOGY" = sentinel ]; then
     for i in 0 1 2; do SENTINEL_PORTS[i]=$(node_port); start_sentinel "$i"; done
