@@ -22,6 +22,33 @@ pub struct Charge<'a> {
     /// How long ago the admission was made (relative, so that clock skew between the node and the
     /// remote does not move it).
     pub age_ns: u64,
+    /// Who made it, for exactly-once application: the remote keeps, per key, the highest sequence
+    /// it applied from each node, and skips a charge at or below it (one riding on several calls
+    /// in flight, or sent again after a lost reply). A node sends a key's charges in increasing
+    /// sequence, each call every charge not yet confirmed. `None`: applied whenever sent.
+    pub origin: Option<Origin>,
+    /// What the sender's decisions relied on: the key's remaining at the remote's now, as the
+    /// sender follows it, before its charges. The remote first lowers the key's remaining to at
+    /// most this (a no-op unless it lost state the sender saw: restarted empty, or a replica
+    /// promoted without the last writes), by a charge at now of the difference.
+    pub known_remaining: Option<u64>,
+}
+
+/// The node and sequence number of a [`Charge`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Origin {
+    /// The node's id, random per process (so that a restarted node starts a new sequence).
+    pub node: u64,
+    /// Increasing per node.
+    pub seq: u64,
+}
+
+impl<'a> Charge<'a> {
+    /// `check` admitted `age_ns` ago, applied whenever sent, with nothing else known.
+    #[must_use]
+    pub fn new(check: Check<'a>, age_ns: u64) -> Self {
+        Charge { check, age_ns, origin: None, known_remaining: None }
+    }
 }
 
 /// What a remote answers to [`Remote::decide`].

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tollgate_core::MAX_PERIOD_NS;
-use tollgate_store::remote::{Charge, Remote};
+use tollgate_store::remote::{Charge, Origin, Remote, Reply};
 use tollgate_store::testkit::random::{Rng, random_limit};
 use tollgate_store::testkit::{
     self,
@@ -99,6 +99,7 @@ async fn decides_exactly_like_the_memory_store_across_the_whole_range() {
         let redis = RedisStore::open(&server.url(), options(Some(clock.clone()))).unwrap();
         let memory = MemoryStore::builder().clock(clock.clone()).build();
         let mut pending = None;
+        let mut seq = 0;
         for step in 0..60 {
             let limit = if rng.below(6) == 0 { &limits[1 + step % 2] } else { &limits[0] };
             let period = limit.period_ns();
@@ -122,11 +123,28 @@ async fn decides_exactly_like_the_memory_store_across_the_whole_range() {
             };
             let check = [Check::new(key, limit, cost)];
             let charge_cost = if rng.below(4) == 0 { u64::MAX / 4 } else { 1 + rng.below(limit.capacity()) };
-            let charges: Vec<Charge<'_>> = if rng.below(6) == 0 {
-                vec![Charge { check: Check::new(key, limit, charge_cost), age_ns: rng.below(2 * period) }]
+            let mut charges: Vec<Charge<'_>> = if rng.below(6) == 0 {
+                vec![Charge::new(Check::new(key, limit, charge_cost), rng.below(2 * period))]
             } else {
                 Vec::new()
             };
+            // A node's charges: what it knew of the key, and its sequence, sent twice in one call
+            // now and then (applied once) or followed by an older one (skipped). Across calls the
+            // stores' markers expire on different clocks (Redis's real time, the memory store's
+            // manual clock): each call's sequences are new.
+            if let Some(first) = charges.first_mut().filter(|_| rng.below(2) == 0) {
+                seq += 2;
+                first.origin = Some(Origin { node: 1 + rng.below(2), seq });
+                first.known_remaining = (rng.below(3) == 0).then(|| rng.below(limit.capacity() + 1));
+                let again = *first;
+                match rng.below(3) {
+                    0 => charges.push(Charge { known_remaining: None, ..again }),
+                    1 => {
+                        charges.push(Charge { origin: Some(Origin { seq: seq - 1, ..again.origin.unwrap() }), ..again })
+                    }
+                    _ => {}
+                }
+            }
             let want = memory.decide(&check, &charges).await.unwrap();
             let got = redis.decide(&check, &charges).await.unwrap();
             assert_eq!(got, want, "{limit} round {round} step {step}: key {key:?} cost {cost} charges {charges:?}");
@@ -216,7 +234,7 @@ async fn every_key_written_has_a_ttl_no_longer_than_needed() {
         let keys: Vec<String> = (0..3).map(|k| format!("{{m{i}}}:{k}")).collect();
         let checks: Vec<Check<'_>> = keys.iter().map(|key| Check::new(key.as_bytes(), &limit, 1)).collect();
         store.check_all(&checks).await.unwrap();
-        let charge = [Charge { check: Check::new(b"charged", &limit, 9), age_ns: SEC }];
+        let charge = [Charge::new(Check::new(b"charged", &limit, 9), SEC)];
         store.decide(&[], &charge).await.unwrap();
     }
     let keys = server.cli(&["--scan"]);
@@ -305,7 +323,7 @@ async fn a_log_charged_past_2_pow_50_is_rebased_and_stays_exact() {
         clock.set(T0 + i * SEC / 3);
         // Capped charges first, then charges of 2^50 every other step: a rebase with live entries.
         let cost = if i < 40 { u64::MAX / 8 } else { 1 << 50 };
-        let charges = [Charge { check: Check::new(b"k", &limit, cost), age_ns: 0 }];
+        let charges = [Charge::new(Check::new(b"k", &limit, cost), 0)];
         let check = [Check::new(b"k", &limit, 1)];
         let charges: &[Charge<'_>] = if i % 4 == 0 || (i >= 40 && i % 2 == 0) { &charges } else { &[] };
         for _ in 0..3 {
@@ -314,4 +332,65 @@ async fn a_log_charged_past_2_pow_50_is_rebased_and_stays_exact() {
             assert_eq!(got, want, "step {i}");
         }
     }
+}
+
+/// A node's charges reach a store once however often they are sent (riding on several calls in
+/// flight, or sent again after a lost reply), and what the node knew of a key restores it on a
+/// store that lost it (restarted empty, a replica promoted without the last writes): on Redis and
+/// on the memory store, every algorithm.
+async fn charges_apply_once_and_restore_a_lost_key<R: Remote>(store: &R, lose: impl Fn()) {
+    for algorithm in Algorithm::ALL {
+        let limit = Limit::per_hour(20).algorithm(algorithm).build().unwrap();
+        let key: &[u8] = b"{once}";
+        let peek = [Check::new(key, &limit, 0)];
+        let remaining = |reply: Reply| reply.decisions[0].remaining;
+        let charge = |node: u64, seq: u64, cost: u64, known_remaining: Option<u64>| Charge {
+            check: Check::new(key, &limit, cost),
+            age_ns: 0,
+            origin: Some(Origin { node, seq }),
+            known_remaining,
+        };
+        let (first, second) = (charge(9, 1, 3, Some(20)), charge(9, 2, 2, None));
+        assert_eq!(remaining(store.decide(&peek, &[first]).await.unwrap()), 17, "{algorithm}");
+        assert_eq!(remaining(store.decide(&peek, &[first]).await.unwrap()), 17, "{algorithm}: sent again");
+        assert_eq!(remaining(store.decide(&peek, &[first, second]).await.unwrap()), 15, "{algorithm}: the newer one");
+        assert_eq!(remaining(store.decide(&peek, &[charge(9, 1, 1, None)]).await.unwrap()), 15, "{algorithm}: older");
+        assert_eq!(
+            remaining(store.decide(&peek, &[charge(10, 1, 1, None)]).await.unwrap()),
+            14,
+            "{algorithm}: another node"
+        );
+        // The key is lost; the node's next charge says it knew 14 left before it: restored, then charged.
+        lose();
+        assert_eq!(remaining(store.decide(&peek, &[]).await.unwrap()), 20, "{algorithm}: lost");
+        assert_eq!(
+            remaining(store.decide(&peek, &[charge(9, 3, 1, Some(14))]).await.unwrap()),
+            13,
+            "{algorithm}: restored"
+        );
+        // Known remaining above the store's: nothing is given back.
+        assert_eq!(remaining(store.decide(&peek, &[charge(9, 4, 1, Some(20))]).await.unwrap()), 12, "{algorithm}");
+        lose();
+    }
+}
+
+#[tokio::test]
+async fn a_nodes_charges_apply_once_and_restore_a_lost_key() {
+    let server = RedisServer::start();
+    let redis = RedisStore::open(&server.url(), options(None)).unwrap();
+    charges_apply_once_and_restore_a_lost_key(&redis, || assert_eq!(server.cli(&["FLUSHALL"]).trim(), "OK")).await;
+    let memory = MemoryStore::new();
+    let lose = || {
+        for algorithm in Algorithm::ALL {
+            memory.reset_sync("", b"{once}", &Limit::per_hour(20).algorithm(algorithm).build().unwrap());
+        }
+    };
+    charges_apply_once_and_restore_a_lost_key(&memory, lose).await;
+    // A marker lives no longer than its key's state.
+    let limit = Limit::per_second(20).build().unwrap();
+    let charge = Charge { origin: Some(Origin { node: 3, seq: 1 }), ..Charge::new(Check::new(b"short", &limit, 2), 0) };
+    redis.decide(&[], &[charge]).await.unwrap();
+    let marker = format!("{}:applied:gcra:{{short}}", redis.options().prefix);
+    let ttl: i64 = server.cli(&["PTTL", &marker]).trim().parse().unwrap();
+    assert!((1..=1_000).contains(&ttl), "{marker}: PTTL {ttl}");
 }

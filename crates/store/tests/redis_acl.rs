@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tollgate_store::lease::Lessor;
-use tollgate_store::remote::{Charge, Remote};
+use tollgate_store::remote::{Charge, Origin, Remote};
 use tollgate_store::testkit::redis_server::{RedisServer, ServerConfig, readme_acl};
 use tollgate_store::testkit::redis_topology::{ClusterConfig, RedisCluster};
 use tollgate_store::testkit::{self};
@@ -36,9 +36,13 @@ async fn every_path(store: &RedisStore, flush_scripts: impl Fn()) {
     let store = store.with_options(options()).unwrap();
     let limit = Limit::per_hour(10).build().unwrap();
     let check = Check::new(b"{acl}:a", &limit, 1);
-    let charge = Charge { check: Check::new(b"{acl}:a", &limit, 2), age_ns: 1_000 };
+    let charge = Charge::new(Check::new(b"{acl}:a", &limit, 2), 1_000);
     let reply = store.decide(&[check], &[charge]).await.unwrap();
     assert_eq!(reply.decisions[0].remaining, 7, "charged 2, then admitted 1");
+    // A node's charge (remembered in the key's marker hash), with what the node knew of the key.
+    let from_node = Charge { origin: Some(Origin { node: 7, seq: 1 }), known_remaining: Some(6), ..charge };
+    let reply = store.decide(&[check], &[from_node, from_node]).await.unwrap();
+    assert_eq!(reply.decisions[0].remaining, 3, "lowered to 6, charged 2 once, then admitted 1");
     let grant = store.lease(Check::new(b"{acl}:a", &limit, 1), 3, 42, Duration::from_millis(100)).await.unwrap();
     assert_eq!(grant.granted, 3);
     // A sliding log's reservation given back whole (its entry removed).

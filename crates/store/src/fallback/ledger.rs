@@ -6,8 +6,14 @@
 //!   every node's admissions included, as of that reply);
 //! - the **in-flight** cost: calls sent and not answered yet, which the remote may still admit;
 //! - the **debt**: what this node admitted locally and the remote has not recorded yet, as charges
-//!   `(at, cost)` sent with the next call for the key (or by the background flush) and dropped once
-//!   a reply confirms them.
+//!   `(at, cost, seq)` sent with every call for the key (and by the background flush) until a
+//!   reply confirms them. The remote applies each once (it keeps the highest `seq` it applied from
+//!   this node, per key: see [`Origin`]), and first lowers the key to what the node knew when it
+//!   decided ([`Charge::known_remaining`]), so a remote that lost the key (restarted empty, a
+//!   replica promoted without the last writes) is given back what the node's decisions relied on.
+//!
+//! [`Origin`]: crate::remote::Origin
+//! [`Charge::known_remaining`]: crate::remote::Charge::known_remaining
 //!
 //! A local decision rebuilds the key's state from the snapshot, charges it with the debt and with
 //! the in-flight cost (as if every call still in flight were admitted), and decides on that.
@@ -20,10 +26,6 @@ use tollgate_core::{Decision, Limit, Snapshot, State};
 use crate::remote::Reply;
 use crate::table::{Shard, Sharded, Slot};
 use crate::{Check, StoreError};
-
-/// At most this many charges are kept per key; older ones are merged (dated at the later of the
-/// two, which frees capacity no earlier: never an over-grant).
-const MAX_CHARGES: usize = 64;
 
 /// A charge not yet confirmed by the remote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +44,9 @@ pub(crate) struct Debt {
     pub(crate) key: Box<[u8]>,
     pub(crate) limit: Limit,
     pub(crate) charges: Vec<Pending>,
+    /// The key's remaining as this node follows it (the latest snapshot, without the debt), when
+    /// the debt was taken to be sent.
+    pub(crate) known_remaining: Option<u64>,
 }
 
 struct Entry {
@@ -68,17 +73,40 @@ impl Slot for Entry {
     }
 }
 
+/// `entry`'s debt, with what the node knows of the key at `now` (the remote's clock).
+fn owed(entry: &Entry, now: u64) -> Option<Debt> {
+    let mut debt = entry.debt.as_deref()?.clone();
+    debt.known_remaining = entry.seen.and_then(|(snapshot, _)| {
+        let mut state = State::from_snapshot(&debt.limit, &snapshot);
+        state.check(now.max(snapshot.at), &debt.limit, 0).ok().map(|d| d.remaining)
+    });
+    Some(debt)
+}
+
 /// The ledger of a failure policy.
 pub(crate) struct Ledger {
     table: Sharded<Entry>,
     hasher: foldhash::quality::RandomState,
+    /// This node's id in its charges' [`Origin`](crate::remote::Origin).
+    node: u64,
     seq: AtomicU64,
 }
 
 impl Ledger {
     pub(crate) fn new(max_keys: usize, max_bytes: usize) -> Self {
         let shards = (max_keys / 1024).next_power_of_two().clamp(1, 64);
-        Ledger { table: Sharded::new(shards, max_keys, max_bytes), hasher: Default::default(), seq: AtomicU64::new(0) }
+        let hasher = foldhash::quality::RandomState::default();
+        // Random per ledger (the hasher's seed is): a restarted node is a new origin.
+        let node = {
+            use std::hash::BuildHasher;
+            hasher.hash_one(std::time::SystemTime::now())
+        };
+        Ledger { table: Sharded::new(shards, max_keys, max_bytes), hasher, node, seq: AtomicU64::new(1) }
+    }
+
+    /// This node's id in its charges.
+    pub(crate) fn node(&self) -> u64 {
+        self.node
     }
 
     fn fingerprint(&self, check: &Check<'_>) -> u64 {
@@ -130,19 +158,19 @@ impl Ledger {
                 continue;
             }
             seen.push(fingerprint);
-            if let Some(Some(debt)) = self.with(check, now, false, |e| e.debt.as_deref().cloned()) {
+            if let Some(Some(debt)) = self.with(check, now, false, |e| owed(e, now)) {
                 debts.push(debt);
             }
         }
         debts
     }
 
-    /// Every debt, for the background flush.
-    pub(crate) fn debts(&self) -> Vec<Debt> {
+    /// Every debt, for the background flush (what is known of each key taken at `now`).
+    pub(crate) fn debts(&self, now: u64) -> Vec<Debt> {
         (0..self.table.shard_count())
             .flat_map(|i| {
                 let shard = self.table.read(i);
-                shard.slots.iter().filter_map(|e| e.debt.as_deref().cloned()).collect::<Vec<_>>()
+                shard.slots.iter().filter_map(|e| owed(e, now)).collect::<Vec<_>>()
             })
             .collect()
     }
@@ -282,15 +310,12 @@ impl Ledger {
                     key: check.key.into(),
                     limit: check.limit.clone(),
                     charges: Vec::new(),
+                    known_remaining: None,
                 })
             });
             debt.limit = check.limit.clone();
             debt.charges.push(Pending { at: now, cost: check.cost, seq });
-            if debt.charges.len() > MAX_CHARGES {
-                let first = debt.charges.remove(0);
-                let second = &mut debt.charges[0];
-                second.cost = second.cost.saturating_add(first.cost);
-            }
+            super::merge::compact(check.limit, &mut debt.charges);
             let after = entry.heap_bytes();
             shard.heap_bytes -= before;
             self.table.grew(shard, after, now, &fingerprints);

@@ -30,6 +30,7 @@
 mod breaker;
 mod ledger;
 mod lessor;
+mod merge;
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -40,7 +41,7 @@ use ledger::{Debt, Ledger};
 use tollgate_core::{Clock, Decision, Limit, SystemClock};
 
 use crate::memory::{DEFAULT_MAX_KEYS, DEFAULT_MAX_MEMORY};
-use crate::remote::{Charge, Domain, Remote, Reply};
+use crate::remote::{Charge, Domain, Origin, Remote, Reply};
 use crate::{Check, Refund, Reserved, Store, StoreError};
 
 /// What to answer while the backend fails.
@@ -199,14 +200,17 @@ impl<R: Remote> Fallback<R> {
     }
 }
 
-/// The charges of `debts`, dated relative to `now`.
-fn charges_of(debts: &[Debt], now: u64) -> Vec<Charge<'_>> {
+/// The charges of `debts` (this node's, `node`), dated relative to `now`; each key's first charge
+/// carries what the node knew of the key.
+fn charges_of(debts: &[Debt], node: u64, now: u64) -> Vec<Charge<'_>> {
     debts
         .iter()
         .flat_map(|d| {
-            d.charges.iter().map(move |c| Charge {
+            d.charges.iter().enumerate().map(move |(i, c)| Charge {
                 check: Check { scope: &d.scope, key: &d.key, limit: &d.limit, cost: c.cost },
                 age_ns: now.saturating_sub(c.at),
+                origin: Some(Origin { node, seq: c.seq }),
+                known_remaining: if i == 0 { d.known_remaining } else { None },
             })
         })
         .collect()
@@ -347,10 +351,10 @@ impl<R: Remote> Shared<R> {
     /// Sends every debt whose server's breaker is closed, one key per call (with a peek of the
     /// key, to learn its state).
     async fn flush_debts(self: &Arc<Self>) {
-        for debt in self.ledger.debts() {
+        for debt in self.ledger.debts(self.now()) {
             let now = self.now();
             let sent = [debt];
-            let charges = charges_of(&sent, now);
+            let charges = charges_of(&sent, self.ledger.node(), now);
             let peek = Check { scope: &sent[0].scope, key: &sent[0].key, limit: &sent[0].limit, cost: 0 };
             let breakers = self.breakers_of(&[peek]);
             if breakers.iter().any(|(_, b)| b.is_open()) {
@@ -407,7 +411,7 @@ impl<R: Remote> Store for Fallback<R> {
         let local = sh.policy == FailurePolicy::Local;
         let now = sh.now();
         let debts = if local { sh.ledger.debts_of(checks, now) } else { Vec::new() };
-        let charges = charges_of(&debts, now);
+        let charges = charges_of(&debts, sh.ledger.node(), now);
         let in_flight = local.then(|| {
             sh.ledger.begin(checks, now);
             InFlight { ledger: &sh.ledger, checks, now }

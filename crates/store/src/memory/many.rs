@@ -15,6 +15,7 @@ use tollgate_core::{Algorithm, Decision, Limit, Snapshot, State, algorithm::Gcra
 
 use super::MemoryStore;
 use super::slots::{GcraSlot, StateSlot};
+use crate::remote::Charge;
 use crate::table::Shard;
 use crate::{Check, StoreError};
 
@@ -71,16 +72,18 @@ struct Key<'a> {
 type Guards<'l, S> = Vec<(usize, RwLockWriteGuard<'l, Shard<S>>)>;
 
 impl MemoryStore {
-    /// Records `charges` (`(check, at)`: `check.cost` at instant `at`), then decides `checks` all
-    /// or nothing; returns the decisions, if `snapshots` each check's snapshot, and now.
+    /// Records `charges` (`(charge, at)`: `charge.check.cost` at instant `at`, each at most once
+    /// per origin, after lowering the key's remaining to what the charge says its sender knew),
+    /// then decides `checks` all or nothing; returns the decisions, if `snapshots` each check's
+    /// snapshot, and now.
     pub(crate) fn check_many(
         &self,
         checks: &[Check<'_>],
-        charges: &[(Check<'_>, u64)],
+        charges: &[(Charge<'_>, u64)],
         snapshots: bool,
     ) -> Result<(Vec<Decision>, Vec<Snapshot>, u64), StoreError> {
         let now = self.clock.now_ns();
-        let every = charges.iter().map(|(c, _)| c).chain(checks);
+        let every = charges.iter().map(|(c, _)| &c.check).chain(checks);
         let mut keys: Vec<Key<'_>> = Vec::new();
         for check in every.clone() {
             let fingerprint = self.fingerprint(check);
@@ -122,13 +125,39 @@ impl MemoryStore {
             keys.iter().position(|k| k.fingerprint == fp).unwrap_or(0)
         };
 
-        // 1. Charges, whatever the limits say.
-        for (check, at) in charges {
+        // 1. Charges, whatever the limits say, each once per origin.
+        let mut applied: Vec<(usize, u64, u64)> = Vec::new();
+        for (charge, at) in charges {
+            let check = &charge.check;
             let i = index(&keys, check);
             let key = &mut keys[i];
             let mut state = key.charged.take().or_else(|| key.stored.clone()).unwrap_or_else(|| fresh(check.limit));
-            state.charge(*at, check.limit, check.cost)?;
+            if let Some(known) = charge.known_remaining {
+                let remaining = state.clone().check(now, check.limit, 0)?.remaining;
+                if remaining > known {
+                    state.charge(now, check.limit, remaining - known)?;
+                }
+            }
+            let fresh_charge = match charge.origin {
+                None => true,
+                Some(origin) => {
+                    let done = applied.iter().filter(|(k, n, _)| *k == i && *n == origin.node).map(|a| a.2).max();
+                    let done = done.unwrap_or_else(|| self.applied.highest(key.fingerprint, origin.node, now));
+                    origin.seq > done && {
+                        applied.push((i, origin.node, origin.seq));
+                        true
+                    }
+                }
+            };
+            if fresh_charge {
+                state.charge(*at, check.limit, check.cost)?;
+            }
             key.charged = Some(state);
+        }
+        for &(i, node, seq) in &applied {
+            let key = &keys[i];
+            let until = key.charged.as_ref().map_or(now, |s| s.snapshot(now, key.limit).idle_at(key.limit));
+            self.applied.remember(key.fingerprint, node, seq, until.max(now.saturating_add(1)), now);
         }
         // 2. Checks, in order.
         let mut decisions = Vec::with_capacity(checks.len());

@@ -7,6 +7,7 @@
 //! [`table`]); both are locked for write, in a fixed order, only to insert, evict, or check
 //! several keys at once.
 
+mod applied;
 mod many;
 mod remote;
 mod slots;
@@ -36,6 +37,8 @@ pub struct MemoryStore {
     hasher: foldhash::quality::RandomState,
     max_keys: usize,
     max_memory: usize,
+    /// Charges applied as a remote, per key and node (see `applied`).
+    applied: applied::Applied,
 }
 
 impl std::fmt::Debug for MemoryStore {
@@ -111,6 +114,7 @@ impl MemoryStoreBuilder {
             hasher: foldhash::quality::RandomState::default(),
             max_keys: self.max_keys,
             max_memory: self.max_memory,
+            applied: applied::Applied::new(self.max_keys),
         }
     }
 }
@@ -236,6 +240,7 @@ impl MemoryStore {
         } else {
             self.states.remove(fingerprint);
         }
+        self.applied.forget(fingerprint);
     }
 
     /// Keys currently tracked.

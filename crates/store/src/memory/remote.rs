@@ -8,7 +8,7 @@ use crate::{Check, MemoryStore, StoreError};
 impl Remote for MemoryStore {
     async fn decide(&self, checks: &[Check<'_>], charges: &[Charge<'_>]) -> Result<Reply, StoreError> {
         let now = self.clock.now_ns();
-        let charges: Vec<(Check<'_>, u64)> = charges.iter().map(|c| (c.check, now.saturating_sub(c.age_ns))).collect();
+        let charges: Vec<(Charge<'_>, u64)> = charges.iter().map(|c| (*c, now.saturating_sub(c.age_ns))).collect();
         let (decisions, snapshots, now) = self.check_many(checks, &charges, true)?;
         Ok(Reply { decisions, snapshots, now_ns: now })
     }

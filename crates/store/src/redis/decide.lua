@@ -1,14 +1,21 @@
 -- tollgate: the seven algorithms of SEMANTICS.md as one atomic Redis script.
 --
--- KEYS: the state key of each check, then of each charge, then of each refund.
+-- KEYS: the state key of each check, then of each charge, then of each refund, then the marker
+--       key of each charge (its state key's `applied` hash: sending node -> highest sequence
+--       applied).
 -- ARGV: now_sec, now_nsec (both '' to use the server's TIME), ttl_margin_ms, checks, charges,
 --       refunds, then 8 values per check: algorithm, count, period_ns, burst, slices, emission_ns,
---       tolerance_ns, cost; then 9 per charge: the same 8 and its age in ns; then 10 per refund:
---       the same 8, the admission's instant (decimal ns since the epoch) and its reset_after_ns.
+--       tolerance_ns, cost; then 12 per charge: the same 8, its age in ns, the sending node ('':
+--       none), its sequence, and the key's remaining as the sender knew it (-1: nothing known);
+--       then 10 per refund: the same 8, the admission's instant (decimal ns since the epoch) and
+--       its reset_after_ns.
 -- Refunds (admissions withdrawn: a reservation that did not count) are applied first, each exactly
 -- where its admission was counted if the state still holds it (see tollgate-core's refund).
 -- Charges (admissions made elsewhere, e.g. by a node's fallback while Redis was unreachable) are
--- recorded next, whatever the limit says, dated `age` ns before now. Then the checks are decided
+-- recorded next, whatever the limit says, dated `age` ns before now, each at most once per node
+-- (one riding on several calls, or sent again after a lost reply, is skipped), after lowering the
+-- key's remaining to what the sender knew (a no-op unless this server lost the key's last writes:
+-- restarted empty, or promoted without them). Then the checks are decided
 -- in order; their states are written only if every check admitted (the charges are written anyway).
 -- Returns 7 integers per check: allowed (1/0), limit, remaining, retry_after_ns, reset_after_ns,
 -- and the key's snapshot after the call (used, previous; see tollgate-core's Snapshot), then the
@@ -691,7 +698,7 @@ end
 
 -- 0. Refunds, each read and written in turn (a refund never needs to meet a check of its call).
 for k = 1, refunds do
-  local b = 6 + checks * 8 + charges * 9 + (k - 1) * 10
+  local b = 6 + checks * 8 + charges * 12 + (k - 1) * 10
   local key = KEYS[checks + charges + k]
   local p, cost = params(b, key)
   local at, reset = rel(key, ARGV[b + 9]), tonumber(ARGV[b + 10])
@@ -706,13 +713,31 @@ for k = 1, refunds do
   end
 end
 
--- 1. Charges, recorded whatever the limit says.
+-- 1. Charges, recorded whatever the limit says, each once per node.
+local marks, marked = {}, {}
 for j = 1, charges do
-  local b = 6 + checks * 8 + (j - 1) * 9
+  local b = 6 + checks * 8 + (j - 1) * 12
   local key = KEYS[checks + j]
   local p, cost = params(b, key)
-  if cost > 0 then
-    local new, at_idle = ALGS[p.alg].charge(current(key, p), p, cost, -tonumber(ARGV[b + 9]))
+  local A = ALGS[p.alg]
+  local known = tonumber(ARGV[b + 12])
+  if known and known >= 0 then
+    local left = A.decide(current(key, p), p, 0)[3]
+    if left > known then state[key], idle[key] = A.charge(current(key, p), p, left - known, 0) end
+  end
+  local node, seq, fresh = ARGV[b + 10], tonumber(ARGV[b + 11]), true
+  if node ~= '' then
+    local marker = KEYS[checks + charges + refunds + j]
+    local id = marker .. ' ' .. node
+    if marks[id] == nil then
+      marks[id] = tonumber(redis.call('HGET', marker, node) or '0') or 0
+      marked[#marked + 1] = { id = id, marker = marker, node = node, key = key, seq = marks[id] }
+    end
+    fresh = seq > marks[id]
+    if fresh then marks[id] = seq end
+  end
+  if fresh and cost > 0 then
+    local new, at_idle = A.charge(current(key, p), p, cost, -tonumber(ARGV[b + 9]))
     state[key], idle[key] = new, at_idle
   end
 end
@@ -720,7 +745,7 @@ local charged = {}
 for k, v in pairs(state) do charged[k] = { v, idle[k] } end
 
 -- A lease: its lessee and lifetime follow every other argument.
-local lease_at = 6 + checks * 8 + charges * 9 + refunds * 10
+local lease_at = 6 + checks * 8 + charges * 12 + refunds * 10
 local leasing = #ARGV > lease_at
 if leasing and checks ~= 1 then error({ err = 'TOLLGATE_ARGS a lease is one check' }) end
 local granted = 0
@@ -767,7 +792,7 @@ end
 out[#out + 1] = S
 out[#out + 1] = N
 if leasing then
-  local lessees = KEYS[checks + charges + refunds + 1]
+  local lessees = KEYS[checks + charges + refunds + charges + 1]
   local now_ms = S * 1000 + math.floor(N / 1000000)
   local lifetime = tonumber(ARGV[lease_at + 2])
   redis.call('ZREMRANGEBYSCORE', lessees, '-inf', now_ms)
@@ -779,6 +804,13 @@ if leasing then
   out[#out + 1] = redis.call('ZCARD', lessees)
 end
 
--- 5. Write.
+-- 5. Write; a marker lives as long as its key's charges count (sent again after that, a charge
+-- changes no decision).
 for key, st in pairs(state) do ALGS[algs[key]].store(key, st, idle[key]) end
+for _, m in ipairs(marked) do
+  if marks[m.id] > m.seq then
+    redis.call('HSET', m.marker, m.node, string.format('%d', marks[m.id]))
+    redis.call('PEXPIRE', m.marker, px(charged[m.key] and charged[m.key][2] or 0))
+  end
+end
 return out

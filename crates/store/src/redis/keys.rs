@@ -59,6 +59,18 @@ pub(super) fn lessees_key(prefix: &str, state_key: &[u8]) -> Vec<u8> {
     out
 }
 
+/// The Redis key remembering which nodes' charges `state_key` received (a hash: node id, highest
+/// sequence applied): `PREFIX:applied:` then the state key after its prefix, in the state key's
+/// slot, as [`lessees_key`].
+pub(super) fn applied_key(prefix: &str, state_key: &[u8]) -> Vec<u8> {
+    let rest = &state_key[prefix.len() + 1..];
+    let mut out = Vec::with_capacity(state_key.len() + 9);
+    out.extend_from_slice(prefix.as_bytes());
+    out.extend_from_slice(b":applied:");
+    out.extend_from_slice(rest);
+    out
+}
+
 /// The Redis Cluster hash slot of `key`: CRC16 (XMODEM) of its hash tag when it has one, else of
 /// the whole key, modulo 16,384.
 pub fn slot(key: &[u8]) -> u16 {
@@ -148,6 +160,7 @@ mod tests {
     fn lessees_share_the_state_keys_slot_and_never_a_state_key() {
         let state = key("api", Algorithm::Gcra, b"{u}:x");
         let lessees = lessees_key("tg", &state);
+        assert_eq!(slot(&applied_key("tg", &state)), slot(&state));
         assert_eq!(lessees, b"tg:lessees:gcra:@api:t:{u}:x");
         assert!(Algorithm::ALL.iter().all(|a| a.name() != "lessees"));
     }

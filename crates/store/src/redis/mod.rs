@@ -230,6 +230,9 @@ impl RedisStore {
         if keys.is_empty() {
             return Err(StoreError::NoChecks);
         }
+        let applied: Vec<Vec<u8>> =
+            keys[checks.len()..][..charges.len()].iter().map(|k| keys::applied_key(&self.options.prefix, k)).collect();
+        keys.extend(applied);
         if lease.is_some() {
             keys.push(keys::lessees_key(&self.options.prefix, &keys[0]));
         }
@@ -272,6 +275,14 @@ impl RedisStore {
         for charge in charges {
             limit_args(&mut cmd, charge.check.limit, charge.check.cost);
             cmd.arg(charge.age_ns);
+            match charge.origin {
+                Some(origin) => cmd.arg(format!("{:016x}", origin.node)).arg(origin.seq),
+                None => cmd.arg("").arg(0),
+            };
+            match charge.known_remaining {
+                Some(known) => cmd.arg(known),
+                None => cmd.arg(-1),
+            };
         }
         for refund in refunds {
             limit_args(&mut cmd, refund.check.limit, refund.check.cost);
@@ -330,7 +341,8 @@ impl Store for RedisStore {
     async fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> Result<(), StoreError> {
         let key = self.state_key(scope, key, limit)?;
         let mut cmd = redis::cmd("DEL");
-        cmd.arg(key.as_slice());
+        // The key starts over: what it remembered of nodes' charges goes too.
+        cmd.arg(key.as_slice()).arg(keys::applied_key(&self.options.prefix, &key));
         tokio::time::timeout(self.options.timeout, self.connection.run(&key, &cmd, None))
             .await
             .map_err(|_| StoreError::Timeout(self.options.timeout))?

@@ -1,0 +1,141 @@
+//! Two of a key's pending charges as one: the ledger keeps at most [`MAX_CHARGES`] per key, so
+//! that a long outage costs bounded memory, and merges the oldest pair that composes exactly.
+//!
+//! Exact (the merged charge leaves every state exactly as the pair does, so `local` keeps the
+//! limit's rate through an outage of any length):
+//! - the bucket family, always: charging `c1` at `a1` then `c2` at `a2` ends the schedule at
+//!   `max(tat, a1, a2 − c1·T) + (c1 + c2)·T`, which is one charge of `c1 + c2` at
+//!   `max(a1, a2 − c1·T)`;
+//! - the window family, when both fall where the algorithm counts them together: one window (fixed
+//!   and sliding window counters), one slice (sub-window counter), one instant (sliding log).
+//!
+//! Otherwise the pair is merged at the later instant, which frees capacity no earlier (an
+//! under-grant, never an over-grant); with the exact merges that takes more than
+//! [`MAX_CHARGES`] windows (slices, instants) of local admissions in one outage.
+
+use tollgate_core::{Algorithm, Limit};
+
+use super::ledger::Pending;
+
+/// Charges kept per key.
+pub(crate) const MAX_CHARGES: usize = 64;
+
+/// `first` then `second` (in the order sent) as one charge, and whether exactly.
+pub(crate) fn merge(limit: &Limit, first: Pending, second: Pending) -> (Pending, bool) {
+    let cost = first.cost.saturating_add(second.cost);
+    let seq = first.seq.max(second.seq);
+    let later = Pending { at: first.at.max(second.at), cost, seq };
+    let same = |len: u64| len > 0 && first.at / len == second.at / len;
+    match limit.algorithm() {
+        Algorithm::Gcra | Algorithm::TokenBucket | Algorithm::LeakyBucket => {
+            let lead = first.cost.saturating_mul(limit.emission_interval_ns());
+            (Pending { at: first.at.max(second.at.saturating_sub(lead)), cost, seq }, true)
+        }
+        Algorithm::FixedWindow | Algorithm::SlidingWindow => (later, same(limit.period_ns())),
+        Algorithm::SubWindow => (later, same(limit.period_ns() / limit.slices().max(1))),
+        Algorithm::SlidingLog => (later, first.at == second.at),
+    }
+}
+
+/// Brings `charges` back to [`MAX_CHARGES`] by merging the oldest pair that merges exactly, or
+/// else the oldest pair.
+pub(crate) fn compact(limit: &Limit, charges: &mut Vec<Pending>) {
+    while charges.len() > MAX_CHARGES {
+        let pick = (0..charges.len() - 1).find(|&i| merge(limit, charges[i], charges[i + 1]).1).unwrap_or(0);
+        let (merged, _) = merge(limit, charges[pick], charges[pick + 1]);
+        charges[pick] = merged;
+        charges.remove(pick + 1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tollgate_core::State;
+
+    use super::*;
+
+    const SEC: u64 = 1_000_000_000;
+    const T0: u64 = 1_700_000_000 * SEC;
+
+    /// A small deterministic generator (xorshift).
+    struct Rng(u64);
+    impl Rng {
+        fn pick<T: Copy>(&mut self, of: &[T]) -> T {
+            of[usize::try_from(self.below(of.len() as u64)).unwrap_or(0)]
+        }
+
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n.max(1)
+        }
+    }
+
+    fn remaining(state: &State, limit: &Limit, at: u64) -> u64 {
+        state.clone().check(at, limit, 0).unwrap().remaining
+    }
+
+    /// Against the pair applied one after the other, on random states: the same decisions at every
+    /// later instant where the merge says exact, never more capacity where it does not.
+    #[test]
+    fn a_merged_pair_decides_as_the_pair_or_stricter() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        for algorithm in Algorithm::ALL {
+            let mut exact = 0;
+            for round in 0..400 {
+                let count = 1 + rng.below(30);
+                let period = SEC * (1 + rng.below(60));
+                let mut builder = Limit::builder(count, std::time::Duration::from_nanos(period)).algorithm(algorithm);
+                if algorithm.is_bucket() {
+                    builder = builder.burst(1 + rng.below(count + 5));
+                }
+                if algorithm == Algorithm::SubWindow {
+                    builder = builder.slices(rng.pick(&[1, 2, 4, 5, 8, 10]));
+                }
+                let limit = builder.build().unwrap();
+                let mut base = State::idle(&limit);
+                let mut at = T0 + rng.below(period);
+                for _ in 0..rng.below(6) {
+                    at += rng.below(period);
+                    base.charge(at, &limit, 1 + rng.below(count)).unwrap();
+                }
+                let spread = rng.pick(&[0, 1, limit.emission_interval_ns(), period / 3, 2 * period]);
+                let a1 = at + rng.below(period);
+                let a2 = a1 + rng.below(spread + 1);
+                let first = Pending { at: a1, cost: 1 + rng.below(count), seq: 1 };
+                let second = Pending { at: a2, cost: 1 + rng.below(count), seq: 2 };
+                let mut pair = base.clone();
+                pair.charge(first.at, &limit, first.cost).unwrap();
+                pair.charge(second.at, &limit, second.cost).unwrap();
+                let (merged, is_exact) = merge(&limit, first, second);
+                assert_eq!((merged.cost, merged.seq), (first.cost + second.cost, 2));
+                let mut one = base.clone();
+                one.charge(merged.at, &limit, merged.cost).unwrap();
+                exact += usize::from(is_exact);
+                for step in 0..12 {
+                    let t = a2 + step * (period / 4 + limit.emission_interval_ns() / 3);
+                    let (want, got) = (remaining(&pair, &limit, t), remaining(&one, &limit, t));
+                    if is_exact {
+                        assert_eq!(got, want, "{limit} round {round} at +{}: {first:?} {second:?}", t - a2);
+                    } else {
+                        assert!(got <= want, "{limit} round {round} at +{}: {got} > {want}", t - a2);
+                    }
+                }
+            }
+            assert!(exact > 50, "{algorithm}: {exact} exact merges tried");
+        }
+    }
+
+    #[test]
+    fn compacting_keeps_the_cost_and_merges_within_a_window_first() {
+        let limit = Limit::per_minute(100).algorithm(Algorithm::FixedWindow).build().unwrap();
+        // Two windows' worth: the oldest window's charges merge among themselves first.
+        let mut charges: Vec<Pending> =
+            (0..MAX_CHARGES as u64 + 10).map(|i| Pending { at: T0 + i * SEC, cost: 1, seq: i + 1 }).collect();
+        compact(&limit, &mut charges);
+        assert_eq!(charges.len(), MAX_CHARGES);
+        assert_eq!(charges.iter().map(|c| c.cost).sum::<u64>(), MAX_CHARGES as u64 + 10);
+        assert!(charges.windows(2).all(|w| w[0].seq < w[1].seq), "in sequence order");
+    }
+}
