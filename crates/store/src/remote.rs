@@ -28,8 +28,9 @@ pub struct Charge<'a> {
     /// sequence, each call every charge not yet confirmed. `None`: applied whenever sent.
     pub origin: Option<Origin>,
     /// What the sender's decisions relied on: the key's remaining at the remote's now, as the
-    /// sender follows it, before its charges. The remote first lowers the key's remaining to at
-    /// most this (a no-op unless it lost state the sender saw: restarted empty, or a replica
+    /// sender follows it (the state it last saw, this charge and its earlier ones included).
+    /// After applying the charge, the remote lowers the key's remaining to at most this (a no-op
+    /// unless it lost state the sender saw: the key expired early, restarted empty, a replica
     /// promoted without the last writes), by a charge at now of the difference.
     pub known_remaining: Option<u64>,
 }

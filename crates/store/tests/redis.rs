@@ -350,7 +350,7 @@ async fn charges_apply_once_and_restore_a_lost_key<R: Remote>(store: &R, lose: i
             origin: Some(Origin { node, seq }),
             known_remaining,
         };
-        let (first, second) = (charge(9, 1, 3, Some(20)), charge(9, 2, 2, None));
+        let (first, second) = (charge(9, 1, 3, Some(20)), charge(9, 2, 2, Some(15)));
         assert_eq!(remaining(store.decide(&peek, &[first]).await.unwrap()), 17, "{algorithm}");
         assert_eq!(remaining(store.decide(&peek, &[first]).await.unwrap()), 17, "{algorithm}: sent again");
         assert_eq!(remaining(store.decide(&peek, &[first, second]).await.unwrap()), 15, "{algorithm}: the newer one");
@@ -360,11 +360,12 @@ async fn charges_apply_once_and_restore_a_lost_key<R: Remote>(store: &R, lose: i
             14,
             "{algorithm}: another node"
         );
-        // The key is lost; the node's next charge says it knew 14 left before it: restored, then charged.
+        // The key is lost; the node's next charge says it knows 13 left, the charge included:
+        // charged, then lowered to that.
         lose();
         assert_eq!(remaining(store.decide(&peek, &[]).await.unwrap()), 20, "{algorithm}: lost");
         assert_eq!(
-            remaining(store.decide(&peek, &[charge(9, 3, 1, Some(14))]).await.unwrap()),
+            remaining(store.decide(&peek, &[charge(9, 3, 1, Some(13))]).await.unwrap()),
             13,
             "{algorithm}: restored"
         );

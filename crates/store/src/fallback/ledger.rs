@@ -8,9 +8,10 @@
 //! - the **debt**: what this node admitted locally and the remote has not recorded yet, as charges
 //!   `(at, cost, seq)` sent with every call for the key (and by the background flush) until a
 //!   reply confirms them. The remote applies each once (it keeps the highest `seq` it applied from
-//!   this node, per key: see [`Origin`]), and first lowers the key to what the node knew when it
-//!   decided ([`Charge::known_remaining`]), so a remote that lost the key (restarted empty, a
-//!   replica promoted without the last writes) is given back what the node's decisions relied on.
+//!   this node, per key: see [`Origin`]), then lowers the key to what the node knows of it, debt
+//!   included ([`Charge::known_remaining`]), so a remote that lost the key (expired while the node
+//!   decided alone, restarted empty, a replica promoted without the last writes) is given back what
+//!   the node's decisions relied on.
 //!
 //! [`Origin`]: crate::remote::Origin
 //! [`Charge::known_remaining`]: crate::remote::Charge::known_remaining
@@ -44,8 +45,8 @@ pub(crate) struct Debt {
     pub(crate) key: Box<[u8]>,
     pub(crate) limit: Limit,
     pub(crate) charges: Vec<Pending>,
-    /// The key's remaining as this node follows it (the latest snapshot, without the debt), when
-    /// the debt was taken to be sent.
+    /// The key's remaining as this node follows it (the latest snapshot charged with the debt),
+    /// when the debt was taken to be sent.
     pub(crate) known_remaining: Option<u64>,
 }
 
@@ -73,13 +74,15 @@ impl Slot for Entry {
     }
 }
 
-/// `entry`'s debt, with what the node knows of the key at `now` (the remote's clock).
+/// `entry`'s debt, with what the node knows of the key at `now` (the remote's clock): the state
+/// it last saw, charged with the debt (not with calls in flight: the remote may deny those).
 fn owed(entry: &Entry, now: u64) -> Option<Debt> {
     let mut debt = entry.debt.as_deref()?.clone();
-    debt.known_remaining = entry.seen.and_then(|(snapshot, _)| {
-        let mut state = State::from_snapshot(&debt.limit, &snapshot);
-        state.check(now.max(snapshot.at), &debt.limit, 0).ok().map(|d| d.remaining)
-    });
+    let limit = &debt.limit;
+    let mut state =
+        entry.seen.map_or_else(|| State::idle(limit), |(snapshot, _)| State::from_snapshot(limit, &snapshot));
+    let charged = debt.charges.iter().try_for_each(|c| state.charge(c.at, limit, c.cost));
+    debt.known_remaining = charged.ok().and_then(|()| state.check(now, limit, 0).ok()).map(|d| d.remaining);
     Some(debt)
 }
 

@@ -200,17 +200,18 @@ impl<R: Remote> Fallback<R> {
     }
 }
 
-/// The charges of `debts` (this node's, `node`), dated relative to `now`; each key's first charge
-/// carries what the node knew of the key.
+/// The charges of `debts` (this node's, `node`), dated relative to `now`; each key's last charge
+/// carries what the node knows of the key.
 fn charges_of(debts: &[Debt], node: u64, now: u64) -> Vec<Charge<'_>> {
     debts
         .iter()
         .flat_map(|d| {
+            let last = d.charges.len().saturating_sub(1);
             d.charges.iter().enumerate().map(move |(i, c)| Charge {
                 check: Check { scope: &d.scope, key: &d.key, limit: &d.limit, cost: c.cost },
                 age_ns: now.saturating_sub(c.at),
                 origin: Some(Origin { node, seq: c.seq }),
-                known_remaining: if i == 0 { d.known_remaining } else { None },
+                known_remaining: if i == last { d.known_remaining } else { None },
             })
         })
         .collect()

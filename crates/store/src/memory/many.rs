@@ -73,7 +73,7 @@ type Guards<'l, S> = Vec<(usize, RwLockWriteGuard<'l, Shard<S>>)>;
 
 impl MemoryStore {
     /// Records `charges` (`(charge, at)`: `charge.check.cost` at instant `at`, each at most once
-    /// per origin, after lowering the key's remaining to what the charge says its sender knew),
+    /// per origin, then the key's remaining lowered to what the charge says its sender knew),
     /// then decides `checks` all or nothing; returns the decisions, if `snapshots` each check's
     /// snapshot, and now.
     pub(crate) fn check_many(
@@ -132,12 +132,6 @@ impl MemoryStore {
             let i = index(&keys, check);
             let key = &mut keys[i];
             let mut state = key.charged.take().or_else(|| key.stored.clone()).unwrap_or_else(|| fresh(check.limit));
-            if let Some(known) = charge.known_remaining {
-                let remaining = state.clone().check(now, check.limit, 0)?.remaining;
-                if remaining > known {
-                    state.charge(now, check.limit, remaining - known)?;
-                }
-            }
             let fresh_charge = match charge.origin {
                 None => true,
                 Some(origin) => {
@@ -151,6 +145,12 @@ impl MemoryStore {
             };
             if fresh_charge {
                 state.charge(*at, check.limit, check.cost)?;
+            }
+            if let Some(known) = charge.known_remaining {
+                let remaining = state.clone().check(now, check.limit, 0)?.remaining;
+                if remaining > known {
+                    state.charge(now, check.limit, remaining - known)?;
+                }
             }
             key.charged = Some(state);
         }

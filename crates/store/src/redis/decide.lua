@@ -6,16 +6,18 @@
 -- ARGV: now_sec, now_nsec (both '' to use the server's TIME), ttl_margin_ms, checks, charges,
 --       refunds, then 8 values per check: algorithm, count, period_ns, burst, slices, emission_ns,
 --       tolerance_ns, cost; then 12 per charge: the same 8, its age in ns, the sending node ('':
---       none), its sequence, and the key's remaining as the sender knew it (-1: nothing known);
+--       none), its sequence, and the key's remaining as the sender knows it, this charge
+--       included (-1: nothing known);
 --       then 10 per refund: the same 8, the admission's instant (decimal ns since the epoch) and
 --       its reset_after_ns.
 -- Refunds (admissions withdrawn: a reservation that did not count) are applied first, each exactly
 -- where its admission was counted if the state still holds it (see tollgate-core's refund).
 -- Charges (admissions made elsewhere, e.g. by a node's fallback while Redis was unreachable) are
 -- recorded next, whatever the limit says, dated `age` ns before now, each at most once per node
--- (one riding on several calls, or sent again after a lost reply, is skipped), after lowering the
--- key's remaining to what the sender knew (a no-op unless this server lost the key's last writes:
--- restarted empty, or promoted without them). Then the checks are decided
+-- (one riding on several calls, or sent again after a lost reply, is skipped); then the key's
+-- remaining is lowered to what the sender knew (a no-op unless this server lost what the sender
+-- saw: the key expired early, restarted empty, promoted without the last writes). Then the checks
+-- are decided
 -- in order; their states are written only if every check admitted (the charges are written anyway).
 -- Returns 7 integers per check: allowed (1/0), limit, remaining, retry_after_ns, reset_after_ns,
 -- and the key's snapshot after the call (used, previous; see tollgate-core's Snapshot), then the
@@ -720,11 +722,6 @@ for j = 1, charges do
   local key = KEYS[checks + j]
   local p, cost = params(b, key)
   local A = ALGS[p.alg]
-  local known = tonumber(ARGV[b + 12])
-  if known and known >= 0 then
-    local left = A.decide(current(key, p), p, 0)[3]
-    if left > known then state[key], idle[key] = A.charge(current(key, p), p, left - known, 0) end
-  end
   local node, seq, fresh = ARGV[b + 10], tonumber(ARGV[b + 11]), true
   if node ~= '' then
     local marker = KEYS[checks + charges + refunds + j]
@@ -739,6 +736,11 @@ for j = 1, charges do
   if fresh and cost > 0 then
     local new, at_idle = A.charge(current(key, p), p, cost, -tonumber(ARGV[b + 9]))
     state[key], idle[key] = new, at_idle
+  end
+  local known = tonumber(ARGV[b + 12])
+  if known and known >= 0 then
+    local left = A.decide(current(key, p), p, 0)[3]
+    if left > known then state[key], idle[key] = A.charge(current(key, p), p, left - known, 0) end
   end
 end
 local charged = {}
