@@ -153,6 +153,16 @@ fn resp_decisions_are_counted_exactly_and_the_timeline_adds_up() {
     let seconds = requests as f64 / report["throughput_per_s"].as_f64().expect("throughput");
     let refills = 10.0 * (seconds / 2.0).ceil();
     assert!(allowed >= 160 && allowed as f64 <= 160.0 + refills, "{allowed} admitted in {seconds:.1} s: {report}");
+    // Key by key: each within its own limit (16 at once, then one per 2 s), adding up to the total.
+    let per_key: Vec<u64> = report["allowed_per_key"]
+        .as_array()
+        .expect("allowed_per_key")
+        .iter()
+        .map(|v| v.as_u64().expect("a count"))
+        .collect();
+    assert_eq!((per_key.len(), per_key.iter().sum::<u64>()), (10, allowed), "{report}");
+    let per_key_bound = 16.0 + (seconds / 2.0).ceil();
+    assert!(per_key.iter().all(|&n| n >= 16 && n as f64 <= per_key_bound), "{per_key:?} in {seconds:.1} s");
     assert_sane_latency(&report);
 
     let csv = std::fs::read_to_string(&timeline).expect("timeline");

@@ -258,7 +258,8 @@ pub(crate) async fn worker(
     while let Some(ticket) = schedule.take(Instant::now()) {
         tokio::time::sleep_until(ticket.wake().into()).await;
         let start = ticket.start(Instant::now());
-        let key = keys.name(keys.pick(&mut rng));
+        let number = keys.pick(&mut rng);
+        let key = keys.name(number);
         let outcome = match tokio::time::timeout(timeout, caller.call(&key)).await {
             Ok(outcome) => outcome,
             Err(_) => {
@@ -270,7 +271,7 @@ pub(crate) async fn worker(
             }
         };
         let unreachable = matches!(outcome, Err(Failure::Transport(_)));
-        recorder.record(start, Instant::now(), outcome);
+        recorder.record_key(number, start, Instant::now(), outcome);
         if unreachable {
             tokio::time::sleep(FAILURE_PAUSE).await;
         }

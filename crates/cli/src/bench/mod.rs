@@ -223,7 +223,7 @@ async fn drive(target: &Target, load: &LoadArgs, keys: Arc<Keys>) -> anyhow::Res
     preflight(&addr, load.timeout).await?;
     let start = Instant::now();
     let schedule = Arc::new(Schedule::new(start, load.stop(), load.rate));
-    let shared = Arc::new(Shared::new(start));
+    let shared = Arc::new(Shared::new(start, load.keys));
     let (title, decisions, tasks) = spawn(target, load, keys.clone(), &schedule, &shared)?;
     let mode = load.rate.map_or_else(|| "closed loop".to_string(), |r| format!("open loop at {r}/s"));
     let title =
@@ -245,6 +245,7 @@ async fn drive(target: &Target, load: &LoadArgs, keys: Arc<Keys>) -> anyhow::Res
         elapsed,
         decisions: decisions.unwrap_or_else(|| shared_decisions(&shared, elapsed)),
         first_error: shared.first_error(),
+        allowed_per_key: shared.allowed_per_key(),
     };
     Ok((title, summary))
 }

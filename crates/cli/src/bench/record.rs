@@ -105,10 +105,16 @@ impl Tally {
     }
 }
 
+/// The most keys whose admissions are counted one by one (`allowed_per_key` in `--json`): 8
+/// bytes each.
+pub(crate) const MAX_KEYS_COUNTED: usize = 65_536;
+
 /// What every connection shares.
 #[derive(Debug)]
 pub(crate) struct Shared {
     start: Instant,
+    /// Allowed decisions per key number, with at most [`MAX_KEYS_COUNTED`] keys (else empty).
+    allowed_per_key: Vec<AtomicU64>,
     /// Requests accounted for so far, and errors among them (for the progress bar).
     pub(crate) done: AtomicU64,
     pub(crate) errors: AtomicU64,
@@ -119,9 +125,12 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub(crate) fn new(start: Instant) -> Shared {
+    /// For a run over `keys` keys.
+    pub(crate) fn new(start: Instant, keys: usize) -> Shared {
+        let counted = if keys <= MAX_KEYS_COUNTED { keys } else { 0 };
         Shared {
             start,
+            allowed_per_key: (0..counted).map(|_| AtomicU64::new(0)).collect(),
             done: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             seconds: Mutex::new(Vec::new()),
@@ -137,6 +146,12 @@ impl Shared {
             seconds.push(Tally::second());
         }
         seconds
+    }
+
+    /// Allowed decisions per key number, if the run had at most [`MAX_KEYS_COUNTED`] keys.
+    pub(crate) fn allowed_per_key(&self) -> Option<Vec<u64>> {
+        (!self.allowed_per_key.is_empty())
+            .then(|| self.allowed_per_key.iter().map(|n| n.load(Ordering::Relaxed)).collect())
     }
 
     pub(crate) fn first_error(&self) -> Option<String> {
@@ -170,6 +185,16 @@ pub(crate) struct Recorder {
 impl Recorder {
     pub(crate) fn new(shared: std::sync::Arc<Shared>) -> Recorder {
         Recorder { shared, total: Tally::total(), second: 0, current: Tally::second() }
+    }
+
+    /// Records one request for key number `key` due at `due` whose outcome was known at `now`.
+    pub(crate) fn record_key(&mut self, key: u64, due: Instant, now: Instant, outcome: Result<Answer, Failure>) {
+        if let Ok(Answer::Allowed) = outcome
+            && let Some(count) = usize::try_from(key).ok().and_then(|k| self.shared.allowed_per_key.get(k))
+        {
+            count.fetch_add(1, Ordering::Relaxed);
+        }
+        self.record(due, now, outcome);
     }
 
     /// Records one request due at `due` whose outcome was known at `now`.
@@ -222,7 +247,7 @@ mod tests {
     #[test]
     fn recorders_merge_into_totals_and_seconds() {
         let start = Instant::now();
-        let shared = Arc::new(Shared::new(start));
+        let shared = Arc::new(Shared::new(start, 1));
         let mut a = Recorder::new(shared.clone());
         let mut b = Recorder::new(shared.clone());
         let ms = Duration::from_millis;
@@ -242,5 +267,28 @@ mod tests {
         assert_eq!(per_second, [(2, 1), (1, 0), (0, 0), (1, 1)]);
         assert_eq!(shared.done.load(Ordering::Relaxed), 4);
         assert_eq!(shared.errors.load(Ordering::Relaxed), 2);
+    }
+}
+
+#[cfg(test)]
+mod per_key {
+    use std::sync::Arc;
+
+    use super::*;
+
+    #[test]
+    fn admissions_are_counted_per_key_up_to_a_bound() {
+        let start = Instant::now();
+        let shared = Arc::new(Shared::new(start, 3));
+        let mut a = Recorder::new(shared.clone());
+        for (key, outcome) in [(0, Ok(Answer::Allowed)), (2, Ok(Answer::Allowed)), (2, Ok(Answer::Allowed))] {
+            a.record_key(key, start, start, outcome);
+        }
+        a.record_key(1, start, start, Ok(Answer::Denied));
+        a.record_key(1, start, start, Err(Failure::Timeout));
+        a.record_key(7, start, start, Ok(Answer::Allowed));
+        assert_eq!(shared.allowed_per_key(), Some(vec![1, 0, 2]));
+        assert_eq!(a.finish().allowed, 4, "the total counts every key");
+        assert_eq!(Shared::new(start, MAX_KEYS_COUNTED + 1).allowed_per_key(), None);
     }
 }

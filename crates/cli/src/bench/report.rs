@@ -18,6 +18,8 @@ pub(crate) struct Summary {
     /// Whether replies are rate-limit decisions (else allowed/denied are `null`).
     pub(crate) decisions: bool,
     pub(crate) first_error: Option<String>,
+    /// Allowed decisions per key number (runs over at most `MAX_KEYS_COUNTED` keys).
+    pub(crate) allowed_per_key: Option<Vec<u64>>,
 }
 
 /// `--json`'s document.
@@ -29,6 +31,10 @@ struct JsonReport {
     allowed: Option<u64>,
     denied: Option<u64>,
     latency_us: Percentiles,
+    /// Allowed decisions per key (`PREFIX0` first), when replies are decisions and the run had at
+    /// most 65,536 keys.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    allowed_per_key: Option<Vec<u64>>,
 }
 
 /// Latency percentiles in microseconds; `null` when no request got a reply.
@@ -119,6 +125,7 @@ impl Summary {
             allowed,
             denied,
             latency_us: percentiles(&self.total),
+            allowed_per_key: self.allowed_per_key.clone().filter(|_| self.decisions),
         };
         // Plain numbers and options: serialization cannot fail.
         serde_json::to_string_pretty(&report).unwrap_or_default()
@@ -164,7 +171,7 @@ mod tests {
 
     fn summary(decisions: bool) -> Summary {
         let start = Instant::now();
-        let shared = Arc::new(Shared::new(start));
+        let shared = Arc::new(Shared::new(start, 1));
         let mut recorder = Recorder::new(shared.clone());
         let ms = Duration::from_millis;
         for i in 0..100u64 {
@@ -179,6 +186,7 @@ mod tests {
             elapsed: ms(2500),
             decisions,
             first_error: shared.first_error(),
+            allowed_per_key: shared.allowed_per_key(),
         }
     }
 
@@ -187,7 +195,11 @@ mod tests {
         let json: serde_json::Value = serde_json::from_str(&summary(true).json()).unwrap();
         // (serde_json's map is sorted: this is the set of fields.)
         let keys: Vec<_> = json.as_object().unwrap().keys().cloned().collect();
-        assert_eq!(keys, ["allowed", "denied", "errors", "latency_us", "requests", "throughput_per_s"]);
+        assert_eq!(
+            keys,
+            ["allowed", "allowed_per_key", "denied", "errors", "latency_us", "requests", "throughput_per_s"]
+        );
+        assert_eq!(json["allowed_per_key"], serde_json::json!([0]), "one key: the summary's Shared counted none");
         assert_eq!(json["requests"], 101);
         assert_eq!(json["errors"], 1);
         assert_eq!(json["throughput_per_s"], 40.4);

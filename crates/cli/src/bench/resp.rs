@@ -199,6 +199,8 @@ struct InFlight {
     /// Where its latency starts (see [`Ticket::start`]).
     start: Instant,
     sent: Instant,
+    /// Its key's number.
+    key: u64,
 }
 
 /// Runs one connection until the schedule is exhausted and every request is accounted for.
@@ -231,8 +233,9 @@ pub(crate) async fn connection(id: u64, target: Arc<Target>, schedule: Arc<Sched
         // Send every due request the pipeline has room for, in one write.
         while in_flight.len() < target.pipeline {
             let Some(ticket) = next.filter(|t| t.ready(now)) else { break };
-            target.command.encode(&target.keys.name(target.keys.pick(&mut rng)), &mut write_buf);
-            in_flight.push_back(InFlight { start: ticket.start(now), sent: now });
+            let key = target.keys.pick(&mut rng);
+            target.command.encode(&target.keys.name(key), &mut write_buf);
+            in_flight.push_back(InFlight { start: ticket.start(now), sent: now, key });
             next = None;
             if in_flight.len() < target.pipeline {
                 next = schedule.take(now);
@@ -337,7 +340,7 @@ fn take_replies(
         let Some(request) = in_flight.pop_front() else {
             return Err("protocol error: a reply to no request".into());
         };
-        recorder.record(request.start, now, command.answer(reply));
+        recorder.record_key(request.key, request.start, now, command.answer(reply));
     }
     buf.drain(..at);
     if buf.len() > MAX_REPLY_BYTES {
