@@ -33,6 +33,11 @@ pub struct Charge<'a> {
     /// unless it lost state the sender saw: the key expired early, restarted empty, a replica
     /// promoted without the last writes), by a charge at now of the difference.
     pub known_remaining: Option<u64>,
+    /// `known_remaining` applies only if the remote holds no state for the key and no reset of it
+    /// is recent (a key it lost: restarted empty, expired early), never lowering a key it holds
+    /// (which may have been refunded since the sender's view). A node sends such a charge, of cost
+    /// 0, with the first call for a key it follows after a call to the remote failed.
+    pub if_lost: bool,
 }
 
 /// The node and sequence number of a [`Charge`].
@@ -48,7 +53,7 @@ impl<'a> Charge<'a> {
     /// `check` admitted `age_ns` ago, applied whenever sent, with nothing else known.
     #[must_use]
     pub fn new(check: Check<'a>, age_ns: u64) -> Self {
-        Charge { check, age_ns, origin: None, known_remaining: None }
+        Charge { check, age_ns, origin: None, known_remaining: None, if_lost: false }
     }
 }
 

@@ -537,7 +537,7 @@ async fn a_backend_that_lost_the_key_is_given_back_what_the_node_knew() {
         remote.set(Fault::Refuse);
         admitted += node.admitted(b"k", &limit, 10).await;
         assert_eq!(admitted, 20, "{algorithm}: 5 left, decided locally");
-        remote.inner().reset_sync("", b"k", &limit);
+        remote.inner().lose_sync("", b"k", &limit);
         remote.set(Fault::None);
         admitted += node.admitted(b"k", &limit, 20).await;
         assert_eq!(admitted, 20, "{algorithm}: nothing more once the backend is back");
@@ -590,7 +590,7 @@ async fn a_key_that_expired_during_the_outage_is_given_back_what_the_node_knew()
                 20 => remote.set(Fault::Refuse),
                 // Redis forgets the key (its state expired: idle as far as Redis knew), then answers.
                 48 => {
-                    remote.inner().reset_sync("", b"k", &limit);
+                    remote.inner().lose_sync("", b"k", &limit);
                     remote.set(Fault::None);
                 }
                 _ => {}
@@ -605,5 +605,60 @@ async fn a_key_that_expired_during_the_outage_is_given_back_what_the_node_knew()
         // Stricter only where the window family cannot be given back exactly (the difference is
         // charged at now: it leaves later than the admissions it stands for).
         assert!(admitted * 10 >= due * 9, "{algorithm}: {admitted} admitted where the limit admits {due}");
+    }
+}
+
+/// A random mix over every algorithm: calls refused, replies lost after Redis decided, Redis
+/// restarted empty (the key lost, the call failing), time passing, with and without a breaker. Whatever
+/// happens, the decisions a client got conform to the limit: replayed into an exact limiter at
+/// the same instants, every admission is admitted again (the node never over-grants). And once
+/// Redis is healthy and the debts are paid, the node decides exactly again.
+#[tokio::test(start_paused = true)]
+async fn random_faults_never_let_one_node_over_grant() {
+    use tollgate_store::testkit::random::Rng;
+    let mut rng = Rng(0x5eed_0f_fa17);
+    for round in 0..28 {
+        let algorithm = tollgate_store::Algorithm::ALL[round % 7];
+        let clock = Arc::new(ManualClock::new(T0));
+        let remote = backend(&clock);
+        let node =
+            if round % 2 == 0 { patient_node(&remote, &clock) } else { node(&remote, &clock, FailurePolicy::Local) };
+        let limit = Limit::per_second(10).algorithm(algorithm).build().unwrap();
+        let mut admitted: Vec<(u64, u64)> = Vec::new();
+        for _ in 0..300 {
+            remote.set(match rng.below(10) {
+                0..=1 => Fault::Refuse,
+                2 => Fault::LoseReply,
+                _ => Fault::None,
+            });
+            if rng.below(40) == 0 {
+                // Redis restarts empty: the call in progress fails, the key is gone.
+                remote.inner().lose_sync("", b"k", &limit);
+                remote.set(Fault::Refuse);
+            }
+            let cost = if rng.below(5) == 0 { 1 + rng.below(3) } else { 1 };
+            let decision = node.store.check(b"k", &limit, cost).await.unwrap();
+            if decision.allowed {
+                admitted.push((tollgate_store::Clock::now_ns(&*clock), cost));
+            }
+            clock.advance(Duration::from_nanos(rng.below(limit.emission_interval_ns() / 2)));
+        }
+        let replay_clock = Arc::new(ManualClock::new(T0));
+        let exact = MemoryStore::builder().clock(replay_clock.clone()).build();
+        for (i, &(at, cost)) in admitted.iter().enumerate() {
+            replay_clock.set(at);
+            let again = exact.check_sync(b"k", &limit, cost).unwrap();
+            assert!(
+                again.allowed,
+                "{algorithm} round {round}: admission {i} of {} at +{} ms over the limit",
+                admitted.len(),
+                (at - T0) / 1_000_000
+            );
+        }
+        // Healthy again, debts paid, the key idle: the node decides exactly, from a full limit.
+        remote.set(Fault::None);
+        until_settled(&node).await;
+        clock.advance(Duration::from_secs(3));
+        assert_eq!(node.admitted(b"k", &limit, 15).await, 10, "{algorithm} round {round}: after recovery");
     }
 }

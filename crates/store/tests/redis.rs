@@ -336,8 +336,8 @@ async fn a_log_charged_past_2_pow_50_is_rebased_and_stays_exact() {
 
 /// A node's charges reach a store once however often they are sent (riding on several calls in
 /// flight, or sent again after a lost reply), and what the node knew of a key restores it on a
-/// store that lost it (restarted empty, a replica promoted without the last writes): on Redis and
-/// on the memory store, every algorithm.
+/// store that lost it (restarted empty, a replica promoted without the last writes), never on a
+/// key it holds or reset lately: on Redis and on the memory store, every algorithm.
 async fn charges_apply_once_and_restore_a_lost_key<R: Remote>(store: &R, lose: impl Fn()) {
     for algorithm in Algorithm::ALL {
         let limit = Limit::per_hour(20).algorithm(algorithm).build().unwrap();
@@ -349,6 +349,13 @@ async fn charges_apply_once_and_restore_a_lost_key<R: Remote>(store: &R, lose: i
             age_ns: 0,
             origin: Some(Origin { node, seq }),
             known_remaining,
+            if_lost: false,
+        };
+        // What a node following the key knew of it, for a store that lost it only.
+        let view = |known: u64| Charge {
+            known_remaining: Some(known),
+            if_lost: true,
+            ..Charge::new(Check::new(key, &limit, 0), 0)
         };
         let (first, second) = (charge(9, 1, 3, Some(20)), charge(9, 2, 2, Some(15)));
         assert_eq!(remaining(store.decide(&peek, &[first]).await.unwrap()), 17, "{algorithm}");
@@ -371,6 +378,13 @@ async fn charges_apply_once_and_restore_a_lost_key<R: Remote>(store: &R, lose: i
         );
         // Known remaining above the store's: nothing is given back.
         assert_eq!(remaining(store.decide(&peek, &[charge(9, 4, 1, Some(20))]).await.unwrap()), 12, "{algorithm}");
+        // A view for a lost key only: a key the store holds (refunded since, perhaps) is left as is.
+        assert_eq!(remaining(store.decide(&peek, &[view(2)]).await.unwrap()), 12, "{algorithm}: held");
+        lose();
+        assert_eq!(remaining(store.decide(&peek, &[view(2)]).await.unwrap()), 2, "{algorithm}: lost, restored");
+        // Nor a key reset lately: the view is from before the reset.
+        store.reset("", key, &limit).await.unwrap();
+        assert_eq!(remaining(store.decide(&peek, &[view(2)]).await.unwrap()), 20, "{algorithm}: reset");
         lose();
     }
 }
@@ -383,7 +397,7 @@ async fn a_nodes_charges_apply_once_and_restore_a_lost_key() {
     let memory = MemoryStore::new();
     let lose = || {
         for algorithm in Algorithm::ALL {
-            memory.reset_sync("", b"{once}", &Limit::per_hour(20).algorithm(algorithm).build().unwrap());
+            memory.lose_sync("", b"{once}", &Limit::per_hour(20).algorithm(algorithm).build().unwrap());
         }
     };
     charges_apply_once_and_restore_a_lost_key(&memory, lose).await;

@@ -54,6 +54,9 @@ struct Entry {
     fingerprint: u64,
     /// The latest snapshot received, and when its state is idle.
     seen: Option<(Snapshot, u64)>,
+    /// How many calls had failed when the call that brought `seen` was sent: a failure since
+    /// (a restart, a failover) may have lost the key on the remote.
+    seen_epoch: u64,
     in_flight: u64,
     debt: Option<Box<Debt>>,
 }
@@ -125,7 +128,7 @@ impl Ledger {
             if !create {
                 return None;
             }
-            let entry = Entry { fingerprint, seen: None, in_flight: 0, debt: None };
+            let entry = Entry { fingerprint, seen: None, seen_epoch: 0, in_flight: 0, debt: None };
             self.table.insert(&mut shard, entry, now, &[]);
         }
         let entry = shard.slots.find_mut(fingerprint, |e| e.fingerprint == fingerprint)?;
@@ -194,17 +197,45 @@ impl Ledger {
         }
     }
 
-    /// Keeps the snapshots of a reply to `checks` (newer than what is kept).
-    pub(crate) fn record(&self, checks: &[Check<'_>], reply: &Reply, now: u64) {
+    /// Keeps the snapshots of a reply to `checks` (newer than what is kept), from a call sent
+    /// when `epoch` calls had failed.
+    pub(crate) fn record(&self, checks: &[Check<'_>], reply: &Reply, now: u64, epoch: u64) {
         for (check, snapshot) in checks.iter().zip(&reply.snapshots) {
             let idle = snapshot.idle_at(check.limit);
             let fresh = snapshot.used > 0 || snapshot.previous > 0;
             self.with(check, now, fresh, |e| {
                 if e.seen.is_none_or(|(seen, _)| seen.at <= snapshot.at) {
                     e.seen = Some((*snapshot, idle));
+                    e.seen_epoch = epoch;
                 }
             });
         }
+    }
+
+    /// The keys of `checks` that owe nothing, whose state this node saw busy (not idle at `now`)
+    /// before a call failed (`epoch` failed calls now), with their remaining at `now` as the node
+    /// knows it: index in `checks`, remaining. The remote may have lost them (restarted empty,
+    /// failed over): the next call tells it what the node knew, for a key it no longer holds.
+    pub(crate) fn suspects(&self, checks: &[Check<'_>], now: u64, epoch: u64) -> Vec<(usize, u64)> {
+        let mut out = Vec::new();
+        for (i, check) in checks.iter().enumerate() {
+            let fingerprint = self.fingerprint(check);
+            if checks[..i].iter().any(|c| self.fingerprint(c) == fingerprint) {
+                continue;
+            }
+            let known = self.with(check, now, false, |e| {
+                let (snapshot, idle) = e.seen?;
+                if e.debt.is_some() || e.seen_epoch >= epoch || idle <= now {
+                    return None;
+                }
+                let mut state = State::from_snapshot(check.limit, &snapshot);
+                state.check(now, check.limit, 0).ok().map(|d| d.remaining)
+            });
+            if let Some(Some(remaining)) = known {
+                out.push((i, remaining));
+            }
+        }
+        out
     }
 
     /// Withdraws a reservation this node decided locally (still owed, not yet charged): true if
@@ -302,7 +333,7 @@ impl Ledger {
             let g = shard_of(&mut guards, fp);
             let shard = &mut *guards[g].1;
             if shard.slots.find(fp, |e| e.fingerprint == fp).is_none() {
-                let entry = Entry { fingerprint: fp, seen: None, in_flight: 0, debt: None };
+                let entry = Entry { fingerprint: fp, seen: None, seen_epoch: 0, in_flight: 0, debt: None };
                 self.table.insert(shard, entry, now, &fingerprints);
             }
             let Some(entry) = shard.slots.find_mut(fp, |e| e.fingerprint == fp) else { continue };

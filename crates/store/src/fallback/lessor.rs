@@ -21,6 +21,7 @@ impl<R: Remote + Lessor> Lessor for Fallback<R> {
         // The refill may take up to `want` units: counted in flight, as any call is, so that a
         // request decided locally meanwhile cannot spend them too.
         let now = sh.now();
+        let epoch = sh.epoch();
         let in_flight_checks = [Check { cost: want.clamp(1, check.limit.capacity().max(1)), ..check }];
         let in_flight = (sh.policy == FailurePolicy::Local).then(|| {
             sh.ledger.begin(&in_flight_checks, now);
@@ -32,7 +33,7 @@ impl<R: Remote + Lessor> Lessor for Fallback<R> {
             Ok(grant) => {
                 let reply =
                     Reply { decisions: vec![grant.decision], snapshots: vec![grant.snapshot], now_ns: grant.at };
-                sh.answered(&[Check { cost: grant.granted, ..check }], &[], &reply, &breakers);
+                sh.answered(&[Check { cost: grant.granted, ..check }], &[], &reply, &breakers, epoch);
                 Ok(grant)
             }
             Err(error) => {

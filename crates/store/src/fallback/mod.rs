@@ -212,6 +212,7 @@ fn charges_of(debts: &[Debt], node: u64, now: u64) -> Vec<Charge<'_>> {
                 age_ns: now.saturating_sub(c.at),
                 origin: Some(Origin { node, seq: c.seq }),
                 known_remaining: if i == last { d.known_remaining } else { None },
+                if_lost: false,
             })
         })
         .collect()
@@ -250,8 +251,21 @@ impl<R: Remote> Shared<R> {
         out
     }
 
-    /// The backend answered `checks` (sent with `debts`' charges), from the servers of `breakers`.
-    fn answered(&self, checks: &[Check<'_>], debts: &[Debt], reply: &Reply, breakers: &[(Domain, Arc<Breaker>)]) {
+    /// How many calls failed so far (a call sent after a failure may find a key lost).
+    fn epoch(&self) -> u64 {
+        self.backend_errors.load(Ordering::Acquire)
+    }
+
+    /// The backend answered `checks` (sent with `debts`' charges when `epoch` calls had failed),
+    /// from the servers of `breakers`.
+    fn answered(
+        &self,
+        checks: &[Check<'_>],
+        debts: &[Debt],
+        reply: &Reply,
+        breakers: &[(Domain, Arc<Breaker>)],
+        epoch: u64,
+    ) {
         for (_, breaker) in breakers {
             breaker.success();
         }
@@ -261,7 +275,7 @@ impl<R: Remote> Shared<R> {
             let now = self.now();
             // Record before settling: in between, a local decision counts the charges twice
             // (stricter), never zero times.
-            self.ledger.record(checks, reply, now);
+            self.ledger.record(checks, reply, now, epoch);
             self.ledger.settle(debts, now);
             let paid: usize = debts.iter().map(|d| d.charges.len()).sum();
             self.charges_paid.fetch_add(paid as u64, Ordering::Relaxed);
@@ -354,6 +368,7 @@ impl<R: Remote> Shared<R> {
     async fn flush_debts(self: &Arc<Self>) {
         for debt in self.ledger.debts(self.now()) {
             let now = self.now();
+            let epoch = self.epoch();
             let sent = [debt];
             let charges = charges_of(&sent, self.ledger.node(), now);
             let peek = Check { scope: &sent[0].scope, key: &sent[0].key, limit: &sent[0].limit, cost: 0 };
@@ -362,7 +377,7 @@ impl<R: Remote> Shared<R> {
                 continue;
             }
             match self.remote.decide(&[peek], &charges).await {
-                Ok(reply) => self.answered(&[peek], &sent, &reply, &breakers),
+                Ok(reply) => self.answered(&[peek], &sent, &reply, &breakers, epoch),
                 Err(error) if error.is_backend() => self.failed(&error, &breakers),
                 Err(error) => {
                     // The key holds something tollgate cannot charge (another program's value):
@@ -411,8 +426,19 @@ impl<R: Remote> Store for Fallback<R> {
         }
         let local = sh.policy == FailurePolicy::Local;
         let now = sh.now();
+        let epoch = sh.epoch();
         let debts = if local { sh.ledger.debts_of(checks, now) } else { Vec::new() };
-        let charges = charges_of(&debts, sh.ledger.node(), now);
+        let mut charges = charges_of(&debts, sh.ledger.node(), now);
+        if local {
+            // Keys seen busy before a failure: what the node knew, for a Redis that lost them.
+            charges.extend(sh.ledger.suspects(checks, now, epoch).into_iter().map(|(i, remaining)| Charge {
+                check: Check { cost: 0, ..checks[i] },
+                age_ns: 0,
+                origin: None,
+                known_remaining: Some(remaining),
+                if_lost: true,
+            }));
+        }
         let in_flight = local.then(|| {
             sh.ledger.begin(checks, now);
             InFlight { ledger: &sh.ledger, checks, now }
@@ -421,7 +447,7 @@ impl<R: Remote> Store for Fallback<R> {
         drop(in_flight);
         match result {
             Ok(reply) => {
-                sh.answered(checks, &debts, &reply, &breakers);
+                sh.answered(checks, &debts, &reply, &breakers, epoch);
                 let per_check = if reply.snapshots.iter().all(|s| s.at == reply.now_ns) {
                     Vec::new()
                 } else {

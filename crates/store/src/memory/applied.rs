@@ -3,10 +3,14 @@
 //! once (as the Redis script's marker key). An entry lives until the key's state is idle again
 //! (after that, applying the charge again changes no decision), and the map holds at most as many
 //! entries as the store holds keys: past that, expired entries go, and if none has, a charge is
-//! not remembered (applied again if sent again: an under-grant, never an over-grant).
+//! not remembered (applied again if sent again: an under-grant, never an over-grant). A reset is
+//! remembered too, so that a node's view of the key from before it is not given back to it.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+
+/// The node id that stands for a reset (as the Redis marker's `reset` field).
+const RESET: u64 = u64::MAX;
 
 pub(crate) struct Applied {
     /// (key fingerprint, node) → (highest sequence applied, expiry in ns).
@@ -41,7 +45,17 @@ impl Applied {
         *entry = (entry.0.max(seq), entry.1.max(until));
     }
 
-    /// Forgets every node's charges to `key` (a reset: the key starts over).
+    /// `key` was reset at `now`: until `until`, a node's view of it is not given back to it.
+    pub(crate) fn reset(&self, key: u64, until: u64, now: u64) {
+        self.remember(key, RESET, 1, until, now);
+    }
+
+    /// Whether `key` was reset lately.
+    pub(crate) fn was_reset(&self, key: u64, now: u64) -> bool {
+        self.highest(key, RESET, now) > 0
+    }
+
+    /// Forgets `key` entirely (a store that lost it).
     pub(crate) fn forget(&self, key: u64) {
         let mut map = self.map.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         map.retain(|(k, _), _| *k != key);

@@ -131,6 +131,8 @@ impl MemoryStore {
             let check = &charge.check;
             let i = index(&keys, check);
             let key = &mut keys[i];
+            // A view for a lost key only: nothing stored, nothing charged yet, no reset lately.
+            let lost = key.stored.is_none() && key.charged.is_none() && !self.applied.was_reset(key.fingerprint, now);
             let mut state = key.charged.take().or_else(|| key.stored.clone()).unwrap_or_else(|| fresh(check.limit));
             let fresh_charge = match charge.origin {
                 None => true,
@@ -146,7 +148,7 @@ impl MemoryStore {
             if fresh_charge {
                 state.charge(*at, check.limit, check.cost)?;
             }
-            if let Some(known) = charge.known_remaining {
+            if let Some(known) = charge.known_remaining.filter(|_| !charge.if_lost || lost) {
                 let remaining = state.clone().check(now, check.limit, 0)?.remaining;
                 if remaining > known {
                     state.charge(now, check.limit, remaining - known)?;

@@ -240,6 +240,22 @@ impl MemoryStore {
         } else {
             self.states.remove(fingerprint);
         }
+        let now = self.clock.now_ns();
+        let horizon = limit.tolerance_ns().max(limit.period_ns().saturating_mul(2));
+        self.applied.reset(fingerprint, now.saturating_add(horizon), now);
+    }
+
+    /// Drops a key as a remote store that lost it would (restarted empty, expired early): its
+    /// state and what it remembered of nodes' charges, no reset recorded. For tests of the failure
+    /// policy (`testkit::faults`).
+    #[doc(hidden)]
+    pub fn lose_sync(&self, scope: &str, key: &[u8], limit: &Limit) {
+        let fingerprint = self.fingerprint(&Check::new(key, limit, 0).scoped(scope));
+        if limit.algorithm() == Algorithm::Gcra {
+            self.gcra.remove(fingerprint);
+        } else {
+            self.states.remove(fingerprint);
+        }
         self.applied.forget(fingerprint);
     }
 

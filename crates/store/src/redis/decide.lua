@@ -5,9 +5,10 @@
 --       applied).
 -- ARGV: now_sec, now_nsec (both '' to use the server's TIME), ttl_margin_ms, checks, charges,
 --       refunds, then 8 values per check: algorithm, count, period_ns, burst, slices, emission_ns,
---       tolerance_ns, cost; then 12 per charge: the same 8, its age in ns, the sending node ('':
---       none), its sequence, and the key's remaining as the sender knows it, this charge
---       included (-1: nothing known);
+--       tolerance_ns, cost; then 13 per charge: the same 8, its age in ns, the sending node ('':
+--       none), its sequence, the key's remaining as the sender knows it, this charge
+--       included (-1: nothing known), and 1 if that applies only to a key lost (absent, and no
+--       reset stamp in its marker), else 0;
 --       then 10 per refund: the same 8, the admission's instant (decimal ns since the epoch) and
 --       its reset_after_ns.
 -- Refunds (admissions withdrawn: a reservation that did not count) are applied first, each exactly
@@ -700,7 +701,7 @@ end
 
 -- 0. Refunds, each read and written in turn (a refund never needs to meet a check of its call).
 for k = 1, refunds do
-  local b = 6 + checks * 8 + charges * 12 + (k - 1) * 10
+  local b = 6 + checks * 8 + charges * 13 + (k - 1) * 10
   local key = KEYS[checks + charges + k]
   local p, cost = params(b, key)
   local at, reset = rel(key, ARGV[b + 9]), tonumber(ARGV[b + 10])
@@ -718,7 +719,7 @@ end
 -- 1. Charges, recorded whatever the limit says, each once per node.
 local marks, marked = {}, {}
 for j = 1, charges do
-  local b = 6 + checks * 8 + (j - 1) * 12
+  local b = 6 + checks * 8 + (j - 1) * 13
   local key = KEYS[checks + j]
   local p, cost = params(b, key)
   local A = ALGS[p.alg]
@@ -738,6 +739,13 @@ for j = 1, charges do
     state[key], idle[key] = new, at_idle
   end
   local known = tonumber(ARGV[b + 12])
+  if known and known >= 0 and ARGV[b + 13] == '1' then
+    -- Only for a key this server lost: absent (nothing of it loaded or charged in this call), and
+    -- not reset lately (a reset stamps the marker).
+    current(key, p)
+    local marker = KEYS[checks + charges + refunds + j]
+    if loaded[key] ~= false or state[key] ~= nil or redis.call('HGET', marker, 'reset') then known = -1 end
+  end
   if known and known >= 0 then
     local left = A.decide(current(key, p), p, 0)[3]
     if left > known then state[key], idle[key] = A.charge(current(key, p), p, left - known, 0) end
@@ -747,7 +755,7 @@ local charged = {}
 for k, v in pairs(state) do charged[k] = { v, idle[k] } end
 
 -- A lease: its lessee and lifetime follow every other argument.
-local lease_at = 6 + checks * 8 + charges * 12 + refunds * 10
+local lease_at = 6 + checks * 8 + charges * 13 + refunds * 10
 local leasing = #ARGV > lease_at
 if leasing and checks ~= 1 then error({ err = 'TOLLGATE_ARGS a lease is one check' }) end
 local granted = 0

@@ -283,6 +283,7 @@ impl RedisStore {
                 Some(known) => cmd.arg(known),
                 None => cmd.arg(-1),
             };
+            cmd.arg(u8::from(charge.if_lost));
         }
         for refund in refunds {
             limit_args(&mut cmd, refund.check.limit, refund.check.cost);
@@ -340,13 +341,23 @@ impl Store for RedisStore {
 
     async fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> Result<(), StoreError> {
         let key = self.state_key(scope, key, limit)?;
-        let mut cmd = redis::cmd("DEL");
-        // The key starts over: what it remembered of nodes' charges goes too.
-        cmd.arg(key.as_slice()).arg(keys::applied_key(&self.options.prefix, &key));
-        tokio::time::timeout(self.options.timeout, self.connection.run(&key, &cmd, None))
-            .await
-            .map_err(|_| StoreError::Timeout(self.options.timeout))?
-            .map_err(|failure| script_error(&failure, std::slice::from_ref(&key)))?;
+        let marker = keys::applied_key(&self.options.prefix, &key);
+        // The marker is stamped first, for as long as any node's view of the key can matter (a
+        // node then never gives back to the key what it knew of it before the reset), and the
+        // state goes last: a reset cut short leaves the state, and the caller an error.
+        let horizon_ms = limit.tolerance_ns().max(2 * limit.period_ns()).div_ceil(1_000_000) + 1_000;
+        let mut stamp = redis::cmd("HSET");
+        stamp.arg(marker.as_slice()).arg("reset").arg(1);
+        let mut expire = redis::cmd("PEXPIRE");
+        expire.arg(marker.as_slice()).arg(horizon_ms);
+        let mut delete = redis::cmd("DEL");
+        delete.arg(key.as_slice());
+        for cmd in [stamp, expire, delete] {
+            tokio::time::timeout(self.options.timeout, self.connection.run(&key, &cmd, None))
+                .await
+                .map_err(|_| StoreError::Timeout(self.options.timeout))?
+                .map_err(|failure| script_error(&failure, std::slice::from_ref(&key)))?;
+        }
         Ok(())
     }
 }
