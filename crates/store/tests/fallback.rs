@@ -616,7 +616,7 @@ async fn a_key_that_expired_during_the_outage_is_given_back_what_the_node_knew()
 #[tokio::test(start_paused = true)]
 async fn random_faults_never_let_one_node_over_grant() {
     use tollgate_store::testkit::random::Rng;
-    let mut rng = Rng(0x5eed_0f_fa17);
+    let mut rng = Rng(0x005e_ed0f_fa17);
     for round in 0..28 {
         let algorithm = tollgate_store::Algorithm::ALL[round % 7];
         let clock = Arc::new(ManualClock::new(T0));
