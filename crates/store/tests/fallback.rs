@@ -662,3 +662,45 @@ async fn random_faults_never_let_one_node_over_grant() {
         assert_eq!(node.admitted(b"k", &limit, 15).await, 10, "{algorithm} round {round}: after recovery");
     }
 }
+
+/// A window-family key after a twelve-second outage that Redis did not outlive (restarted without
+/// the key): its charges and the node's view restore it, and the node decides after the outage
+/// exactly as a limiter that saw every admission it made. (Written after the failure injection
+/// showed `local` sub-window keys 15% under their rate for one second after recovery; this does
+/// not reproduce it, which remains unexplained: see the issue note.)
+#[tokio::test(start_paused = true)]
+async fn after_an_outage_a_window_key_decides_as_an_exact_limiter() {
+    for algorithm in [tollgate_store::Algorithm::SubWindow, tollgate_store::Algorithm::SlidingLog] {
+        let clock = Arc::new(ManualClock::new(T0));
+        let remote = backend(&clock);
+        let node = patient_node(&remote, &clock);
+        let mut builder = Limit::per_second(10).algorithm(algorithm);
+        if algorithm == tollgate_store::Algorithm::SubWindow {
+            builder = builder.slices(10);
+        }
+        let limit = builder.build().unwrap();
+        // Charged with every admission the node made, at its instant.
+        let exact = MemoryStore::builder().clock(clock.clone()).build();
+        let (mut after, mut due) = (0, 0);
+        for i in 0..320 {
+            remote.set(if (20..260).contains(&i) { Fault::Refuse } else { Fault::None });
+            if i == 259 {
+                // Twelve seconds: Redis restarted without the key (expired meanwhile).
+                remote.inner().lose_sync("", b"k", &limit);
+            }
+            for _ in 0..4 {
+                let check = Check::new(b"k", &limit, 1);
+                if i < 262 {
+                    if node.store.check(b"k", &limit, 1).await.unwrap().allowed {
+                        exact.decide(&[], &[Charge::new(check, 0)]).await.unwrap();
+                    }
+                } else {
+                    after += usize::from(node.store.check(b"k", &limit, 1).await.unwrap().allowed);
+                    due += usize::from(exact.check_sync(b"k", &limit, 1).unwrap().allowed);
+                }
+            }
+            clock.advance(Duration::from_millis(50));
+        }
+        assert_eq!(after, due, "{algorithm}: admitted after the outage");
+    }
+}

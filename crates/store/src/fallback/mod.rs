@@ -369,6 +369,9 @@ impl<R: Remote> Shared<R> {
         for debt in self.ledger.debts(self.now()) {
             let now = self.now();
             let epoch = self.epoch();
+            // Taken again now: what the node knows is dated at the call, not at the flush's start.
+            let peek = Check { scope: &debt.scope, key: &debt.key, limit: &debt.limit, cost: 0 };
+            let Some(debt) = self.ledger.debts_of(&[peek], now).pop() else { continue };
             let sent = [debt];
             let charges = charges_of(&sent, self.ledger.node(), now);
             let peek = Check { scope: &sent[0].scope, key: &sent[0].key, limit: &sent[0].limit, cost: 0 };

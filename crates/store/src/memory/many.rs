@@ -131,8 +131,8 @@ impl MemoryStore {
             let check = &charge.check;
             let i = index(&keys, check);
             let key = &mut keys[i];
-            // A view for a lost key only: nothing stored, nothing charged yet, no reset lately.
-            let lost = key.stored.is_none() && key.charged.is_none() && !self.applied.was_reset(key.fingerprint, now);
+            // A view for a lost key only: nothing stored before this call, no reset lately.
+            let lost = key.stored.is_none() && !self.applied.was_reset(key.fingerprint, now);
             let mut state = key.charged.take().or_else(|| key.stored.clone()).unwrap_or_else(|| fresh(check.limit));
             let fresh_charge = match charge.origin {
                 None => true,

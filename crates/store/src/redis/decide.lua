@@ -740,11 +740,11 @@ for j = 1, charges do
   end
   local known = tonumber(ARGV[b + 12])
   if known and known >= 0 and ARGV[b + 13] == '1' then
-    -- Only for a key this server lost: absent (nothing of it loaded or charged in this call), and
-    -- not reset lately (a reset stamps the marker).
+    -- Only for a key this server lost: absent before this call, and not reset lately (a reset
+    -- stamps the marker).
     current(key, p)
     local marker = KEYS[checks + charges + refunds + j]
-    if loaded[key] ~= false or state[key] ~= nil or redis.call('HGET', marker, 'reset') then known = -1 end
+    if loaded[key] ~= false or redis.call('HGET', marker, 'reset') then known = -1 end
   end
   if known and known >= 0 then
     local left = A.decide(current(key, p), p, 0)[3]
