@@ -234,12 +234,7 @@ impl MemoryStore {
 
     /// [`Store::reset`] without a future.
     pub fn reset_sync(&self, scope: &str, key: &[u8], limit: &Limit) {
-        let fingerprint = self.fingerprint(&Check::new(key, limit, 0).scoped(scope));
-        if limit.algorithm() == Algorithm::Gcra {
-            self.gcra.remove(fingerprint);
-        } else {
-            self.states.remove(fingerprint);
-        }
+        let fingerprint = self.remove(scope, key, limit);
         let now = self.clock.now_ns();
         let horizon = limit.tolerance_ns().max(limit.period_ns().saturating_mul(2));
         self.applied.reset(fingerprint, now.saturating_add(horizon), now);
@@ -250,13 +245,19 @@ impl MemoryStore {
     /// policy (`testkit::faults`).
     #[doc(hidden)]
     pub fn lose_sync(&self, scope: &str, key: &[u8], limit: &Limit) {
+        let fingerprint = self.remove(scope, key, limit);
+        self.applied.forget(fingerprint);
+    }
+
+    /// Drops a key's state; its fingerprint.
+    fn remove(&self, scope: &str, key: &[u8], limit: &Limit) -> u64 {
         let fingerprint = self.fingerprint(&Check::new(key, limit, 0).scoped(scope));
         if limit.algorithm() == Algorithm::Gcra {
             self.gcra.remove(fingerprint);
         } else {
             self.states.remove(fingerprint);
         }
-        self.applied.forget(fingerprint);
+        fingerprint
     }
 
     /// Keys currently tracked.

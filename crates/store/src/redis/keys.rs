@@ -51,22 +51,24 @@ pub(super) fn state_key(prefix: &str, scope: &str, algorithm: Algorithm, key: &[
 /// `PREFIX:lessees:` then the state key after its prefix. It shares the state key's slot (nothing
 /// before the tag has braces), and no state key starts so (`lessees` is no algorithm).
 pub(super) fn lessees_key(prefix: &str, state_key: &[u8]) -> Vec<u8> {
-    let rest = &state_key[prefix.len() + 1..];
-    let mut out = Vec::with_capacity(state_key.len() + 9);
-    out.extend_from_slice(prefix.as_bytes());
-    out.extend_from_slice(b":lessees:");
-    out.extend_from_slice(rest);
-    out
+    beside(prefix, state_key, b"lessees")
 }
 
 /// The Redis key remembering which nodes' charges `state_key` received (a hash: node id, highest
-/// sequence applied): `PREFIX:applied:` then the state key after its prefix, in the state key's
-/// slot, as [`lessees_key`].
+/// sequence applied; `reset` while a reset is recent): `PREFIX:applied:` then the state key after
+/// its prefix, in the state key's slot, as [`lessees_key`].
 pub(super) fn applied_key(prefix: &str, state_key: &[u8]) -> Vec<u8> {
+    beside(prefix, state_key, b"applied")
+}
+
+/// `PREFIX:NAME:` then `state_key` after its prefix.
+fn beside(prefix: &str, state_key: &[u8], name: &[u8]) -> Vec<u8> {
     let rest = &state_key[prefix.len() + 1..];
-    let mut out = Vec::with_capacity(state_key.len() + 9);
+    let mut out = Vec::with_capacity(state_key.len() + name.len() + 2);
     out.extend_from_slice(prefix.as_bytes());
-    out.extend_from_slice(b":applied:");
+    out.push(b':');
+    out.extend_from_slice(name);
+    out.push(b':');
     out.extend_from_slice(rest);
     out
 }
