@@ -83,7 +83,7 @@
 #        [--kill-at S] [--restart-at S] [--rate R] [--keys K] [--node-timeout MS] [--strict]
 #        [-- SERVE FLAGS...]
 #   default: 7 algorithms x 3 policies, 30 s each (kill at 10 s, restart at 20 s), 1500
-#   requests/s over 30 keys: about 11 minutes. --short (CI): gcra and fixed-window x 3 policies,
+#   requests/s over 30 keys: about 15 minutes. --short (CI): gcra and fixed-window x 3 policies,
 #   8 s each (kill at 2 s, restart at 4 s), --node-timeout 500 (with replicas or Sentinel: 10 s
 #   each, restart at 6 s, --node-timeout 1000): about 1 minute. --node-timeout is the cluster's
 #   cluster-node-timeout or the Sentinels' down-after-milliseconds. --binary skips the release
