@@ -268,13 +268,6 @@ mod tests {
         assert_eq!(shared.done.load(Ordering::Relaxed), 4);
         assert_eq!(shared.errors.load(Ordering::Relaxed), 2);
     }
-}
-
-#[cfg(test)]
-mod per_key {
-    use std::sync::Arc;
-
-    use super::*;
 
     #[test]
     fn admissions_are_counted_per_key_up_to_a_bound() {

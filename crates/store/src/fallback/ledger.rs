@@ -154,21 +154,38 @@ impl Ledger {
         }
     }
 
-    /// The debts of the keys of `checks`, to send with them.
-    pub(crate) fn debts_of(&self, checks: &[Check<'_>], now: u64) -> Vec<Debt> {
+    /// What a call for `checks` carries, in one look at each key (each once): the debts of those
+    /// owing the remote, and for those owing nothing that this node saw busy (not idle at `now`)
+    /// before a call failed (`epoch` failed calls now; 0: none wanted) their remaining at `now` as
+    /// the node knows it (index in `checks`, remaining). The remote may have lost those (restarted
+    /// empty, failed over): the call tells it what the node knew, for a key it no longer holds.
+    pub(crate) fn outgoing(&self, checks: &[Check<'_>], now: u64, epoch: u64) -> (Vec<Debt>, Vec<(usize, u64)>) {
         let mut seen: Vec<u64> = Vec::with_capacity(checks.len());
-        let mut debts = Vec::new();
-        for check in checks {
+        let (mut debts, mut views) = (Vec::new(), Vec::new());
+        for (i, check) in checks.iter().enumerate() {
             let fingerprint = self.fingerprint(check);
             if seen.contains(&fingerprint) {
                 continue;
             }
             seen.push(fingerprint);
-            if let Some(Some(debt)) = self.with(check, now, false, |e| owed(e, now)) {
-                debts.push(debt);
+            let found = self.with(check, now, false, |e| {
+                if let Some(debt) = owed(e, now) {
+                    return Some(Ok(debt));
+                }
+                let (snapshot, idle) = e.seen?;
+                if e.seen_epoch >= epoch || idle <= now {
+                    return None;
+                }
+                let mut state = State::from_snapshot(check.limit, &snapshot);
+                state.check(now, check.limit, 0).ok().map(|d| Err(d.remaining))
+            });
+            match found {
+                Some(Some(Ok(debt))) => debts.push(debt),
+                Some(Some(Err(remaining))) => views.push((i, remaining)),
+                _ => {}
             }
         }
-        debts
+        (debts, views)
     }
 
     /// Every debt, for the background flush (what is known of each key taken at `now`).
@@ -210,32 +227,6 @@ impl Ledger {
                 }
             });
         }
-    }
-
-    /// The keys of `checks` that owe nothing, whose state this node saw busy (not idle at `now`)
-    /// before a call failed (`epoch` failed calls now), with their remaining at `now` as the node
-    /// knows it: index in `checks`, remaining. The remote may have lost them (restarted empty,
-    /// failed over): the next call tells it what the node knew, for a key it no longer holds.
-    pub(crate) fn suspects(&self, checks: &[Check<'_>], now: u64, epoch: u64) -> Vec<(usize, u64)> {
-        let mut out = Vec::new();
-        for (i, check) in checks.iter().enumerate() {
-            let fingerprint = self.fingerprint(check);
-            if checks[..i].iter().any(|c| self.fingerprint(c) == fingerprint) {
-                continue;
-            }
-            let known = self.with(check, now, false, |e| {
-                let (snapshot, idle) = e.seen?;
-                if e.debt.is_some() || e.seen_epoch >= epoch || idle <= now {
-                    return None;
-                }
-                let mut state = State::from_snapshot(check.limit, &snapshot);
-                state.check(now, check.limit, 0).ok().map(|d| d.remaining)
-            });
-            if let Some(Some(remaining)) = known {
-                out.push((i, remaining));
-            }
-        }
-        out
     }
 
     /// Withdraws a reservation this node decided locally (still owed, not yet charged): true if

@@ -371,7 +371,7 @@ impl<R: Remote> Shared<R> {
             let epoch = self.epoch();
             // Taken again now: what the node knows is dated at the call, not at the flush's start.
             let peek = Check { scope: &debt.scope, key: &debt.key, limit: &debt.limit, cost: 0 };
-            let Some(debt) = self.ledger.debts_of(&[peek], now).pop() else { continue };
+            let Some(debt) = self.ledger.outgoing(&[peek], now, 0).0.pop() else { continue };
             let sent = [debt];
             let charges = charges_of(&sent, self.ledger.node(), now);
             let peek = Check { scope: &sent[0].scope, key: &sent[0].key, limit: &sent[0].limit, cost: 0 };
@@ -430,18 +430,16 @@ impl<R: Remote> Store for Fallback<R> {
         let local = sh.policy == FailurePolicy::Local;
         let now = sh.now();
         let epoch = sh.epoch();
-        let debts = if local { sh.ledger.debts_of(checks, now) } else { Vec::new() };
+        let (debts, views) = if local { sh.ledger.outgoing(checks, now, epoch) } else { Default::default() };
         let mut charges = charges_of(&debts, sh.ledger.node(), now);
-        if local {
-            // Keys seen busy before a failure: what the node knew, for a Redis that lost them.
-            charges.extend(sh.ledger.suspects(checks, now, epoch).into_iter().map(|(i, remaining)| Charge {
-                check: Check { cost: 0, ..checks[i] },
-                age_ns: 0,
-                origin: None,
-                known_remaining: Some(remaining),
-                if_lost: true,
-            }));
-        }
+        // Keys seen busy before a failure: what the node knew, for a Redis that lost them.
+        charges.extend(views.into_iter().map(|(i, remaining)| Charge {
+            check: Check { cost: 0, ..checks[i] },
+            age_ns: 0,
+            origin: None,
+            known_remaining: Some(remaining),
+            if_lost: true,
+        }));
         let in_flight = local.then(|| {
             sh.ledger.begin(checks, now);
             InFlight { ledger: &sh.ledger, checks, now }
