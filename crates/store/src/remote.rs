@@ -33,11 +33,13 @@ pub struct Charge<'a> {
     /// unless it lost state the sender saw: the key expired early, restarted empty, a replica
     /// promoted without the last writes), by a charge at now of the difference.
     pub known_remaining: Option<u64>,
-    /// `known_remaining` applies only if the remote holds no state for the key and no reset of it
-    /// is recent (a key it lost: restarted empty, expired early), never lowering a key it holds
-    /// (which may have been refunded since the sender's view). A node sends such a charge, of cost
-    /// 0, with the first call for a key it follows after a call to the remote failed.
-    pub if_lost: bool,
+    /// `Some`: `known_remaining` is a *view*, applied only if the remote lost what the sender saw
+    /// of the key, this snapshot (from one of its replies): it holds no state for the key, or a
+    /// state behind the snapshot at the snapshot's instant (a replica promoted without the last
+    /// writes), and it neither reset nor refunded the key since (a key it holds may have been
+    /// refunded after the sender's view: that is not lowered back). A node sends such a charge, of
+    /// cost 0, with the first call for a key it follows after a call to the remote failed.
+    pub seen: Option<Snapshot>,
 }
 
 /// The node and sequence number of a [`Charge`].
@@ -53,7 +55,7 @@ impl<'a> Charge<'a> {
     /// `check` admitted `age_ns` ago, applied whenever sent, with nothing else known.
     #[must_use]
     pub fn new(check: Check<'a>, age_ns: u64) -> Self {
-        Charge { check, age_ns, origin: None, known_remaining: None, if_lost: false }
+        Charge { check, age_ns, origin: None, known_remaining: None, seen: None }
     }
 }
 

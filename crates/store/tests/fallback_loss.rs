@@ -63,6 +63,68 @@ async fn a_backend_that_lost_the_key_is_given_back_what_the_node_knew() {
     }
 }
 
+/// Before: a key this node owed nothing on was given back what the node knew only if the backend
+/// no longer held it; a replica promoted without the last writes holds an older copy, and the node
+/// admitted from it again: 10 + 4 (the 4 writes the replica missed) + 10 = 24 under a limit of 20.
+/// Now the node's view is applied when the backend's state is behind it (and not refunded or reset
+/// since): 20 at most, for every algorithm.
+#[tokio::test(start_paused = true)]
+async fn a_replica_promoted_without_the_last_writes_is_given_back_what_the_node_knew() {
+    for algorithm in tollgate_store::Algorithm::ALL {
+        let clock = Arc::new(ManualClock::new(T0));
+        let remote = backend(&clock);
+        let node = patient_node(&remote, &clock);
+        let limit = Limit::per_hour(20).algorithm(algorithm).build().unwrap();
+        let mut admitted = node.admitted(b"k", &limit, 6).await;
+        clock.advance(Duration::from_secs(1));
+        admitted += node.admitted(b"k", &limit, 4).await;
+        // The primary dies: a call fails (for another key, decided locally), and its replica,
+        // promoted, never received the last 4 admissions of `k`.
+        remote.set(Fault::Refuse);
+        assert_eq!(node.admitted(b"other", &limit, 1).await, 1);
+        remote.inner().lose_sync("", b"k", &limit);
+        let stale = Charge::new(Check::new(b"k", &limit, 6), 1_000_000_000);
+        remote.inner().decide(&[], &[stale]).await.unwrap();
+        remote.set(Fault::None);
+        assert_eq!(remote.inner().check_sync(b"k", &limit, 0).unwrap().remaining, 14, "{algorithm}: stale");
+        admitted += node.admitted(b"k", &limit, 20).await;
+        assert_eq!(admitted, 20, "{algorithm}: the node's 10 were known to it");
+        until_settled(&node).await;
+        assert_eq!(remote.inner().check_sync(b"k", &limit, 0).unwrap().remaining, 0, "{algorithm}");
+    }
+}
+
+/// A view never undoes what happened after it: a key refunded since the node last heard of it
+/// keeps its refund when the node, after a failed call, tells the backend what it knew.
+#[tokio::test(start_paused = true)]
+async fn a_view_from_before_a_refund_leaves_the_refund() {
+    for algorithm in tollgate_store::Algorithm::ALL {
+        let clock = Arc::new(ManualClock::new(T0));
+        let remote = backend(&clock);
+        let node = patient_node(&remote, &clock);
+        let limit = Limit::per_hour(20).algorithm(algorithm).build().unwrap();
+        assert_eq!(node.admitted(b"k", &limit, 5).await, 5);
+        // Another node's reservation, seen by this node, then refunded.
+        let other = remote.inner();
+        let reserved = other.reserve(&[Check::new(b"k", &limit, 3)]).await.unwrap();
+        let seen = node.store.check(b"k", &limit, 0).await.unwrap().remaining;
+        assert_eq!(seen, 12, "{algorithm}: the node sees 8 used");
+        let refund = tollgate_store::Refund {
+            check: Check::new(b"k", &limit, 3),
+            at: reserved.at,
+            decision: reserved.decisions[0],
+        };
+        clock.advance(Duration::from_millis(1));
+        other.refund(&[refund]).await.unwrap();
+        // A failed call, then the key again: its view (8 used) must not undo the refund (5 used).
+        remote.set(Fault::Refuse);
+        assert_eq!(node.admitted(b"other", &limit, 1).await, 1);
+        remote.set(Fault::None);
+        let remaining = node.store.check(b"k", &limit, 1).await.unwrap().remaining;
+        assert_eq!(remaining, 14, "{algorithm}: 5 used and this one");
+    }
+}
+
 /// Before: past 64 local admissions of a key the oldest charges were merged at the later instant,
 /// and a bucket's local rate halved in a long outage (GCRA: 255 admitted in a minute at 10/s where
 /// the limit admits 609). Now pairs merge exactly where the algorithm allows: through a one-minute
@@ -182,9 +244,9 @@ async fn random_faults_never_let_one_node_over_grant() {
 
 /// A window-family key after a twelve-second outage that Redis did not outlive (restarted without
 /// the key): its charges and the node's view restore it, and the node decides after the outage
-/// exactly as a limiter that saw every admission it made. (Written after the failure injection
-/// showed `local` sub-window keys 15% under their rate for one second after recovery; this does
-/// not reproduce it, which remains unexplained: see the issue note.)
+/// exactly as a limiter that saw every admission it made. (Written after one failure injection
+/// run showed `local` sub-window keys 15% under their rate for one second after recovery, seen
+/// in no run since; the injection's `--strict` fails if it recurs.)
 #[tokio::test(start_paused = true)]
 async fn after_an_outage_a_window_key_decides_as_an_exact_limiter() {
     for algorithm in [tollgate_store::Algorithm::SubWindow, tollgate_store::Algorithm::SlidingLog] {

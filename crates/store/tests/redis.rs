@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tollgate_core::MAX_PERIOD_NS;
+use tollgate_core::{MAX_PERIOD_NS, Snapshot};
 use tollgate_store::remote::{Charge, Origin, Remote, Reply};
 use tollgate_store::testkit::random::{Rng, random_limit};
 use tollgate_store::testkit::{
@@ -136,6 +136,15 @@ async fn decides_exactly_like_the_memory_store_across_the_whole_range() {
                 seq += 2;
                 first.origin = Some(Origin { node: 1 + rng.below(2), seq });
                 first.known_remaining = (rng.below(3) == 0).then(|| rng.below(limit.capacity() + 1));
+                // Now and then a view: what the node saw within the last period.
+                if first.known_remaining.is_some() && rng.below(2) == 0 {
+                    let bucket = limit.algorithm().is_bucket();
+                    let most =
+                        if bucket { limit.tolerance_ns() + limit.emission_interval_ns() } else { limit.capacity() };
+                    let previous = if limit.algorithm() == Algorithm::SlidingWindow { rng.below(most + 1) } else { 0 };
+                    let at = now - rng.below(period.min(now - T0) + 1);
+                    first.seen = Some(Snapshot { at, used: rng.below(most + 1), previous });
+                }
                 let again = *first;
                 match rng.below(3) {
                     0 => charges.push(Charge { known_remaining: None, ..again }),
@@ -337,7 +346,8 @@ async fn a_log_charged_past_2_pow_50_is_rebased_and_stays_exact() {
 /// A node's charges reach a store once however often they are sent (riding on several calls in
 /// flight, or sent again after a lost reply), and what the node knew of a key restores it on a
 /// store that lost it (restarted empty, a replica promoted without the last writes), never on a
-/// key it holds or reset lately: on Redis and on the memory store, every algorithm.
+/// key it holds as the node saw it, refunded or reset since: on Redis and on the memory store,
+/// every algorithm.
 async fn charges_apply_once_and_restore_a_lost_key<R: Remote>(store: &R, lose: impl Fn()) {
     for algorithm in Algorithm::ALL {
         let limit = Limit::per_hour(20).algorithm(algorithm).build().unwrap();
@@ -349,12 +359,13 @@ async fn charges_apply_once_and_restore_a_lost_key<R: Remote>(store: &R, lose: i
             age_ns: 0,
             origin: Some(Origin { node, seq }),
             known_remaining,
-            if_lost: false,
+            seen: None,
         };
-        // What a node following the key knew of it, for a store that lost it only.
-        let view = |known: u64| Charge {
+        // What a node following the key knew of it (`seen`: a reply's snapshot), for a store that
+        // lost it only.
+        let view = |known: u64, seen: Snapshot| Charge {
             known_remaining: Some(known),
-            if_lost: true,
+            seen: Some(seen),
             ..Charge::new(Check::new(key, &limit, 0), 0)
         };
         let (first, second) = (charge(9, 1, 3, Some(20)), charge(9, 2, 2, Some(15)));
@@ -378,13 +389,29 @@ async fn charges_apply_once_and_restore_a_lost_key<R: Remote>(store: &R, lose: i
         );
         // Known remaining above the store's: nothing is given back.
         assert_eq!(remaining(store.decide(&peek, &[charge(9, 4, 1, Some(20))]).await.unwrap()), 12, "{algorithm}");
-        // A view for a lost key only: a key the store holds (refunded since, perhaps) is left as is.
-        assert_eq!(remaining(store.decide(&peek, &[view(2)]).await.unwrap()), 12, "{algorithm}: held");
+        // A view: a key the store holds as the node saw it is left as is.
+        let seen = store.decide(&peek, &[]).await.unwrap().snapshots[0];
+        assert_eq!(remaining(store.decide(&peek, &[view(2, seen)]).await.unwrap()), 12, "{algorithm}: held");
+        // A replica promoted without the last writes: it holds the key, 5 used where the node saw 8.
         lose();
-        assert_eq!(remaining(store.decide(&peek, &[view(2)]).await.unwrap()), 2, "{algorithm}: lost, restored");
+        store.decide(&[], &[Charge::new(Check::new(key, &limit, 5), 0)]).await.unwrap();
+        assert_eq!(remaining(store.decide(&peek, &[]).await.unwrap()), 15, "{algorithm}: stale");
+        assert_eq!(remaining(store.decide(&peek, &[view(12, seen)]).await.unwrap()), 12, "{algorithm}: caught up");
+        // A key refunded after the node's view: behind it, but the refund is not undone.
+        let one = Check::new(key, &limit, 1);
+        let reserved = store.decide(&[one], &[]).await.unwrap();
+        assert_eq!(reserved.decisions[0].remaining, 11, "{algorithm}");
+        let refund = Refund { check: one, at: reserved.now_ns, decision: reserved.decisions[0] };
+        store.refund(&[refund]).await.unwrap();
+        assert_eq!(remaining(store.decide(&peek, &[]).await.unwrap()), 12, "{algorithm}: refunded");
+        let seen = reserved.snapshots[0];
+        assert_eq!(remaining(store.decide(&peek, &[view(11, seen)]).await.unwrap()), 12, "{algorithm}: kept");
+        // A key lost: restored.
+        lose();
+        assert_eq!(remaining(store.decide(&peek, &[view(2, seen)]).await.unwrap()), 2, "{algorithm}: lost, restored");
         // Nor a key reset lately: the view is from before the reset.
         store.reset("", key, &limit).await.unwrap();
-        assert_eq!(remaining(store.decide(&peek, &[view(2)]).await.unwrap()), 20, "{algorithm}: reset");
+        assert_eq!(remaining(store.decide(&peek, &[view(2, seen)]).await.unwrap()), 20, "{algorithm}: reset");
         lose();
     }
 }

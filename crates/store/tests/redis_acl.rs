@@ -49,8 +49,14 @@ async fn every_path(store: &RedisStore, flush_scripts: impl Fn()) {
     let log = Limit::per_hour(10).algorithm(Algorithm::SlidingLog).build().unwrap();
     let reserve = Check::new(b"{acl}:log", &log, 2);
     let reserved = store.reserve(&[reserve]).await.unwrap();
+    let seen = store.decide(&[Check::new(b"{acl}:log", &log, 0)], &[]).await.unwrap().snapshots[0];
     store.refund(&[Refund { check: reserve, at: reserved.at, decision: reserved.decisions[0] }]).await.unwrap();
     assert_eq!(store.check(b"{acl}:log", &log, 0).await.unwrap().remaining, 10, "refunded");
+    // A node's view of the key from before the refund (read against the marker's stamps).
+    let view =
+        Charge { known_remaining: Some(8), seen: Some(seen), ..Charge::new(Check::new(b"{acl}:log", &log, 0), 0) };
+    let reply = store.decide(&[Check::new(b"{acl}:log", &log, 0)], &[view]).await.unwrap();
+    assert_eq!(reply.decisions[0].remaining, 10, "a view from before the refund is not given back");
     store.reset("", b"{acl}:a", &limit).await.unwrap();
     assert_eq!(store.check(b"{acl}:a", &limit, 1).await.unwrap().remaining, 9, "reset");
     flush_scripts();

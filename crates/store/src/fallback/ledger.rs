@@ -38,6 +38,17 @@ pub(crate) struct Pending {
     pub(crate) seq: u64,
 }
 
+/// What the node knew of a key it owes nothing on, for a remote that may have lost it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct View {
+    /// The key's index in the call's checks.
+    pub(crate) check: usize,
+    /// Its remaining at the call's now, as the node follows it.
+    pub(crate) remaining: u64,
+    /// The remote's snapshot it follows from.
+    pub(crate) seen: Snapshot,
+}
+
 /// What a key owes the remote, with what is needed to send it.
 #[derive(Debug, Clone)]
 pub(crate) struct Debt {
@@ -157,9 +168,10 @@ impl Ledger {
     /// What a call for `checks` carries, in one look at each key (each once): the debts of those
     /// owing the remote, and for those owing nothing that this node saw busy (not idle at `now`)
     /// before a call failed (`epoch` failed calls now; 0: none wanted) their remaining at `now` as
-    /// the node knows it (index in `checks`, remaining). The remote may have lost those (restarted
-    /// empty, failed over): the call tells it what the node knew, for a key it no longer holds.
-    pub(crate) fn outgoing(&self, checks: &[Check<'_>], now: u64, epoch: u64) -> (Vec<Debt>, Vec<(usize, u64)>) {
+    /// the node knows it, with the snapshot it comes from (a [`View`]). The remote may have lost
+    /// those (restarted empty, failed over to a replica that missed the last writes): the call
+    /// tells it what the node knew, for a key it lost.
+    pub(crate) fn outgoing(&self, checks: &[Check<'_>], now: u64, epoch: u64) -> (Vec<Debt>, Vec<View>) {
         let mut seen: Vec<u64> = Vec::with_capacity(checks.len());
         let (mut debts, mut views) = (Vec::new(), Vec::new());
         for (i, check) in checks.iter().enumerate() {
@@ -177,11 +189,11 @@ impl Ledger {
                     return None;
                 }
                 let mut state = State::from_snapshot(check.limit, &snapshot);
-                state.check(now, check.limit, 0).ok().map(|d| Err(d.remaining))
+                state.check(now, check.limit, 0).ok().map(|d| Err((d.remaining, snapshot)))
             });
             match found {
                 Some(Some(Ok(debt))) => debts.push(debt),
-                Some(Some(Err(remaining))) => views.push((i, remaining)),
+                Some(Some(Err((remaining, seen)))) => views.push(View { check: i, remaining, seen }),
                 _ => {}
             }
         }

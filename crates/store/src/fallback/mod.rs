@@ -212,7 +212,7 @@ fn charges_of(debts: &[Debt], node: u64, now: u64) -> Vec<Charge<'_>> {
                 age_ns: now.saturating_sub(c.at),
                 origin: Some(Origin { node, seq: c.seq }),
                 known_remaining: if i == last { d.known_remaining } else { None },
-                if_lost: false,
+                seen: None,
             })
         })
         .collect()
@@ -433,12 +433,12 @@ impl<R: Remote> Store for Fallback<R> {
         let (debts, views) = if local { sh.ledger.outgoing(checks, now, epoch) } else { Default::default() };
         let mut charges = charges_of(&debts, sh.ledger.node(), now);
         // Keys seen busy before a failure: what the node knew, for a Redis that lost them.
-        charges.extend(views.into_iter().map(|(i, remaining)| Charge {
-            check: Check { cost: 0, ..checks[i] },
+        charges.extend(views.into_iter().map(|view| Charge {
+            check: Check { cost: 0, ..checks[view.check] },
             age_ns: 0,
             origin: None,
-            known_remaining: Some(remaining),
-            if_lost: true,
+            known_remaining: Some(view.remaining),
+            seen: Some(view.seen),
         }));
         let in_flight = local.then(|| {
             sh.ledger.begin(checks, now);

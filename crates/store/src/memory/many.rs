@@ -131,8 +131,6 @@ impl MemoryStore {
             let check = &charge.check;
             let i = index(&keys, check);
             let key = &mut keys[i];
-            // A view for a lost key only: nothing stored before this call, no reset lately.
-            let lost = key.stored.is_none() && !self.applied.was_reset(key.fingerprint, now);
             let mut state = key.charged.take().or_else(|| key.stored.clone()).unwrap_or_else(|| fresh(check.limit));
             let fresh_charge = match charge.origin {
                 None => true,
@@ -148,7 +146,13 @@ impl MemoryStore {
             if fresh_charge {
                 state.charge(*at, check.limit, check.cost)?;
             }
-            if let Some(known) = charge.known_remaining.filter(|_| !charge.if_lost || lost) {
+            // A view applies only to a key this store lost (see `Charge::seen`).
+            let applies = charge.seen.is_none_or(|seen| {
+                let held = state.snapshot(seen.at, check.limit);
+                (held.used < seen.used || held.previous < seen.previous)
+                    && !self.applied.changed_since(key.fingerprint, seen.at, now)
+            });
+            if let Some(known) = charge.known_remaining.filter(|_| applies) {
                 let remaining = state.clone().check(now, check.limit, 0)?.remaining;
                 if remaining > known {
                     state.charge(now, check.limit, remaining - known)?;

@@ -39,6 +39,9 @@ pub struct MemoryStore {
     max_memory: usize,
     /// Charges applied as a remote, per key and node (see `applied`).
     applied: applied::Applied,
+    /// Whether this store has decided as a [`Remote`](crate::Remote) (for a node's failure
+    /// policy, in tests and simulations): only then are its refunds remembered in `applied`.
+    as_remote: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for MemoryStore {
@@ -115,6 +118,7 @@ impl MemoryStoreBuilder {
             max_keys: self.max_keys,
             max_memory: self.max_memory,
             applied: applied::Applied::new(self.max_keys),
+            as_remote: std::sync::atomic::AtomicBool::new(false),
         }
     }
 }
@@ -201,33 +205,43 @@ impl MemoryStore {
     /// [`Store::refund`] without a future.
     pub fn refund_sync(&self, refunds: &[Refund<'_>]) {
         let now = self.clock.now_ns();
+        let remote = self.as_remote.load(std::sync::atomic::Ordering::Relaxed);
         for refund in refunds {
             let Refund { check, at, decision } = *refund;
             let fingerprint = self.fingerprint(&check);
-            if check.limit.algorithm() == Algorithm::Gcra {
+            let refunded = if check.limit.algorithm() == Algorithm::Gcra {
                 let shard = self.gcra.read(self.gcra.shard_of(fingerprint));
-                if let Some(slot) = shard.slots.find(fingerprint, |s| s.fingerprint == fingerprint) {
+                shard.slots.find(fingerprint, |s| s.fingerprint == fingerprint).is_some_and(|slot| {
                     let mut gcra = Gcra { tat: slot.tat.load(std::sync::atomic::Ordering::Acquire) };
                     let seen = gcra.tat;
                     tollgate_core::RateState::refund(&mut gcra, at, &decision, check.limit, check.cost);
                     // Only if no other admission moved the schedule meanwhile.
-                    let _ = slot.tat.compare_exchange(
-                        seen,
-                        gcra.tat,
-                        std::sync::atomic::Ordering::AcqRel,
-                        std::sync::atomic::Ordering::Acquire,
-                    );
-                }
+                    gcra.tat != seen
+                        && slot
+                            .tat
+                            .compare_exchange(
+                                seen,
+                                gcra.tat,
+                                std::sync::atomic::Ordering::AcqRel,
+                                std::sync::atomic::Ordering::Acquire,
+                            )
+                            .is_ok()
+                })
             } else {
                 let mut guard = self.states.write(self.states.shard_of(fingerprint));
-                if let Some(slot) = guard.slots.find_mut(fingerprint, |s| s.fingerprint == fingerprint) {
-                    let before = slot.state.heap_bytes();
-                    slot.state.refund(at, &decision, check.limit, check.cost);
-                    slot.idle_at = slot.state.idle_at(check.limit);
-                    let after = slot.state.heap_bytes();
-                    guard.heap_bytes -= before;
-                    self.states.grew(&mut guard, after, now, &[fingerprint]);
-                }
+                let Some(slot) = guard.slots.find_mut(fingerprint, |s| s.fingerprint == fingerprint) else { continue };
+                let before = (slot.state.heap_bytes(), remote.then(|| slot.state.clone()));
+                slot.state.refund(at, &decision, check.limit, check.cost);
+                slot.idle_at = slot.state.idle_at(check.limit);
+                let refunded = before.1.is_some_and(|state| state != slot.state);
+                let after = slot.state.heap_bytes();
+                guard.heap_bytes -= before.0;
+                self.states.grew(&mut guard, after, now, &[fingerprint]);
+                refunded
+            };
+            if remote && refunded {
+                // A node's view of the key from before this refund must not undo it.
+                self.applied.refunded(fingerprint, now.saturating_add(view_horizon(check.limit)), now);
             }
         }
     }
@@ -236,8 +250,7 @@ impl MemoryStore {
     pub fn reset_sync(&self, scope: &str, key: &[u8], limit: &Limit) {
         let fingerprint = self.remove(scope, key, limit);
         let now = self.clock.now_ns();
-        let horizon = limit.tolerance_ns().max(limit.period_ns().saturating_mul(2));
-        self.applied.reset(fingerprint, now.saturating_add(horizon), now);
+        self.applied.reset(fingerprint, now.saturating_add(view_horizon(limit)), now);
     }
 
     /// Drops a key as a remote store that lost it would (restarted empty, expired early): its
@@ -373,4 +386,10 @@ impl Store for MemoryStore {
     fn decides_in_place(&self) -> bool {
         true
     }
+}
+
+/// How long a node's view of a key can matter after a reset or refund of it (as the Redis
+/// script's marker stamps): as long as a full bucket or two windows.
+fn view_horizon(limit: &Limit) -> u64 {
+    limit.tolerance_ns().max(limit.period_ns().saturating_mul(2))
 }

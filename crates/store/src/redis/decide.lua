@@ -1,14 +1,16 @@
 -- tollgate: the seven algorithms of SEMANTICS.md as one atomic Redis script.
 --
 -- KEYS: the state key of each check, then of each charge, then of each refund, then the marker
---       key of each charge (its state key's `applied` hash: sending node -> highest sequence
---       applied).
+--       key of each charge and of each refund (its state key's `applied` hash: sending node ->
+--       highest sequence applied; `refunded`: the instant of its latest refund; `reset` while a
+--       reset is recent).
 -- ARGV: now_sec, now_nsec (both '' to use the server's TIME), ttl_margin_ms, checks, charges,
 --       refunds, then 8 values per check: algorithm, count, period_ns, burst, slices, emission_ns,
---       tolerance_ns, cost; then 13 per charge: the same 8, its age in ns, the sending node ('':
+--       tolerance_ns, cost; then 15 per charge: the same 8, its age in ns, the sending node ('':
 --       none), its sequence, the key's remaining as the sender knows it, this charge
---       included (-1: nothing known), and 1 if that applies only to a key lost (absent, and no
---       reset stamp in its marker), else 0;
+--       included (-1: nothing known), then, for a view (the remaining applies only to a key this
+--       server lost), the snapshot the sender saw: its instant (decimal ns since the epoch; '':
+--       not a view), used and previous;
 --       then 10 per refund: the same 8, the admission's instant (decimal ns since the epoch) and
 --       its reset_after_ns.
 -- Refunds (admissions withdrawn: a reservation that did not count) are applied first, each exactly
@@ -17,9 +19,10 @@
 -- recorded next, whatever the limit says, dated `age` ns before now, each at most once per node
 -- (one riding on several calls, or sent again after a lost reply, is skipped); then the key's
 -- remaining is lowered to what the sender knew (a no-op unless this server lost what the sender
--- saw: the key expired early, restarted empty, promoted without the last writes). Then the checks
--- are decided
--- in order; their states are written only if every check admitted (the charges are written anyway).
+-- saw: the key expired early, restarted empty, promoted without the last writes); a view only if
+-- the key's state at the view's instant is behind the snapshot seen, and the key was neither reset
+-- nor refunded since. Then the checks are decided in order; their states are written only if every
+-- check admitted (the charges are written anyway).
 -- Returns 7 integers per check: allowed (1/0), limit, remaining, retry_after_ns, reset_after_ns,
 -- and the key's snapshot after the call (used, previous; see tollgate-core's Snapshot), then the
 -- server's now as seconds and nanoseconds.
@@ -187,8 +190,8 @@ ALGS['gcra'] = {
       return { tat = tat }, tat
     end
   end,
-  snapshot = function(st)
-    return math.max(st and st.tat or 0, 0), 0
+  snapshot = function(st, _, at)
+    return math.max((st and st.tat or 0) - (at or 0), 0), 0
   end,
   store = function(key, st, idle)
     redis.call('SET', key, abs(st.tat), 'PX', px(idle))
@@ -232,8 +235,8 @@ ALGS['token-bucket'] = {
       return { tokens = p.tol - math.min(math.max(tat - at, 0), p.tol), last = at }, tat
     end
   end,
-  snapshot = function(st, p)
-    return math.max(bucket_tat(st, p.tol), 0), 0
+  snapshot = function(st, p, at)
+    return math.max(bucket_tat(st, p.tol) - (at or 0), 0), 0
   end,
   store = function(key, st, idle)
     redis.call('SET', key, string.format('%d ', st.tokens) .. abs(st.last), 'PX', px(idle))
@@ -273,8 +276,8 @@ ALGS['leaky-bucket'] = {
       return { level = math.max(empty - at, 0), last = at }, empty
     end
   end,
-  snapshot = function(st)
-    return leaky_level(st, 0), 0
+  snapshot = function(st, _, at)
+    return leaky_level(st, at or 0), 0
   end,
   store = function(key, st, idle)
     redis.call('SET', key, string.format('%d ', st.level) .. abs(st.last), 'PX', px(idle))
@@ -314,8 +317,8 @@ ALGS['fixed-window'] = {
       return { start = st.start, used = st.used - math.min(cost, st.used) }, st.start + p.period
     end
   end,
-  snapshot = function(st, p)
-    local _, used = fixed_rolled(st, p, 0)
+  snapshot = function(st, p, at)
+    local _, used = fixed_rolled(st, p, at or 0)
     return used, 0
   end,
   store = function(key, st, idle)
@@ -375,8 +378,8 @@ ALGS['sliding-window'] = {
       return { start = st.start, prev = st.prev - math.min(cost, st.prev), curr = st.curr }, st.start + 2 * p.period
     end
   end,
-  snapshot = function(st, p)
-    local _, prev, curr = sliding_rolled(st, p, 0)
+  snapshot = function(st, p, at)
+    local _, prev, curr = sliding_rolled(st, p, at or 0)
     return curr, prev
   end,
   store = function(key, st, idle)
@@ -490,8 +493,8 @@ ALGS['sub-window'] = {
     counts[i] = counts[i] - math.min(cost, counts[i])
     return { newest = st.newest, slice = L, counts = counts }, st.newest + n * L
   end,
-  snapshot = function(st, p)
-    local cur, _, d = sub_at(st, p, 0)
+  snapshot = function(st, p, at)
+    local cur, _, d = sub_at(st, p, at or 0)
     return sub_used(cur, p.slices, d), 0
   end,
   store = function(key, st, idle)
@@ -638,10 +641,11 @@ ALGS['sliding-log'] = {
     end
     for _, u in ipairs(updates) do redis.call('LSET', key, u[1], u[2]) end
     if refunded == logged then redis.call('LREM', key, -1, updates[1][2]) end
+    return true
   end,
-  snapshot = function(st, p)
+  snapshot = function(st, p, at)
     if not st then return 0, 0 end
-    local live = log_search(st, function(t) return t + p.period > 0 end)
+    local live = log_search(st, function(t) return t + p.period > (at or 0) end)
     local last = log_last(st)
     if last < live then return 0, 0 end
     local _, total = log_entry(st, last)
@@ -699,27 +703,36 @@ local function current(key, p)
   return state[key]
 end
 
--- 0. Refunds, each read and written in turn (a refund never needs to meet a check of its call).
+-- 0. Refunds, each read and written in turn (a refund never needs to meet a check of its call);
+-- one that applied stamps the key's marker, for as long as a node's view of the key can matter
+-- (so that a view from before it is not given back: see the charges' views).
+local function stamp(marker, field, value, p)
+  local ms = math.ceil(math.max(p.tol, 2 * p.period) / 1000000) + 1000
+  redis.call('HSET', marker, field, value)
+  if redis.call('PTTL', marker) < ms then redis.call('PEXPIRE', marker, ms) end
+end
 for k = 1, refunds do
-  local b = 6 + checks * 8 + charges * 13 + (k - 1) * 10
+  local b = 6 + checks * 8 + charges * 15 + (k - 1) * 10
   local key = KEYS[checks + charges + k]
   local p, cost = params(b, key)
   local at, reset = rel(key, ARGV[b + 9]), tonumber(ARGV[b + 10])
   local A = ALGS[p.alg]
+  local applied = false
   if cost > 0 then
     if A.refund_in_place then
-      A.refund_in_place(key, p, cost, at, reset)
+      applied = A.refund_in_place(key, p, cost, at, reset)
     else
       local new, at_idle = A.refund(A.load(key), p, cost, at, reset)
-      if new then A.store(key, new, at_idle) end
+      if new then A.store(key, new, at_idle); applied = true end
     end
   end
+  if applied then stamp(KEYS[checks + charges + refunds + charges + k], 'refunded', abs(0), p) end
 end
 
 -- 1. Charges, recorded whatever the limit says, each once per node.
 local marks, marked = {}, {}
 for j = 1, charges do
-  local b = 6 + checks * 8 + (j - 1) * 13
+  local b = 6 + checks * 8 + (j - 1) * 15
   local key = KEYS[checks + j]
   local p, cost = params(b, key)
   local A = ALGS[p.alg]
@@ -739,12 +752,16 @@ for j = 1, charges do
     state[key], idle[key] = new, at_idle
   end
   local known = tonumber(ARGV[b + 12])
-  if known and known >= 0 and ARGV[b + 13] == '1' then
-    -- Only for a key this server lost: absent before this call, and not reset lately (a reset
-    -- stamps the marker).
-    current(key, p)
-    local marker = KEYS[checks + charges + refunds + j]
-    if loaded[key] ~= false or redis.call('HGET', marker, 'reset') then known = -1 end
+  if known and known >= 0 and ARGV[b + 13] ~= '' then
+    -- A view: only for a key this server lost (its state at the view's instant is behind what
+    -- the sender saw), and neither reset nor refunded since (each stamps the marker).
+    local at = rel(key, ARGV[b + 13])
+    local used, previous = A.snapshot(current(key, p), p, at)
+    local stamps = redis.call('HMGET', KEYS[checks + charges + refunds + j], 'reset', 'refunded')
+    if (used >= tonumber(ARGV[b + 14]) and previous >= tonumber(ARGV[b + 15])) or stamps[1]
+      or (stamps[2] and rel(key, stamps[2]) >= at) then
+      known = -1
+    end
   end
   if known and known >= 0 then
     local left = A.decide(current(key, p), p, 0)[3]
@@ -755,7 +772,7 @@ local charged = {}
 for k, v in pairs(state) do charged[k] = { v, idle[k] } end
 
 -- A lease: its lessee and lifetime follow every other argument.
-local lease_at = 6 + checks * 8 + charges * 13 + refunds * 10
+local lease_at = 6 + checks * 8 + charges * 15 + refunds * 10
 local leasing = #ARGV > lease_at
 if leasing and checks ~= 1 then error({ err = 'TOLLGATE_ARGS a lease is one check' }) end
 local granted = 0
@@ -802,7 +819,7 @@ end
 out[#out + 1] = S
 out[#out + 1] = N
 if leasing then
-  local lessees = KEYS[checks + charges + refunds + charges + 1]
+  local lessees = KEYS[checks + charges + refunds + charges + refunds + 1]
   local now_ms = S * 1000 + math.floor(N / 1000000)
   local lifetime = tonumber(ARGV[lease_at + 2])
   redis.call('ZREMRANGEBYSCORE', lessees, '-inf', now_ms)
@@ -820,7 +837,9 @@ for key, st in pairs(state) do ALGS[algs[key]].store(key, st, idle[key]) end
 for _, m in ipairs(marked) do
   if marks[m.id] > m.seq then
     redis.call('HSET', m.marker, m.node, string.format('%d', marks[m.id]))
-    redis.call('PEXPIRE', m.marker, px(charged[m.key] and charged[m.key][2] or 0))
+    -- Never shortened: it may hold a refund's or a reset's stamp.
+    local ms = px(charged[m.key] and charged[m.key][2] or 0)
+    if redis.call('PTTL', m.marker) < ms then redis.call('PEXPIRE', m.marker, ms) end
   end
 end
 return out

@@ -230,8 +230,10 @@ impl RedisStore {
         if keys.is_empty() {
             return Err(StoreError::NoChecks);
         }
+        // Each charge's and each refund's marker (what the key was given: nodes' sequences, its
+        // latest refund, a recent reset).
         let applied: Vec<Vec<u8>> =
-            keys[checks.len()..][..charges.len()].iter().map(|k| keys::applied_key(&self.options.prefix, k)).collect();
+            keys[checks.len()..].iter().map(|k| keys::applied_key(&self.options.prefix, k)).collect();
         keys.extend(applied);
         if lease.is_some() {
             keys.push(keys::lessees_key(&self.options.prefix, &keys[0]));
@@ -283,7 +285,10 @@ impl RedisStore {
                 Some(known) => cmd.arg(known),
                 None => cmd.arg(-1),
             };
-            cmd.arg(u8::from(charge.if_lost));
+            match charge.seen {
+                Some(seen) => cmd.arg(seen.at).arg(seen.used).arg(seen.previous),
+                None => cmd.arg("").arg(0).arg(0),
+            };
         }
         for refund in refunds {
             limit_args(&mut cmd, refund.check.limit, refund.check.cost);
