@@ -33,13 +33,17 @@ pub struct Charge<'a> {
     /// unless it lost state the sender saw: the key expired early, restarted empty, a replica
     /// promoted without the last writes), by a charge at now of the difference.
     pub known_remaining: Option<u64>,
-    /// `Some`: `known_remaining` is a *view*, applied only if the remote lost what the sender saw
-    /// of the key, this snapshot (from one of its replies): it holds no state for the key, or a
-    /// state behind the snapshot at the snapshot's instant (a replica promoted without the last
-    /// writes), and it neither reset nor refunded the key since (a key it holds may have been
-    /// refunded after the sender's view: that is not lowered back). A node sends such a charge, of
-    /// cost 0, with the first call for a key it follows after a call to the remote failed.
+    /// The remote's snapshot (from one of its replies) that `known_remaining` follows from: a
+    /// reset or refund of the key at or after its instant voids `known_remaining` (the remote
+    /// changed the key after the sender's view: that is not undone). `None`: nothing seen.
     pub seen: Option<Snapshot>,
+    /// `known_remaining` is a *view*, applied only if the remote's state at `seen`'s instant is
+    /// behind `seen` (it lost what the sender saw: restarted empty, expired early, a replica
+    /// promoted without the last writes). A node sends such a charge, of cost 0, with the first
+    /// call for a key it follows and owes nothing on after a call to the remote failed; its
+    /// remaining, rebuilt from a snapshot, is below the truth for the sliding log and the
+    /// sub-window counter, which this keeps from lowering a key the remote holds whole.
+    pub view: bool,
 }
 
 /// The node and sequence number of a [`Charge`].
@@ -55,7 +59,7 @@ impl<'a> Charge<'a> {
     /// `check` admitted `age_ns` ago, applied whenever sent, with nothing else known.
     #[must_use]
     pub fn new(check: Check<'a>, age_ns: u64) -> Self {
-        Charge { check, age_ns, origin: None, known_remaining: None, seen: None }
+        Charge { check, age_ns, origin: None, known_remaining: None, seen: None, view: false }
     }
 }
 

@@ -125,6 +125,27 @@ async fn a_view_from_before_a_refund_leaves_the_refund() {
     }
 }
 
+/// Before: what a node owing charges knew of a key was given back to it whatever happened since, so
+/// a reset made during an outage was undone by the node's first call after it (the key denied for
+/// the rest of the hour). Now a reset at or after the node's last view of the key keeps it: the
+/// node's local admissions are charged, nothing more.
+#[tokio::test(start_paused = true)]
+async fn a_reset_during_an_outage_is_kept() {
+    for algorithm in tollgate_store::Algorithm::ALL {
+        let clock = Arc::new(ManualClock::new(T0));
+        let remote = backend(&clock);
+        let node = patient_node(&remote, &clock);
+        let limit = Limit::per_hour(20).algorithm(algorithm).build().unwrap();
+        assert_eq!(node.admitted(b"k", &limit, 15).await, 15);
+        remote.set(Fault::Refuse);
+        assert_eq!(node.admitted(b"k", &limit, 10).await, 5, "{algorithm}: decided locally");
+        clock.advance(Duration::from_millis(1));
+        remote.inner().reset_sync("", b"k", &limit);
+        remote.set(Fault::None);
+        assert_eq!(node.admitted(b"k", &limit, 20).await, 15, "{algorithm}: the reset, less the 5 charged");
+    }
+}
+
 /// Before: past 64 local admissions of a key the oldest charges were merged at the later instant,
 /// and a bucket's local rate halved in a long outage (GCRA: 255 admitted in a minute at 10/s where
 /// the limit admits 609). Now pairs merge exactly where the algorithm allows: through a one-minute

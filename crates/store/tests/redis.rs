@@ -144,6 +144,7 @@ async fn decides_exactly_like_the_memory_store_across_the_whole_range() {
                     let previous = if limit.algorithm() == Algorithm::SlidingWindow { rng.below(most + 1) } else { 0 };
                     let at = now - rng.below(period.min(now - T0) + 1);
                     first.seen = Some(Snapshot { at, used: rng.below(most + 1), previous });
+                    first.view = rng.below(2) == 0;
                 }
                 let again = *first;
                 match rng.below(3) {
@@ -360,12 +361,14 @@ async fn charges_apply_once_and_restore_a_lost_key<R: Remote>(store: &R, lose: i
             origin: Some(Origin { node, seq }),
             known_remaining,
             seen: None,
+            view: false,
         };
         // What a node following the key knew of it (`seen`: a reply's snapshot), for a store that
         // lost it only.
         let view = |known: u64, seen: Snapshot| Charge {
             known_remaining: Some(known),
             seen: Some(seen),
+            view: true,
             ..Charge::new(Check::new(key, &limit, 0), 0)
         };
         let (first, second) = (charge(9, 1, 3, Some(20)), charge(9, 2, 2, Some(15)));
@@ -412,6 +415,9 @@ async fn charges_apply_once_and_restore_a_lost_key<R: Remote>(store: &R, lose: i
         // Nor a key reset lately: the view is from before the reset.
         store.reset("", key, &limit).await.unwrap();
         assert_eq!(remaining(store.decide(&peek, &[view(2, seen)]).await.unwrap()), 20, "{algorithm}: reset");
+        // Nor what a node owing charges knew from before the reset: its charge counts, no more.
+        let owed = Charge { seen: Some(seen), ..charge(9, 5, 1, Some(2)) };
+        assert_eq!(remaining(store.decide(&peek, &[owed]).await.unwrap()), 19, "{algorithm}: reset, then charged");
         lose();
     }
 }

@@ -59,6 +59,8 @@ pub(crate) struct Debt {
     /// The key's remaining as this node follows it (the latest snapshot charged with the debt),
     /// when the debt was taken to be sent.
     pub(crate) known_remaining: Option<u64>,
+    /// That latest snapshot.
+    pub(crate) seen: Option<Snapshot>,
 }
 
 struct Entry {
@@ -97,6 +99,7 @@ fn owed(entry: &Entry, now: u64) -> Option<Debt> {
         entry.seen.map_or_else(|| State::idle(limit), |(snapshot, _)| State::from_snapshot(limit, &snapshot));
     let charged = debt.charges.iter().try_for_each(|c| state.charge(c.at, limit, c.cost));
     debt.known_remaining = charged.ok().and_then(|()| state.check(now, limit, 0).ok()).map(|d| d.remaining);
+    debt.seen = entry.seen.map(|(snapshot, _)| snapshot);
     Some(debt)
 }
 
@@ -348,6 +351,7 @@ impl Ledger {
                     limit: check.limit.clone(),
                     charges: Vec::new(),
                     known_remaining: None,
+                    seen: None,
                 })
             });
             debt.limit = check.limit.clone();

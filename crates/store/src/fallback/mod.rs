@@ -212,7 +212,8 @@ fn charges_of(debts: &[Debt], node: u64, now: u64) -> Vec<Charge<'_>> {
                 age_ns: now.saturating_sub(c.at),
                 origin: Some(Origin { node, seq: c.seq }),
                 known_remaining: if i == last { d.known_remaining } else { None },
-                seen: None,
+                seen: if i == last { d.seen } else { None },
+                view: false,
             })
         })
         .collect()
@@ -439,6 +440,7 @@ impl<R: Remote> Store for Fallback<R> {
             origin: None,
             known_remaining: Some(view.remaining),
             seen: Some(view.seen),
+            view: true,
         }));
         let in_flight = local.then(|| {
             sh.ledger.begin(checks, now);

@@ -3,17 +3,16 @@
 //! once (as the Redis script's marker key). An entry lives until the key's state is idle again
 //! (after that, applying the charge again changes no decision), and the map holds at most as many
 //! entries as the store holds keys: past that, expired entries go, and if none has, a charge is
-//! not remembered (applied again if sent again: an under-grant, never an over-grant). A reset and
-//! the latest refund are remembered too, so that a node's view of the key from before them is not
-//! given back to it.
+//! not remembered (applied again if sent again: an under-grant, never an over-grant). The instants
+//! of the key's latest reset and refund are remembered too, so that what a node knew of the key
+//! from before them is not given back to it.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-/// The node id that stands for a reset (as the Redis marker's `reset` field).
+/// The node ids whose "sequence" is the instant of the key's latest reset and refund (the Redis
+/// marker's `reset` and `refunded` fields).
 const RESET: u64 = u64::MAX;
-/// The node id whose "sequence" is the instant of the key's latest refund (the marker's
-/// `refunded` field).
 const REFUNDED: u64 = u64::MAX - 1;
 
 pub(crate) struct Applied {
@@ -49,26 +48,22 @@ impl Applied {
         *entry = (entry.0.max(seq), entry.1.max(until));
     }
 
-    /// `key` was reset at `now`: until `until`, a node's view of it is not given back to it.
-    pub(crate) fn reset(&self, key: u64, until: u64, now: u64) {
-        self.remember(key, RESET, 1, until, now);
-    }
-
-    /// Whether `key` was reset lately.
-    pub(crate) fn was_reset(&self, key: u64, now: u64) -> bool {
-        self.highest(key, RESET, now) > 0
-    }
-
-    /// `key` was refunded at `now`: until `until`, a node's view of it from before is not given
+    /// `key` was reset at `now`: until `until`, what a node knew of it from before is not given
     /// back to it.
+    pub(crate) fn reset(&self, key: u64, until: u64, now: u64) {
+        self.remember(key, RESET, now, until, now);
+    }
+
+    /// `key` was refunded at `now` (as [`reset`](Self::reset)).
     pub(crate) fn refunded(&self, key: u64, until: u64, now: u64) {
         self.remember(key, REFUNDED, now, until, now);
     }
 
-    /// Whether `key` was reset lately, or refunded at or after `since`: a node's view of it taken
-    /// at `since` is out of date.
+    /// Whether `key` was reset or refunded at or after `since`: what a node knew of it at `since`
+    /// is out of date.
     pub(crate) fn changed_since(&self, key: u64, since: u64, now: u64) -> bool {
-        self.was_reset(key, now) || self.highest(key, REFUNDED, now) >= since.max(1)
+        let since = since.max(1);
+        self.highest(key, RESET, now) >= since || self.highest(key, REFUNDED, now) >= since
     }
 
     /// Forgets `key` entirely (a store that lost it).

@@ -146,11 +146,14 @@ impl MemoryStore {
             if fresh_charge {
                 state.charge(*at, check.limit, check.cost)?;
             }
-            // A view applies only to a key this store lost (see `Charge::seen`).
+            // Not over a reset or refund since the sender's view, and a view only for a key this
+            // store lost (see `Charge::seen` and `Charge::view`).
             let applies = charge.seen.is_none_or(|seen| {
-                let held = state.snapshot(seen.at, check.limit);
-                (held.used < seen.used || held.previous < seen.previous)
-                    && !self.applied.changed_since(key.fingerprint, seen.at, now)
+                let behind = || {
+                    let held = state.snapshot(seen.at, check.limit);
+                    held.used < seen.used || held.previous < seen.previous
+                };
+                !self.applied.changed_since(key.fingerprint, seen.at, now) && (!charge.view || behind())
             });
             if let Some(known) = charge.known_remaining.filter(|_| applies) {
                 let remaining = state.clone().check(now, check.limit, 0)?.remaining;

@@ -6,11 +6,11 @@
 --       reset is recent).
 -- ARGV: now_sec, now_nsec (both '' to use the server's TIME), ttl_margin_ms, checks, charges,
 --       refunds, then 8 values per check: algorithm, count, period_ns, burst, slices, emission_ns,
---       tolerance_ns, cost; then 15 per charge: the same 8, its age in ns, the sending node ('':
+--       tolerance_ns, cost; then 16 per charge: the same 8, its age in ns, the sending node ('':
 --       none), its sequence, the key's remaining as the sender knows it, this charge
---       included (-1: nothing known), then, for a view (the remaining applies only to a key this
---       server lost), the snapshot the sender saw: its instant (decimal ns since the epoch; '':
---       not a view), used and previous;
+--       included (-1: nothing known), the snapshot that follows from (its instant in decimal ns
+--       since the epoch, '': none; used; previous), and 1 if the remaining is a view (applied only
+--       to a key this server lost), else 0;
 --       then 10 per refund: the same 8, the admission's instant (decimal ns since the epoch) and
 --       its reset_after_ns.
 -- Refunds (admissions withdrawn: a reservation that did not count) are applied first, each exactly
@@ -19,9 +19,9 @@
 -- recorded next, whatever the limit says, dated `age` ns before now, each at most once per node
 -- (one riding on several calls, or sent again after a lost reply, is skipped); then the key's
 -- remaining is lowered to what the sender knew (a no-op unless this server lost what the sender
--- saw: the key expired early, restarted empty, promoted without the last writes); a view only if
--- the key's state at the view's instant is behind the snapshot seen, and the key was neither reset
--- nor refunded since. Then the checks are decided in order; their states are written only if every
+-- saw: the key expired early, restarted empty, promoted without the last writes), unless the key
+-- was reset or refunded since the sender's snapshot; a view only if the key's state at the
+-- snapshot's instant is behind it. Then the checks are decided in order; their states are written only if every
 -- check admitted (the charges are written anyway).
 -- Returns 7 integers per check: allowed (1/0), limit, remaining, retry_after_ns, reset_after_ns,
 -- and the key's snapshot after the call (used, previous; see tollgate-core's Snapshot), then the
@@ -712,7 +712,7 @@ local function stamp(marker, field, value, p)
   if redis.call('PTTL', marker) < ms then redis.call('PEXPIRE', marker, ms) end
 end
 for k = 1, refunds do
-  local b = 6 + checks * 8 + charges * 15 + (k - 1) * 10
+  local b = 6 + checks * 8 + charges * 16 + (k - 1) * 10
   local key = KEYS[checks + charges + k]
   local p, cost = params(b, key)
   local at, reset = rel(key, ARGV[b + 9]), tonumber(ARGV[b + 10])
@@ -732,7 +732,7 @@ end
 -- 1. Charges, recorded whatever the limit says, each once per node.
 local marks, marked = {}, {}
 for j = 1, charges do
-  local b = 6 + checks * 8 + (j - 1) * 15
+  local b = 6 + checks * 8 + (j - 1) * 16
   local key = KEYS[checks + j]
   local p, cost = params(b, key)
   local A = ALGS[p.alg]
@@ -753,14 +753,17 @@ for j = 1, charges do
   end
   local known = tonumber(ARGV[b + 12])
   if known and known >= 0 and ARGV[b + 13] ~= '' then
-    -- A view: only for a key this server lost (its state at the view's instant is behind what
-    -- the sender saw), and neither reset nor refunded since (each stamps the marker).
+    -- Not over a reset or refund at or after the sender's snapshot (each stamps the marker with
+    -- its instant); a view only for a key this server lost (its state at the snapshot's instant
+    -- is behind it).
     local at = rel(key, ARGV[b + 13])
-    local used, previous = A.snapshot(current(key, p), p, at)
     local stamps = redis.call('HMGET', KEYS[checks + charges + refunds + j], 'reset', 'refunded')
-    if (used >= tonumber(ARGV[b + 14]) and previous >= tonumber(ARGV[b + 15])) or stamps[1]
-      or (stamps[2] and rel(key, stamps[2]) >= at) then
-      known = -1
+    for i = 1, 2 do
+      if stamps[i] and rel(key, stamps[i]) >= at then known = -1 end
+    end
+    if known >= 0 and ARGV[b + 16] == '1' then
+      local used, previous = A.snapshot(current(key, p), p, at)
+      if used >= tonumber(ARGV[b + 14]) and previous >= tonumber(ARGV[b + 15]) then known = -1 end
     end
   end
   if known and known >= 0 then
@@ -772,7 +775,7 @@ local charged = {}
 for k, v in pairs(state) do charged[k] = { v, idle[k] } end
 
 -- A lease: its lessee and lifetime follow every other argument.
-local lease_at = 6 + checks * 8 + charges * 15 + refunds * 10
+local lease_at = 6 + checks * 8 + charges * 16 + refunds * 10
 local leasing = #ARGV > lease_at
 if leasing and checks ~= 1 then error({ err = 'TOLLGATE_ARGS a lease is one check' }) end
 local granted = 0

@@ -289,6 +289,7 @@ impl RedisStore {
                 Some(seen) => cmd.arg(seen.at).arg(seen.used).arg(seen.previous),
                 None => cmd.arg("").arg(0).arg(0),
             };
+            cmd.arg(u8::from(charge.view));
         }
         for refund in refunds {
             limit_args(&mut cmd, refund.check.limit, refund.check.cost);
@@ -347,22 +348,38 @@ impl Store for RedisStore {
     async fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> Result<(), StoreError> {
         let key = self.state_key(scope, key, limit)?;
         let marker = keys::applied_key(&self.options.prefix, &key);
-        // The marker is stamped first, for as long as any node's view of the key can matter (a
-        // node then never gives back to the key what it knew of it before the reset), and the
-        // state goes last: a reset cut short leaves the state, and the caller an error.
-        let horizon_ms = limit.tolerance_ns().max(2 * limit.period_ns()).div_ceil(1_000_000) + 1_000;
+        let run = |cmd: redis::Cmd| {
+            let key = &key;
+            async move {
+                tokio::time::timeout(self.options.timeout, self.connection.run(key, &cmd, None))
+                    .await
+                    .map_err(|_| StoreError::Timeout(self.options.timeout))?
+                    .map_err(|failure| script_error(&failure, std::slice::from_ref(key)))
+            }
+        };
+        // The marker is stamped first with the reset's instant (on the script's clock), for as
+        // long as any node's view of the key can matter (a node then never gives back to the key
+        // what it knew of it before the reset), and the state goes last: a reset cut short leaves
+        // the state, and the caller an error.
+        let now_ns = match &self.options.time {
+            TimeSource::Clock(clock) => clock.now_ns(),
+            TimeSource::Server => {
+                let time: (u64, u64) = redis::from_redis_value(run(redis::cmd("TIME")).await?)
+                    .map_err(|e| StoreError::Backend(format!("TIME answered something else: {e}")))?;
+                time.0 * 1_000_000_000 + time.1 * 1_000
+            }
+        };
         let mut stamp = redis::cmd("HSET");
-        stamp.arg(marker.as_slice()).arg("reset").arg(1);
-        let mut expire = redis::cmd("PEXPIRE");
-        expire.arg(marker.as_slice()).arg(horizon_ms);
-        let mut delete = redis::cmd("DEL");
-        delete.arg(key.as_slice());
-        for cmd in [stamp, expire, delete] {
-            tokio::time::timeout(self.options.timeout, self.connection.run(&key, &cmd, None))
-                .await
-                .map_err(|_| StoreError::Timeout(self.options.timeout))?
-                .map_err(|failure| script_error(&failure, std::slice::from_ref(&key)))?;
+        stamp.arg(marker.as_slice()).arg("reset").arg(now_ns);
+        run(stamp).await?;
+        let horizon_ms = limit.tolerance_ns().max(2 * limit.period_ns()).div_ceil(1_000_000) + 1_000;
+        let ttl: i64 = redis::from_redis_value(run(redis::cmd("PTTL").arg(marker.as_slice()).clone()).await?)
+            .map_err(|e| StoreError::Backend(format!("PTTL answered something else: {e}")))?;
+        // Never shortened: it may remember charges for longer.
+        if ttl < 0 || ttl.unsigned_abs() < horizon_ms {
+            run(redis::cmd("PEXPIRE").arg(marker.as_slice()).arg(horizon_ms).clone()).await?;
         }
+        run(redis::cmd("DEL").arg(key.as_slice()).clone()).await?;
         Ok(())
     }
 }
