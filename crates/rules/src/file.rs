@@ -12,8 +12,8 @@ use crate::asn::AsnDb;
 use crate::ip::{Cidr, ForwardingHeader, TrustedProxies};
 use crate::matcher::Match;
 use crate::rules::{
-    Action, Characteristic, Cost, DEFAULT_RATE_HALF_LIFE_NS, FingerprintHeaders, OnBadCost, OnError, OnMissing, Rule,
-    Rules, RulesError, check_name,
+    Action, Characteristic, Cost, DEFAULT_IPV6_PREFIX, DEFAULT_RATE_HALF_LIFE_NS, FingerprintHeaders, OnBadCost,
+    OnError, OnMissing, Rule, Rules, RulesError, check_name,
 };
 
 #[derive(Deserialize)]
@@ -26,6 +26,7 @@ struct File {
     asn_db: Option<String>,
     ja3_header: Option<String>,
     ja4_header: Option<String>,
+    ipv6_prefix: Option<u8>,
     #[serde(default)]
     rules: Vec<RuleEntry>,
     #[serde(default)]
@@ -46,6 +47,7 @@ struct RuleEntry {
     cost_header: Option<String>,
     on_bad_cost: Option<String>,
     on_missing: Option<String>,
+    ipv6_prefix: Option<u8>,
     count_status: Option<Vec<u16>>,
     rate_half_life: Option<String>,
     when_rate_above: Option<String>,
@@ -133,9 +135,10 @@ pub(crate) fn parse(text: &str, origin: &str, dir: &Path) -> Result<Rules, Rules
         rules.push(rule);
         Ok(())
     };
+    let ipv6_prefix = file.ipv6_prefix.map_or(Ok(DEFAULT_IPV6_PREFIX), |p| prefix(p).map_err(&fail))?;
     for entry in file.rules {
         let name = entry.name.clone();
-        add(rule(entry), &name)?;
+        add(rule(entry, ipv6_prefix), &name)?;
     }
     for (name, entry) in file.limits {
         add(named_limit(&name, entry), &name)?;
@@ -193,8 +196,18 @@ fn characteristic(k: &str) -> Result<Characteristic, String> {
     })
 }
 
-fn rule(entry: RuleEntry) -> Result<Rule, String> {
+/// An `ipv6_prefix`: 1 to 128 bits.
+fn prefix(bits: u8) -> Result<u8, String> {
+    if (1..=128).contains(&bits) {
+        Ok(bits)
+    } else {
+        Err(format!("ipv6_prefix {bits}: use 1 to 128 (64: a host's /64 is one client; 128: each address)"))
+    }
+}
+
+fn rule(entry: RuleEntry, ipv6_prefix: u8) -> Result<Rule, String> {
     check_name(&entry.name)?;
+    let ipv6_prefix = entry.ipv6_prefix.map_or(Ok(ipv6_prefix), prefix)?;
     let limit = Limit::from_parts(&entry.limit, entry.algorithm.as_deref(), entry.burst, entry.slices)
         .map_err(|e| e.to_string())?;
     let key = entry.key.iter().map(|k| characteristic(k)).collect::<Result<Vec<_>, _>>()?;
@@ -289,6 +302,7 @@ fn rule(entry: RuleEntry) -> Result<Rule, String> {
         cost,
         default_cost,
         on_missing,
+        ipv6_prefix,
         on_bad_cost,
         count_status: entry.count_status,
         action,
@@ -335,6 +349,7 @@ fn named_limit(name: &str, entry: LimitEntry) -> Result<Rule, String> {
         cost: Cost::Fixed(1),
         default_cost: 1,
         on_missing: OnMissing::Skip,
+        ipv6_prefix: DEFAULT_IPV6_PREFIX,
         on_bad_cost: OnBadCost::Reject,
         count_status: None,
         action: Action::Reject,

@@ -130,14 +130,16 @@ impl TrustedProxies {
     /// The client's address for a request from `peer` whose configured forwarding header has
     /// these values (in the order received).
     #[must_use]
-    pub fn client_ip(&self, peer: IpAddr, values: &[&str]) -> IpAddr {
+    pub fn client_ip(&self, peer: IpAddr, values: &[&[u8]]) -> IpAddr {
         if !self.trusts(peer) {
             return peer;
         }
         // The hops as our proxies recorded them, nearest last; walked from the right.
-        let hops = values.iter().rev().flat_map(|v| v.rsplit(','));
+        // A hop that is not text is no address: the walk stops there (its other hops still count).
+        let hops = values.iter().rev().flat_map(|v| v.rsplit(|&b| b == b','));
         let mut client = peer;
         for hop in hops {
+            let Ok(hop) = std::str::from_utf8(hop) else { break };
             let parsed = match self.header {
                 ForwardingHeader::XForwardedFor => parse_hop(hop),
                 ForwardingHeader::Forwarded => forwarded_for(hop),
@@ -191,31 +193,40 @@ mod tests {
         assert!("nope".parse::<Cidr>().is_err());
     }
 
+    /// Header values as the request gives them (bytes).
+    macro_rules! hops {
+        ($($value:expr),* $(,)?) => { [$(AsRef::<[u8]>::as_ref($value)),*] };
+    }
+
     #[test]
     fn walks_the_forwarding_header_from_the_right_past_trusted_proxies() {
         let trusted = TrustedProxies::new(vec!["10.0.0.0/8".parse().unwrap()]);
         // Untrusted peer: headers are ignored, whatever they say.
-        assert_eq!(trusted.client_ip(ip("203.0.113.9"), &["1.1.1.1"]), ip("203.0.113.9"));
+        assert_eq!(trusted.client_ip(ip("203.0.113.9"), &hops!["1.1.1.1"]), ip("203.0.113.9"));
         // A spoofed leftmost entry does not change the key: the first untrusted from the right wins.
-        assert_eq!(trusted.client_ip(ip("10.0.0.2"), &["6.6.6.6, 198.51.100.7, 10.0.0.5"]), ip("198.51.100.7"));
-        assert_eq!(trusted.client_ip(ip("10.0.0.2"), &["6.6.6.6", "198.51.100.7"]), ip("198.51.100.7"));
+        assert_eq!(trusted.client_ip(ip("10.0.0.2"), &hops!["6.6.6.6, 198.51.100.7, 10.0.0.5"]), ip("198.51.100.7"));
+        assert_eq!(trusted.client_ip(ip("10.0.0.2"), &hops!["6.6.6.6", "198.51.100.7"]), ip("198.51.100.7"));
         // Only trusted hops: the leftmost trusted one is as far as we can see.
-        assert_eq!(trusted.client_ip(ip("10.0.0.2"), &["10.1.1.1"]), ip("10.1.1.1"));
+        assert_eq!(trusted.client_ip(ip("10.0.0.2"), &hops!["10.1.1.1"]), ip("10.1.1.1"));
         // A hop that does not parse ends the walk (before: it was skipped, and the attacker's
         // entry to its left was believed).
-        assert_eq!(trusted.client_ip(ip("10.0.0.2"), &["6.6.6.6, not-an-ip, 10.0.0.5"]), ip("10.0.0.5"));
-        assert_eq!(trusted.client_ip(ip("10.0.0.2"), &["6.6.6.6, not-an-ip"]), ip("10.0.0.2"));
-        assert_eq!(trusted.client_ip(ip("10.0.0.2"), &["198.51.100.7:443"]), ip("198.51.100.7"));
+        assert_eq!(trusted.client_ip(ip("10.0.0.2"), &hops!["6.6.6.6, not-an-ip, 10.0.0.5"]), ip("10.0.0.5"));
+        assert_eq!(trusted.client_ip(ip("10.0.0.2"), &hops!["6.6.6.6, not-an-ip"]), ip("10.0.0.2"));
+        assert_eq!(trusted.client_ip(ip("10.0.0.2"), &hops!["198.51.100.7:443"]), ip("198.51.100.7"));
         assert_eq!(trusted.client_ip(ip("10.0.0.2"), &[]), ip("10.0.0.2"));
+        // Before: a line holding a byte that is not text was dropped whole, and the proxy became
+        // the client; now its hops are read, the one that is not an address ending the walk.
+        assert_eq!(trusted.client_ip(ip("10.0.0.2"), &hops![b"\xff, 198.51.100.7"]), ip("198.51.100.7"));
+        assert_eq!(trusted.client_ip(ip("10.0.0.2"), &hops![b"\xff", b"198.51.100.7"]), ip("198.51.100.7"));
     }
 
     #[test]
     fn reads_forwarded_only_when_configured() {
         let trusted = TrustedProxies::new(vec!["10.0.0.0/8".parse().unwrap()]).reading(ForwardingHeader::Forwarded);
         assert_eq!(
-            trusted.client_ip(ip("10.0.0.2"), &["for=6.6.6.6, for=\"[2001:db8::7]:4711\";proto=https"]),
+            trusted.client_ip(ip("10.0.0.2"), &hops!["for=6.6.6.6, for=\"[2001:db8::7]:4711\";proto=https"]),
             ip("2001:db8::7")
         );
-        assert_eq!(trusted.client_ip(ip("10.0.0.2"), &["for=unknown"]), ip("10.0.0.2"));
+        assert_eq!(trusted.client_ip(ip("10.0.0.2"), &hops!["for=unknown"]), ip("10.0.0.2"));
     }
 }

@@ -14,6 +14,7 @@
 //! - [`normalize`]: paths and query values as they are meant, not as they are spelled.
 
 pub mod asn;
+pub mod canonical;
 mod file;
 mod ip;
 mod matcher;
@@ -26,8 +27,8 @@ pub use asn::AsnDb;
 pub use ip::{Cidr, ForwardingHeader, TrustedProxies};
 pub use matcher::{Glob, HeaderEquals, Match};
 pub use plan::{Applied, Asn, KeyBuf, Plan, RequestError};
-pub use request::Request;
+pub use request::{Ambiguous, Request};
 pub use rules::{
-    Action, Characteristic, Cost, DEFAULT_RATE_HALF_LIFE_NS, FingerprintHeaders, OnBadCost, OnError, OnMissing, Rule,
-    Rules, RulesError, check_name,
+    Action, Characteristic, Cost, DEFAULT_IPV6_PREFIX, DEFAULT_RATE_HALF_LIFE_NS, FingerprintHeaders, OnBadCost,
+    OnError, OnMissing, Rule, Rules, RulesError, check_name,
 };

@@ -1,6 +1,7 @@
 //! Request matches: method, path (exact, prefix or glob), host, header present or equal. Every
 //! given condition must hold; an empty match matches everything. Paths are compared after
-//! normalisation (see `normalize`); the rules normalise the request's path once.
+//! normalisation (see `normalize`; the rules normalise the request's path once), hosts and
+//! methods in their canonical forms (see `canonical`: `method = "GET"` matches HEAD too).
 
 use serde::Deserialize;
 
@@ -10,8 +11,10 @@ use crate::Request;
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Match {
-    /// HTTP method, case-insensitive.
+    /// HTTP method, case-insensitive; `GET` matches HEAD too.
     pub method: Option<String>,
+    /// HTTP method, case-insensitive, exactly (`GET` is not HEAD).
+    pub method_exact: Option<String>,
     /// The exact path.
     pub path: Option<String>,
     /// A path prefix.
@@ -22,7 +25,7 @@ pub struct Match {
     pub host: Option<String>,
     /// A header that must be present.
     pub header: Option<String>,
-    /// A header that must have this exact value.
+    /// A header that must have this exact value (on any of its lines).
     pub header_equals: Option<HeaderEquals>,
 }
 
@@ -40,13 +43,17 @@ impl Match {
     /// Whether `request`, whose normalised path is `path`, satisfies every condition.
     #[must_use]
     pub fn matches(&self, request: &Request<'_>, path: &str) -> bool {
-        self.method.as_ref().is_none_or(|m| m.eq_ignore_ascii_case(request.method))
+        self.method.as_ref().is_none_or(|m| crate::canonical::method_matches(m, request.method))
+            && self.method_exact.as_ref().is_none_or(|m| m.eq_ignore_ascii_case(request.method))
             && self.path.as_ref().is_none_or(|p| p == path)
             && self.path_prefix.as_ref().is_none_or(|p| path.starts_with(p.as_str()))
             && self.path_glob.as_ref().is_none_or(|g| g.matches(path))
-            && self.host.as_ref().is_none_or(|h| h.eq_ignore_ascii_case(request.host))
-            && self.header.as_ref().is_none_or(|h| request.header(h).is_some())
-            && self.header_equals.as_ref().is_none_or(|h| request.headers_named(&h.name).any(|v| v == h.value))
+            && self.host.as_ref().is_none_or(|h| crate::canonical::host(h).eq_ignore_ascii_case(request.host))
+            && self.header.as_ref().is_none_or(|h| request.headers_named(h).next().is_some())
+            && self
+                .header_equals
+                .as_ref()
+                .is_none_or(|h| request.headers_named(&h.name).any(|v| v == h.value.as_bytes()))
     }
 }
 

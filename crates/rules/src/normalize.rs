@@ -70,11 +70,12 @@ pub fn path(raw: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// A query value as the application sees it: percent-decoded, `+` as a space (see module docs).
+/// A query value as the application sees it: percent-decoded, `+` as a space (see module docs),
+/// as bytes (a decoded value need not be UTF-8).
 #[must_use]
-pub fn query_value(raw: &str) -> Cow<'_, str> {
+pub fn query_value(raw: &str) -> Cow<'_, [u8]> {
     if !raw.contains(['%', '+']) {
-        return Cow::Borrowed(raw);
+        return Cow::Borrowed(raw.as_bytes());
     }
     let bytes = raw.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
@@ -90,7 +91,7 @@ pub fn query_value(raw: &str) -> Cow<'_, str> {
         }
         i += 1;
     }
-    Cow::Owned(String::from_utf8_lossy(&out).into_owned())
+    Cow::Owned(out)
 }
 
 fn hex_pair(pair: Option<&[u8]>) -> Option<u8> {
@@ -164,10 +165,11 @@ mod tests {
 
     #[test]
     fn query_values_are_decoded() {
-        assert_eq!(query_value("%61bc"), "abc");
-        assert_eq!(query_value("a+b%20c"), "a b c");
-        assert_eq!(query_value("100%"), "100%");
-        assert_eq!(query_value("%zz"), "%zz");
+        assert_eq!(query_value("%61bc"), b"abc".as_slice());
+        assert_eq!(query_value("a+b%20c"), b"a b c".as_slice());
+        assert_eq!(query_value("100%"), b"100%".as_slice());
+        assert_eq!(query_value("%zz"), b"%zz".as_slice());
+        assert_eq!(query_value("%FF"), b"\xff".as_slice(), "not UTF-8, kept as bytes");
         assert!(matches!(query_value("plain"), Cow::Borrowed(_)));
     }
 }

@@ -183,17 +183,15 @@ impl Rule {
         out: &mut KeyBuf,
     ) -> Result<bool, RequestError> {
         let framed = self.key.len() > 1;
+        let ambiguous = |e: crate::Ambiguous| RequestError(format!("{e} (rule {:?} keys on it)", self.name));
         for part in &self.key {
-            let text: String;
+            let text: std::borrow::Cow<'_, str>;
+            let decoded: std::borrow::Cow<'_, [u8]>;
             let mut address = IpText::default();
             let value: Option<&[u8]> = match part {
-                Characteristic::ClientIp => Some(address.write(request.client_ip)),
-                Characteristic::Method if !framed => {
-                    out.extend(request.method.bytes().map(|b| b.to_ascii_uppercase()));
-                    continue;
-                }
+                Characteristic::ClientIp => Some(address.write(request.client_ip, self.ipv6_prefix)),
                 Characteristic::Method => {
-                    text = request.method.to_ascii_uppercase();
+                    text = crate::canonical::method_key(request.method);
                     Some(text.as_bytes())
                 }
                 Characteristic::Path => Some(path.as_bytes()),
@@ -202,12 +200,12 @@ impl Rule {
                 Characteristic::Ja3 => request.ja3.map(str::as_bytes),
                 Characteristic::Ja4 => request.ja4.map(str::as_bytes),
                 Characteristic::Asn => asn.of(request.client_ip),
-                Characteristic::Header(name) => request.header(name).map(str::as_bytes),
-                Characteristic::Cookie(name) => request.cookie(name).map(str::as_bytes),
-                Characteristic::Query(name) => match request.query_param(name) {
-                    Some(decoded) => {
-                        text = decoded.into_owned();
-                        Some(text.as_bytes())
+                Characteristic::Header(name) => request.header(name).map_err(ambiguous)?,
+                Characteristic::Cookie(name) => request.cookie(name).map_err(ambiguous)?,
+                Characteristic::Query(name) => match request.query_param(name).map_err(ambiguous)? {
+                    Some(value) => {
+                        decoded = value;
+                        Some(&decoded)
                     }
                     None => None,
                 },
@@ -241,7 +239,12 @@ impl Rule {
             Cost::Header(name) => name,
         };
         let capacity = self.limit.capacity();
-        let parsed = request.header(name).map(|v| v.trim().parse::<u64>());
+        // Lines that differ, or a value that is not a number, are a bad cost.
+        let parsed = match request.header(name) {
+            Ok(value) => value
+                .map(|v| std::str::from_utf8(v).map_err(|_| ()).and_then(|v| v.trim().parse::<u64>().map_err(|_| ()))),
+            Err(_) => Some(Err(())),
+        };
         match (parsed, self.on_bad_cost) {
             (Some(Ok(cost)), _) if (1..=capacity).contains(&cost) => Ok(cost),
             (Some(Ok(cost)), OnBadCost::Default) if cost > capacity => Ok(capacity),
@@ -296,19 +299,21 @@ const OCTETS: [([u8; 3], u8); 256] = {
 /// An address as text, on the stack (IPv4 without the formatting machinery: it is on every
 /// request).
 struct IpText {
-    bytes: [u8; 45],
+    bytes: [u8; 50],
     len: usize,
 }
 
 impl Default for IpText {
     fn default() -> Self {
-        IpText { bytes: [0; 45], len: 0 }
+        IpText { bytes: [0; 50], len: 0 }
     }
 }
 
 impl IpText {
-    fn write(&mut self, ip: IpAddr) -> &[u8] {
-        match ip {
+    /// `ip` as a key: an IPv4 address (IPv4-mapped IPv6 included) whole, an IPv6 one as its
+    /// network of `ipv6_prefix` bits (`2001:db8:1:2::/64`; 128: the address).
+    fn write(&mut self, ip: IpAddr, ipv6_prefix: u8) -> &[u8] {
+        match ip.to_canonical() {
             IpAddr::V4(v4) => {
                 let mut len = 0;
                 for (i, octet) in v4.octets().into_iter().enumerate() {
@@ -324,8 +329,14 @@ impl IpText {
             }
             IpAddr::V6(v6) => {
                 let mut cursor = std::io::Cursor::new(&mut self.bytes[..]);
-                // An IPv6 address is at most 45 bytes of text.
-                let _ = std::io::Write::write_fmt(&mut cursor, format_args!("{v6}"));
+                // An IPv6 address is at most 45 bytes of text, "/128" 4 more.
+                let _ = if ipv6_prefix >= 128 {
+                    std::io::Write::write_fmt(&mut cursor, format_args!("{v6}"))
+                } else {
+                    let mask = u128::MAX.checked_shl(128 - u32::from(ipv6_prefix)).unwrap_or(0);
+                    let network = std::net::Ipv6Addr::from(u128::from(v6) & mask);
+                    std::io::Write::write_fmt(&mut cursor, format_args!("{network}/{ipv6_prefix}"))
+                };
                 self.len = usize::try_from(cursor.position()).unwrap_or(0);
             }
         }

@@ -159,6 +159,9 @@ pub struct Rule {
     pub default_cost: u64,
     /// When the request lacks a key part.
     pub on_missing: OnMissing,
+    /// The `client_ip` key of an IPv6 client is its network of this many bits (`ipv6_prefix`,
+    /// default 64: a host's /64 is one client; 128: the address).
+    pub ipv6_prefix: u8,
     /// When the cost header cannot be used.
     pub on_bad_cost: OnBadCost,
     /// If set, only responses with these statuses are counted (reserved before the request,
@@ -180,6 +183,10 @@ pub struct Rule {
     /// even if its limit is not reached.
     pub when_rate_above: Option<f64>,
 }
+
+/// The default `ipv6_prefix`: an IPv6 client is its /64 (a host is usually given a whole /64, and
+/// rotates addresses in it for free).
+pub const DEFAULT_IPV6_PREFIX: u8 = 64;
 
 /// The default half-life of the measured rate.
 pub const DEFAULT_RATE_HALF_LIFE_NS: u64 = 2_000_000_000;

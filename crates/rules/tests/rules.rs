@@ -5,7 +5,12 @@ use std::path::Path;
 
 use tollgate_rules::{Action, OnMissing, Request, Rules};
 
-fn request<'a>(method: &'a str, path: &'a str, headers: &'a [(&'a str, &'a str)], ip: &str) -> Request<'a> {
+/// Header lines as a request gives them (values as bytes).
+fn lines<'a>(headers: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a [u8])> {
+    headers.iter().map(|&(name, value)| (name, value.as_bytes())).collect()
+}
+
+fn request<'a>(method: &'a str, path: &'a str, headers: &'a [(&'a str, &'a [u8])], ip: &str) -> Request<'a> {
     Request {
         method,
         path,
@@ -45,7 +50,7 @@ fn a_spoofed_forwarded_for_does_not_change_the_key() {
         "t",
     )
     .unwrap();
-    let ip = |peer: &str, xff: &str| rules.trusted_proxies.client_ip(peer.parse().unwrap(), &[xff]);
+    let ip = |peer: &str, xff: &str| rules.trusted_proxies.client_ip(peer.parse().unwrap(), &[xff.as_bytes()]);
     // Behind our proxy (10.0.0.2), the client can prepend anything: the key stays its address.
     assert_eq!(ip("10.0.0.2", "198.51.100.7"), ip("10.0.0.2", "1.2.3.4, 198.51.100.7"));
     // A client talking to us directly cannot claim another address.
@@ -60,7 +65,7 @@ fn keys_combine_characteristics_and_costs_come_from_headers() {
         "t",
     )
     .unwrap();
-    let headers = [("X-Api-Key", "k1"), ("Cookie", "a=1; sid=s9"), ("x-cost", "7")];
+    let headers = lines(&[("X-Api-Key", "k1"), ("Cookie", "a=1; sid=s9"), ("x-cost", "7")]);
     let mut req = request("post", "/api/items", &headers, "192.0.2.1");
     req.query = "org=acme&x=1";
     let counted = rules.counting(&req).unwrap();
@@ -79,7 +84,7 @@ fn a_bad_cost_header_is_refused_never_a_peek() {
     )
     .unwrap();
     for bad in [None, Some("0"), Some("101"), Some("lots"), Some("-1")] {
-        let headers: Vec<(&str, &str)> = bad.map(|v| ("x-cost", v)).into_iter().collect();
+        let headers: Vec<(&str, &[u8])> = bad.map(|v| ("x-cost", v.as_bytes())).into_iter().collect();
         let err = rules.counting(&request("GET", "/", &headers, "192.0.2.1")).unwrap_err();
         assert!(err.to_string().contains("an integer from 1 to 100"), "{bad:?}: {err}");
     }
@@ -89,7 +94,7 @@ fn a_bad_cost_header_is_refused_never_a_peek() {
     )
     .unwrap();
     for (value, cost) in [("0", 2), ("lots", 2), ("500", 100), ("7", 7)] {
-        let headers = [("x-cost", value)];
+        let headers = lines(&[("x-cost", value)]);
         assert_eq!(lenient.counting(&request("GET", "/", &headers, "192.0.2.1")).unwrap()[0].cost, cost, "{value}");
     }
 }
@@ -235,12 +240,42 @@ fn shadow_ban_and_delay_are_configured() {
 #[test]
 fn client_ip_keys_are_the_address_as_text() {
     let rules = Rules::parse("[[rules]]\nname = \"ip\"\nlimit = \"5/1m\"\nkey = [\"client_ip\"]\n", "t").unwrap();
-    let mut addresses: Vec<String> =
-        ["0.0.0.0", "255.255.255.255", "10.0.1.20", "::1", "2001:db8::ff00:42:8329"].map(String::from).into();
+    let mut addresses: Vec<String> = ["0.0.0.0", "255.255.255.255", "10.0.1.20"].map(String::from).into();
     addresses.extend((0..=255).map(|octet| format!("{octet}.{}.9.{octet}", 255 - octet)));
     for address in addresses {
         let counted = rules.counting(&request("GET", "/", &[], &address)).unwrap();
         assert_eq!(counted[0].key, address.as_bytes(), "{address}");
+    }
+}
+
+/// Before: an IPv6 client was keyed per address, and a host given a /64 (the usual) rotated
+/// addresses for a fresh bucket each. Now its key is its network, /64 unless `ipv6_prefix` says
+/// (globally or per rule); an IPv4 client on a dual-stack listener (`::ffff:a.b.c.d`) is its IPv4
+/// address, never one /64 shared by every IPv4 client.
+#[test]
+fn ipv6_clients_are_keyed_by_prefix() {
+    let rules = Rules::parse(
+        "ipv6_prefix = 48\n[[rules]]\nname = \"a\"\nlimit = \"5/1m\"\nkey = [\"client_ip\"]\n\
+         [[rules]]\nname = \"b\"\nlimit = \"5/1m\"\nkey = [\"client_ip\"]\nipv6_prefix = 128\n",
+        "t",
+    )
+    .unwrap();
+    let keys = |address: &str| -> Vec<String> {
+        let counted = rules.counting(&request("GET", "/", &[], address)).unwrap();
+        counted.iter().map(|a| String::from_utf8(a.key.clone()).unwrap()).collect()
+    };
+    assert_eq!(keys("2001:db8:1:2:3:4:5:6"), ["2001:db8:1::/48", "2001:db8:1:2:3:4:5:6"]);
+    assert_eq!(keys("2001:db8:1:ffff::9"), ["2001:db8:1::/48", "2001:db8:1:ffff::9"]);
+    assert_eq!(keys("::ffff:198.51.100.7"), ["198.51.100.7", "198.51.100.7"]);
+    let default = Rules::parse("[[rules]]\nname = \"ip\"\nlimit = \"5/1m\"\nkey = [\"client_ip\"]\n", "t").unwrap();
+    for (address, key) in
+        [("2001:db8::ff00:42:8329", "2001:db8::/64"), ("::1", "::/64"), ("2001:db8:0:7::1", "2001:db8:0:7::/64")]
+    {
+        assert_eq!(default.counting(&request("GET", "/", &[], address)).unwrap()[0].key, key.as_bytes(), "{address}");
+    }
+    for bad in ["0", "129"] {
+        let text = format!("ipv6_prefix = {bad}\n[[rules]]\nname = \"a\"\nlimit = \"5/1m\"\nkey = [\"client_ip\"]\n");
+        assert!(Rules::parse(&text, "t").unwrap_err().to_string().contains("use 1 to 128"), "{bad}");
     }
 }
 

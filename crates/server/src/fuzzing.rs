@@ -102,7 +102,15 @@ pub fn rules_file(data: &[u8]) {
     }
     let Ok(rules) = Rules::parse(&text, "fuzz") else { return };
     let first = text.lines().next().unwrap_or("/");
-    let headers = [("cookie", "a=1; session=x"), ("x-api-key", first), ("x-cost", "2"), ("x-forwarded-for", first)];
+    // Header values as bytes, the raw input's first line (not necessarily text) among them.
+    let raw = data.split(|&b| b == b'\n').next().unwrap_or_default();
+    let headers: [(&str, &[u8]); 5] = [
+        ("cookie", b"a=1; session=x"),
+        ("cookie", raw),
+        ("x-api-key", raw),
+        ("x-cost", b"2"),
+        ("x-forwarded-for", raw),
+    ];
     let request = Request {
         method: "POST",
         path: first,
@@ -116,7 +124,50 @@ pub fn rules_file(data: &[u8]) {
     };
     let _ = rules.counting(&request);
     let _ = rules.mitigating(&request);
-    let _ = rules.trusted_proxies.client_ip(request.client_ip, &[first]);
+    let _ = rules.trusted_proxies.client_ip(request.client_ip, &[raw]);
+    canonical_request(data);
+}
+
+/// Bytes as the parts of a request the rules canonicalise: nothing panics, and each canonical
+/// form is a fixed point (the host, the path; a cookie or query value read back from its
+/// canonical spelling is itself).
+pub fn canonical_request(data: &[u8]) {
+    use tollgate_rules::{canonical, normalize};
+    let text = String::from_utf8_lossy(data);
+    let host = canonical::host(&text);
+    assert_eq!(canonical::host(host), host, "host {text:?}");
+    let path = normalize::path(&text);
+    assert_eq!(normalize::path(&path), path, "path {text:?}");
+    let _ = canonical::method_key(&text);
+    let headers: [(&str, &[u8]); 1] = [("cookie", data)];
+    let request = Request {
+        method: &text,
+        path: &text,
+        query: &text,
+        host,
+        headers: &headers,
+        client_ip: std::net::IpAddr::from([127, 0, 0, 1]),
+        key: None,
+        ja3: None,
+        ja4: None,
+    };
+    for (name, value) in request.cookies() {
+        // A cookie written back in its canonical spelling reads as the same value, or is refused
+        // when servers would read it differently.
+        let Ok(name) = std::str::from_utf8(name) else { continue };
+        if name.is_empty() || name.contains('=') {
+            continue;
+        }
+        let line = [name.as_bytes(), b"=", value].concat();
+        let again: [(&str, &[u8]); 1] = [("cookie", &line)];
+        let reread = Request { headers: &again, ..request }.cookie(name);
+        if value.iter().any(|&b| !(0x21..=0x7e).contains(&b) || b == b'"' || b == b'\\') {
+            assert!(reread.is_err(), "cookie {line:?}: {reread:?}");
+        } else {
+            assert_eq!(reread, Ok(Some(value)), "cookie {line:?}");
+        }
+    }
+    let _ = request.query_param(&text);
 }
 
 /// Bytes as the first bytes of a TLS connection, to `client_hello_from_records` (what

@@ -7,10 +7,14 @@
 //! `http::tls`); requests a `route` rule mitigates go to that rule's quarantine upstream.
 //!
 //! Bounded like `serve`'s HTTP listener (header-read timeout, request timeout, connection cap,
-//! body limit); the upstream gets a connect and response timeout (504 after it). Hop-by-hop
-//! headers, and every header the `Connection` header names, are not forwarded; a 502 or 504 says
-//! nothing of the upstream's address or error (those go to the log). The rules are reloaded on
-//! SIGHUP and when their file changes.
+//! body limit: a body over `--http-max-body` is answered 413 before anything is forwarded, by its
+//! `Content-Length`, or a chunked one read up to the limit first); the upstream gets a connect and
+//! response timeout (504 after it). Hop-by-hop headers, and every header the `Connection` header
+//! names, are not forwarded; a request whose target is in absolute form (`POST http://host/path`)
+//! is forwarded with that authority as its `Host`, which is what the rules matched (RFC 9112
+//! section 3.2.2: the target's authority wins over `Host`); a 502 or 504 says nothing of the
+//! upstream's address or error (those go to the log). The rules are reloaded on SIGHUP and when
+//! their file changes.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -61,6 +65,8 @@ struct Upstream {
     timeout: Duration,
     /// Whether clients reach the proxy over TLS (`X-Forwarded-Proto`).
     https: bool,
+    /// The largest request body forwarded (`--http-max-body`): 413 above.
+    max_body: usize,
 }
 
 /// Headers that belong to one hop, not to the request (RFC 9110 §7.6.1).
@@ -84,6 +90,25 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
+fn too_large(max: usize) -> Response {
+    tollgate_tower::response::problem(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        &format!("the request body is larger than {max} bytes (--http-max-body)"),
+    )
+}
+
+/// Whether `error` is the body outgrowing its limit.
+fn body_too_large(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    while let Some(error) = cause {
+        if error.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        cause = error.source();
+    }
+    false
+}
+
 fn gateway_error(status: StatusCode) -> Response {
     let detail = if status == StatusCode::GATEWAY_TIMEOUT {
         "the upstream service did not answer in time"
@@ -98,6 +123,13 @@ async fn forward(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     mut request: Request,
 ) -> Response {
+    let declared =
+        request.headers().get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|length| length > upstream.max_body as u64) {
+        return too_large(upstream.max_body);
+    }
+    // The target's authority, when in absolute form: the host the rules matched, forwarded.
+    let authority = request.uri().authority().map(|a| a.as_str().rsplit('@').next().unwrap_or_default().to_owned());
     // A request a `route` rule mitigates goes to the rule's quarantine instead.
     let quarantine = request.extensions_mut().remove::<Quarantine>();
     let base = quarantine.as_ref().map_or(upstream.base.as_str(), |q| q.upstream.as_str());
@@ -108,16 +140,37 @@ async fn forward(
     *request.uri_mut() = uri;
     let headers = request.headers_mut();
     strip_hop_by_hop(headers);
-    // Append the peer: the upstream (and a tollgate behind it) can walk the chain from the right.
-    let forwarded = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
-        Some(chain) => format!("{chain}, {}", peer.ip()),
-        None => peer.ip().to_string(),
-    };
-    if let Ok(value) = HeaderValue::from_str(&forwarded) {
+    if let Some(authority) = authority.and_then(|a| HeaderValue::from_str(&a).ok()) {
+        headers.insert(http::header::HOST, authority);
+    }
+    // Append the peer: the upstream (and a tollgate behind it) can walk the chain from the right
+    // (the chain as received, bytes that are not text included: never dropped).
+    let mut forwarded = headers.get("x-forwarded-for").map(|v| v.as_bytes().to_vec()).unwrap_or_default();
+    if !forwarded.is_empty() {
+        forwarded.extend_from_slice(b", ");
+    }
+    forwarded.extend_from_slice(peer.ip().to_string().as_bytes());
+    if let Ok(value) = HeaderValue::from_bytes(&forwarded) {
         headers.insert("x-forwarded-for", value);
     }
     let proto = if upstream.https { "https" } else { "http" };
     headers.insert("x-forwarded-proto", HeaderValue::from_static(proto));
+    // A body of known length (checked above) streams through; one of unknown length (chunked)
+    // is read first, up to the limit, so that none of it reaches the upstream when it is too
+    // large (memory: at most --http-max-body per such request in flight).
+    let (parts, body) = request.into_parts();
+    let body = if axum::body::HttpBody::size_hint(&body).exact().is_some() {
+        body
+    } else {
+        match http_body_util::BodyExt::collect(http_body_util::Limited::new(body, upstream.max_body)).await {
+            Ok(collected) => Body::from(collected.to_bytes()),
+            Err(error) if body_too_large(&*error) => return too_large(upstream.max_body),
+            Err(_) => {
+                return tollgate_tower::response::problem(StatusCode::BAD_REQUEST, "the request body was cut short");
+            }
+        }
+    };
+    let request = Request::from_parts(parts, body);
     match tokio::time::timeout(upstream.timeout, upstream.client.request(request)).await {
         Ok(Ok(response)) => {
             let mut response = response.map(Body::new);
@@ -186,6 +239,7 @@ pub async fn run(
         base: proxy.upstream.trim_end_matches('/').to_string(),
         timeout: proxy.upstream_timeout,
         https: proxy.tls.is_some(),
+        max_body: config.http.max_body_bytes,
     });
     let (bounds, grace) = (config.http, config.shutdown_grace);
     let app = Router::new()

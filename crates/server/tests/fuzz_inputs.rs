@@ -93,6 +93,22 @@ fn rules_file_inputs() {
     each("rules_file", by_hand, fuzzing::rules_file);
 }
 
+#[test]
+fn canonical_request_inputs() {
+    let by_hand: &[&[u8]] = &[
+        b"",
+        b"api.example.com.:443",
+        b"[::1]:80",
+        b"...",
+        b"session =\"A\" ; theme=caf\xe9;;=;x",
+        b"api_key=junk&api_key=REAL;api_key=%52EAL",
+        b"/a/./b/../../..//%2e%2E/c%zz",
+        b"\"\"",
+        &[0xff; 300],
+    ];
+    each("canonical_request", by_hand, fuzzing::canonical_request);
+}
+
 /// A minimal TLS 1.0-style ClientHello handshake message (header included): one suite, null
 /// compression, then `extensions` as the extensions block if given.
 fn hello_message(extensions: Option<&[u8]>) -> Vec<u8> {

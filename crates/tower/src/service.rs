@@ -94,40 +94,73 @@ impl<'r> Head<'r> {
             .or_else(|| self.extensions.get::<PeerAddr>().map(|p| p.0.ip()))
     }
 
-    /// The request's host, without port.
-    fn host(self) -> &'r str {
-        self.uri
-            .host()
-            .or_else(|| {
-                let host = self.headers.get(http::header::HOST)?.to_str().ok()?;
-                Some(host.split(':').next().unwrap_or(host))
-            })
-            .unwrap_or("")
+    /// The host the application will act on, canonical (see `tollgate_rules::canonical`): the
+    /// absolute-form target's authority, else the `Host` header. Refused when `Host` is given
+    /// twice with different values or is not text: which one the application reads is a guess.
+    fn host(self) -> Result<&'r str, Refusal> {
+        if let Some(host) = self.uri.host() {
+            return Ok(tollgate_rules::canonical::host(host));
+        }
+        let mut lines = self.headers.get_all(http::header::HOST).iter();
+        let Some(first) = lines.next() else { return Ok("") };
+        if lines.any(|other| other != first) {
+            return Err(Refusal::Host("the request has two different Host headers"));
+        }
+        let host = std::str::from_utf8(first.as_bytes()).map_err(|_| Refusal::Host("the Host header is not text"))?;
+        Ok(tollgate_rules::canonical::host(host))
     }
 }
 
-/// The values of the headers the rules name, borrowed from the request.
-type HeaderValues<'r> = SmallVec<[(&'r str, &'r str); 4]>;
+/// The values of the headers the rules name, borrowed from the request (as bytes: a value that
+/// is not text is read as it is, never dropped).
+type HeaderValues<'r> = SmallVec<[(&'r str, &'r [u8]); 4]>;
 
-/// A rule keys on the client address and the server gives none: answered 500 (never a guess).
-struct NoPeer;
+/// A request the rules cannot be applied to.
+enum Refusal {
+    /// A rule keys on the client address and the server gives none: answered 500 (never a guess).
+    NoPeer,
+    /// A rule matches on the host and the request's is ambiguous: answered 400.
+    Host(&'static str),
+}
 
-impl NoPeer {
+impl Refusal {
     fn response(self) -> Response<Body> {
-        response::problem(http::StatusCode::INTERNAL_SERVER_ERROR, "the rate limiter has no client address")
+        match self {
+            Refusal::NoPeer => {
+                response::problem(http::StatusCode::INTERNAL_SERVER_ERROR, "the rate limiter has no client address")
+            }
+            Refusal::Host(why) => response::problem(http::StatusCode::BAD_REQUEST, why),
+        }
     }
+}
+
+/// What the rules read of the request's connection and head besides its headers.
+#[derive(Clone, Copy)]
+struct Seen<'r> {
+    client_ip: IpAddr,
+    /// Whether the peer is a trusted proxy.
+    trusted: bool,
+    host: &'r str,
 }
 
 impl<'r> Head<'r> {
+    /// The client's address (the peer's, or through trusted proxies only), and the host if a
+    /// rule reads it.
+    fn seen(self, policy: &Policy) -> Result<Seen<'r>, Refusal> {
+        let host = if policy.uses_host { self.host()? } else { "" };
+        let (client_ip, trusted) = self.client_ip(policy)?;
+        Ok(Seen { client_ip, trusted, host })
+    }
+
     /// The client's address: the peer's, or through trusted proxies only; and whether the peer
     /// is a trusted proxy.
-    fn client_ip(self, policy: &Policy) -> Result<(IpAddr, bool), NoPeer> {
+    fn client_ip(self, policy: &Policy) -> Result<(IpAddr, bool), Refusal> {
         match self.peer() {
             // The forwarding header counts only from a trusted proxy: not read otherwise.
             Some(peer) if policy.rules.trusted_proxies.trusts(peer) => {
                 let forwarded = policy.rules.trusted_proxies.header().name();
-                let values: SmallVec<[&str; 4]> =
-                    self.headers.get_all(forwarded).iter().filter_map(|v| v.to_str().ok()).collect();
+                let values: SmallVec<[&[u8]; 4]> =
+                    self.headers.get_all(forwarded).iter().map(http::HeaderValue::as_bytes).collect();
                 Ok((policy.rules.trusted_proxies.client_ip(peer, &values), true))
             }
             Some(peer) => Ok((peer, false)),
@@ -136,7 +169,7 @@ impl<'r> Head<'r> {
                     "RateLimitLayer has no peer address for a rule keyed on client_ip: serve the app with \
                      into_make_service_with_connect_info::<SocketAddr>() (or insert a PeerAddr extension)"
                 );
-                Err(NoPeer)
+                Err(Refusal::NoPeer)
             }
             None => Ok((IpAddr::from([0, 0, 0, 0]), false)),
         }
@@ -167,9 +200,7 @@ impl<'r> Head<'r> {
     fn header_values(self, policy: &'r Policy, values: &mut HeaderValues<'r>) {
         for name in &policy.header_names {
             for value in self.headers.get_all(name.as_str()) {
-                if let Ok(value) = value.to_str() {
-                    values.push((name.as_str(), value));
-                }
+                values.push((name.as_str(), value.as_bytes()));
             }
         }
     }
@@ -177,13 +208,14 @@ impl<'r> Head<'r> {
     /// The request as the engine sees it.
     fn view<'v>(
         self,
-        (client_ip, trusted): (IpAddr, bool),
-        headers: &'v [(&'r str, &'r str)],
+        seen: Seen<'r>,
+        headers: &'v [(&'r str, &'r [u8])],
         policy: &Policy,
     ) -> tollgate_engine::Request<'v>
     where
         'r: 'v,
     {
+        let Seen { client_ip, trusted, host } = seen;
         let (ja3, ja4) = self.fingerprints(policy, trusted);
         tollgate_engine::Request {
             ja3,
@@ -191,7 +223,7 @@ impl<'r> Head<'r> {
             method: self.method.as_str(),
             path: self.uri.path(),
             query: self.uri.query().unwrap_or(""),
-            host: if policy.uses_host { self.host() } else { "" },
+            host,
             headers,
             client_ip,
             key: None,
@@ -286,13 +318,13 @@ where
         let policy = self.engine.current();
         // Decided here when the store decides in place; `None` when it must be waited for.
         let head = Head::of(&request);
-        let admission = match head.client_ip(&policy) {
-            Ok(client_ip) => {
+        let admission = match head.seen(&policy) {
+            Ok(seen) => {
                 let mut headers = HeaderValues::new();
                 head.header_values(&policy, &mut headers);
-                self.engine.admit_now(&policy, &head.view(client_ip, &headers, &policy))
+                self.engine.admit_now(&policy, &head.view(seen, &headers, &policy))
             }
-            Err(no_peer) => return ResponseFuture::answered(no_peer.response()),
+            Err(refusal) => return ResponseFuture::answered(refusal.response()),
         };
         match admission {
             Some(Admission::Answer(answer)) => match answered(answer, request, options) {
@@ -316,13 +348,13 @@ where
                             // The head is borrowed across the store's wait, the body set aside.
                             let (parts, body) = request.into_parts();
                             let head = Head::of_parts(&parts);
-                            let client_ip = match head.client_ip(&policy) {
-                                Ok(client_ip) => client_ip,
-                                Err(no_peer) => return Ok(no_peer.response()),
+                            let seen = match head.seen(&policy) {
+                                Ok(seen) => seen,
+                                Err(refusal) => return Ok(refusal.response()),
                             };
                             let mut headers = HeaderValues::new();
                             head.header_values(&policy, &mut headers);
-                            let admission = engine.admit(&policy, &head.view(client_ip, &headers, &policy)).await;
+                            let admission = engine.admit(&policy, &head.view(seen, &headers, &policy)).await;
                             drop(headers);
                             match admission {
                                 Admission::Answer(answer) => {

@@ -1,0 +1,310 @@
+//! No request shape escapes a rule: each case spends a limit of 3 through the real `tollgate proxy`
+//! with a clean spelling, then sends the same request disguised (raw bytes on a TCP connection:
+//! absolute-form targets, bytes that are not text, cookie and query spellings, repeated keys,
+//! IPv6 neighbours, HEAD for GET, bodies over the limit). The disguise must be limited (429) or
+//! refused (400, 413), never reach the upstream as a fresh client: the upstream counts its hits,
+//! and records the `Host` it was given.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::Request;
+use common::proxy::Proxy;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tollgate_rules::Rules;
+use tollgate_server::Config;
+use tollgate_server::proxy::ProxyConfig;
+
+const RULES: &str = r#"
+trusted_proxies = ["127.0.0.1/32"]
+
+[[rules]]
+name = "host"
+limit = "3/1m"
+key = ["header:x-case"]
+match = { host = "api.example.com", path = "/host" }
+
+[[rules]]
+name = "cookie"
+limit = "3/1m"
+key = ["cookie:session"]
+match = { path = "/cookie" }
+
+[[rules]]
+name = "query"
+limit = "3/1m"
+key = ["query:api_key"]
+match = { path = "/query" }
+
+[[rules]]
+name = "header"
+limit = "3/1m"
+key = ["header:x-api-key"]
+match = { path = "/header" }
+
+[[rules]]
+name = "client"
+limit = "3/1m"
+key = ["client_ip"]
+match = { path = "/client" }
+
+[[rules]]
+name = "get"
+limit = "3/1m"
+key = ["header:x-case"]
+match = { method = "GET", path = "/get" }
+
+[[rules]]
+name = "path"
+limit = "3/1m"
+key = ["header:x-case"]
+match = { path = "/path" }
+"#;
+
+/// The upstream: counts what reaches it, with the `Host` each request carried.
+#[derive(Default)]
+struct Upstream {
+    hosts: Mutex<Vec<String>>,
+}
+
+async fn upstream() -> (String, Arc<Upstream>) {
+    let seen = Arc::new(Upstream::default());
+    let recorder = seen.clone();
+    let app = Router::new().fallback(move |request: Request| {
+        let recorder = recorder.clone();
+        async move {
+            let host = request.headers().get("host").map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned());
+            recorder.hosts.lock().unwrap().push(host.unwrap_or_default());
+            "ok"
+        }
+    });
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{address}"), seen)
+}
+
+async fn proxy(upstream: &str) -> Proxy {
+    let mut config = Config::default();
+    config.http.max_body_bytes = 64 << 10;
+    let proxy = ProxyConfig {
+        upstream: upstream.to_string(),
+        rules: Rules::parse(RULES, "disguises").unwrap(),
+        rules_file: None,
+        options: Default::default(),
+        upstream_timeout: Duration::from_secs(10),
+        tls: None,
+    };
+    Proxy::start(config, proxy).await
+}
+
+/// Sends `head` (a request line and header lines, `\r\n` each, without the blank line) and `body`
+/// on a fresh connection; the response's status.
+async fn send(proxy: &Proxy, head: &[u8], body: &[u8]) -> u16 {
+    let mut stream = TcpStream::connect(proxy.at).await.unwrap();
+    let mut request = head.to_vec();
+    if !body.is_empty() && !head.windows(17).any(|w| w.eq_ignore_ascii_case(b"transfer-encoding")) {
+        request.extend_from_slice(format!("Content-Length: {}\r\n", body.len()).as_bytes());
+    }
+    request.extend_from_slice(b"Connection: close\r\n\r\n");
+    stream.write_all(&request).await.unwrap();
+    // The proxy may answer (413) before the whole body is read, and close.
+    let _ = stream.write_all(body).await;
+    let mut response = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut response)).await;
+    let text = String::from_utf8_lossy(&response);
+    text.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0)
+}
+
+/// A request line and headers: `target` then each header line.
+fn head(method: &str, target: &str, headers: &[&[u8]]) -> Vec<u8> {
+    let mut out = format!("{method} {target} HTTP/1.1\r\n").into_bytes();
+    if !headers.iter().any(|h| h.to_ascii_lowercase().starts_with(b"host:")) {
+        out.extend_from_slice(b"Host: api.example.com\r\n");
+    }
+    for header in headers {
+        out.extend_from_slice(header);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+/// One disguise: the clean request (sent 3 times: the limit), then the disguised one and the
+/// statuses it may get.
+struct Case {
+    what: &'static str,
+    clean: Vec<u8>,
+    disguised: Vec<u8>,
+    body: Vec<u8>,
+    allowed: &'static [u16],
+}
+
+fn case(what: &'static str, clean: Vec<u8>, disguised: Vec<u8>, allowed: &'static [u16]) -> Case {
+    Case { what, clean, disguised, body: Vec::new(), allowed }
+}
+
+const LIMITED: &[u16] = &[429];
+const REFUSED: &[u16] = &[400];
+
+fn cases() -> Vec<Case> {
+    let xff = |address: &str| format!("X-Forwarded-For: {address}").into_bytes();
+    let mut cases = vec![
+        case(
+            "host: trailing dot",
+            head("GET", "/host", &[]),
+            head("GET", "/host", &[b"Host: api.example.com."]),
+            LIMITED,
+        ),
+        case("host: case", head("GET", "/host", &[]), head("GET", "/host", &[b"Host: API.Example.COM"]), LIMITED),
+        case("host: port", head("GET", "/host", &[]), head("GET", "/host", &[b"Host: api.example.com:80"]), LIMITED),
+        case(
+            "host: absolute-form target of this host, another Host line",
+            head("GET", "/host", &[]),
+            head("GET", "http://API.example.com./host", &[b"Host: decoy"]),
+            LIMITED,
+        ),
+        case(
+            "host: two different Host lines",
+            head("GET", "/host", &[]),
+            head("GET", "/host", &[b"Host: decoy", b"Host: api.example.com"]),
+            REFUSED,
+        ),
+        case(
+            "cookie: a byte that is not text in another cookie",
+            head("GET", "/cookie", &[b"Cookie: session=A1"]),
+            head("GET", "/cookie", &[b"Cookie: session=A1; theme=caf\xe9"]),
+            LIMITED,
+        ),
+        case(
+            "cookie: space before =",
+            head("GET", "/cookie", &[b"Cookie: session=A2"]),
+            head("GET", "/cookie", &[b"Cookie: session =A2"]),
+            LIMITED,
+        ),
+        case(
+            "cookie: quoted",
+            head("GET", "/cookie", &[b"Cookie: session=A3"]),
+            head("GET", "/cookie", &[b"Cookie: session=\"A3\""]),
+            LIMITED,
+        ),
+        case(
+            "cookie: padded, on a second line",
+            head("GET", "/cookie", &[b"Cookie: session=A4"]),
+            head("GET", "/cookie", &[b"Cookie: a=1", b"Cookie:   session=A4 ;"]),
+            LIMITED,
+        ),
+        case(
+            "cookie: given twice",
+            head("GET", "/cookie", &[b"Cookie: session=A5"]),
+            head("GET", "/cookie", &[b"Cookie: session=junk; session=A5"]),
+            REFUSED,
+        ),
+        case(
+            "query: repeated",
+            head("GET", "/query?api_key=Q1", &[]),
+            head("GET", "/query?api_key=junk&api_key=Q1", &[]),
+            REFUSED,
+        ),
+        case(
+            "query: repeated after ;",
+            head("GET", "/query?api_key=Q2", &[]),
+            head("GET", "/query?api_key=junk;api_key=Q2", &[]),
+            REFUSED,
+        ),
+        case(
+            "query: percent-encoded",
+            head("GET", "/query?api_key=Q3", &[]),
+            head("GET", "/query?api_key=%513", &[]),
+            LIMITED,
+        ),
+        case(
+            "header: a value that is not text",
+            head("GET", "/header", &[b"X-Api-Key: k\xff1"]),
+            head("GET", "/header", &[b"X-Api-Key: k\xff1"]),
+            LIMITED,
+        ),
+        case(
+            "header: two different lines",
+            head("GET", "/header", &[b"X-Api-Key: K2"]),
+            head("GET", "/header", &[b"X-Api-Key: junk", b"X-Api-Key: K2"]),
+            REFUSED,
+        ),
+        case(
+            "client: a hop that is not text before the client",
+            head("GET", "/client", &[&xff("198.51.100.7")]),
+            head("GET", "/client", &[b"X-Forwarded-For: \xff, 198.51.100.7"]),
+            LIMITED,
+        ),
+        case(
+            "client: another address of the same IPv6 /64",
+            head("GET", "/client", &[&xff("2001:db8:0:1::1")]),
+            head("GET", "/client", &[&xff("2001:db8:0:1:ffff:ffff:ffff:fffe")]),
+            LIMITED,
+        ),
+        case("method: HEAD for GET", head("GET", "/get", &[]), head("HEAD", "/get", &[]), LIMITED),
+        case("method: lowercase", head("GET", "/get", &[]), head("get", "/get", &[]), LIMITED),
+        case("path: doubled slash", head("GET", "/path", &[]), head("GET", "//path", &[]), LIMITED),
+        case("path: encoded", head("GET", "/path", &[]), head("GET", "/%70ath", &[]), LIMITED),
+        case("path: dot segments", head("GET", "/path", &[]), head("GET", "/x/../path", &[]), LIMITED),
+    ];
+    let big = vec![b'x'; 5 << 20];
+    cases.push(Case {
+        body: big.clone(),
+        ..case("body: 5 MB", head("POST", "/big", &[]), head("POST", "/big", &[]), &[413])
+    });
+    let mut chunked = b"100000\r\n".to_vec();
+    chunked.extend_from_slice(&big[..1 << 20]);
+    chunked.extend_from_slice(b"\r\n0\r\n\r\n");
+    cases.push(Case {
+        body: chunked,
+        ..case(
+            "body: 1 MB chunked",
+            head("POST", "/big", &[]),
+            head("POST", "/big", &[b"Transfer-Encoding: chunked"]),
+            &[413],
+        )
+    });
+    // Each case its own bucket (the rules keyed on the case's own identity, or on X-Case).
+    for (i, case) in cases.iter_mut().enumerate() {
+        for head in [&mut case.clean, &mut case.disguised] {
+            head.extend_from_slice(format!("X-Case: {i}\r\n").as_bytes());
+        }
+    }
+    cases
+}
+
+/// Before (6f0ba26): every disguise above but the path spellings reached the upstream as a fresh
+/// client (the cookie and header cases because a byte that is not text dropped the whole line,
+/// the client case because the proxy became the client, the host case through the Host header the
+/// proxy forwarded, HEAD as another method), and the proxy forwarded a 5 MB body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_disguise_escapes_a_rule() {
+    let (address, upstream) = upstream().await;
+    let proxy = proxy(&address).await;
+    let mut escaped = Vec::new();
+    for case in cases() {
+        let clean_body = if case.body.is_empty() { Vec::new() } else { b"small".to_vec() };
+        if case.allowed != [413] {
+            for i in 0..3 {
+                assert_eq!(send(&proxy, &case.clean, &clean_body).await, 200, "{}: clean request {i}", case.what);
+            }
+        }
+        let before = upstream.hosts.lock().unwrap().len();
+        let status = send(&proxy, &case.disguised, &case.body).await;
+        let reached = upstream.hosts.lock().unwrap().len() > before;
+        if !case.allowed.contains(&status) || reached {
+            escaped.push(format!("{}: {status}, reached the upstream: {reached}", case.what));
+        }
+    }
+    assert!(escaped.is_empty(), "escaped:\n{}", escaped.join("\n"));
+    // A target in absolute form names the host the upstream acts on: it is what the rules match,
+    // and what the proxy forwards as Host (not the client's Host line).
+    let before = upstream.hosts.lock().unwrap().len();
+    assert_eq!(send(&proxy, &head("GET", "http://decoy/host", &[]), b"").await, 200);
+    assert_eq!(upstream.hosts.lock().unwrap()[before], "decoy", "forwarded as the rules saw it");
+    proxy.stop().await;
+}
