@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use tokio::net::TcpListener;
-use tollgate_server::{App, Config, HttpBounds, Listeners, RespBounds, StoreConfig};
+use tollgate_server::{App, Config, GrpcBounds, HttpBounds, Listeners, RespBounds, StoreConfig};
 
 use crate::units;
 
@@ -62,6 +62,10 @@ pub(crate) struct ServeArgs {
     /// Most simultaneous RESP connections.
     #[arg(long, value_name = "N", default_value = "10000", value_parser = units::positive)]
     max_connections: usize,
+    /// Replies a RESP connection holds before they are written out (with --write-timeout, what a
+    /// client that does not read can make the server hold).
+    #[arg(long, value_name = "SIZE", default_value = "64KiB", value_parser = units::bytes)]
+    max_output_bytes: usize,
     /// Close a RESP connection whose replies cannot be written for this long (a client not reading).
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = units::duration)]
     write_timeout: Duration,
@@ -70,6 +74,8 @@ pub(crate) struct ServeArgs {
     idle_timeout: Option<Duration>,
     #[command(flatten)]
     limits: HttpArgs,
+    #[command(flatten)]
+    grpc_limits: GrpcArgs,
     /// Log filter: error, warn, info, debug, trace or off, or directives such as
     /// `info,tollgate_engine=debug`.
     #[arg(long, value_name = "LEVEL", default_value = "info", value_parser = units::log_filter)]
@@ -94,6 +100,43 @@ pub(crate) struct HttpArgs {
     /// After SIGTERM or Ctrl-C, how long connections may take to finish before they are closed.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = units::duration)]
     pub(crate) shutdown_grace: Duration,
+}
+
+/// The gRPC listener's bounds.
+#[derive(Debug, Args)]
+pub(crate) struct GrpcArgs {
+    /// Most simultaneous gRPC connections (more are closed at once).
+    #[arg(long, value_name = "N", default_value = "10000", value_parser = units::positive)]
+    grpc_max_connections: usize,
+    /// Most concurrent requests (HTTP/2 streams) per gRPC connection, advertised in SETTINGS.
+    #[arg(long, value_name = "N", default_value = "1024", value_parser = units::positive)]
+    grpc_max_streams: usize,
+    /// Longest a gRPC connection may take to send its HTTP/2 preface (slowloris).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = units::duration)]
+    grpc_header_timeout: Duration,
+    /// Longest one gRPC request may take (then DEADLINE_EXCEEDED).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = units::duration)]
+    grpc_request_timeout: Duration,
+    /// How often an idle gRPC connection is pinged (HTTP/2 PING); one not answered within 10 s,
+    /// or a peer gone (TCP keepalive, the same interval), is closed.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = units::duration)]
+    grpc_keepalive: Duration,
+    /// Largest gRPC request message (then OUT_OF_RANGE).
+    #[arg(long, value_name = "SIZE", default_value = "64KiB", value_parser = units::bytes)]
+    grpc_max_message: usize,
+}
+
+impl GrpcArgs {
+    pub(crate) fn bounds(&self) -> GrpcBounds {
+        GrpcBounds {
+            max_connections: self.grpc_max_connections,
+            max_concurrent_streams: u32::try_from(self.grpc_max_streams).unwrap_or(u32::MAX),
+            header_read_timeout: self.grpc_header_timeout,
+            request_timeout: self.grpc_request_timeout,
+            keepalive: self.grpc_keepalive,
+            max_message_bytes: self.grpc_max_message,
+        }
+    }
 }
 
 impl HttpArgs {
@@ -150,10 +193,12 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<()> {
             max_inline_bytes: args.max_inline_bytes,
             max_args: args.max_args,
             max_connections: args.max_connections,
+            max_output_bytes: args.max_output_bytes,
             write_timeout: args.write_timeout,
             idle_timeout: args.idle_timeout,
         },
         http: args.limits.bounds(),
+        grpc: args.grpc_limits.bounds(),
         shutdown_grace: args.limits.shutdown_grace,
         ..config
     };

@@ -142,6 +142,8 @@ pub struct Config {
     pub resp: RespBounds,
     /// HTTP bounds.
     pub http: HttpBounds,
+    /// gRPC bounds.
+    pub grpc: GrpcBounds,
     /// After a shutdown signal, how long connections may take to finish before they are closed
     /// (default 5 s).
     pub shutdown_grace: Duration,
@@ -162,6 +164,9 @@ pub struct RespBounds {
     pub max_args: usize,
     /// Most simultaneous connections (default 10,000).
     pub max_connections: usize,
+    /// Replies held per connection before they are written out (default 64 KiB): with
+    /// `write_timeout`, what a client that does not read can make the server hold.
+    pub max_output_bytes: usize,
     /// Longest a reply may take to be written before the connection is closed (a client that
     /// does not read; default 10 s).
     pub write_timeout: Duration,
@@ -176,6 +181,7 @@ impl Default for RespBounds {
             max_inline_bytes: 64 << 10,
             max_args: 1024,
             max_connections: 10_000,
+            max_output_bytes: 64 << 10,
             write_timeout: Duration::from_secs(10),
             idle_timeout: None,
         }
@@ -209,6 +215,37 @@ impl Default for HttpBounds {
     }
 }
 
+/// What one gRPC client (Envoy) can make the server hold or wait for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GrpcBounds {
+    /// Most simultaneous connections (default 10,000): more are closed at once.
+    pub max_connections: usize,
+    /// Most concurrent streams per connection, advertised in the HTTP/2 SETTINGS (default 1,024).
+    pub max_concurrent_streams: u32,
+    /// Longest a connection may take to send the HTTP/2 preface (default 10 s).
+    pub header_read_timeout: Duration,
+    /// Longest one request may take (default 10 s): DEADLINE_EXCEEDED after it.
+    pub request_timeout: Duration,
+    /// Interval of the HTTP/2 keepalive PINGs and of TCP keepalive (default 30 s); a PING
+    /// unanswered for 10 s closes the connection.
+    pub keepalive: Duration,
+    /// Largest request message (default 64 KiB): OUT_OF_RANGE beyond it.
+    pub max_message_bytes: usize,
+}
+
+impl Default for GrpcBounds {
+    fn default() -> Self {
+        GrpcBounds {
+            max_connections: 10_000,
+            max_concurrent_streams: 1024,
+            header_read_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(10),
+            keepalive: Duration::from_secs(30),
+            max_message_bytes: 64 << 10,
+        }
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -226,6 +263,7 @@ impl Default for Config {
             grpc_store_timeout: Duration::from_millis(10),
             resp: RespBounds::default(),
             http: HttpBounds::default(),
+            grpc: GrpcBounds::default(),
             shutdown_grace: Duration::from_secs(5),
             clock: Arc::new(SystemClock::new()),
         }

@@ -24,7 +24,9 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 pub use app::App;
-pub use config::{Config, HttpBounds, OnStoreError, RedisTarget, RespBounds, StoreConfig, TlsConfig, Topology};
+pub use config::{
+    Config, GrpcBounds, HttpBounds, OnStoreError, RedisTarget, RespBounds, StoreConfig, TlsConfig, Topology,
+};
 pub use tollgate_store::{LeaseMode, LeaseOptions};
 
 /// The sockets the server answers on (bound by the caller, so that port 0 works).
@@ -71,7 +73,15 @@ pub async fn serve(
             let (ok, failed) = app.envoy_reloads.clone();
             grpc::reload::Reloader::new(envoy.clone(), path.clone(), ok, failed).watch(stopped.clone());
         }
-        tokio::spawn(grpc::serve(listener, app.clone(), envoy, config.envoy_response_headers, stopped))
+        tokio::spawn(grpc::serve(
+            listener,
+            app.clone(),
+            envoy,
+            config.envoy_response_headers,
+            config.grpc,
+            config.shutdown_grace,
+            stopped,
+        ))
     });
     shutdown.await;
     tracing::info!("shutting down: answering in-flight requests");

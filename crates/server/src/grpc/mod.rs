@@ -10,11 +10,13 @@
 //! said. `requests_per_unit: 0` is always over the limit; `unlimited` and unmatched descriptors
 //! are OK without a `current_limit`.
 
+mod listener;
 pub mod metrics;
 pub mod reload;
 
 use std::sync::Arc;
 use std::sync::RwLock;
+use std::time::Duration;
 
 use tollgate_core::Decision;
 use tollgate_envoy::{Config, Matched, RateLimit, Tuning, Unit};
@@ -290,19 +292,38 @@ pub async fn serve(
     app: Arc<App>,
     config: Arc<RwLock<Arc<Config>>>,
     response_headers: bool,
-    mut stopped: tokio::sync::watch::Receiver<bool>,
+    bounds: crate::config::GrpcBounds,
+    grace: Duration,
+    stopped: tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), String> {
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_serving::<RateLimitServiceServer<RateLimitService>>().await;
     let service =
-        RateLimitServiceServer::new(RateLimitService::new(app, config).with_response_headers(response_headers));
-    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-    tonic::transport::Server::builder()
+        RateLimitServiceServer::new(RateLimitService::new(app, config).with_response_headers(response_headers))
+            .max_decoding_message_size(bounds.max_message_bytes);
+    let incoming = listener::incoming(listener, bounds.max_connections, bounds.header_read_timeout);
+    let mut signal = stopped.clone();
+    let server = tonic::transport::Server::builder()
+        .max_concurrent_streams(bounds.max_concurrent_streams)
+        .timeout(bounds.request_timeout)
+        .http2_keepalive_interval(Some(bounds.keepalive))
+        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+        .tcp_keepalive(Some(bounds.keepalive))
+        .http2_max_header_list_size(16 << 10)
         .add_service(health)
         .add_service(service)
         .serve_with_incoming_shutdown(incoming, async move {
-            let _ = stopped.wait_for(|stop| *stop).await;
-        })
-        .await
-        .map_err(|e| format!("gRPC server: {e}"))
+            let _ = signal.wait_for(|stop| *stop).await;
+        });
+    // After the signal, connections get `grace` to finish (a client that never closes its
+    // connection would otherwise hold the shutdown until keepalive gives up on it).
+    let mut stopped = stopped;
+    let deadline = async move {
+        let _ = stopped.wait_for(|stop| *stop).await;
+        tokio::time::sleep(grace).await;
+    };
+    tokio::select! {
+        served = server => served.map_err(|e| format!("gRPC server: {e}")),
+        () = deadline => Ok(()),
+    }
 }

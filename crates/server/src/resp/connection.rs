@@ -2,9 +2,11 @@
 //! commands are answered in one write), and repeat. A protocol error is answered and closes this
 //! connection only.
 //!
-//! Bounded: a command's size and arguments (see `frame`), the time a reply may take to be written
-//! (a client that never reads is closed after `write_timeout`), optionally the time a connection
-//! may stay idle; buffers grown for a large command shrink back once it is done.
+//! Bounded: a command's size and arguments (see `frame`), the replies held (written out whenever
+//! `max_output_bytes` are pending: a small pipelined command can have a large reply, so 16 KiB of
+//! `HELLO`s once held over 250 KB), the time a reply may take to be written (a client that never
+//! reads is closed after `write_timeout`), optionally the time a connection may stay idle;
+//! buffers grown for a large command shrink back once it is done.
 
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -35,48 +37,25 @@ pub(super) async fn serve(
     let mut input = BytesMut::with_capacity(BUFFER);
     let mut output = BytesMut::with_capacity(BUFFER);
     loop {
-        // Run every complete command already received.
-        let mut close = false;
-        loop {
-            match decoder.decode(&input, frames) {
-                Ok(Some(used)) => {
-                    let ranges = decoder.args();
-                    if !ranges.is_empty() {
-                        // Most commands have few arguments: borrow them from a stack array.
-                        let mut small: [&[u8]; 8] = [&[]; 8];
-                        let many: Vec<&[u8]>;
-                        let args: &[&[u8]] = if ranges.len() <= small.len() {
-                            for (slot, range) in small.iter_mut().zip(ranges) {
-                                *slot = &input[range.clone()];
-                            }
-                            &small[..ranges.len()]
-                        } else {
-                            many = ranges.iter().map(|r| &input[r.clone()]).collect();
-                            &many
-                        };
-                        close = commands::execute(app, args, &mut output).await == Flow::Close;
-                    }
-                    input.advance(used);
-                    if close {
-                        break;
+        // Run every complete command already received, writing the replies out whenever
+        // `max_output_bytes` are pending (a client that does not read then holds the connection
+        // on the write, closed after `write_timeout`: never more than that buffered).
+        let close = loop {
+            let batch = run(app, &mut decoder, &mut input, &mut output, frames, bounds.max_output_bytes).await;
+            if !output.is_empty() {
+                match tokio::time::timeout(bounds.write_timeout, stream.write_all(&output)).await {
+                    Ok(written) => written?,
+                    Err(_) => {
+                        return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "the client does not read"));
                     }
                 }
-                Ok(None) => break,
-                Err(error) => {
-                    reply::error(&mut output, &format!("ERR Protocol error: {error}"));
-                    close = true;
-                    break;
-                }
+                output.clear();
+                shrink(&mut output);
             }
-        }
-        if !output.is_empty() {
-            match tokio::time::timeout(bounds.write_timeout, stream.write_all(&output)).await {
-                Ok(written) => written?,
-                Err(_) => return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "the client does not read")),
+            if batch != Batch::Full {
+                break batch == Batch::Close;
             }
-            output.clear();
-            shrink(&mut output);
-        }
+        };
         if close {
             return Ok(());
         }
@@ -100,6 +79,64 @@ pub(super) async fn serve(
     }
 }
 
+/// How a run of commands ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Batch {
+    /// Every complete command was run.
+    Done,
+    /// The replies reached the output limit; complete commands may remain.
+    Full,
+    /// The connection is to be closed (QUIT, or a protocol error answered).
+    Close,
+}
+
+/// Runs the complete commands at the start of `input` (consuming them), appending their replies
+/// to `output`, until none is left or `output` holds at least `max_output` bytes.
+async fn run(
+    app: &App,
+    decoder: &mut Decoder,
+    input: &mut BytesMut,
+    output: &mut BytesMut,
+    frames: Bounds,
+    max_output: usize,
+) -> Batch {
+    loop {
+        if output.len() >= max_output {
+            return Batch::Full;
+        }
+        match decoder.decode(input, frames) {
+            Ok(Some(used)) => {
+                let ranges = decoder.args();
+                let mut close = false;
+                if !ranges.is_empty() {
+                    // Most commands have few arguments: borrow them from a stack array.
+                    let mut small: [&[u8]; 8] = [&[]; 8];
+                    let many: Vec<&[u8]>;
+                    let args: &[&[u8]] = if ranges.len() <= small.len() {
+                        for (slot, range) in small.iter_mut().zip(ranges) {
+                            *slot = &input[range.clone()];
+                        }
+                        &small[..ranges.len()]
+                    } else {
+                        many = ranges.iter().map(|r| &input[r.clone()]).collect();
+                        &many
+                    };
+                    close = commands::execute(app, args, output).await == Flow::Close;
+                }
+                input.advance(used);
+                if close {
+                    return Batch::Close;
+                }
+            }
+            Ok(None) => return Batch::Done,
+            Err(error) => {
+                reply::error(output, &format!("ERR Protocol error: {error}"));
+                return Batch::Close;
+            }
+        }
+    }
+}
+
 /// Gives back the memory of a buffer grown for a large command, keeping what it holds.
 fn shrink(buffer: &mut BytesMut) {
     if buffer.capacity() > 4 * BUFFER && buffer.len() <= BUFFER {
@@ -112,6 +149,36 @@ fn shrink(buffer: &mut BytesMut) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Before: every complete command received was run before anything was written, so 16 KiB of
+    /// pipelined `HELLO` (a 7-byte command with a reply over 100 bytes) held over 250 KB of
+    /// replies. Now a run stops once the limit is reached, and the rest runs after the write.
+    #[tokio::test]
+    async fn replies_are_held_up_to_the_output_limit() {
+        let app = App::new(&crate::Config::default()).await.unwrap();
+        let mut input = BytesMut::new();
+        while input.len() < 16 << 10 {
+            input.extend_from_slice(b"HELLO\r\n");
+        }
+        let frames = Bounds { max_frame_bytes: 1 << 20, max_inline_bytes: 64 << 10, max_args: 1024 };
+        let (mut decoder, mut output, limit) = (Decoder::default(), BytesMut::new(), 4 << 10);
+        let (mut runs, mut largest, mut written) = (0, 0, 0);
+        loop {
+            let batch = run(&app, &mut decoder, &mut input, &mut output, frames, limit).await;
+            runs += 1;
+            largest = largest.max(output.len());
+            written += output.len();
+            output.clear();
+            if batch != Batch::Full {
+                assert_eq!(batch, Batch::Done);
+                break;
+            }
+        }
+        assert!(input.is_empty(), "every command ran");
+        assert!(written > 250 << 10, "{written} bytes of replies");
+        assert!(largest < limit + 1024, "held at most the limit and one reply: {largest}");
+        assert!(runs > 50, "{runs} runs");
+    }
 
     #[test]
     fn a_buffer_grown_for_a_large_command_shrinks_back_keeping_its_bytes() {

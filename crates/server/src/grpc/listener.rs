@@ -1,0 +1,116 @@
+//! The gRPC listener's connections, bounded before tonic sees them: at most `max_connections` at
+//! once (one more is closed as soon as it is accepted), and each must send the HTTP/2 preface
+//! within `header_read_timeout` (a connection that sends nothing holds no slot for long).
+//! Concurrent streams, request time, keepalive and message size are tonic's settings (see
+//! `serve`).
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_util::Stream;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tonic::transport::server::{Connected, TcpConnectInfo};
+
+/// The HTTP/2 client preface (RFC 9113 section 3.4) is 24 bytes.
+const PREFACE: usize = 24;
+
+/// An accepted connection holding its slot, closed if its preface is late.
+pub(super) struct Bounded {
+    stream: TcpStream,
+    _slot: OwnedSemaphorePermit,
+    /// Until the preface has arrived.
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    received: usize,
+}
+
+impl AsyncRead for Bounded {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let this = &mut *self;
+        match Pin::new(&mut this.stream).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                this.received += buf.filled().len() - before;
+                if this.received >= PREFACE {
+                    this.deadline = None;
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(error)) => Poll::Ready(Err(error)),
+            Poll::Pending => match this.deadline.as_mut().map(|d| d.as_mut().poll(cx)) {
+                Some(Poll::Ready(())) => Poll::Ready(Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the HTTP/2 preface did not arrive in time",
+                ))),
+                _ => Poll::Pending,
+            },
+        }
+    }
+}
+
+impl AsyncWrite for Bounded {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+}
+
+impl Connected for Bounded {
+    type ConnectInfo = TcpConnectInfo;
+
+    fn connect_info(&self) -> TcpConnectInfo {
+        self.stream.connect_info()
+    }
+}
+
+/// The connections of `listener`, bounded as the module says.
+pub(super) fn incoming(
+    listener: TcpListener,
+    max_connections: usize,
+    header_read_timeout: Duration,
+) -> impl Stream<Item = std::io::Result<Bounded>> {
+    let slots = Arc::new(Semaphore::new(max_connections));
+    futures_util::stream::unfold((listener, slots), move |(listener, slots)| async move {
+        loop {
+            let stream = match listener.accept().await {
+                Ok((stream, _)) => stream,
+                // A failed accept (out of file descriptors...) is the listener's to survive.
+                Err(error) => {
+                    tracing::warn!(%error, "gRPC accept failed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            };
+            let Ok(slot) = slots.clone().try_acquire_owned() else {
+                tracing::debug!("gRPC connection refused: --grpc-max-connections reached");
+                continue;
+            };
+            let _ = stream.set_nodelay(true);
+            let deadline = Some(Box::pin(tokio::time::sleep(header_read_timeout)));
+            let bounded = Bounded { stream, _slot: slot, deadline, received: 0 };
+            return Some((Ok(bounded), (listener, slots)));
+        }
+    })
+}

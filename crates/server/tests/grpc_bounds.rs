@@ -1,0 +1,126 @@
+//! The gRPC listener's bounds, from the wire: the concurrent-stream limit advertised in the
+//! server's HTTP/2 SETTINGS, the connection cap, the preface deadline and the message-size limit
+//! (before: tonic's defaults, no stream limit advertised, no cap, no deadline, 4 MB messages).
+
+mod common;
+
+use std::time::Duration;
+
+use common::Server;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tollgate_rls::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use tollgate_rls::{RateLimitDescriptor, RateLimitRequest, RateLimitServiceClient};
+use tollgate_server::{Config, GrpcBounds};
+use tonic::transport::Channel;
+
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+async fn start(bounds: GrpcBounds) -> Server {
+    Server::start_with_grpc(Config { grpc: bounds, ..common::manual_config() }).await
+}
+
+/// Opens a connection and sends the preface and an empty SETTINGS frame (a connection over the
+/// cap may be closed before they are written).
+async fn connect(server: &Server) -> TcpStream {
+    let mut stream = TcpStream::connect(server.grpc.unwrap()).await.unwrap();
+    let _ = stream.write_all(PREFACE).await;
+    let _ = stream.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await;
+    stream
+}
+
+/// The settings of the server's first SETTINGS frame, or `None` if the connection closes first.
+async fn server_settings(stream: &mut TcpStream) -> Option<Vec<(u16, u32)>> {
+    let mut header = [0u8; 9];
+    tokio::time::timeout(Duration::from_secs(10), stream.read_exact(&mut header)).await.ok()?.ok()?;
+    assert_eq!(header[3], 4, "the server speaks first with SETTINGS");
+    let length = usize::from(header[1]) << 8 | usize::from(header[2]);
+    let mut payload = vec![0u8; length];
+    stream.read_exact(&mut payload).await.ok()?;
+    Some(
+        payload
+            .chunks(6)
+            .map(|s| (u16::from_be_bytes([s[0], s[1]]), u32::from_be_bytes([s[2], s[3], s[4], s[5]])))
+            .collect(),
+    )
+}
+
+/// Whether the server closes `stream` (reads end) within a few seconds.
+async fn closed(stream: &mut TcpStream) -> bool {
+    let mut sink = [0u8; 1024];
+    loop {
+        match tokio::time::timeout(Duration::from_secs(5), stream.read(&mut sink)).await {
+            Ok(Ok(0) | Err(_)) => return true,
+            Ok(Ok(_)) => {}
+            Err(_) => return false,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stream_limit_is_advertised_and_connections_are_capped() {
+    let server = start(GrpcBounds { max_connections: 2, max_concurrent_streams: 64, ..GrpcBounds::default() }).await;
+    let mut first = connect(&server).await;
+    let settings = server_settings(&mut first).await.expect("the first connection is served");
+    assert!(settings.contains(&(3, 64)), "SETTINGS_MAX_CONCURRENT_STREAMS = 64: {settings:?}");
+    assert!(settings.iter().any(|&(id, value)| id == 6 && value <= 16 << 10), "a header list limit: {settings:?}");
+    let mut second = connect(&server).await;
+    assert!(server_settings(&mut second).await.is_some(), "the second too");
+    let mut third = connect(&server).await;
+    assert!(closed(&mut third).await, "the third is closed: two at most");
+    drop((first, second));
+    // The slots are given back when connections close.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut again = connect(&server).await;
+    assert!(server_settings(&mut again).await.is_some(), "served again");
+    // A connection still open at shutdown holds it for the grace at most (before: until its
+    // keepalive gave up, 40 s).
+    server.stop().await;
+    drop(again);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_without_a_preface_is_closed() {
+    let server = start(GrpcBounds { header_read_timeout: Duration::from_millis(300), ..GrpcBounds::default() }).await;
+    let mut silent = TcpStream::connect(server.grpc.unwrap()).await.unwrap();
+    assert!(closed(&mut silent).await, "closed after the preface deadline");
+    let mut half = TcpStream::connect(server.grpc.unwrap()).await.unwrap();
+    half.write_all(&PREFACE[..10]).await.unwrap();
+    assert!(closed(&mut half).await, "a partial preface too");
+    // A connection that sent its preface is not bound by the deadline.
+    let mut served = connect(&server).await;
+    assert!(server_settings(&mut served).await.is_some());
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    served.write_all(&[0, 0, 8, 6, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8]).await.unwrap();
+    let mut header = [0u8; 9];
+    loop {
+        tokio::time::timeout(Duration::from_secs(5), served.read_exact(&mut header)).await.unwrap().unwrap();
+        let length = usize::from(header[1]) << 8 | usize::from(header[2]);
+        let mut payload = vec![0u8; length];
+        served.read_exact(&mut payload).await.unwrap();
+        if header[3] == 6 && header[4] == 1 {
+            break; // the PING's acknowledgement: still served
+        }
+    }
+    drop(served);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_over_the_limit_is_refused() {
+    let server = start(GrpcBounds { max_message_bytes: 1024, ..GrpcBounds::default() }).await;
+    let url = format!("http://{}", server.grpc.unwrap());
+    let channel = Channel::from_shared(url).unwrap().connect().await.unwrap();
+    let mut client = RateLimitServiceClient::new(channel);
+    let descriptor = |value: String| RateLimitDescriptor {
+        entries: vec![Entry { key: "remote_address".into(), value }],
+        limit: None,
+        hits_addend: None,
+    };
+    let request =
+        |value: String| RateLimitRequest { domain: "d".into(), descriptors: vec![descriptor(value)], hits_addend: 0 };
+    let status = client.should_rate_limit(request("x".repeat(4096))).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::OutOfRange, "{status}");
+    assert!(client.should_rate_limit(request("x".into())).await.is_ok(), "the connection serves on");
+    server.stop().await;
+}
