@@ -25,13 +25,15 @@ pub struct Proceed {
     pub delay: Duration,
     /// The tightest rule and its decision (see [`fields`](Self::fields)).
     pub(crate) tightest: Option<(usize, Decision)>,
+    /// The first dry-run rule and what it would have decided (admitted whatever it says).
+    pub(crate) dry_run: Option<(usize, Decision)>,
     /// What to settle once the response's status is known.
     pub pending: Pending,
 }
 
 impl Proceed {
     pub(crate) fn free() -> Self {
-        Proceed { delay: Duration::ZERO, tightest: None, pending: Pending::default() }
+        Proceed { delay: Duration::ZERO, tightest: None, dry_run: None, pending: Pending::default() }
     }
 
     /// The tightest rule's name, limit and decision, for the RateLimit fields (built only when a
@@ -70,6 +72,9 @@ pub enum Answer {
         body: String,
         /// Content type.
         content_type: String,
+        /// The rule's fields (what a caller naming the rule is told: see
+        /// [`Engine::check_named`](crate::Engine::check_named)).
+        fields: Fields,
     },
     /// Send it to this quarantine upstream instead (action `route`); a front end that cannot
     /// route answers it as [`TooMany`](Self::TooMany) with `fields`.

@@ -1,12 +1,14 @@
 //! The server's direct checks, through the same store and metrics as the rules: ad-hoc limits
 //! (`CL.THROTTLE`, `TG.CHECK`, inline HTTP limits, sharing state per algorithm and key as
 //! redis-cell does) and named limits (`TG.LIMIT name key`, HTTP `limit_name`): a rule keyed on
-//! the caller's key, in the rule's own scope.
+//! the caller's key, in the rule's own scope, admitted as a request is (mitigation, rates,
+//! actions, metrics: see [`Engine::check_named`]).
 
 use tollgate_core::{Decision, Limit};
+use tollgate_rules::Plan;
 use tollgate_store::{Check, Store, StoreError};
 
-use crate::{Engine, Frontend, Outcome, Source};
+use crate::{Admission, Answer, Engine, Frontend, Source};
 
 /// Why a direct check could not be decided.
 #[derive(Debug, thiserror::Error)]
@@ -29,6 +31,9 @@ pub enum EngineError {
     /// The store failed or refused the request.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The store failed and the rules' `on_error` refuses requests then.
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 impl<S: Store> Engine<S> {
@@ -49,8 +54,15 @@ impl<S: Store> Engine<S> {
         Ok(decision)
     }
 
-    /// Decides `cost` for `key` under the rule or named limit `name`, in its scope, timed as
-    /// `frontend`'s decision.
+    /// Decides `cost` for the caller's `key` under the rule or named limit `name` (keyed on the
+    /// caller's key), timed as `frontend`'s decision, through the same admission as a request:
+    /// the rule's mitigation in force (its `timeout`), `when_rate_above`, its action and metrics.
+    /// A caller naming a rule is the application itself, so it is told the decision: `reject`,
+    /// `shadow-ban` and `route` answer denied (the application fakes the success of a shadow-ban
+    /// if it wants one); `dry-run` answers admitted with what the rule would have said; `delay`
+    /// answers admitted once the slot has come; a store error follows the rules' `on_error`.
+    /// What a `count_status` rule reserves stays counted (a caller naming a rule has no response
+    /// status). A peek (`cost` 0) reports the state without counting anything.
     pub async fn check_named(
         &self,
         frontend: Frontend,
@@ -58,19 +70,44 @@ impl<S: Store> Engine<S> {
         key: &[u8],
         cost: u64,
     ) -> Result<(Decision, Limit), EngineError> {
-        let policy = self.policy.load();
+        let policy = self.policy.load_full();
         let (index, rule) = policy.rules.named(name).ok_or_else(|| EngineError::UnknownRule(name.to_string()))?;
         if !rule.keyed_on_callers_key() {
             return Err(EngineError::NotByName(name.to_string()));
         }
-        let check = Check::new(key, &rule.limit, cost).scoped(&rule.name);
-        let decided = self.timed(frontend, self.store.check_one(check)).await;
-        let decision = self.counted(decided)?;
-        if cost > 0 {
-            let outcome = if decision.allowed { Outcome::Allowed } else { Outcome::Rejected };
-            self.metrics.count(&policy.counters[index], outcome);
+        let limit = rule.limit.clone();
+        if cost == 0 {
+            let check = Check::new(key, &rule.limit, 0).scoped(&rule.name);
+            let decided = self.timed(frontend, self.store.check_one(check)).await;
+            return Ok((self.counted(decided)?, limit));
         }
-        Ok((decision, rule.limit.clone()))
+        let mut plan = Plan::default();
+        policy.rules.plan_named(index, key, cost, &mut plan);
+        let admission = self.timed(frontend, self.decide_plan(&policy, None, &plan, Ok(()))).await;
+        let decision = match admission {
+            Admission::Proceed(proceed) => {
+                if !proceed.delay.is_zero() {
+                    tokio::time::sleep(proceed.delay).await;
+                }
+                let decision = proceed.tightest.or(proceed.dry_run).map(|(_, d)| d);
+                self.keep(proceed.pending);
+                // Admitted without a decision: the store failed and `on_error = "allow"`.
+                decision.unwrap_or(Decision {
+                    allowed: true,
+                    limit: limit.capacity(),
+                    remaining: 0,
+                    retry_after_ns: 0,
+                    reset_after_ns: 0,
+                })
+            }
+            Admission::Answer(
+                Answer::TooMany(fields) | Answer::Route { fields, .. } | Answer::ShadowBan { fields, .. },
+            ) => fields.decision,
+            Admission::Answer(Answer::Unavailable(message) | Answer::BadRequest(message)) => {
+                return Err(EngineError::Unavailable(message));
+            }
+        };
+        Ok((decision, limit))
     }
 
     /// Forgets the state of `key` in `scope` under `limit`'s algorithm.

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use smallvec::SmallVec;
+use tollgate_core::Decision;
 use tollgate_rules::{Action, Plan};
 use tollgate_store::{Check, Store};
 
@@ -34,15 +35,23 @@ impl<S: Store> Engine<S> {
     ) -> Admission {
         let mut pending = Pending::default();
         let mut enforced: SmallVec<[Applies<'_>; 4]> = SmallVec::new();
+        // What the first dry-run rule would have said (never blocking: admitted), for a caller
+        // naming that rule (see `check_named`); the RateLimit fields stay the enforced rules'.
+        let mut dry: Option<(usize, Decision)> = None;
         for (i, (rule, key, cost)) in plan.iter().enumerate() {
             let applies = Applies { rule, key, cost, rate: rate(rates, i) };
             if policy.rules.rules[rule].action == Action::DryRun {
-                self.check_dry_run(policy, applies, &mut pending, flagged.contains(&i)).await;
+                let said = self.check_dry_run(policy, applies, &mut pending, flagged.contains(&i)).await;
+                dry = dry.or(said.map(|(rule, decision)| (rule, Decision { allowed: true, ..decision })));
             } else if !routes.iter().any(|r| r.rule == rule) {
                 enforced.push(applies);
             }
         }
-        self.enforce(policy, enforced, pending, routes).await
+        let admission = self.enforce(policy, enforced, pending, routes).await;
+        match admission {
+            Admission::Proceed(proceed) => Admission::Proceed(Proceed { dry_run: dry, ..proceed }),
+            admission => admission,
+        }
     }
 
     /// Reserves `enforced` all or nothing (see the module docs); `routes` already send the
@@ -125,7 +134,12 @@ impl<S: Store> Engine<S> {
                 return Admission::Answer(self.mitigate(policy, route.rule, route.decision, route.rate));
             }
             let tightest = enforced.iter().zip(decisions).min_by_key(|(_, d)| d.remaining).map(|(a, d)| (a.rule, *d));
-            return Admission::Proceed(Proceed { delay: Duration::from_nanos(delay), tightest, pending });
+            return Admission::Proceed(Proceed {
+                delay: Duration::from_nanos(delay),
+                tightest,
+                pending,
+                dry_run: None,
+            });
         }
     }
 }

@@ -301,13 +301,25 @@ impl<S: Store> Engine<S> {
     async fn decide(&self, policy: &Arc<Policy>, request: &Request<'_>) -> Admission {
         let mut plan = Plan::default();
         let planned = policy.rules.plan(request, &mut plan);
+        self.decide_plan(policy, Some(request), &plan, planned).await
+    }
+
+    /// Decides a planned request (`request`: none for a caller naming a rule and key, whose plan
+    /// is that rule alone and mitigates that key alone).
+    async fn decide_plan(
+        &self,
+        policy: &Arc<Policy>,
+        request: Option<&Request<'_>>,
+        plan: &Plan,
+        planned: Result<(), tollgate_rules::RequestError>,
+    ) -> Admission {
         // The measured rates: every request a measured rule counts, whatever is decided for it.
-        let rates = self.measure(policy, &plan, planned.is_ok());
+        let rates = self.measure(policy, plan, planned.is_ok());
         // Rules that send the request to a quarantine: it is still charged to the others.
         let mut routes = Routes::new();
 
         // 1. Mitigations in force.
-        if let Some(answer) = self.in_force(policy, request, &plan, &rates, &mut routes) {
+        if let Some(answer) = self.in_force(policy, request, plan, &rates, &mut routes) {
             return Admission::Answer(answer);
         }
 
@@ -317,14 +329,14 @@ impl<S: Store> Engine<S> {
             return Admission::Answer(Answer::BadRequest(error.0));
         }
         let mut flagged = SmallVec::new();
-        if let Some(answer) = self.over_rate(policy, &plan, &rates, &mut flagged, &mut routes) {
+        if let Some(answer) = self.over_rate(policy, plan, &rates, &mut flagged, &mut routes) {
             return Admission::Answer(answer);
         }
         if routes.is_empty() && plan.is_empty() {
             return Admission::Proceed(Proceed::free());
         }
         if routes.is_empty()
-            && let Some(one) = single(policy, &plan)
+            && let Some(one) = single(policy, plan)
         {
             // The usual case: one plain store check, nothing to reserve or settle.
             let check =
@@ -336,7 +348,7 @@ impl<S: Store> Engine<S> {
         // 3. Dry-run rules on their own (never blocking); the others all or nothing. Boxed:
         // several rules on one request are the rarer case, and inline their state would double
         // the size of every request's future (moved, so copied, by `admit_now`).
-        Box::pin(self.enforce_plan(policy, &plan, &rates, &flagged, routes)).await
+        Box::pin(self.enforce_plan(policy, plan, &rates, &flagged, routes)).await
     }
 
     /// The admission of a request counted by a single rule (see [`single`]), once decided.
@@ -385,6 +397,14 @@ impl<S: Store> Engine<S> {
         self.settle(pending, Some(status)).await;
     }
 
+    /// Keeps every reservation counted (a caller naming a rule has no response status).
+    fn keep(&self, pending: Pending) {
+        let Some(policy) = pending.policy else { return };
+        for reservation in &pending.reservations {
+            self.metrics.count(&policy.counters[reservation.rule], Outcome::Counted);
+        }
+    }
+
     /// Keeps (`status` counted) or refunds every reservation; `None` refunds them all.
     async fn settle(&self, pending: Pending, status: Option<u16>) {
         let Some(policy) = pending.policy else { return };
@@ -411,7 +431,14 @@ impl<S: Store> Engine<S> {
     }
 
     /// Checks a dry-run rule on its own; `flagged`: already logged as over its `when_rate_above`.
-    async fn check_dry_run(&self, policy: &Arc<Policy>, applied: Applies<'_>, pending: &mut Pending, flagged: bool) {
+    /// The decision it would have made, if the store gave one.
+    async fn check_dry_run(
+        &self,
+        policy: &Arc<Policy>,
+        applied: Applies<'_>,
+        pending: &mut Pending,
+        flagged: bool,
+    ) -> Option<(usize, Decision)> {
         let rule = &policy.rules.rules[applied.rule];
         let check = Check::new(applied.key, &policy.checked[applied.rule], applied.cost).scoped(&rule.name);
         match self.counted(self.store.reserve(&[check]).await) {
@@ -422,6 +449,7 @@ impl<S: Store> Engine<S> {
                 if !flagged {
                     self.dry_run(policy, applied.rule, applied.key, applied.rate);
                 }
+                Some((applied.rule, reserved.decisions[0]))
             }
             Ok(reserved) => {
                 // A request already logged as over `when_rate_above` is counted once, as dry_run.
@@ -440,10 +468,12 @@ impl<S: Store> Engine<S> {
                         },
                     );
                 }
+                Some((applied.rule, reserved.decisions[0]))
             }
             Err(error) => {
                 self.metrics.count(&policy.counters[applied.rule], Outcome::Error);
                 tracing::warn!(rule = %rule.name, %error, "store error; the dry-run rule is not counted");
+                None
             }
         }
     }

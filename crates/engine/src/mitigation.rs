@@ -66,10 +66,11 @@ impl<S: Store> Engine<S> {
     /// `timeout`), if any; dry-run rules only log, and route rules are added to `routes` (the
     /// request is still charged to the other rules). `plan` and `rates` are the counting plan's,
     /// for the rate to report.
+    /// `request`: none for a caller naming a rule and key, whose mitigating plan is `plan`.
     pub(crate) fn in_force(
         &self,
         policy: &Policy,
-        request: &Request<'_>,
+        request: Option<&Request<'_>>,
         plan: &Plan,
         rates: &Rates,
         routes: &mut Routes,
@@ -78,8 +79,14 @@ impl<S: Store> Engine<S> {
             return None;
         }
         let now = self.clock.now_ns();
-        let mut mitigating = Plan::default();
-        policy.rules.mitigating_plan(request, &mut mitigating);
+        let mut of_request = Plan::default();
+        let mitigating = match request {
+            Some(request) => {
+                policy.rules.mitigating_plan(request, &mut of_request);
+                &of_request
+            }
+            None => plan,
+        };
         for (rule_index, key, _) in mitigating.iter() {
             let rule = &policy.rules.rules[rule_index];
             let Some(until) = self.blocks.until(&rule.name, key, now) else { continue };
@@ -183,7 +190,12 @@ impl<S: Store> Engine<S> {
         match &r.action {
             Action::ShadowBan { status, body, content_type } => {
                 self.metrics.count(&policy.counters[rule], Outcome::ShadowBanned);
-                Answer::ShadowBan { status: *status, body: body.clone(), content_type: content_type.clone() }
+                Answer::ShadowBan {
+                    status: *status,
+                    body: body.clone(),
+                    content_type: content_type.clone(),
+                    fields: fields(),
+                }
             }
             Action::Route { upstream } if self.routes => {
                 self.metrics.count(&policy.counters[rule], Outcome::Routed);

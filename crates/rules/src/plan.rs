@@ -114,6 +114,20 @@ impl Rules {
         Ok(())
     }
 
+    /// The plan of a caller naming rule `rule` and its key (`TG.LIMIT name key`, HTTP
+    /// `limit_name`): that rule alone, keyed on `key`, at `cost`.
+    pub fn plan_named(&self, rule: usize, key: &[u8], cost: u64, plan: &mut Plan) {
+        plan.clear();
+        let _ = plan.push_with(
+            rule,
+            |keys| {
+                keys.extend_from_slice(key);
+                Ok::<_, RequestError>(true)
+            },
+            || Ok(cost),
+        );
+    }
+
     /// [`plan`](Self::plan), as owned values.
     pub fn counting(&self, request: &Request<'_>) -> Result<Vec<Applied>, RequestError> {
         let mut plan = Plan::default();

@@ -224,9 +224,18 @@ pub struct FingerprintHeaders {
     pub ja4: Option<String>,
 }
 
+/// The scope Envoy's rate-limit service keeps its state under (its descriptors' keys): no rule
+/// may be named so, or it would share state with Envoy's limits.
+pub const ENVOY_SCOPE: &str = "envoy";
+
 /// A rule's or named limit's name: 1 to 64 letters, digits, `_`, `-` or `.` (it scopes the state,
-/// in Redis keys too, and labels metrics).
+/// in Redis keys too, and labels metrics), other than a front end's own scope ([`ENVOY_SCOPE`]).
 pub fn check_name(name: &str) -> Result<(), String> {
+    if name == ENVOY_SCOPE {
+        return Err(format!(
+            "name {name:?} is reserved: Envoy's rate-limit service keeps its state under it; choose another"
+        ));
+    }
     let valid = !name.is_empty()
         && name.len() <= 64
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));

@@ -360,3 +360,15 @@ fn the_keys_example_is_the_readmes_and_loads() {
     let keys: Vec<Vec<u8>> = rules.counting(&request).unwrap().into_iter().map(|a| a.key).collect();
     assert_eq!(keys, [b"1:b5:64497".to_vec(), b"12:198.51.100.71:a".to_vec(), b"64497".to_vec()]);
 }
+
+/// Before: a rules-file limit named `envoy` shared its state with Envoy's descriptors (the gRPC
+/// service's scope).
+#[test]
+fn front_end_scopes_are_reserved() {
+    for text in
+        ["[[rules]]\nname = \"envoy\"\nlimit = \"5/1m\"\nkey = [\"client_ip\"]\n", "[limits.envoy]\nlimit = \"5/1m\"\n"]
+    {
+        let error = Rules::parse(text, "t").unwrap_err().to_string();
+        assert!(error.contains("\"envoy\" is reserved"), "{error}");
+    }
+}

@@ -241,7 +241,7 @@ fn render(answer: Answer, options: Options) -> Response<Body> {
             fields.rate_per_s,
             options.legacy_headers,
         ),
-        Answer::ShadowBan { status, body, content_type } => response::shadow(status, &body, &content_type),
+        Answer::ShadowBan { status, body, content_type, .. } => response::shadow(status, &body, &content_type),
         Answer::BadRequest(message) => response::problem(http::StatusCode::BAD_REQUEST, &message),
         Answer::Unavailable(message) => response::problem(http::StatusCode::SERVICE_UNAVAILABLE, &message),
     }

@@ -33,7 +33,7 @@ use crate::app::App;
 use metrics::{Metrics, Outcome};
 
 /// The scope of every Envoy descriptor's state: apart from rules, named limits and ad-hoc keys.
-const SCOPE: &str = "envoy";
+const SCOPE: &str = tollgate_rules::ENVOY_SCOPE;
 
 /// Most descriptors in one request, and entries in one descriptor: far above what Envoy's rate
 /// limit actions produce, low enough that no request makes one store call unbounded (gRPC already

@@ -92,6 +92,10 @@ pub async fn check_json(app: &App, body: &[u8]) -> Response {
         match app.engine.check_named(Frontend::Http, name, request.key.as_bytes(), cost).await {
             Ok((decision, limit)) => (decision, limit, name.clone()),
             Err(EngineError::Store(e)) => return store_error(&e),
+            Err(EngineError::Unavailable(message)) => {
+                return (StatusCode::SERVICE_UNAVAILABLE, axum::Json(serde_json::json!({ "error": message })))
+                    .into_response();
+            }
             Err(EngineError::UnknownRule(_)) => return bad_request(app.unknown_limit(name)),
             Err(e) => return bad_request(e.to_string()),
         }
