@@ -89,7 +89,7 @@ impl<S: Store> Engine<S> {
                 if !proceed.delay.is_zero() {
                     tokio::time::sleep(proceed.delay).await;
                 }
-                let decision = proceed.tightest.or(proceed.dry_run).map(|(_, d)| d);
+                let decision = proceed.tightest.or(proceed.dry_run.map(|dry| *dry)).map(|(_, d)| d);
                 self.keep(proceed.pending);
                 // Admitted without a decision: the store failed and `on_error = "allow"`.
                 decision.unwrap_or(Decision {
@@ -100,9 +100,8 @@ impl<S: Store> Engine<S> {
                     reset_after_ns: 0,
                 })
             }
-            Admission::Answer(
-                Answer::TooMany(fields) | Answer::Route { fields, .. } | Answer::ShadowBan { fields, .. },
-            ) => fields.decision,
+            Admission::Answer(Answer::TooMany(fields) | Answer::Route { fields, .. }) => fields.decision,
+            Admission::Answer(Answer::ShadowBan { fields, .. }) => fields.decision,
             Admission::Answer(Answer::Unavailable(message) | Answer::BadRequest(message)) => {
                 return Err(EngineError::Unavailable(message));
             }

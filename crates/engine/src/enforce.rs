@@ -49,7 +49,7 @@ impl<S: Store> Engine<S> {
         }
         let admission = self.enforce(policy, enforced, pending, routes).await;
         match admission {
-            Admission::Proceed(proceed) => Admission::Proceed(Proceed { dry_run: dry, ..proceed }),
+            Admission::Proceed(proceed) => Admission::Proceed(Proceed { dry_run: dry.map(Box::new), ..proceed }),
             admission => admission,
         }
     }

@@ -194,7 +194,7 @@ impl<S: Store> Engine<S> {
                     status: *status,
                     body: body.clone(),
                     content_type: content_type.clone(),
-                    fields: fields(),
+                    fields: Box::new(fields()),
                 }
             }
             Action::Route { upstream } if self.routes => {
