@@ -83,11 +83,6 @@ impl<'a> Request<'a> {
     /// value's surrounding double quotes removed; a pair without `=` is a name with an empty
     /// value), across every `Cookie` line.
     pub fn cookies(&self) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a {
-        self.cookie_pairs().map(|(name, value, _)| (name, value))
-    }
-
-    /// [`cookies`](Self::cookies), and whether each value was quoted.
-    fn cookie_pairs(&self) -> impl Iterator<Item = (&'a [u8], &'a [u8], bool)> + 'a {
         self.headers_named("cookie").flat_map(|line| line.split(|&b| b == b';')).filter_map(|pair| {
             let pair = trim(pair);
             if pair.is_empty() {
@@ -98,8 +93,8 @@ impl<'a> Request<'a> {
                 None => (pair, &pair[pair.len()..]),
             };
             Some(match value {
-                [b'"', inner @ .., b'"'] => (name, inner, true),
-                value => (name, value, false),
+                [b'"', inner @ .., b'"'] => (name, inner),
+                value => (name, value),
             })
         })
     }
@@ -111,20 +106,18 @@ impl<'a> Request<'a> {
     /// RFC 6265's cookie-octet excludes them all).
     pub fn cookie(&self, name: &str) -> Result<Option<&'a [u8]>, Ambiguous> {
         let what = || format!("cookie {name}");
-        let mut values = Vec::new();
-        for (_, value, _) in self.cookie_pairs().filter(|(n, _, _)| *n == name.as_bytes()) {
-            if value.iter().any(|&b| !(0x21..=0x7e).contains(&b) || b == b'"' || b == b'\\') {
-                return Err(Ambiguous {
-                    why: format!(
-                        "the request's {} holds a space, a quote, a backslash or a byte that is not printable \
-                         ASCII, which servers read differently",
-                        what()
-                    ),
-                });
-            }
-            values.push(value);
+        let values = || self.cookies().filter(|(n, _)| *n == name.as_bytes()).map(|(_, v)| v);
+        let unclear = |value: &[u8]| value.iter().any(|&b| !(0x21..=0x7e).contains(&b) || b == b'"' || b == b'\\');
+        if values().any(unclear) {
+            return Err(Ambiguous {
+                why: format!(
+                    "the request's {} holds a space, a quote, a backslash or a byte that is not printable ASCII, \
+                     which servers read differently",
+                    what()
+                ),
+            });
         }
-        only(values.into_iter(), what)
+        only(values(), what)
     }
 
     /// The value of query parameter `name`, percent-decoded (names are matched decoded too): an
