@@ -27,6 +27,7 @@
 //! reload. Time comes from an injected [`Clock`].
 
 mod admission;
+mod asks;
 mod blocks;
 mod direct;
 mod enforce;
@@ -50,6 +51,7 @@ use tollgate_rules::{Action, Plan, Rules};
 use tollgate_store::{Check, Refund, Store, StoreError};
 
 pub use admission::{Admission, Answer, Fields, Pending, Proceed};
+pub use asks::{Ask, Asked};
 pub use blocks::DEFAULT_MAX_BLOCKS;
 pub use direct::EngineError;
 pub use metrics::{Frontend, Metrics, Outcome, Source};

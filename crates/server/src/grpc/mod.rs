@@ -19,6 +19,7 @@ use std::sync::RwLock;
 use std::time::Duration;
 
 use tollgate_core::Decision;
+use tollgate_engine::{Ask, Engine, Frontend};
 use tollgate_envoy::{Config, Matched, RateLimit, Tuning, Unit};
 use tollgate_rls::RateLimitServiceServer;
 use tollgate_rls::envoy::config::core::v3::HeaderValue;
@@ -164,10 +165,9 @@ impl tollgate_rls::RateLimitService for RateLimitService {
             .zip(&matched)
             .map(|(descriptor, matched)| plan(matched.as_ref(), descriptor.hits_addend.unwrap_or(request_cost)))
             .collect();
-        // Envoy's service decides on the store itself, not through the engine's rules; timed by
-        // the engine all the same (`frontend="grpc"`).
-        let decision = decide(self.app.grpc_store.as_ref(), &plans, &self.app.envoy_metrics);
-        let decided = self.app.engine.timed(tollgate_engine::Frontend::Grpc, decision).await;
+        // Decided by the engine (all or nothing, shadow mode, timing) on the gRPC service's own
+        // store handle (its shorter timeout).
+        let decided = decide(&self.app.engine, self.app.grpc_store.as_ref(), &plans, &self.app.envoy_metrics).await;
         let mut response = decided.map_err(|e| match e {
             StoreError::Limit(e) => Status::invalid_argument(e.to_string()),
             e if e.is_backend() => Status::unavailable(e.to_string()),
@@ -201,23 +201,26 @@ fn plan<'a>(matched: Option<&'a Matched<'a>>, cost: u64) -> Plan<'a> {
     }
 }
 
-/// Decides the plans: the enforced checks all or nothing in one store call; shadow-mode checks
-/// each on its own, counted only when the request is admitted; peeks (cost 0) for the statuses of
-/// what a refused request did not consume.
-async fn decide<S: Store>(store: &S, plans: &[Plan<'_>], metrics: &Metrics) -> Result<RateLimitResponse, StoreError> {
-    let blocked = plans.iter().any(|p| matches!(p, Plan::Blocked { shadow: false, .. }));
-    let enforced: Vec<Check<'_>> = plans
+/// The response to the plans, decided by the engine ([`tollgate_engine::Ask`]: the enforced checks
+/// all or nothing, shadow-mode ones counted only when the request is admitted, peeks for the
+/// statuses of what a refused request did not consume), with Envoy's per-descriptor metrics.
+async fn decide<S: Store>(
+    engine: &Engine<Arc<crate::backend::Backend>>,
+    store: &S,
+    plans: &[Plan<'_>],
+    metrics: &Metrics,
+) -> Result<RateLimitResponse, StoreError> {
+    let refused = plans.iter().any(|p| matches!(p, Plan::Blocked { shadow: false, .. }));
+    let asks: Vec<Ask<'_>> = plans
         .iter()
         .filter_map(|p| match p {
-            Plan::Checked { check, shadow: false, .. } => {
-                Some(if blocked { Check { cost: 0, ..*check } } else { *check })
-            }
+            Plan::Checked { check, shadow, .. } => Some(Ask { check: *check, shadow: *shadow }),
             _ => None,
         })
         .collect();
-    let decisions = if enforced.is_empty() { Vec::new() } else { store.check_all(&enforced).await? };
-    let admitted = !blocked && decisions.iter().all(|d| d.allowed);
-    let mut decisions = decisions.into_iter();
+    let asked = engine.admit_asks(Frontend::Grpc, store, &asks, refused).await?;
+    let admitted = asked.admitted;
+    let mut decisions = asked.decisions.into_iter();
     let mut statuses = Vec::with_capacity(plans.len());
     for plan in plans {
         statuses.push(match plan {
@@ -227,30 +230,18 @@ async fn decide<S: Store>(store: &S, plans: &[Plan<'_>], metrics: &Metrics) -> R
                 metrics.record(metric, *hits, if *shadow { Outcome::Shadow } else { Outcome::Over });
                 status(if *shadow { Code::Ok } else { Code::OverLimit }, Some(shown), None)
             }
-            Plan::Checked { check, shown, shadow: false, metric } => {
-                // A descriptor the request was refused by is over; the others report their state
-                // as a peek would (they consumed nothing).
+            Plan::Checked { check, shown, shadow, metric } => {
                 let decision = decisions.next().ok_or(StoreError::NoChecks)?;
                 let outcome = match (decision.allowed, admitted) {
+                    (false, _) if *shadow => Outcome::Shadow,
                     (false, _) => Outcome::Over,
                     (true, true) => Outcome::Within { remaining: decision.remaining, capacity: decision.limit },
                     (true, false) => Outcome::NotCounted,
                 };
                 metrics.record(metric, check.cost, outcome);
-                let code = if decision.allowed { Code::Ok } else { Code::OverLimit };
-                status(code, Some(shown), Some(&decision))
-            }
-            Plan::Checked { check, shown, shadow: true, metric } => {
-                let counted = if admitted { *check } else { Check { cost: 0, ..*check } };
-                let decision = store.check_one(counted).await?;
-                let outcome = match (decision.allowed, admitted) {
-                    (false, _) => Outcome::Shadow,
-                    (true, true) => Outcome::Within { remaining: decision.remaining, capacity: decision.limit },
-                    (true, false) => Outcome::NotCounted,
-                };
-                metrics.record(metric, check.cost, outcome);
                 // Shadow mode never refuses: over or not, the descriptor is OK.
-                status(Code::Ok, Some(shown), Some(&decision))
+                let code = if decision.allowed || *shadow { Code::Ok } else { Code::OverLimit };
+                status(code, Some(shown), Some(&decision))
             }
         });
     }
