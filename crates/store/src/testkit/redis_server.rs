@@ -73,6 +73,22 @@ impl RedisServer {
         std::fs::create_dir_all(&dir).expect("a temporary directory");
         let cluster_port = if config.cluster_node_timeout_ms.is_some() { free_port() } else { 0 };
         let mut server = RedisServer { port, cluster_port, dir, config, child: None };
+        // A free port is released before the server binds it: another process (a client's
+        // outgoing connection, another test's server) can take it meanwhile, and the server
+        // exits. Then it starts again on fresh ports (its configuration file is rewritten).
+        for _ in 0..4 {
+            if server.try_spawn() {
+                return server;
+            }
+            server.port = free_port();
+            if server.cluster_port != 0 {
+                server.cluster_port = free_port();
+            }
+            // Nothing of the failed start is kept (a Sentinel's file is otherwise not rewritten).
+            for file in ["sentinel.conf", "nodes.conf"] {
+                let _ = std::fs::remove_file(server.dir.join(file));
+            }
+        }
         server.spawn();
         server
     }
@@ -120,7 +136,8 @@ impl RedisServer {
         lines.join("\n") + "\n"
     }
 
-    fn spawn(&mut self) {
+    /// Starts the process and waits for its PING: false if it exited first.
+    fn try_spawn(&mut self) -> bool {
         let file = self.dir.join(if self.config.sentinel { "sentinel.conf" } else { "redis.conf" });
         // A Sentinel rewrites its file (what it learned): keep it across restarts.
         if !(self.config.sentinel && file.exists()) {
@@ -139,9 +156,22 @@ impl RedisServer {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         while self.cli(&["PING"]).trim() != "PONG" {
+            if let Some(child) = self.child.as_mut()
+                && child.try_wait().is_ok_and(|status| status.is_some())
+            {
+                // It exited: most likely one of its ports was taken (see `start_with`).
+                self.child = None;
+                return false;
+            }
             assert!(Instant::now() < deadline, "redis-server on port {} did not answer PING", self.port);
             std::thread::sleep(Duration::from_millis(20));
         }
+        true
+    }
+
+    /// Starts the process; panics if it does not answer.
+    fn spawn(&mut self) {
+        assert!(self.try_spawn(), "redis-server on port {} exited at start (a port taken?)", self.port);
     }
 
     /// The port it listens on (its TLS port with TLS).
