@@ -116,6 +116,14 @@ impl Pending {
         self.reservations.push(reservation);
     }
 
+    /// Adds `other`'s reservations (made under the same rules).
+    pub(crate) fn take(&mut self, other: Pending) {
+        if let Some(policy) = other.policy {
+            self.policy.get_or_insert(policy);
+        }
+        self.reservations.extend(other.reservations);
+    }
+
     /// Whether there is nothing to settle.
     #[must_use]
     pub fn is_empty(&self) -> bool {

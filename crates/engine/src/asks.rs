@@ -1,9 +1,11 @@
 //! Checks a front end builds itself rather than from the rules: Envoy's descriptors, matched to
-//! limits by `tollgate-envoy`. The engine decides them as it decides a request's rules, all or
-//! nothing, timed as the front end's decisions: the enforced checks in one store call; the shadow
-//! ones (Envoy's `shadow_mode`: reported, never refusing) each on its own, counted only when the
-//! request was admitted; and when the request is refused, the checks that did not refuse it
-//! report their state as a peek would (they consumed nothing).
+//! limits by `tollgate-envoy`. The engine decides them in the order it decides a request's rules
+//! ([`enforce`](crate::enforce)), timed as the front end's decisions, store errors counted in its
+//! metrics: the enforced checks all or nothing, in one store call; then the shadow ones (Envoy's
+//! `shadow_mode`, the rules' `dry-run`: reported, never refusing) each on its own, counted only
+//! when the request was admitted. Unlike a rule, a descriptor's status is reported for every
+//! check: when the request is refused, those that did not refuse it report their state as a
+//! peek would (they consumed nothing).
 
 use tollgate_core::Decision;
 use tollgate_store::{Check, Store, StoreError};
@@ -41,7 +43,7 @@ impl<S: Store> Engine<S> {
         asks: &[Ask<'_>],
         refused: bool,
     ) -> Result<Asked, StoreError> {
-        self.timed(frontend, decide(store, asks, refused)).await
+        self.timed(frontend, async { self.counted(decide(store, asks, refused).await) }).await
     }
 }
 

@@ -1,5 +1,9 @@
 //! The enforced rules of a request, all or nothing: one reservation for all of them, and the
-//! action of the first one over its limit.
+//! action of the first one over its limit. Then the rules on trial (`dry-run`), each on its own
+//! and never refusing, counted only when the request was charged (admitted or quarantined): what
+//! they would count enforced, as a request another rule refuses consumes nothing anywhere. This
+//! is the order of every all-or-nothing decision of the engine; Envoy's descriptors follow it
+//! too, their `shadow_mode` being the rules' `dry-run` ([`asks`](crate::asks)).
 //!
 //! A `route` rule does not end the request, it sends it elsewhere: so a rule that rejects (or
 //! shadow-bans) wins over it, and a quarantined request is still charged to every other rule (a
@@ -23,8 +27,9 @@ use crate::mitigation::{Rates, Route, Routes, rate};
 use crate::{Applies, Engine, Policy};
 
 impl<S: Store> Engine<S> {
-    /// Checks the dry-run rules of `plan` on their own (never blocking; `flagged` ones were
-    /// logged already) and enforces the others, but those in `routes`, all or nothing.
+    /// Enforces the rules of `plan`, but those in `routes`, all or nothing; then checks its
+    /// dry-run rules (never blocking; `flagged` ones were logged already) if the request was
+    /// charged (see the module docs).
     pub(crate) async fn enforce_plan(
         &self,
         policy: &Arc<Policy>,
@@ -33,42 +38,54 @@ impl<S: Store> Engine<S> {
         flagged: &[usize],
         routes: Routes,
     ) -> Admission {
-        let mut pending = Pending::default();
         let mut enforced: SmallVec<[Applies<'_>; 4]> = SmallVec::new();
-        // What the first dry-run rule would have said (never blocking: admitted), for a caller
-        // naming that rule (see `check_named`); the RateLimit fields stay the enforced rules'.
-        let mut dry: Option<(usize, Decision)> = None;
+        let mut trials: SmallVec<[(usize, Applies<'_>); 2]> = SmallVec::new();
         for (i, (rule, key, cost)) in plan.iter().enumerate() {
             let applies = Applies { rule, key, cost, rate: rate(rates, i) };
             if policy.rules.rules[rule].action == Action::DryRun {
-                let said = self.check_dry_run(policy, applies, &mut pending, flagged.contains(&i)).await;
-                dry = dry.or(said.map(|(rule, decision)| (rule, Decision { allowed: true, ..decision })));
+                trials.push((i, applies));
             } else if !routes.iter().any(|r| r.rule == rule) {
                 enforced.push(applies);
             }
         }
-        let admission = self.enforce(policy, enforced, pending, routes).await;
+        let (admission, charged) = self.enforce(policy, enforced, routes).await;
+        if !charged || trials.is_empty() {
+            return admission;
+        }
+        let mut pending = Pending::default();
+        // What the first dry-run rule would have said (never blocking: admitted), for a caller
+        // naming that rule (see `check_named`); the RateLimit fields stay the enforced rules'.
+        let mut dry: Option<(usize, Decision)> = None;
+        for (i, applies) in trials {
+            let said = self.check_dry_run(policy, applies, &mut pending, flagged.contains(&i)).await;
+            dry = dry.or(said.map(|(rule, decision)| (rule, Decision { allowed: true, ..decision })));
+        }
         match admission {
-            Admission::Proceed(proceed) => Admission::Proceed(Proceed { dry_run: dry.map(Box::new), ..proceed }),
-            admission => admission,
+            Admission::Proceed(mut proceed) => {
+                proceed.pending.take(pending);
+                Admission::Proceed(Proceed { dry_run: dry.map(Box::new), ..proceed })
+            }
+            // Quarantined: its reservations stay counted, as the enforced rules' do.
+            answer => answer,
         }
     }
 
     /// Reserves `enforced` all or nothing (see the module docs); `routes` already send the
-    /// request to a quarantine, and `pending` holds the dry-run rules' reservations.
+    /// request to a quarantine. Whether the request was charged (admitted or quarantined).
     async fn enforce(
         &self,
         policy: &Arc<Policy>,
         mut enforced: SmallVec<[Applies<'_>; 4]>,
-        mut pending: Pending,
         mut routes: Routes,
-    ) -> Admission {
+    ) -> (Admission, bool) {
+        let mut pending = Pending::default();
         loop {
             if enforced.is_empty() {
-                return match routes.first() {
+                let admission = match routes.first() {
                     Some(route) => Admission::Answer(self.mitigate(policy, route.rule, route.decision, route.rate)),
-                    None => Admission::Proceed(Proceed { pending, ..Proceed::free() }),
+                    None => Admission::Proceed(Proceed::free()),
                 };
+                return (admission, true);
             }
             let checks: SmallVec<[Check<'_>; 4]> = enforced
                 .iter()
@@ -76,7 +93,7 @@ impl<S: Store> Engine<S> {
                 .collect();
             let reserved = match self.counted(self.store.reserve(&checks).await) {
                 Ok(reserved) => reserved,
-                Err(error) => return self.store_failed(policy, &enforced, &error, pending),
+                Err(error) => return (self.store_failed(policy, &enforced, &error, pending), false),
             };
             let decisions = &reserved.decisions;
             let over = |i: &usize| !decisions[*i].allowed;
@@ -85,9 +102,7 @@ impl<S: Store> Engine<S> {
             if let Some(i) = (0..enforced.len()).filter(over).find(|&i| !self.routes_for(policy, enforced[i].rule)) {
                 let (applies, decision) = (enforced[i], decisions[i]);
                 self.over(policy, applies.rule, applies.key, decision.retry_after_ns);
-                // Reservations of dry-run rules made above are settled now.
-                self.settle(pending, None).await;
-                return Admission::Answer(self.mitigate(policy, applies.rule, decision, applies.rate));
+                return (Admission::Answer(self.mitigate(policy, applies.rule, decision, applies.rate)), false);
             }
             if decisions.iter().any(|d| !d.allowed) {
                 // Only route rules are over: set them aside, and charge the others again.
@@ -129,17 +144,11 @@ impl<S: Store> Engine<S> {
                 }
             }
             if let Some(route) = routes.first() {
-                // Dropped unsettled: the dry-run rules' reservations stay counted too.
-                drop(pending);
-                return Admission::Answer(self.mitigate(policy, route.rule, route.decision, route.rate));
+                return (Admission::Answer(self.mitigate(policy, route.rule, route.decision, route.rate)), true);
             }
             let tightest = enforced.iter().zip(decisions).min_by_key(|(_, d)| d.remaining).map(|(a, d)| (a.rule, *d));
-            return Admission::Proceed(Proceed {
-                delay: Duration::from_nanos(delay),
-                tightest,
-                pending,
-                dry_run: None,
-            });
+            let proceed = Proceed { delay: Duration::from_nanos(delay), tightest, pending, dry_run: None };
+            return (Admission::Proceed(proceed), true);
         }
     }
 }

@@ -45,3 +45,18 @@ async fn asks_are_all_or_nothing_and_shadow_ones_count_only_admitted_requests() 
     assert!(!asked.admitted && asked.decisions[0].allowed);
     assert_eq!(remaining(b"b", &five), 3);
 }
+
+/// A store error on a front end's asks is the engine's to count, as for a rule (before, Envoy's
+/// decisions failed without a trace in `tollgate_store_errors_total`).
+#[tokio::test]
+async fn a_store_error_on_asks_is_counted() {
+    let store = Arc::new(MemoryStore::new());
+    let mut registry = Registry::with_prefix("tollgate");
+    let engine = Engine::builder(store.clone(), Rules::default()).build(&mut registry);
+    let two = Limit::per_hour(2).build().unwrap();
+    let asks = [Ask { check: Check::new(b"a", &two, 3).scoped("envoy"), shadow: false }];
+    assert!(engine.admit_asks(Frontend::Grpc, &*store, &asks, false).await.is_err());
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    assert!(text.contains("tollgate_store_errors_total{kind=\"request\"} 1\n"), "{text}");
+}

@@ -157,3 +157,26 @@ async fn a_dry_run_over_its_rate_is_counted_once() {
     let top = setup.engine.top("trial", 1).unwrap();
     assert!(top[0].limited, "{top:?}");
 }
+
+const TRIAL_AND_PER_IP: &str = "[[rules]]\nname = \"trial\"\nlimit = \"10/1m\"\nkey = [\"global\"]\n\
+     [rules.mitigation]\naction = \"dry-run\"\n\
+     [[rules]]\nname = \"per-ip\"\nlimit = \"2/1m\"\nalgorithm = \"fixed-window\"\nkey = [\"client_ip\"]\n";
+
+/// A dry-run rule counts what it would count enforced: a request another rule refuses consumes
+/// nothing anywhere (all or nothing), so it consumes nothing of the rule on trial either. Before,
+/// the dry-run rule was charged before the enforced ones and kept the charge of refused
+/// requests, reading "would limit" for traffic that enforcement would never have let reach it.
+/// Envoy's `shadow_mode` counts the same way (`asks.rs`).
+#[tokio::test]
+async fn a_dry_run_rule_counts_only_what_the_enforced_rules_let_through() {
+    let setup = engine(TRIAL_AND_PER_IP, true);
+    for _ in 0..2 {
+        assert_eq!(setup.outcome("192.0.2.1").await, "proceed");
+    }
+    for _ in 0..5 {
+        assert_eq!(setup.outcome("192.0.2.1").await, "429:per-ip");
+    }
+    assert_eq!(setup.remaining("trial", "").await, 8, "only the two admitted requests count");
+    let metrics = setup.metrics();
+    assert!(metrics.contains("rule=\"trial\",outcome=\"allowed\"} 2\n"), "{metrics}");
+}
