@@ -1,6 +1,6 @@
 //! The Redis store against the raw ceiling of the same script, measured in the same run:
 //! decisions/s at concurrency 64 for every algorithm, on one hot key and over 100,000 keys, next
-//! to `redis-benchmark` running `EVALSHA` of the same script (no pipelining, and `-P 16`), and the
+//! to `redis-benchmark` running `FCALL` of the same script (no pipelining, and `-P 16`), and the
 //! Redis calls per decision counted from `INFO commandstats`.
 //!
 //! `cargo bench -p tollgate-store --bench redis` (starts its own redis-server; needs
@@ -10,6 +10,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Instant;
 
+use tollgate_store::redis::program;
 use tollgate_store::testkit::redis_server::RedisServer;
 use tollgate_store::{Algorithm, Limit, RedisOptions, RedisStore, Store};
 
@@ -25,8 +26,8 @@ fn limit(algorithm: Algorithm) -> Limit {
     builder.build().expect("valid")
 }
 
-/// `calls` of EVALSHA and EVAL since the last `CONFIG RESETSTAT`.
-fn script_calls(server: &RedisServer) -> (u64, u64) {
+/// `calls` of FCALL, EVALSHA and EVAL since the last `CONFIG RESETSTAT`.
+fn script_calls(server: &RedisServer) -> u64 {
     let stats = server.cli(&["info", "commandstats"]);
     let calls = |name: &str| {
         stats
@@ -37,7 +38,7 @@ fn script_calls(server: &RedisServer) -> (u64, u64) {
             .and_then(|v| v.parse().ok())
             .unwrap_or(0)
     };
-    (calls("evalsha"), calls("eval"))
+    calls("fcall") + calls("evalsha") + calls("eval")
 }
 
 /// tollgate: `TASKS` tasks sharing one multiplexed connection, `DECISIONS` checks in all.
@@ -61,8 +62,8 @@ async fn tollgate(store: Arc<RedisStore>, limit: &Limit, spread: bool) -> f64 {
     DECISIONS as f64 / started.elapsed().as_secs_f64()
 }
 
-/// redis-benchmark running EVALSHA of the same script with the same arguments.
-fn raw(server: &RedisServer, sha: &str, key: &str, limit: &Limit, spread: bool, pipeline: u32) -> f64 {
+/// redis-benchmark running FCALL of the same script with the same arguments.
+fn raw(server: &RedisServer, function: &str, key: &str, limit: &Limit, spread: bool, pipeline: u32) -> f64 {
     let mut command = Command::new("redis-benchmark");
     command.args(["-p", &server.port().to_string(), "-c", &TASKS.to_string(), "-n", &DECISIONS.to_string()]);
     command.args(["-P", &pipeline.to_string(), "--csv"]);
@@ -79,8 +80,10 @@ fn raw(server: &RedisServer, sha: &str, key: &str, limit: &Limit, spread: bool, 
         1,
     ]
     .map(|n| n.to_string());
-    // now from TIME, no TTL margin, one check, no charges, no refunds (see decide.lua).
-    command.args(["EVALSHA", sha, "1", key, "", "", "0", "1", "0", "0", limit.algorithm().name()]).args(&numbers);
+    // The layout's version, now from TIME, no TTL margin, one check, no charges, no refunds (see
+    // the store's `program.rs`).
+    command.args(["FCALL", function, "1", key, program::VERSION, "", "", "0", "1", "0", "0", limit.algorithm().name()]);
+    command.args(&numbers);
     let output = command.output().expect("redis-benchmark runs (it comes with redis-server)");
     let text = String::from_utf8_lossy(&output.stdout);
     text.lines()
@@ -93,7 +96,9 @@ fn raw(server: &RedisServer, sha: &str, key: &str, limit: &Limit, spread: bool, 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let server = RedisServer::start();
-    let sha = server.cli(&["script", "load", include_str!("../src/redis/decide.lua")]).trim().to_string();
+    let (library, function) = program::library_source();
+    let loaded = server.cli(&["function", "load", &library]);
+    assert!(function.starts_with(loaded.trim()), "FUNCTION LOAD answered {loaded}");
     let store = Arc::new(RedisStore::open(&server.url(), RedisOptions::default()).expect("store"));
     println!("decisions/s at concurrency {TASKS}, {DECISIONS} decisions per run, server time");
     println!(
@@ -105,14 +110,14 @@ async fn main() {
         for spread in [false, true] {
             let _ = server.cli(&["config", "resetstat"]);
             let ours = tollgate(store.clone(), &limit, spread).await;
-            let (evalsha, eval) = script_calls(&server);
+            let calls = script_calls(&server);
             let key = if spread {
                 format!("raw:{}:{{__rand_int__}}", algorithm.name())
             } else {
                 format!("raw:{}:{{hot}}", algorithm.name())
             };
-            let p1 = raw(&server, &sha, &key, &limit, spread, 1);
-            let p16 = raw(&server, &sha, &key, &limit, spread, 16);
+            let p1 = raw(&server, &function, &key, &limit, spread, 1);
+            let p16 = raw(&server, &function, &key, &limit, spread, 16);
             println!(
                 "{:<16}{:>10}{:>12.0}{:>12.0}{:>12.0}{:>8.2}x{:>8.2}x{:>14.3}",
                 algorithm.name(),
@@ -122,7 +127,7 @@ async fn main() {
                 p16,
                 ours / p1,
                 ours / p16,
-                (evalsha + eval) as f64 / DECISIONS as f64,
+                calls as f64 / DECISIONS as f64,
             );
         }
     }

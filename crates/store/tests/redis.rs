@@ -278,6 +278,17 @@ async fn a_key_holding_something_else_fails_alone() {
     assert_eq!(server.cli(&["llen", &name(b"oldlog", &log)]).trim(), "1");
     assert!(store.check(b"fine", &gcra, 1).await.unwrap().allowed);
     assert!(store.check(b"fine", &window, 1).await.unwrap().allowed);
+
+    // A call of another layout than the script's fails as such, in both of the script's forms.
+    let (_, function) = tollgate_store::redis::program::library_source();
+    let (eval, _) = tollgate_store::redis::program::eval_source();
+    let call =
+        ["1", "k", "2", "", "", "0", "1", "0", "0", "gcra", "5", "1000000000", "5", "1", "200000000", "800000000", "1"];
+    for reply in
+        [server.cli(&[&["FCALL", &function][..], &call].concat()), server.cli(&[&["EVAL", &eval][..], &call].concat())]
+    {
+        assert!(reply.contains("TOLLGATE_VERSION the script reads layout 3, the call is 2"), "{reply}");
+    }
 }
 
 #[tokio::test]

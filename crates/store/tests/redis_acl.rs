@@ -67,6 +67,12 @@ async fn every_path(store: &RedisStore, flush_scripts: impl Fn()) {
     assert_eq!(store.diagnose().await, None);
 }
 
+/// The server loses the script in both forms (a restart, a flush): tollgate loads it again.
+fn flush(server: &RedisServer) {
+    assert_eq!(server.cli(&["SCRIPT", "FLUSH"]).trim(), "OK");
+    assert_eq!(server.cli(&["FUNCTION", "FLUSH"]).trim(), "OK");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_readme_acl_is_enough_and_nothing_more_is_used() {
     let server = Arc::new(RedisServer::start_with(ServerConfig {
@@ -76,9 +82,26 @@ async fn the_readme_acl_is_enough_and_nothing_more_is_used() {
     let url = format!("redis://tollgate:{PASSWORD}@127.0.0.1:{}", server.port());
     let store = RedisStore::open(&url, options()).unwrap();
     let s = server.clone();
-    every_path(&store, move || assert_eq!(s.cli(&["SCRIPT", "FLUSH"]).trim(), "OK")).await;
+    every_path(&store, move || flush(&s)).await;
     let log = server.cli(&["ACL", "LOG"]);
     assert!(log.trim().is_empty(), "the README's ACL refused something: {log}");
+
+    // Without functions (`+evalsha +script|load` in their place, as the README says for a server
+    // before Redis 7): every path runs by EVALSHA, after one refused FCALL.
+    let eval_only = readme_acl("evalonly", PASSWORD).replace("+fcall +function|load", "+evalsha +script|load");
+    assert_eq!(
+        server
+            .cli(&[&["ACL", "SETUSER"][..], &eval_only.split_whitespace().skip(1).collect::<Vec<_>>()].concat())
+            .trim(),
+        "OK"
+    );
+    let eval_url = format!("redis://evalonly:{PASSWORD}@127.0.0.1:{}", server.port());
+    let store = RedisStore::open(&eval_url, options()).unwrap();
+    let s = server.clone();
+    every_path(&store, move || flush(&s)).await;
+    let log = server.cli(&["ACL", "LOG"]);
+    assert!(log.contains("fcall") && !log.contains("evalsha"), "{log}");
+    assert_eq!(server.cli(&["ACL", "LOG", "RESET"]).trim(), "OK");
 
     // Outside the pattern, and a wrong password: refused, said so.
     let outside = RedisStore::open(&url, RedisOptions { prefix: "other".into(), ..options() }).unwrap();
@@ -108,7 +131,7 @@ async fn the_readme_acl_is_enough_and_nothing_more_is_used() {
         let url = format!("redis://spare:{PASSWORD}@127.0.0.1:{}", server.port());
         let store = RedisStore::open(&url, options()).unwrap();
         let s = server.clone();
-        let _ = tokio::spawn(async move { every_path(&store, move || drop(s.cli(&["SCRIPT", "FLUSH"]))).await }).await;
+        let _ = tokio::spawn(async move { every_path(&store, move || flush(&s)).await }).await;
         let log = server.cli(&["ACL", "LOG"]);
         assert!(log.contains("spare"), "without {token} every path still runs: the README's ACL has a spare command");
     }
@@ -121,8 +144,10 @@ async fn the_readme_acl_is_enough_and_nothing_more_is_used() {
     let flush = move || {
         for address in &nodes {
             let (_, port) = address.split_once(':').unwrap();
-            let out = std::process::Command::new("redis-cli").args(["-p", port, "SCRIPT", "FLUSH"]).output().unwrap();
-            assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "OK");
+            for flush in [&["SCRIPT", "FLUSH"][..], &["FUNCTION", "FLUSH"]] {
+                let out = std::process::Command::new("redis-cli").args(["-p", port]).args(flush).output().unwrap();
+                assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "OK");
+            }
         }
     };
     every_path(&store, flush).await;

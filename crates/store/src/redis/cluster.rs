@@ -25,7 +25,8 @@ use std::time::Duration;
 use redis::{Cmd, ErrorKind, RedisError, RedisResult, Value};
 
 use super::follow::{Nodes, Refresh, in_background};
-use super::node::{self, Node, Redirect, Script, Settings};
+use super::node::{self, Node, Redirect, Settings};
+use super::program::Script;
 use super::target::Address;
 
 /// Slots in a Redis Cluster.

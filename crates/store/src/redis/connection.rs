@@ -10,7 +10,8 @@ use redis::{Cmd, RedisError, Value};
 
 use super::cluster::Cluster;
 use super::keys;
-use super::node::{Node, Script, Settings};
+use super::node::{Node, Settings};
+use super::program::Script;
 use super::sentinel::Sentinel;
 use super::target::{RedisTarget, Topology};
 use crate::StoreError;

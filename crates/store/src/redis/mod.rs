@@ -29,6 +29,7 @@ mod follow;
 mod keys;
 mod lease;
 mod node;
+pub mod program;
 mod reply;
 mod sentinel;
 pub mod target;
@@ -42,7 +43,7 @@ use crate::remote::{Charge, Domain, Remote, Reply};
 use crate::{Check, Refund, Reserved, Store, StoreError};
 use connection::Connection;
 pub use keys::slot as hash_slot;
-use node::Script;
+use program::*;
 use reply::{check_prefix, parse_reply, script_error};
 pub use target::{Address, RedisTarget, TlsConfig, Topology};
 
@@ -160,12 +161,7 @@ impl RedisStore {
     }
 
     fn with(connection: Connection, options: RedisOptions) -> Self {
-        RedisStore {
-            connection,
-            options,
-            script: Arc::new(Script::new(include_str!("decide.lua"))),
-            script_calls: Arc::default(),
-        }
+        RedisStore { connection, options, script: Arc::new(Script::new()), script_calls: Arc::default() }
     }
 
     /// How many script calls (`EVALSHA`) this store and its clones have sent: the Redis calls
@@ -244,60 +240,56 @@ impl RedisStore {
                 return Err(StoreError::CrossSlot);
             }
         }
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(&self.script.sha1).arg(keys.len());
-        for key in &keys {
-            cmd.arg(key.as_slice());
-        }
+        let mut call = Call::new(&self.script, &keys);
         match &self.options.time {
-            TimeSource::Server => cmd.arg("").arg(""),
+            TimeSource::Server => call.put(ARG_VERSION, VERSION).put(ARG_NOW_SEC, "").put(ARG_NOW_NSEC, ""),
             TimeSource::Clock(clock) => {
                 let now = clock.now_ns();
-                cmd.arg(now / 1_000_000_000).arg(now % 1_000_000_000)
+                call.put(ARG_VERSION, VERSION)
+                    .put(ARG_NOW_SEC, now / 1_000_000_000)
+                    .put(ARG_NOW_NSEC, now % 1_000_000_000)
             }
         };
         let margin_ms = match self.options.time {
             TimeSource::Server => 0,
             TimeSource::Clock(_) => u64::try_from(self.options.clock_skew_margin.as_millis()).unwrap_or(u64::MAX),
         };
-        cmd.arg(margin_ms).arg(checks.len()).arg(charges.len()).arg(refunds.len());
-        let limit_args = |cmd: &mut redis::Cmd, limit: &Limit, cost: u64| {
-            cmd.arg(limit.algorithm().name())
-                .arg(limit.count())
-                .arg(limit.period_ns())
-                .arg(limit.burst())
-                .arg(limit.slices())
-                .arg(limit.emission_interval_ns())
-                .arg(limit.tolerance_ns())
-                .arg(cost);
-        };
+        call.put(ARG_MARGIN, margin_ms)
+            .put(ARG_CHECKS, checks.len())
+            .put(ARG_CHARGES, charges.len())
+            .put(ARG_REFUNDS, refunds.len());
         for check in checks {
-            limit_args(&mut cmd, check.limit, check.cost);
+            call.part(CHECK_ARGS).limit(check.limit, check.cost);
         }
         for charge in charges {
-            limit_args(&mut cmd, charge.check.limit, charge.check.cost);
-            cmd.arg(charge.age_ns);
+            call.part(CHARGE_ARGS).limit(charge.check.limit, charge.check.cost).put(CHARGE_AGE, charge.age_ns);
             match charge.origin {
-                Some(origin) => cmd.arg(format!("{:016x}", origin.node)).arg(origin.seq),
-                None => cmd.arg("").arg(0),
+                Some(origin) => call.put(CHARGE_NODE, format!("{:016x}", origin.node)).put(CHARGE_SEQ, origin.seq),
+                None => call.put(CHARGE_NODE, "").put(CHARGE_SEQ, 0),
             };
             match charge.known_remaining {
-                Some(known) => cmd.arg(known),
-                None => cmd.arg(-1),
+                Some(known) => call.put(CHARGE_KNOWN, known),
+                None => call.put(CHARGE_KNOWN, -1),
             };
             match charge.seen {
-                Some(seen) => cmd.arg(seen.at).arg(seen.used).arg(seen.previous),
-                None => cmd.arg("").arg(0).arg(0),
+                Some(seen) => call
+                    .put(CHARGE_SEEN_AT, seen.at)
+                    .put(CHARGE_SEEN_USED, seen.used)
+                    .put(CHARGE_SEEN_PREVIOUS, seen.previous),
+                None => call.put(CHARGE_SEEN_AT, "").put(CHARGE_SEEN_USED, 0).put(CHARGE_SEEN_PREVIOUS, 0),
             };
-            cmd.arg(u8::from(charge.view));
+            call.put(CHARGE_VIEW, u8::from(charge.view));
         }
         for refund in refunds {
-            limit_args(&mut cmd, refund.check.limit, refund.check.cost);
-            cmd.arg(refund.at).arg(refund.decision.reset_after_ns);
+            call.part(REFUND_ARGS)
+                .limit(refund.check.limit, refund.check.cost)
+                .put(REFUND_AT, refund.at)
+                .put(REFUND_RESET, refund.decision.reset_after_ns);
         }
         if let Some(lease) = lease {
-            cmd.arg(lease.lessee).arg(lease.lifetime_ms);
+            call.part(LEASE_ARGS).put(LEASE_LESSEE, lease.lessee).put(LEASE_LIFETIME, lease.lifetime_ms);
         }
+        let cmd = call.into_cmd();
         self.script_calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let call = self.connection.run(&keys[0], &cmd, Some(&self.script));
         let reply = tokio::time::timeout(self.options.timeout, call)
@@ -309,7 +301,7 @@ impl RedisStore {
         match lease {
             None => Ok((parse_reply(&reply, checks.len())?, None)),
             Some(_) => {
-                let (reply, granted) = reply.split_at(reply.len().saturating_sub(2));
+                let (reply, granted) = reply.split_at(reply.len().saturating_sub(LEASE_REPLY));
                 let field = |v: i64| u64::try_from(v).map_err(|_| StoreError::Backend(format!("bad lease reply {v}")));
                 let granted = match granted {
                     [units, lessees] => (field(*units)?, field(*lessees)?),

@@ -1,14 +1,17 @@
 //! One Redis server: its connection (multiplexed, made on first use, remade after a failure, TLS
-//! and ACL user as the target says), the script call with `NOSCRIPT` handled and `ASKING` when a
+//! and ACL user as the target says), the script call (`FCALL`, the library loaded where it is
+//! missing; `EVALSHA` on a server without functions, `NOSCRIPT` handled) and `ASKING` when a
 //! migration asks for it, and its errors read: redirects, a demoted primary, and every failure to
 //! connect said in tollgate's words (which server, which name, which CA).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 
+use super::program::Script;
 use super::target::{Address, RedisTarget, TlsConfig};
 use crate::remote::Domain;
 
@@ -88,24 +91,14 @@ pub(super) struct Node {
     pub(super) domain: Domain,
     connection: ConnectionManager,
     settings: Arc<Settings>,
+    /// The server has no Redis Functions, or its ACL user may not call or load them: the script
+    /// goes by `EVALSHA`.
+    eval_only: AtomicBool,
 }
 
 impl std::fmt::Debug for Node {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Node({})", self.address)
-    }
-}
-
-/// A script to run by its SHA1, loaded on a server that lacks it.
-#[derive(Debug)]
-pub(super) struct Script {
-    pub(super) source: &'static str,
-    pub(super) sha1: String,
-}
-
-impl Script {
-    pub(super) fn new(source: &'static str) -> Self {
-        Script { source, sha1: redis::Script::new(source).get_hash().to_string() }
     }
 }
 
@@ -123,20 +116,47 @@ impl Node {
             .set_max_delay(Duration::from_millis(100));
         let connection = ConnectionManager::new_lazy_with_config(client, config)?;
         let domain = Domain::from(address.to_string());
-        Ok(Arc::new(Node { address, domain, connection, settings }))
+        Ok(Arc::new(Node { address, domain, connection, settings, eval_only: AtomicBool::new(false) }))
     }
 
-    /// Sends `cmd` (after `ASKING` when `asking`: a slot being imported); with `script`, a
-    /// `NOSCRIPT` reply loads it and sends `cmd` again.
+    /// Sends `cmd` (after `ASKING` when `asking`: a slot being imported). With `script`, `cmd` is
+    /// its `FCALL`: the library is loaded where it is missing and `cmd` sent again; on a server
+    /// without functions (or whose ACL user may not use them) it goes as `EVALSHA` from then on,
+    /// the script loaded after `NOSCRIPT`.
     pub(super) async fn run(&self, cmd: &Cmd, script: Option<&Script>, asking: bool) -> RedisResult<Value> {
         let mut connection = self.connection.clone();
-        let reply = send(&mut connection, cmd, asking).await;
-        match (reply, script) {
-            (Err(e), Some(script)) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                redis::cmd("SCRIPT").arg("LOAD").arg(script.source).query_async::<()>(&mut connection).await?;
-                send(&mut connection, cmd, asking).await
+        let Some(script) = script else { return send(&mut connection, cmd, asking).await };
+        if !self.eval_only.load(Ordering::Relaxed) {
+            let error = match send(&mut connection, cmd, asking).await {
+                Err(e) if is_function_missing(&e) => {
+                    let mut load = redis::cmd("FUNCTION");
+                    load.arg("LOAD").arg(&script.library);
+                    match load.query_async::<()>(&mut connection).await {
+                        Err(e) if !is_library_present(&e) => e,
+                        _ => return send(&mut connection, cmd, asking).await,
+                    }
+                }
+                Err(e) => e,
+                reply => return reply,
+            };
+            if !are_functions_unavailable(&error) {
+                return Err(error);
             }
-            (reply, _) => reply,
+            tracing::warn!(
+                server = %self.address,
+                %error,
+                "no Redis Functions on this server (or the ACL user may not call or load them): decisions go by \
+                 EVALSHA, which costs Redis more per call"
+            );
+            self.eval_only.store(true, Ordering::Relaxed);
+        }
+        let eval = script.evalsha(cmd);
+        match send(&mut connection, &eval, asking).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                redis::cmd("SCRIPT").arg("LOAD").arg(&script.eval).query_async::<()>(&mut connection).await?;
+                send(&mut connection, &eval, asking).await
+            }
+            reply => reply,
         }
     }
 
@@ -185,6 +205,24 @@ async fn send(connection: &mut ConnectionManager, cmd: &Cmd, asking: bool) -> Re
     pipe.cmd("ASKING").add_command(cmd.clone());
     let mut replies = connection.req_packed_commands(&pipe, 1, 1).await?;
     replies.pop().ok_or_else(|| RedisError::from((ErrorKind::Parse, "no reply after ASKING")))?.extract_error()
+}
+
+/// Whether `error` says the server lacks the script's function (a new server, `FUNCTION FLUSH`).
+fn is_function_missing(error: &RedisError) -> bool {
+    error.to_string().contains("Function not found")
+}
+
+/// Whether `error` (to `FUNCTION LOAD`) says the library is there already (loaded meanwhile).
+fn is_library_present(error: &RedisError) -> bool {
+    error.to_string().contains("already exists")
+}
+
+/// Whether `error` says functions cannot be used on this server: too old for them (before Redis
+/// 7), or the ACL user may not call or load them.
+fn are_functions_unavailable(error: &RedisError) -> bool {
+    let text = error.to_string().to_ascii_lowercase();
+    text.contains("unknown command")
+        || (text.contains("noperm") && (text.contains("'fcall'") || text.contains("'function")))
 }
 
 /// Where a `MOVED` or `ASK` reply sends a slot.

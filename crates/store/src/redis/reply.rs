@@ -4,6 +4,7 @@
 use tollgate_core::{Decision, Snapshot};
 
 use super::connection::Failure;
+use super::program::{REPLY_CHECK, REPLY_NOW};
 use crate::StoreError;
 use crate::remote::Reply;
 
@@ -33,19 +34,20 @@ pub(super) fn script_error(failure: &Failure, keys: &[Vec<u8>]) -> StoreError {
     }
 }
 
-/// 7 values per check (the decision and the snapshot), then the server's seconds and nanoseconds.
+/// [`REPLY_CHECK`] values per check (the decision and the snapshot), then the server's seconds and
+/// nanoseconds ([`REPLY_NOW`]).
 pub(super) fn parse_reply(reply: &[i64], n: usize) -> Result<Reply, StoreError> {
-    if reply.len() != 7 * n + 2 {
+    if reply.len() != REPLY_CHECK * n + REPLY_NOW {
         return Err(StoreError::Backend(format!("the script answered {} values for {n} checks", reply.len())));
     }
     let field = |v: i64| u64::try_from(v).map_err(|_| StoreError::Backend(format!("negative value {v} in a reply")));
-    let now_ns = field(reply[7 * n])?
+    let now_ns = field(reply[REPLY_CHECK * n])?
         .checked_mul(1_000_000_000)
-        .and_then(|s| s.checked_add(field(reply[7 * n + 1]).ok()?))
+        .and_then(|s| s.checked_add(field(reply[REPLY_CHECK * n + 1]).ok()?))
         .ok_or_else(|| StoreError::Backend("the server's time is out of range".into()))?;
     let mut decisions = Vec::with_capacity(n);
     let mut snapshots = Vec::with_capacity(n);
-    for d in reply[..7 * n].chunks_exact(7) {
+    for d in reply[..REPLY_CHECK * n].chunks_exact(REPLY_CHECK) {
         decisions.push(Decision {
             allowed: d[0] == 1,
             limit: field(d[1])?,

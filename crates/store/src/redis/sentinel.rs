@@ -15,7 +15,8 @@ use std::sync::{Arc, RwLock};
 use redis::{Cmd, ErrorKind, RedisError, RedisResult, Value};
 
 use super::follow::{Nodes, Refresh, in_background};
-use super::node::{self, Node, Script, Settings};
+use super::node::{self, Node, Settings};
+use super::program::Script;
 use super::target::Address;
 
 /// Tries of one call across switches before it fails.

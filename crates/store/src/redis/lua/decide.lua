@@ -1,0 +1,238 @@
+-- The entry: one call applies refunds, records charges and decides checks, atomically.
+--
+-- KEYS: the state key of each check, then of each charge, then of each refund, then the marker
+--       key of each charge and of each refund (its state key's `applied` hash: sending node ->
+--       highest sequence applied; `refunded`: the instant of its latest refund; `reset` while a
+--       reset is recent), then with a lease the key counting its lessees.
+-- ARGV: a header (ARG_*: the layout's version, now as seconds and nanoseconds, both '' to use the
+--       server's TIME, the TTL margin in ms, how many checks, charges and refunds), then
+--       CHECK_ARGS per check (LIMIT_*: the limit, the cost), CHARGE_ARGS per charge (the same,
+--       then CHARGE_*: its age in ns, the sending node ('': none), its sequence, the key's
+--       remaining as the sender knows it, this charge included (-1: nothing known), the snapshot
+--       that follows from (its instant in decimal ns since the epoch, '': none; used; previous),
+--       and 1 if the remaining is a view, else 0), REFUND_ARGS per refund (the same 8, then
+--       REFUND_*: the admission's instant in decimal ns since the epoch, its reset_after_ns), and
+--       with a lease LEASE_ARGS (LEASE_*: the lessee's id, the lease's lifetime in ms).
+--
+-- Refunds (admissions withdrawn: a reservation that did not count) are applied first, each exactly
+-- where its admission was counted if the state still holds it (see tollgate-core's refund).
+-- Charges (admissions made elsewhere, e.g. by a node's fallback while Redis was unreachable) are
+-- recorded next, whatever the limit says, dated `age` ns before now, each at most once per node
+-- (one riding on several calls, or sent again after a lost reply, is skipped); then the key's
+-- remaining is lowered to what the sender knew (a no-op unless this server lost what the sender
+-- saw: the key expired early, restarted empty, promoted without the last writes), unless the key
+-- was reset or refunded since the sender's snapshot; a view only if the key's state at the
+-- snapshot's instant is behind it. Then the checks are decided in order; their states are
+-- written only if every check admitted (the charges are written anyway).
+-- Returns REPLY_CHECK integers per check: allowed (1/0), limit, remaining, retry_after_ns,
+-- reset_after_ns, and the key's snapshot after the call (used, previous; see tollgate-core's
+-- Snapshot), then the server's now as seconds and nanoseconds.
+-- A lease (hot keys, see the store's `lease` module) is one check whose cost is the most wanted:
+-- the check is admitted at min(cost, what is left), as an ordinary admission of that cost (or
+-- denied as a unit request when nothing is left), and two more integers follow the reply: the
+-- units granted and how many lessees asked within a lifetime.
+
+-- The call's version, now and margin; its limit at `b` (and cost). A malformed call fails before
+-- anything is written.
+local function begin(argv)
+  if argv[ARG_VERSION] ~= VERSION then
+    error({ err = 'TOLLGATE_VERSION the script reads layout ' .. VERSION .. ', the call is ' .. tostring(argv[ARG_VERSION]) })
+  end
+  if argv[ARG_NOW_SEC] == '' then
+    local t = redis.call('TIME')
+    S = tonumber(t[1]); N = tonumber(t[2]) * 1000
+  else
+    S = tonumber(argv[ARG_NOW_SEC]); N = tonumber(argv[ARG_NOW_NSEC])
+  end
+  MARGIN = tonumber(argv[ARG_MARGIN])
+end
+
+local function params(argv, b, key)
+  local p = {
+    alg = argv[b + LIMIT_ALGORITHM], count = tonumber(argv[b + LIMIT_COUNT]), period = tonumber(argv[b + LIMIT_PERIOD]),
+    burst = tonumber(argv[b + LIMIT_BURST]), slices = tonumber(argv[b + LIMIT_SLICES]),
+    T = tonumber(argv[b + LIMIT_EMISSION]), tol = tonumber(argv[b + LIMIT_TOLERANCE]), key = key,
+  }
+  if not ALGS[p.alg] then error({ err = 'TOLLGATE_ARGS unknown algorithm ' .. tostring(p.alg) }) end
+  return p, tonumber(argv[b + LIMIT_COST])
+end
+
+-- A refund that applied stamps the key's marker, for as long as a node's view of the key can
+-- matter (so that a view from before it is not given back: see the charges' views).
+local function stamp(marker, field, value, p)
+  local ms = math.ceil(math.max(p.tol, 2 * p.period) / 1000000) + 1000
+  redis.call('HSET', marker, field, value)
+  if redis.call('PTTL', marker) < ms then redis.call('PEXPIRE', marker, ms) end
+end
+
+-- The usual call, one check and nothing else: only what it needs (no tables of keys, charges or
+-- markers).
+local function decide_one(key, argv)
+  local p, cost = params(argv, HEADER_ARGS, key)
+  local A = ALGS[p.alg]
+  local st = A.load(key)
+  local d, new, idle = A.check(st, p, cost)
+  if new then st = new end
+  -- Read before anything is written (the log's view reads the list as it was).
+  local used, previous = A.snapshot(st, p)
+  if new then A.store(key, new, idle) end
+  return { d[1] and 1 or 0, d[2], d[3], d[4], d[5], used, previous, S, N }
+end
+
+local function decide(KEYS, ARGV)
+  begin(ARGV)
+  local checks, charges, refunds = tonumber(ARGV[ARG_CHECKS]), tonumber(ARGV[ARG_CHARGES]), tonumber(ARGV[ARG_REFUNDS])
+  local charges_at = HEADER_ARGS + checks * CHECK_ARGS
+  local refunds_at = charges_at + charges * CHARGE_ARGS
+  local lease_at = refunds_at + refunds * REFUND_ARGS
+  local leasing = #ARGV > lease_at
+  if checks == 1 and charges == 0 and refunds == 0 and not leasing then return decide_one(KEYS[1], ARGV) end
+  -- The keys: KEYS[i] the i-th check's; then the charges', the refunds', their markers.
+  local charge_key, refund_key = checks, checks + charges
+  local charge_marker, refund_marker = checks + charges + refunds, checks + charges + refunds + charges
+
+  local loaded, state, idle, algs = {}, {}, {}, {}
+  local function current(key, p)
+    algs[key] = p.alg
+    if loaded[key] == nil then loaded[key] = ALGS[p.alg].load(key) or false end
+    if state[key] == nil then return loaded[key] or nil end
+    return state[key]
+  end
+
+  -- 0. Refunds, each read and written in turn (a refund never needs to meet a check of its call).
+  for k = 1, refunds do
+    local b = refunds_at + (k - 1) * REFUND_ARGS
+    local key = KEYS[refund_key + k]
+    local p, cost = params(ARGV, b, key)
+    local at, reset = rel(key, ARGV[b + REFUND_AT]), tonumber(ARGV[b + REFUND_RESET])
+    local A = ALGS[p.alg]
+    local applied = false
+    if cost > 0 then
+      if A.refund_in_place then
+        applied = A.refund_in_place(key, p, cost, at, reset)
+      else
+        local new, at_idle = A.refund(A.load(key), p, cost, at, reset)
+        if new then A.store(key, new, at_idle); applied = true end
+      end
+    end
+    if applied then stamp(KEYS[refund_marker + k], 'refunded', abs(0), p) end
+  end
+
+  -- 1. Charges, recorded whatever the limit says, each once per node.
+  local marks, marked = {}, {}
+  for j = 1, charges do
+    local b = charges_at + (j - 1) * CHARGE_ARGS
+    local key = KEYS[charge_key + j]
+    local p, cost = params(ARGV, b, key)
+    local A = ALGS[p.alg]
+    local node, seq, fresh = ARGV[b + CHARGE_NODE], tonumber(ARGV[b + CHARGE_SEQ]), true
+    local marker = KEYS[charge_marker + j]
+    if node ~= '' then
+      local id = marker .. ' ' .. node
+      if marks[id] == nil then
+        marks[id] = tonumber(redis.call('HGET', marker, node) or '0') or 0
+        marked[#marked + 1] = { id = id, marker = marker, node = node, key = key, seq = marks[id] }
+      end
+      fresh = seq > marks[id]
+      if fresh then marks[id] = seq end
+    end
+    if fresh and cost > 0 then
+      local new, at_idle = A.charge(current(key, p), p, cost, -tonumber(ARGV[b + CHARGE_AGE]))
+      state[key], idle[key] = new, at_idle
+    end
+    local known = tonumber(ARGV[b + CHARGE_KNOWN])
+    if known and known >= 0 and ARGV[b + CHARGE_SEEN_AT] ~= '' then
+      -- Not over a reset or refund at or after the sender's snapshot (each stamps the marker with
+      -- its instant); a view only for a key this server lost (its state at the snapshot's instant
+      -- is behind it).
+      local at = rel(key, ARGV[b + CHARGE_SEEN_AT])
+      local stamps = redis.call('HMGET', marker, 'reset', 'refunded')
+      for i = 1, 2 do
+        if stamps[i] and rel(key, stamps[i]) >= at then known = -1 end
+      end
+      if known >= 0 and ARGV[b + CHARGE_VIEW] == '1' then
+        local used, previous = A.snapshot(current(key, p), p, at)
+        if used >= tonumber(ARGV[b + CHARGE_SEEN_USED]) and previous >= tonumber(ARGV[b + CHARGE_SEEN_PREVIOUS]) then
+          known = -1
+        end
+      end
+    end
+    if known and known >= 0 then
+      local left = A.check(current(key, p), p, 0)[3]
+      if left > known then state[key], idle[key] = A.charge(current(key, p), p, left - known, 0) end
+    end
+  end
+  local charged = {}
+  for k, v in pairs(state) do charged[k] = { v, idle[k] } end
+
+  -- A lease: its lessee and lifetime follow every other argument.
+  if leasing and checks ~= 1 then error({ err = 'TOLLGATE_ARGS a lease is one check' }) end
+  local granted = 0
+
+  -- 2. Checks, in order; a key checked twice sees its first check's pending state.
+  local ps, decisions = {}, {}
+  local all = true
+  for i = 1, checks do
+    local key = KEYS[i]
+    local p, cost = params(ARGV, HEADER_ARGS + (i - 1) * CHECK_ARGS, key)
+    if leasing then
+      -- As much of the wanted slice as is left (the peek's `remaining` is exactly the largest cost
+      -- the algorithm admits now), or one unit, to be denied with that unit's retry.
+      local left = ALGS[p.alg].check(current(key, p), p, 0)[3]
+      granted = math.min(cost, left)
+      cost = math.max(granted, 1)
+    end
+    local d, new, at_idle = ALGS[p.alg].check(current(key, p), p, cost)
+    if new then state[key], idle[key] = new, at_idle end
+    if d[1] == false then all = false; granted = 0 end
+    ps[i], decisions[i] = p, d
+  end
+
+  -- 3. Everything is kept if every check admitted; otherwise only the charges, and the checks that
+  -- did not block report the state as a peek would.
+  if not all then
+    state, idle = {}, {}
+    for k, v in pairs(charged) do state[k], idle[k] = v[1], v[2] end
+    for i = 1, checks do
+      if decisions[i][1] then decisions[i] = ALGS[ps[i].alg].check(current(KEYS[i], ps[i]), ps[i], 0) end
+    end
+  end
+
+  -- 4. The reply, read before anything is written (the log's view reads the list as it was).
+  local out = {}
+  for i = 1, checks do
+    local d = decisions[i]
+    out[#out + 1] = d[1] and 1 or 0
+    for j = 2, 5 do out[#out + 1] = d[j] end
+    local used, previous = ALGS[ps[i].alg].snapshot(current(KEYS[i], ps[i]), ps[i])
+    out[#out + 1] = used
+    out[#out + 1] = previous
+  end
+  out[#out + 1] = S
+  out[#out + 1] = N
+  if leasing then
+    local lessees = KEYS[refund_marker + refunds + 1]
+    local now_ms = S * 1000 + math.floor(N / 1000000)
+    local lifetime = tonumber(ARGV[lease_at + LEASE_LIFETIME])
+    redis.call('ZREMRANGEBYSCORE', lessees, '-inf', now_ms)
+    redis.call('ZADD', lessees, now_ms + lifetime, ARGV[lease_at + LEASE_LESSEE])
+    -- The set lives as long as its longest-lived lessee (lessees may ask with other lifetimes).
+    local last = redis.call('ZRANGE', lessees, -1, -1, 'WITHSCORES')
+    redis.call('PEXPIRE', lessees, math.max(tonumber(last[2]) - now_ms, 1) + MARGIN)
+    out[#out + 1] = granted
+    out[#out + 1] = redis.call('ZCARD', lessees)
+  end
+
+  -- 5. Write; a marker lives as long as its key's charges count (sent again after that, a charge
+  -- changes no decision).
+  for key, st in pairs(state) do ALGS[algs[key]].store(key, st, idle[key]) end
+  for _, m in ipairs(marked) do
+    if marks[m.id] > m.seq then
+      redis.call('HSET', m.marker, m.node, string.format('%d', marks[m.id]))
+      -- Never shortened: it may hold a refund's or a reset's stamp.
+      local ms = px(charged[m.key] and charged[m.key][2] or 0)
+      if redis.call('PTTL', m.marker) < ms then redis.call('PEXPIRE', m.marker, ms) end
+    end
+  end
+  return out
+end

@@ -1,0 +1,151 @@
+-- tollgate: the seven algorithms of SEMANTICS.md as one atomic Redis call; this file holds what
+-- they share, one file per algorithm follows (named as tollgate-core's, with its trait's names),
+-- then `decide.lua`, the entry. The Rust side (`program.rs`) puts the layout of the arguments
+-- and of the reply before this file (`local ARG_... = n`, defined once there), and after the entry
+-- either registers it as a Redis Function (loaded once per server: everything here runs once) or
+-- calls it (EVAL, for servers without functions).
+--
+-- Exact nanoseconds with Lua's doubles: instants are kept as decimal strings of ns since the
+-- epoch and turned into ns relative to now (exact below 2^53, 104 days), so every step works
+-- around now = 0. Periods and burst * T are at most 50 days (tollgate-core's MAX_PERIOD_NS), so
+-- the sliding window counter's two periods back stay exact; instants further than FAR are clamped.
+
+-- The call's "now" (seconds and nanoseconds since the epoch) and its TTL margin, set by the entry.
+local S, N, MARGIN
+local BILLION = 1000000000
+local FAR_SEC = 9000000
+local FAR = FAR_SEC * BILLION -- 104 days: further than this from now counts as "long ago" or "far ahead"
+local MAX_AHEAD = 52 * 86400 * BILLION -- tollgate-core's MAX_AHEAD_NS: how far a charge may push a schedule
+
+local MAX_COUNTER = 4503599627370496 -- 2^52, tollgate-core's MAX_COUNTER: the most a window counts
+
+-- How much of a charge of `cost` a window counting `used` records.
+local function counted(used, cost) return math.min(cost, math.max(MAX_COUNTER - used, 0)) end
+
+-- The bucket family's schedule end after charging `cost_ns` at `at` (see tollgate-core).
+local function charged_tat(tat, at, cost_ns)
+  local from = math.max(tat, at)
+  return math.max(math.min(from + cost_ns, at + MAX_AHEAD), from)
+end
+
+local function bad(key, what)
+  error({ err = 'TOLLGATE_BADSTATE key ' .. key .. ' holds ' .. what .. ', not state written by tollgate' })
+end
+
+-- Exact floor(a / b) for integers |a| < 2^53, b > 0.
+local function idiv(a, b)
+  local q = math.floor(a / b)
+  if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
+  return q
+end
+
+local function imod(a, b) return a - idiv(a, b) * b end
+
+-- Exact floor(a * b / m) and (a * b) mod m for integers 0 <= a, b < 2^53, m > 0, by binary long
+-- multiplication.
+local function muldiv(a, b, m)
+  local qb = idiv(b, m)
+  local rb = b - qb * m
+  local bits, x = {}, a
+  while x > 0 do
+    local bit = x % 2
+    bits[#bits + 1] = bit
+    x = (x - bit) / 2
+  end
+  local q, r = 0, 0
+  for i = #bits, 1, -1 do
+    q = q * 2; r = r * 2
+    if r >= m then r = r - m; q = q + 1 end
+    if bits[i] == 1 then
+      r = r + rb
+      if r >= m then r = r - m; q = q + 1 end
+    end
+  end
+  return a * qb + q, r
+end
+
+-- (S * BILLION) mod p, by window length, for the second S it was computed in: the long
+-- multiplication runs once per second and length (a Function's library lives across calls; under
+-- EVAL the table is new each call). Bounded: cleared when it holds 64 lengths.
+local ALIGNED, ALIGNED_N = {}, 0
+local function aligned(p)
+  local a = ALIGNED[p]
+  if a and a[1] == S then return a[2] end
+  local _, m = muldiv(S, BILLION, p)
+  if not a then
+    if ALIGNED_N >= 64 then ALIGNED, ALIGNED_N = {}, 0 end
+    ALIGNED_N = ALIGNED_N + 1
+    a = {}
+    ALIGNED[p] = a
+  end
+  a[1], a[2] = S, m
+  return m
+end
+
+-- Start of the epoch-aligned window of length p holding the instant `r` (ns relative to now).
+local function win(r, p)
+  return r - imod(imod(aligned(p) + N, p) + r, p)
+end
+
+-- A stored instant (decimal ns since the epoch) as ns relative to now.
+local function rel(key, text)
+  if not text or not string.match(text, '^%d+$') then bad(key, 'a malformed instant') end
+  local len = string.len(text)
+  local sec, nsec = 0, tonumber(text)
+  if len > 9 then
+    sec = tonumber(string.sub(text, 1, len - 9)); nsec = tonumber(string.sub(text, len - 8))
+  end
+  local ds = sec - S
+  if ds < -FAR_SEC then return -FAR end
+  if ds > FAR_SEC then return FAR end
+  return ds * BILLION + (nsec - N)
+end
+
+-- ns relative to now as a stored instant.
+local function abs(r)
+  local total = N + r
+  local ds = math.floor(total / BILLION)
+  local nsec = total - ds * BILLION
+  if nsec < 0 then ds = ds - 1; nsec = nsec + BILLION elseif nsec >= BILLION then ds = ds + 1; nsec = nsec - BILLION end
+  return string.format('%d%09d', S + ds, nsec)
+end
+
+local function int(key, text)
+  if not text or not string.match(text, '^%d+$') then bad(key, 'a malformed counter') end
+  return tonumber(text)
+end
+
+local function fields(key, value, n)
+  if type(value) ~= 'string' then return nil end
+  local out = {}
+  for word in string.gmatch(value, '%S+') do out[#out + 1] = word end
+  if n and #out ~= n then bad(key, 'a value of ' .. #out .. ' fields') end
+  return out
+end
+
+-- Milliseconds a key must live: until its state is idle again, plus the clock margin.
+local function px(idle)
+  local ms = math.ceil(idle / 1000000)
+  if ms < 1 then ms = 1 end
+  return ms + MARGIN
+end
+
+local function decision(allowed, limit, remaining, retry, reset)
+  if remaining < 0 then remaining = 0 end
+  if reset < 0 then reset = 0 end
+  return { allowed, limit, remaining, retry, reset }
+end
+
+local function copy(t)
+  local c = {}
+  for k, v in pairs(t) do c[k] = v end
+  return c
+end
+
+-- Each algorithm, as tollgate-core's `RateState`: load(key) reads the state (nil: no history);
+-- check(st, p, cost) returns the decision at now and, when it consumed, the new state and when it
+-- is idle (ns relative to now: tollgate-core's idle_at); charge(st, p, cost, at) returns the state
+-- after a forced admission at `at` and when it is idle; refund(st, p, cost, at, reset) the state
+-- with an admission withdrawn, if it still holds it; snapshot(st, p, at) the used and previous
+-- counts at `at`; store(key, st, idle) writes. `check` and `charge` never modify `st`.
+local ALGS = {}

@@ -1,0 +1,221 @@
+//! The script every decision runs: its Lua (`lua/`: what the algorithms share, one file per
+//! algorithm named as tollgate-core's, and the entry, `decide.lua`) assembled at build time after
+//! the layout of its arguments and reply, which is defined here once ([`layout!`]) and read by
+//! name on both sides, with a version the script checks.
+//!
+//! It runs as a Redis Function where the server has them (Redis 7+): `FUNCTION LOAD` once per
+//! server, then `FCALL`, so the algorithms' definitions run once per load, not once per call (a
+//! script sent by `EVALSHA` runs its whole body on every call). A server without functions, or
+//! whose ACL user may not call or load them, is served the same source by `EVALSHA` (see
+//! `node.rs`).
+
+/// Defines each offset as a Rust constant and, in the same order, as a Lua local
+/// ([`LAYOUT_LUA`]), so that no offset is written twice.
+macro_rules! layout {
+    ($($(#[doc = $doc:literal])* $name:ident = $value:literal;)*) => {
+        $( $(#[doc = $doc])* pub(super) const $name: usize = $value; )*
+        /// The layout as Lua locals.
+        const LAYOUT_LUA: &str = concat!($("local ", stringify!($name), " = ", stringify!($value), "\n",)*);
+    };
+}
+
+layout! {
+    /// ARGV's header (1-based, as Lua reads ARGV): the layout's version ...
+    ARG_VERSION = 1;
+    /// ... now's seconds and nanoseconds ('' for the server's TIME) ...
+    ARG_NOW_SEC = 2;
+    ARG_NOW_NSEC = 3;
+    /// ... the TTL margin in ms, and how many checks, charges and refunds follow.
+    ARG_MARGIN = 4;
+    ARG_CHECKS = 5;
+    ARG_CHARGES = 6;
+    ARG_REFUNDS = 7;
+    HEADER_ARGS = 7;
+    /// A limit and a cost, from the start of a check, a charge or a refund.
+    LIMIT_ALGORITHM = 1;
+    LIMIT_COUNT = 2;
+    LIMIT_PERIOD = 3;
+    LIMIT_BURST = 4;
+    LIMIT_SLICES = 5;
+    LIMIT_EMISSION = 6;
+    LIMIT_TOLERANCE = 7;
+    LIMIT_COST = 8;
+    /// A check is its limit and cost.
+    CHECK_ARGS = 8;
+    /// A charge: its limit and cost, then its age, origin (node, sequence), what the sender knew
+    /// (remaining, the snapshot it follows from: instant, used, previous) and whether that is a view.
+    CHARGE_AGE = 9;
+    CHARGE_NODE = 10;
+    CHARGE_SEQ = 11;
+    CHARGE_KNOWN = 12;
+    CHARGE_SEEN_AT = 13;
+    CHARGE_SEEN_USED = 14;
+    CHARGE_SEEN_PREVIOUS = 15;
+    CHARGE_VIEW = 16;
+    CHARGE_ARGS = 16;
+    /// A refund: its limit and cost, then the admission's instant and reset_after_ns.
+    REFUND_AT = 9;
+    REFUND_RESET = 10;
+    REFUND_ARGS = 10;
+    /// A lease, after everything else: the lessee and the lifetime in ms.
+    LEASE_LESSEE = 1;
+    LEASE_LIFETIME = 2;
+    LEASE_ARGS = 2;
+    /// Integers per check in the reply (allowed, limit, remaining, retry, reset, used, previous);
+    /// the server's now (seconds, nanoseconds) follows them, then a lease's two.
+    REPLY_CHECK = 7;
+    REPLY_NOW = 2;
+    /// A lease's two (units granted, lessees) end the reply.
+    LEASE_REPLY = 2;
+}
+
+macro_rules! version {
+    () => {
+        "3"
+    };
+}
+/// The layout's version, sent first in every call and checked by the script: a call and a
+/// script that disagree fail (`TOLLGATE_VERSION`) rather than misread each other.
+pub const VERSION: &str = version!();
+
+/// The script's body: the layout, then the Lua sources; it defines `decide(KEYS, ARGV)`.
+const BODY: &str = concat!(
+    "local VERSION = '",
+    version!(),
+    "'\n",
+    include_str!("lua/prelude.lua"),
+    include_str!("lua/gcra.lua"),
+    include_str!("lua/token_bucket.lua"),
+    include_str!("lua/leaky_bucket.lua"),
+    include_str!("lua/fixed_window.lua"),
+    include_str!("lua/sliding_window.lua"),
+    include_str!("lua/sub_window.lua"),
+    include_str!("lua/sliding_log.lua"),
+    include_str!("lua/decide.lua"),
+);
+
+/// The script, in both forms.
+#[derive(Debug)]
+pub(crate) struct Script {
+    /// The library `FUNCTION LOAD` takes, named after its source (so builds with different
+    /// scripts never replace each other's on a shared server).
+    pub(super) library: String,
+    /// The function it registers.
+    pub(super) function: String,
+    /// The source `EVALSHA` runs, and its SHA1.
+    pub(super) eval: String,
+    pub(super) sha1: String,
+}
+
+impl Script {
+    pub(crate) fn new() -> Self {
+        let eval = format!("{LAYOUT_LUA}{BODY}return decide(KEYS, ARGV)\n");
+        let sha1 = redis::Script::new(&eval).get_hash().to_string();
+        let name = format!("tollgate_{}", &sha1[..12]);
+        let function = format!("{name}_decide");
+        let library = format!("#!lua name={name}\n{LAYOUT_LUA}{BODY}redis.register_function('{function}', decide)\n");
+        Script { library, function, eval, sha1 }
+    }
+
+    /// The call `fcall` (`FCALL function numkeys keys... args...`) as `EVALSHA`.
+    pub(super) fn evalsha(&self, fcall: &redis::Cmd) -> redis::Cmd {
+        let mut eval = redis::cmd("EVALSHA");
+        eval.arg(&self.sha1);
+        for arg in fcall.args_iter().skip(2) {
+            if let redis::Arg::Simple(bytes) = arg {
+                eval.arg(bytes);
+            }
+        }
+        eval
+    }
+}
+
+/// A call's arguments, written in the layout's order: every value names its offset within its
+/// part (the header, a check, a charge, a refund, a lease), which debug builds check.
+pub(super) struct Call {
+    cmd: redis::Cmd,
+    /// ARGV values written so far, and where the current part starts and ends.
+    written: usize,
+    base: usize,
+    end: usize,
+}
+
+impl Call {
+    /// `FCALL` of `script` on `keys`; the header comes next.
+    pub(super) fn new(script: &Script, keys: &[Vec<u8>]) -> Self {
+        let mut cmd = redis::cmd("FCALL");
+        cmd.arg(&script.function).arg(keys.len());
+        for key in keys {
+            cmd.arg(key.as_slice());
+        }
+        Call { cmd, written: 0, base: 0, end: HEADER_ARGS }
+    }
+
+    /// Starts the next part of `size` values ([`CHECK_ARGS`], [`CHARGE_ARGS`], [`REFUND_ARGS`],
+    /// [`LEASE_ARGS`]), the previous one complete.
+    pub(super) fn part(&mut self, size: usize) -> &mut Self {
+        debug_assert_eq!(self.written, self.end, "a part of the call left incomplete");
+        self.base = self.written;
+        self.end = self.written + size;
+        self
+    }
+
+    /// Writes the value at `offset` of the current part (1-based, as the layout's constants).
+    pub(super) fn put(&mut self, offset: usize, value: impl redis::ToRedisArgs) -> &mut Self {
+        debug_assert_eq!(self.base + offset, self.written + 1, "an argument written out of the layout's order");
+        self.cmd.arg(value);
+        self.written += 1;
+        self
+    }
+
+    /// The limit and cost of a check, charge or refund (its first [`CHECK_ARGS`] values).
+    pub(super) fn limit(&mut self, limit: &tollgate_core::Limit, cost: u64) -> &mut Self {
+        self.put(LIMIT_ALGORITHM, limit.algorithm().name())
+            .put(LIMIT_COUNT, limit.count())
+            .put(LIMIT_PERIOD, limit.period_ns())
+            .put(LIMIT_BURST, limit.burst())
+            .put(LIMIT_SLICES, limit.slices())
+            .put(LIMIT_EMISSION, limit.emission_interval_ns())
+            .put(LIMIT_TOLERANCE, limit.tolerance_ns())
+            .put(LIMIT_COST, cost)
+    }
+
+    pub(super) fn into_cmd(self) -> redis::Cmd {
+        debug_assert_eq!(self.written, self.end, "the call's last part left incomplete");
+        self.cmd
+    }
+}
+
+/// The script as `EVAL` runs it, and its SHA1 (for tests and benches that call it directly).
+#[must_use]
+pub fn eval_source() -> (String, String) {
+    let script = Script::new();
+    (script.eval, script.sha1)
+}
+
+/// The script as a Redis Functions library, and the name of its function (for tests and benches
+/// that call it directly).
+#[must_use]
+pub fn library_source() -> (String, String) {
+    let script = Script::new();
+    (script.library, script.function)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_layout_reaches_the_script_in_order() {
+        assert!(LAYOUT_LUA.starts_with("local ARG_VERSION = 1\nlocal ARG_NOW_SEC = 2\n"));
+        assert!(LAYOUT_LUA.contains("\nlocal CHARGE_ARGS = 16\n"));
+        assert_eq!(HEADER_ARGS, ARG_REFUNDS);
+        assert_eq!(CHECK_ARGS, LIMIT_COST);
+        assert_eq!(CHARGE_ARGS, CHARGE_VIEW);
+        assert_eq!(REFUND_ARGS, REFUND_RESET);
+        assert_eq!(LEASE_ARGS, LEASE_LIFETIME);
+        let script = Script::new();
+        assert!(script.library.starts_with("#!lua name=tollgate_"));
+        assert!(script.library.contains(&script.function));
+    }
+}

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# What a Redis-backed decision costs, next to redis-cell's CL.THROTTLE measured in the same run
+# (its module built here from crates.io, never committed) and to the memory store:
+#   - time inside Redis per decision (INFO commandstats usec_per_call: tollgate's FCALL, which
+#     includes the commands the script runs; redis-cell's CL.THROTTLE), GCRA and every algorithm;
+#   - redis-server's CPU per decision (utime + stime from /proc, over the decisions);
+#   - decisions/s through `tollgate serve --lease off` (redis-benchmark -c 50, random keys) against
+#     redis-cell's own server, and `serve`'s CPU per decision on Redis and on the memory store;
+#   - the floor of any Lua script here: a function that only runs TIME, GET and SET.
+#   bash scripts/bench-redis-cost.sh [REQUESTS]   (default 200000; needs redis-server,
+#   redis-benchmark, cargo with access to crates.io for redis-cell)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N="${1:-200000}"
+KEYS=100000
+
+cargo build --release -q -p tollgate
+TOLLGATE="${CARGO_TARGET_DIR:-target}/release/tollgate"
+[ -x "$TOLLGATE" ] || { echo "no binary at $TOLLGATE after cargo build" >&2; exit 1; }
+work=$(mktemp -d)
+PIDS=()
+trap 'kill "${PIDS[@]}" 2>/dev/null || true; rm -rf "$work"' EXIT
+
+# redis-cell's module, from its crate on crates.io (the newest published there), built in $work.
+cell_module() {
+  mkdir -p "$work/fetch/src"
+  printf '[package]\nname = "fetch"\nversion = "0.0.0"\nedition = "2021"\n[dependencies]\nredis-cell = "*"\n' \
+    > "$work/fetch/Cargo.toml"
+  echo 'fn main() {}' > "$work/fetch/src/main.rs"
+  (cd "$work/fetch" && cargo fetch -q)
+  local src
+  src=$(cd "$work/fetch" && cargo metadata --format-version 1 -q \
+    | python3 -c 'import json,sys; m=json.load(sys.stdin); print(next(p["manifest_path"] for p in m["packages"] if p["name"]=="redis-cell"))')
+  cp -r "$(dirname "$src")" "$work/cell"
+  basename "$(dirname "$src")" > "$work/cell-version"
+  (cd "$work/cell" && CARGO_TARGET_DIR="$work/cell/target" cargo build --release -q 2>/dev/null)
+  ls "$work"/cell/target/release/libredis_cell.so
+}
+CELL=$(cell_module)
+CELL_VERSION=$(cat "$work/cell-version")
+
+free_port() {
+  local port
+  for port in $(seq 23000 23999); do
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+      # Not handed out twice in one run.
+      if ! grep -qx "$port" "$work/ports" 2>/dev/null; then echo "$port" >> "$work/ports"; echo "$port"; return; fi
+    fi
+  done
+  echo "no free port" >&2; exit 1
+}
+wait_ping() { for _ in $(seq 200); do redis-cli -p "$1" ping >/dev/null 2>&1 && return; sleep 0.1; done; echo "port $1 never answered" >&2; exit 1; }
+redis() { # PORT [ARGS...]: a redis-server in the background; prints its pid
+  redis-server --port "$1" --save "" --appendonly no --daemonize no "${@:2}" >/dev/null &
+  echo $!
+}
+# CPU seconds (user + system) a process has used so far.
+cpu() { awk -v hz="$(getconf CLK_TCK)" '{ printf "%.4f\n", ($14 + $15) / hz }' "/proc/$1/stat"; }
+usec() { redis-cli -p "$1" info commandstats | grep "^cmdstat_$2:" | grep -o 'usec_per_call=[0-9.]*' | cut -d= -f2; }
+rps() { redis-benchmark -p "$1" -c 50 -n "$N" -r "$KEYS" --csv "${@:2}" 2>/dev/null | tail -1 | cut -d, -f2 | tr -d '"'; }
+
+TG_REDIS=$(free_port); TG_REDIS_PID=$(redis "$TG_REDIS"); PIDS+=("$TG_REDIS_PID")
+CELL_PORT=$(free_port); CELL_PID=$(redis "$CELL_PORT" --loadmodule "$CELL"); PIDS+=("$CELL_PID")
+wait_ping "$TG_REDIS"; wait_ping "$CELL_PORT"
+
+serve() { # PORT [FLAGS...]: tollgate serve in the background; prints its pid
+  "$TOLLGATE" serve --resp "127.0.0.1:$1" --http 127.0.0.1:0 --grpc 127.0.0.1:0 --log-level warn "${@:2}" \
+    >"$work/serve-$1.log" 2>&1 &
+  echo $!
+}
+SERVE_REDIS=$(free_port); SERVE_REDIS_PID=$(serve "$SERVE_REDIS" --store "redis://127.0.0.1:$TG_REDIS" --lease off)
+SERVE_MEMORY=$(free_port); SERVE_MEMORY_PID=$(serve "$SERVE_MEMORY")
+PIDS+=("$SERVE_REDIS_PID" "$SERVE_MEMORY_PID")
+wait_ping "$SERVE_REDIS"; wait_ping "$SERVE_MEMORY"
+
+THROTTLE=(CL.THROTTLE "user:__rand_int__" 15 30 60 1)
+# One measured run: PORT of the client's target, pids whose CPU counts (redis, serve or -), then
+# the command. Prints: decisions/s, redis CPU us/decision, serve CPU us/decision.
+measure() {
+  local port=$1 redis_pid=$2 serve_pid=$3; shift 3
+  local r0 s0 r1 s1 rate
+  r0=$(cpu "$redis_pid"); s0=$( [ "$serve_pid" = - ] && echo 0 || cpu "$serve_pid")
+  rate=$(rps "$port" "$@")
+  r1=$(cpu "$redis_pid"); s1=$( [ "$serve_pid" = - ] && echo 0 || cpu "$serve_pid")
+  echo "$rate $(echo "($r1 - $r0) * 1000000 / $N" | bc -l) $(echo "($s1 - $s0) * 1000000 / $N" | bc -l)"
+}
+
+# Warm-up: the script loaded, connections made.
+rps "$SERVE_REDIS" "${THROTTLE[@]}" >/dev/null
+redis-cli -p "$TG_REDIS" config resetstat >/dev/null; redis-cli -p "$CELL_PORT" config resetstat >/dev/null
+read -r tg_rate tg_redis_cpu tg_serve_cpu < <(measure "$SERVE_REDIS" "$TG_REDIS_PID" "$SERVE_REDIS_PID" "${THROTTLE[@]}")
+tg_usec=$(usec "$TG_REDIS" fcall)
+read -r cell_rate cell_redis_cpu _ < <(measure "$CELL_PORT" "$CELL_PID" - "${THROTTLE[@]}")
+cell_usec=$(usec "$CELL_PORT" cl.throttle)
+read -r mem_rate _ mem_serve_cpu < <(measure "$SERVE_MEMORY" "$SERVE_MEMORY_PID" "$SERVE_MEMORY_PID" "${THROTTLE[@]}")
+
+# The floor: a function that only reads the time, gets and sets the key (what any decision
+# script needs), called directly.
+printf '#!lua name=floor\nredis.register_function("floor", function(keys, args)\n  redis.call("TIME")\n  redis.call("GET", keys[1])\n  redis.call("SET", keys[1], "1795668175635067000", "PX", 60000)\n  return 1\nend)\n' \
+  > "$work/floor.lua"
+redis-cli -p "$TG_REDIS" -x function load replace < "$work/floor.lua" >/dev/null
+redis-cli -p "$TG_REDIS" config resetstat >/dev/null
+rps "$TG_REDIS" FCALL floor 1 "floor:__rand_int__" >/dev/null
+floor_usec=$(usec "$TG_REDIS" fcall)
+
+ratio() { echo "$1 / $2" | bc -l; }
+echo "per decision, -c 50, $N decisions over $KEYS random keys; $CELL_VERSION; $(redis-server --version | cut -d' ' -f1-3)"
+printf '%-52s %12s %14s %8s\n' "" "tollgate" "redis-cell" "ratio"
+row() { printf '%-52s %12.2f %14.2f %7.2fx\n' "$1" "$2" "$3" "$(ratio "$2" "$3")"; }
+row "time inside Redis, GCRA (usec_per_call, us)" "$tg_usec" "$cell_usec"
+row "redis-server CPU (utime+stime / decisions, us)" "$tg_redis_cpu" "$cell_redis_cpu"
+printf '%-52s %12.0f %14.0f %7.2fx\n' "decisions/s (tollgate through serve)" "$tg_rate" "$cell_rate" "$(ratio "$tg_rate" "$cell_rate")"
+printf '%-52s %12.2f %14s %7.2fx\n' "serve's CPU per decision on Redis / memory (us)" "$tg_serve_cpu" "$(printf '%.2f' "$mem_serve_cpu")" "$(ratio "$tg_serve_cpu" "$mem_serve_cpu")"
+printf '%-52s %12.0f\n' "decisions/s through serve on the memory store" "$mem_rate"
+printf '%-52s %12.2f %14.2f %7.2fx\n' "floor: a function running TIME, GET, SET (us)" "$floor_usec" "$cell_usec" "$(ratio "$floor_usec" "$cell_usec")"
+
+echo
+echo "time inside Redis per algorithm (TG.CHECK through serve, usec_per_call of FCALL):"
+for algorithm in gcra token-bucket leaky-bucket fixed-window sliding-window sub-window sliding-log; do
+  slices=(); [ "$algorithm" = sub-window ] && slices=(SLICES 10)
+  redis-cli -p "$TG_REDIS" config resetstat >/dev/null
+  rps "$SERVE_REDIS" TG.CHECK "$algorithm:__rand_int__" "$algorithm" 30 60000 "${slices[@]}" >/dev/null
+  u=$(usec "$TG_REDIS" fcall)
+  printf '  %-16s %8.2f us %7.2fx redis-cell\n' "$algorithm" "$u" "$(ratio "$u" "$cell_usec")"
+done
