@@ -1,15 +1,13 @@
 //! The store behind the server, chosen at start-up: memory, or Redis / Redis Cluster behind the
-//! configured failure policy and circuit breaker, with leases for its hot keys. Calls to Redis are timed for
-//! `tollgate_store_latency_seconds`; the memory store decides in well under a microsecond, where
+//! configured failure policy and circuit breaker, with leases for its hot keys. Calls through the
+//! failure policy are timed for `tollgate_store_latency_seconds` (a decision from a leased slice
+//! makes none); the memory store decides in well under a microsecond, where
 //! reading the clock twice would cost more than the decision.
-
-use std::future::Future;
-use std::time::Instant;
 
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 
 use tollgate_core::{Decision, Limit};
-use tollgate_store::fallback::FallbackOptions;
+use tollgate_store::fallback::{CallTimer, FallbackOptions};
 use tollgate_store::memory::Evictions;
 use tollgate_store::{
     Breaker, BreakerState, Check, FailurePolicy, Fallback, FallbackStats, LeaseStats, Leased, MemoryStore,
@@ -110,13 +108,14 @@ impl Backend {
             OnStoreError::Closed => FailurePolicy::Closed,
             OnStoreError::Local => FailurePolicy::Local,
         };
+        // 50 µs .. ~6.5 s: a loopback round trip up to a store timeout.
+        let latency = Histogram::new(exponential_buckets(0.000_05, 2.0, 18));
         let options = FallbackOptions {
             breaker: Breaker::new(config.breaker_threshold, config.breaker_probe),
             clock: config.clock.clone(),
+            timer: Some(timer(&latency)),
             ..FallbackOptions::default()
         };
-        // 50 µs .. ~6.5 s: a loopback round trip up to a store timeout.
-        let latency = Histogram::new(exponential_buckets(0.000_05, 2.0, 18));
         let fallback = Fallback::with_options(redis, policy, options);
         Ok(Backend::Redis(Leased::new(fallback, config.lease.clone(), config.clock.clone()), latency))
     }
@@ -131,6 +130,7 @@ impl Backend {
         let options = FallbackOptions {
             breaker: Breaker::new(config.breaker_threshold, config.breaker_probe),
             clock: config.clock.clone(),
+            timer: Some(timer(latency)),
             ..FallbackOptions::default()
         };
         let fallback = Fallback::with_options(redis, store.policy(), options);
@@ -196,14 +196,14 @@ impl Store for Backend {
     async fn check_all(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, StoreError> {
         match self {
             Backend::Memory(store) => store.check_all_sync(checks),
-            Backend::Redis(store, latency) => timed(latency, store.check_all(checks)).await,
+            Backend::Redis(store, _) => store.check_all(checks).await,
         }
     }
 
     async fn reserve(&self, checks: &[Check<'_>]) -> Result<Reserved, StoreError> {
         match self {
             Backend::Memory(store) => store.reserve_sync(checks),
-            Backend::Redis(store, latency) => timed(latency, store.reserve(checks)).await,
+            Backend::Redis(store, _) => store.reserve(checks).await,
         }
     }
 
@@ -213,7 +213,7 @@ impl Store for Backend {
                 store.refund_sync(refunds);
                 Ok(())
             }
-            Backend::Redis(store, latency) => timed(latency, store.refund(refunds)).await,
+            Backend::Redis(store, _) => store.refund(refunds).await,
         }
     }
 
@@ -225,7 +225,7 @@ impl Store for Backend {
         match self {
             // The memory store decides on this thread; no future to build.
             Backend::Memory(store) => store.check_one_sync(check),
-            Backend::Redis(store, latency) => timed(latency, store.check_one(check)).await,
+            Backend::Redis(store, _) => store.check_one(check).await,
         }
     }
 
@@ -239,15 +239,14 @@ impl Store for Backend {
                 store.reset_sync(scope, key, limit);
                 Ok(())
             }
-            Backend::Redis(store, latency) => timed(latency, store.reset(scope, key, limit)).await,
+            Backend::Redis(store, _) => store.reset(scope, key, limit).await,
         }
     }
 }
 
-/// Runs `call`, observing how long it took.
-async fn timed<T>(latency: &Histogram, call: impl Future<Output = T>) -> T {
-    let start = Instant::now();
-    let result = call.await;
-    latency.observe(start.elapsed().as_secs_f64());
-    result
+/// Observes each call through the failure policy in `latency` (a decision answered from a leased
+/// slice is no store call, and not observed).
+fn timer(latency: &Histogram) -> CallTimer {
+    let latency = latency.clone();
+    CallTimer::new(move |elapsed| latency.observe(elapsed.as_secs_f64()))
 }

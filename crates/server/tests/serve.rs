@@ -269,6 +269,23 @@ async fn serves_from_redis_too() {
     let metrics = server.curl(&["HTTP/metrics"]);
     assert!(metrics.contains("tollgate_store_latency_seconds_count 1"), "one Redis call timed: {metrics}");
     server.stop().await;
+
+    // Leased, decisions from a slice make no Redis call, and are not timed as one (before, every
+    // decision was: the histogram read as if Redis answered in microseconds).
+    let lease = tollgate_store::LeaseOptions { mode: tollgate_store::LeaseMode::Always, ..Default::default() };
+    let config = Config { store: StoreConfig::redis(&redis.url()), lease, ..Config::default() };
+    let server = Server::start(config).await;
+    for _ in 0..50 {
+        let _ = server.cli(&["CL.THROTTLE", "leased", "999", "1000", "60"]);
+    }
+    let metrics = server.curl(&["HTTP/metrics"]);
+    let value = |name: &str| -> f64 {
+        let line = metrics.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("{name}: {metrics}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    let (timed, calls) = (value("tollgate_store_latency_seconds_count"), value("tollgate_store_script_calls_total"));
+    assert!(calls < 50.0 && timed == calls, "{timed} timed, {calls} Redis calls, 50 decisions");
+    server.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

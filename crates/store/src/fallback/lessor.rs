@@ -13,6 +13,22 @@ use crate::{Check, StoreError};
 
 impl<R: Remote + Lessor> Lessor for Fallback<R> {
     async fn lease(&self, check: Check<'_>, want: u64, lessee: u64, lifetime: Duration) -> Result<Grant, StoreError> {
+        super::timed(self.shared.timer.as_ref(), self.lease_untimed(check, want, lessee, lifetime)).await
+    }
+
+    fn fall_back(&self, checks: &[Check<'_>]) -> Option<Result<crate::Reserved, StoreError>> {
+        Some(self.shared.fall_back(checks))
+    }
+}
+
+impl<R: Remote + Lessor> Fallback<R> {
+    async fn lease_untimed(
+        &self,
+        check: Check<'_>,
+        want: u64,
+        lessee: u64,
+        lifetime: Duration,
+    ) -> Result<Grant, StoreError> {
         let sh = &self.shared;
         let breakers = sh.breakers_of(&[check]);
         if let Some((domain, _)) = breakers.iter().find(|(_, b)| b.is_open()) {
@@ -43,9 +59,5 @@ impl<R: Remote + Lessor> Lessor for Fallback<R> {
                 Err(error)
             }
         }
-    }
-
-    fn fall_back(&self, checks: &[Check<'_>]) -> Option<Result<crate::Reserved, StoreError>> {
-        Some(self.shared.fall_back(checks))
     }
 }

@@ -31,6 +31,7 @@ mod breaker;
 mod ledger;
 mod lessor;
 mod merge;
+mod timer;
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -38,6 +39,8 @@ use std::time::Duration;
 
 pub use breaker::{Breaker, BreakerState, Breakers, DEFAULT_PROBE_EVERY, DEFAULT_THRESHOLD};
 use ledger::{Debt, Ledger};
+pub use timer::CallTimer;
+use timer::timed;
 use tollgate_core::{Clock, Decision, Limit, SystemClock};
 
 use crate::memory::{DEFAULT_MAX_KEYS, DEFAULT_MAX_MEMORY};
@@ -69,6 +72,8 @@ pub struct FallbackOptions {
     pub max_keys: usize,
     /// See `max_keys`.
     pub max_memory: usize,
+    /// Told the duration of every call (default: none).
+    pub timer: Option<CallTimer>,
 }
 
 impl Default for FallbackOptions {
@@ -78,6 +83,7 @@ impl Default for FallbackOptions {
             clock: Arc::new(SystemClock::new()),
             max_keys: DEFAULT_MAX_KEYS,
             max_memory: DEFAULT_MAX_MEMORY,
+            timer: None,
         }
     }
 }
@@ -115,6 +121,7 @@ impl<R> Clone for Fallback<R> {
 
 struct Shared<R> {
     remote: R,
+    timer: Option<CallTimer>,
     policy: FailurePolicy,
     breakers: Breakers,
     ledger: Ledger,
@@ -146,7 +153,7 @@ impl<R: Remote> Fallback<R> {
 
     /// Wraps `remote`.
     pub fn with_options(remote: R, policy: FailurePolicy, options: FallbackOptions) -> Self {
-        let FallbackOptions { breaker, clock, max_keys, max_memory } = options;
+        let FallbackOptions { breaker, clock, max_keys, max_memory, timer } = options;
         Fallback {
             shared: Arc::new(Shared {
                 remote,
@@ -160,6 +167,7 @@ impl<R: Remote> Fallback<R> {
                 charges_paid: AtomicU64::new(0),
                 flush: Arc::new(tokio::sync::Notify::new()),
                 flusher: AtomicBool::new(false),
+                timer,
             }),
         }
     }
@@ -417,6 +425,25 @@ fn closed(limit: &Limit) -> Decision {
 
 impl<R: Remote> Store for Fallback<R> {
     async fn reserve(&self, checks: &[Check<'_>]) -> Result<Reserved, StoreError> {
+        timed(self.shared.timer.as_ref(), self.reserve_untimed(checks)).await
+    }
+
+    async fn refund(&self, refunds: &[Refund<'_>]) -> Result<(), StoreError> {
+        timed(self.shared.timer.as_ref(), self.refund_untimed(refunds)).await
+    }
+
+    async fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> Result<(), StoreError> {
+        timed(self.shared.timer.as_ref(), async {
+            self.shared.remote.reset(scope, key, limit).await?;
+            self.shared.ledger.forget(&Check { scope, key, limit, cost: 0 });
+            Ok(())
+        })
+        .await
+    }
+}
+
+impl<R: Remote> Fallback<R> {
+    async fn reserve_untimed(&self, checks: &[Check<'_>]) -> Result<Reserved, StoreError> {
         if checks.is_empty() {
             return Err(StoreError::NoChecks);
         }
@@ -469,7 +496,7 @@ impl<R: Remote> Store for Fallback<R> {
     /// A reservation decided locally is withdrawn from the debt; one decided by the backend is
     /// refunded there. If the backend cannot be reached, the refund is dropped: the reservation
     /// stays counted (an under-grant).
-    async fn refund(&self, refunds: &[Refund<'_>]) -> Result<(), StoreError> {
+    async fn refund_untimed(&self, refunds: &[Refund<'_>]) -> Result<(), StoreError> {
         let sh = &self.shared;
         let remote: Vec<Refund<'_>> = refunds.iter().filter(|r| !sh.ledger.refund(r, sh.now())).copied().collect();
         let checks: Vec<Check<'_>> = remote.iter().map(|r| r.check).collect();
@@ -484,11 +511,5 @@ impl<R: Remote> Store for Fallback<R> {
             }
             other => other,
         }
-    }
-
-    async fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> Result<(), StoreError> {
-        self.shared.remote.reset(scope, key, limit).await?;
-        self.shared.ledger.forget(&Check { scope, key, limit, cost: 0 });
-        Ok(())
     }
 }

@@ -89,7 +89,10 @@ impl<S: Store + Lessor + Clone + 'static> Leased<S> {
         }
         self.book.count_exact();
         self.send(self.book.observe_exact(check, self.clock.now_ns()));
-        self.inner.reserve(std::slice::from_ref(check)).await
+        // Boxed, as every call to the store it wraps here: that future (a Redis call through the
+        // failure policy) is large, and inline it would be moved with every leased decision,
+        // which never builds it.
+        Box::pin(self.inner.reserve(std::slice::from_ref(check))).await
     }
 }
 
@@ -97,7 +100,7 @@ impl<S: Store + Lessor + Clone + 'static> Store for Leased<S> {
     async fn reserve(&self, checks: &[Check<'_>]) -> Result<Reserved, StoreError> {
         if self.book.options().mode == LeaseMode::Off {
             self.book.count_exact();
-            return self.inner.reserve(checks).await;
+            return Box::pin(self.inner.reserve(checks)).await;
         }
         if let [check] = checks
             && check.cost > 0
@@ -111,7 +114,7 @@ impl<S: Store + Lessor + Clone + 'static> Store for Leased<S> {
         for check in checks.iter().filter(|c| c.cost <= c.limit.capacity()) {
             self.send(self.book.observe_exact(check, now));
         }
-        self.inner.reserve(checks).await
+        Box::pin(self.inner.reserve(checks)).await
     }
 
     async fn refund(&self, refunds: &[Refund<'_>]) -> Result<(), StoreError> {

@@ -65,10 +65,30 @@ local function stamp(marker, field, value, p)
   if redis.call('PTTL', marker) < ms then redis.call('PEXPIRE', marker, ms) end
 end
 
+-- The limits parsed by recent one-check calls, by their arguments (Lua's strings are interned:
+-- comparing them is comparing pointers, cheaper than parsing seven numbers into a new table on
+-- every call); at most 256, cleared when full. Under EVAL it is new each call.
+local PARSED, PARSED_N = {}, 0
+local function parsed(argv, b, key)
+  local tolerance = argv[b + LIMIT_TOLERANCE]
+  local c = PARSED[tolerance]
+  if not (c and c[1] == argv[b + LIMIT_ALGORITHM] and c[2] == argv[b + LIMIT_COUNT] and c[3] == argv[b + LIMIT_PERIOD]
+      and c[4] == argv[b + LIMIT_BURST] and c[5] == argv[b + LIMIT_SLICES] and c[6] == argv[b + LIMIT_EMISSION]) then
+    if PARSED_N >= 256 then PARSED, PARSED_N = {}, 0 end
+    PARSED_N = PARSED_N + 1
+    c = { argv[b + LIMIT_ALGORITHM], argv[b + LIMIT_COUNT], argv[b + LIMIT_PERIOD], argv[b + LIMIT_BURST],
+      argv[b + LIMIT_SLICES], argv[b + LIMIT_EMISSION], (params(argv, b, key)) }
+    PARSED[tolerance] = c
+  end
+  local p = c[7]
+  p.key = key
+  return p, tonumber(argv[b + LIMIT_COST])
+end
+
 -- The usual call, one check and nothing else: only what it needs (no tables of keys, charges or
--- markers).
+-- markers, the limit parsed once).
 local function decide_one(key, argv)
-  local p, cost = params(argv, HEADER_ARGS, key)
+  local p, cost = parsed(argv, HEADER_ARGS, key)
   local A = ALGS[p.alg]
   local st = A.load(key)
   local d, new, idle = A.check(st, p, cost)
@@ -81,12 +101,14 @@ end
 
 local function decide(KEYS, ARGV)
   begin(ARGV)
+  if #ARGV == HEADER_ARGS + CHECK_ARGS and ARGV[ARG_CHECKS] == '1' and ARGV[ARG_CHARGES] == '0' and ARGV[ARG_REFUNDS] == '0' then
+    return decide_one(KEYS[1], ARGV)
+  end
   local checks, charges, refunds = tonumber(ARGV[ARG_CHECKS]), tonumber(ARGV[ARG_CHARGES]), tonumber(ARGV[ARG_REFUNDS])
   local charges_at = HEADER_ARGS + checks * CHECK_ARGS
   local refunds_at = charges_at + charges * CHARGE_ARGS
   local lease_at = refunds_at + refunds * REFUND_ARGS
   local leasing = #ARGV > lease_at
-  if checks == 1 and charges == 0 and refunds == 0 and not leasing then return decide_one(KEYS[1], ARGV) end
   -- The keys: KEYS[i] the i-th check's; then the charges', the refunds', their markers.
   local charge_key, refund_key = checks, checks + charges
   local charge_marker, refund_marker = checks + charges + refunds, checks + charges + refunds + charges
