@@ -89,13 +89,14 @@ end
 
 -- A stored instant (decimal ns since the epoch) as ns relative to now.
 local function rel(key, text)
-  if not text or not string.match(text, '^%d+$') then bad(key, 'a malformed instant') end
-  local len = string.len(text)
-  local sec, nsec = 0, tonumber(text)
-  if len > 9 then
-    sec = tonumber(string.sub(text, 1, len - 9)); nsec = tonumber(string.sub(text, len - 8))
+  -- One match splits the seconds from the nanoseconds (the last nine digits).
+  local sec, nsec = string.match(text or '', '^(%d*)(%d%d%d%d%d%d%d%d%d)$')
+  if not sec then
+    if not text or not string.match(text, '^%d+$') then bad(key, 'a malformed instant') end
+    sec, nsec = '', text
   end
-  local ds = sec - S
+  local ds = (tonumber(sec) or 0) - S
+  nsec = tonumber(nsec)
   if ds < -FAR_SEC then return -FAR end
   if ds > FAR_SEC then return FAR end
   return ds * BILLION + (nsec - N)
