@@ -94,6 +94,27 @@ read -r cell_rate cell_redis_cpu _ < <(measure "$CELL_PORT" "$CELL_PID" - "${THR
 cell_usec=$(usec "$CELL_PORT" cl.throttle)
 read -r mem_rate _ mem_serve_cpu < <(measure "$SERVE_MEMORY" "$SERVE_MEMORY_PID" "$SERVE_MEMORY_PID" "${THROTTLE[@]}")
 
+# The FCALL `serve` sends for one command, as words (read with MONITOR), its key in place of KEY.
+fcall_of() {
+  timeout 2 redis-cli -p "$TG_REDIS" monitor > "$work/monitor" &
+  local monitor=$!
+  sleep 0.3
+  redis-cli -p "$SERVE_REDIS" "$@" >/dev/null
+  wait "$monitor" 2>/dev/null || true
+  grep -m1 '"FCALL"' "$work/monitor" | python3 -c '
+import shlex, sys
+words = shlex.split(sys.stdin.read().split("]", 1)[1])
+words[3] = "KEY"  # FCALL function numkeys key ...
+print("\n".join(words))'
+}
+
+# The same FCALL as serve's CL.THROTTLE, sent by redis-benchmark directly (as redis-cell's is).
+mapfile -t call < <(fcall_of CL.THROTTLE probe 15 30 60 1)
+call=("${call[@]/#KEY/direct:user:__rand_int__}")
+redis-cli -p "$TG_REDIS" config resetstat >/dev/null
+rps "$TG_REDIS" "${call[@]}" >/dev/null
+tg_direct_usec=$(usec "$TG_REDIS" fcall)
+
 # The floor: a function that only reads the time, gets and sets the key (what any decision
 # script needs), called directly.
 printf '#!lua name=floor\nredis.register_function("floor", function(keys, args)\n  redis.call("TIME")\n  redis.call("GET", keys[1])\n  redis.call("SET", keys[1], "1795668175635067000", "PX", 60000)\n  return 1\nend)\n' \
@@ -107,19 +128,31 @@ ratio() { echo "$1 / $2" | bc -l; }
 echo "per decision, -c 50, $N decisions over $KEYS random keys; $CELL_VERSION; $(redis-server --version | cut -d' ' -f1-3)"
 printf '%-52s %12s %14s %8s\n' "" "tollgate" "redis-cell" "ratio"
 row() { printf '%-52s %12.2f %14.2f %7.2fx\n' "$1" "$2" "$3" "$(ratio "$2" "$3")"; }
-row "time inside Redis, GCRA (usec_per_call, us)" "$tg_usec" "$cell_usec"
+row "time inside Redis, GCRA, sent directly (us)" "$tg_direct_usec" "$cell_usec"
+row "time inside Redis, GCRA, sent by serve (us)" "$tg_usec" "$cell_usec"
 row "redis-server CPU (utime+stime / decisions, us)" "$tg_redis_cpu" "$cell_redis_cpu"
+printf '%-52s %12.0f %14.0f %7.2fx\n' "decisions per second of one Redis core (1 / CPU)" "$(echo "1000000 / $tg_redis_cpu" | bc -l)" \
+  "$(echo "1000000 / $cell_redis_cpu" | bc -l)" "$(ratio "$cell_redis_cpu" "$tg_redis_cpu")"
 printf '%-52s %12.0f %14.0f %7.2fx\n' "decisions/s (tollgate through serve)" "$tg_rate" "$cell_rate" "$(ratio "$tg_rate" "$cell_rate")"
 printf '%-52s %12.2f %14s %7.2fx\n' "serve's CPU per decision on Redis / memory (us)" "$tg_serve_cpu" "$(printf '%.2f' "$mem_serve_cpu")" "$(ratio "$tg_serve_cpu" "$mem_serve_cpu")"
 printf '%-52s %12.0f\n' "decisions/s through serve on the memory store" "$mem_rate"
 printf '%-52s %12.2f %14.2f %7.2fx\n' "floor: a function running TIME, GET, SET (us)" "$floor_usec" "$cell_usec" "$(ratio "$floor_usec" "$cell_usec")"
 
 echo
-echo "time inside Redis per algorithm (TG.CHECK through serve, usec_per_call of FCALL):"
+echo "time inside Redis per algorithm, usec_per_call of FCALL: sent by serve (TG.CHECK, 2 cores shared"
+echo "by redis-benchmark, serve and Redis), and the same call sent by redis-benchmark to Redis directly"
+echo "(as redis-cell's and the floor's are measured)"
+printf '  %-16s %12s %8s %12s %8s\n' "" "via serve" "x cell" "direct" "x cell"
 for algorithm in gcra token-bucket leaky-bucket fixed-window sliding-window sub-window sliding-log; do
   slices=(); [ "$algorithm" = sub-window ] && slices=(SLICES 10)
   redis-cli -p "$TG_REDIS" config resetstat >/dev/null
   rps "$SERVE_REDIS" TG.CHECK "$algorithm:__rand_int__" "$algorithm" 30 60000 "${slices[@]}" >/dev/null
-  u=$(usec "$TG_REDIS" fcall)
-  printf '  %-16s %8.2f us %7.2fx redis-cell\n' "$algorithm" "$u" "$(ratio "$u" "$cell_usec")"
+  via=$(usec "$TG_REDIS" fcall)
+  mapfile -t call < <(fcall_of TG.CHECK probe "$algorithm" 30 60000 "${slices[@]}")
+  call=("${call[@]/#KEY/direct:$algorithm:__rand_int__}")
+  redis-cli -p "$TG_REDIS" config resetstat >/dev/null
+  rps "$TG_REDIS" "${call[@]}" >/dev/null
+  direct=$(usec "$TG_REDIS" fcall)
+  printf '  %-16s %9.2f us %7.2fx %9.2f us %7.2fx\n' "$algorithm" "$via" "$(ratio "$via" "$cell_usec")" \
+    "$direct" "$(ratio "$direct" "$cell_usec")"
 done

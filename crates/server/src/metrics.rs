@@ -194,7 +194,7 @@ impl Collector for StoreCollector {
             counter(
                 &mut encoder,
                 "store_script_calls",
-                "Script calls (EVALSHA) sent to Redis: decisions, leases, charges and refunds. Redis calls per \
+                "Script calls (FCALL, or EVALSHA) sent to Redis: decisions, leases, charges and refunds. Redis calls per \
                  decision: rate of this over rate of lease_decisions_total.",
                 calls,
             )?;

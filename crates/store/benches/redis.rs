@@ -1,7 +1,8 @@
 //! The Redis store against the raw ceiling of the same script, measured in the same run:
 //! decisions/s at concurrency 64 for every algorithm, on one hot key and over 100,000 keys, next
 //! to `redis-benchmark` running `FCALL` of the same script (no pipelining, and `-P 16`), and the
-//! Redis calls per decision counted from `INFO commandstats`.
+//! Redis calls per decision counted from `INFO commandstats`; then what a refund costs Redis next
+//! to the reservation it withdraws.
 //!
 //! `cargo bench -p tollgate-store --bench redis` (starts its own redis-server; needs
 //! `redis-benchmark`, which comes with it).
@@ -12,7 +13,7 @@ use std::time::Instant;
 
 use tollgate_store::redis::program;
 use tollgate_store::testkit::redis_server::RedisServer;
-use tollgate_store::{Algorithm, Limit, RedisOptions, RedisStore, Store};
+use tollgate_store::{Algorithm, Check, Limit, RedisOptions, RedisStore, Refund, Store};
 
 const TASKS: usize = 64;
 const DECISIONS: usize = 64_000;
@@ -130,5 +131,45 @@ async fn main() {
                 calls as f64 / DECISIONS as f64,
             );
         }
+    }
+    refunds(&server, &store).await;
+}
+
+/// Microseconds Redis spends per call (`usec_per_call` of FCALL since the last reset).
+fn usec_per_call(server: &RedisServer) -> f64 {
+    let stats = server.cli(&["info", "commandstats"]);
+    stats
+        .lines()
+        .find(|l| l.starts_with("cmdstat_fcall:"))
+        .and_then(|l| l.split("usec_per_call=").nth(1))
+        .and_then(|v| v.split(',').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// What a refund costs Redis (a `count_status` rule's reservation given back: the state edited
+/// where the admission was counted, and the key's marker stamped), next to the reservation it
+/// withdraws: `REFUNDS` reservations on distinct keys, then their refunds, one call each.
+async fn refunds(server: &RedisServer, store: &RedisStore) {
+    const REFUNDS: usize = 20_000;
+    println!();
+    println!("time inside Redis per call (usec_per_call of FCALL), {REFUNDS} calls each, one task");
+    println!("{:<16}{:>14}{:>14}", "algorithm", "reservation", "its refund");
+    for algorithm in Algorithm::ALL {
+        let limit = limit(algorithm);
+        let keys: Vec<String> = (0..REFUNDS).map(|i| format!("refund:{}:{i}", algorithm.name())).collect();
+        let _ = server.cli(&["config", "resetstat"]);
+        let mut reserved = Vec::with_capacity(REFUNDS);
+        for key in &keys {
+            let check = Check::new(key.as_bytes(), &limit, 1);
+            reserved.push(store.reserve(&[check]).await.expect("reserve"));
+        }
+        let reserve = usec_per_call(server);
+        let _ = server.cli(&["config", "resetstat"]);
+        for (key, reserved) in keys.iter().zip(&reserved) {
+            let check = Check::new(key.as_bytes(), &limit, 1);
+            store.refund(&[Refund { check, at: reserved.at, decision: reserved.decisions[0] }]).await.expect("refund");
+        }
+        println!("{:<16}{:>11.2} us{:>11.2} us", algorithm.name(), reserve, usec_per_call(server));
     }
 }

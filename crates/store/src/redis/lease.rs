@@ -1,5 +1,5 @@
 //! The Redis store as a [`Lessor`]: a lease is the decision script with its lease arguments (see
-//! `decide.lua`), one `EVALSHA` like any decision.
+//! `lua/decide.lua`), one call like any decision.
 
 use std::time::Duration;
 

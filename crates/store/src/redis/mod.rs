@@ -5,9 +5,10 @@
 //!   URLs). tollgate follows the topology itself: a cluster's slot map is kept current through
 //!   failovers and reshards (`MOVED`, `ASK`, `READONLY`), a Sentinel group's primary through its
 //!   switches (see `cluster.rs` and `sentinel.rs`).
-//! - **One script, one round trip.** `decide.lua` holds all seven algorithms; a check or a
-//!   multi-key check is one `EVALSHA` (loaded on a server that lacks it after `NOSCRIPT`). Every
-//!   key the script writes gets its TTL in the same call: the time until its state is idle again.
+//! - **One script, one round trip.** `lua/` holds all seven algorithms, one file each, and
+//!   `lua/decide.lua` the entry; a check or a multi-key check is one `FCALL` (a Redis Function,
+//!   loaded where missing; `EVALSHA` on a server without functions: see `program.rs`). Every key
+//!   the script writes gets its TTL in the same call: the time until its state is idle again.
 //! - **One clock.** By default the script reads the Redis server's `TIME`, so a fleet of callers
 //!   shares one clock. A caller-side [`Clock`] may be given instead (the conformance suite uses a
 //!   manual one); TTLs then get a margin (default 60 s) for the skew between that clock and the
@@ -86,7 +87,7 @@ pub struct RedisStore {
     connection: Connection,
     options: RedisOptions,
     script: Arc<Script>,
-    /// Script calls sent (one `EVALSHA` each), for the calls-per-decision figure.
+    /// Script calls sent (one `FCALL` or `EVALSHA` each), for the calls-per-decision figure.
     script_calls: Arc<std::sync::atomic::AtomicU64>,
 }
 
@@ -164,7 +165,7 @@ impl RedisStore {
         RedisStore { connection, options, script: Arc::new(Script::new()), script_calls: Arc::default() }
     }
 
-    /// How many script calls (`EVALSHA`) this store and its clones have sent: the Redis calls
+    /// How many script calls (`FCALL` or `EVALSHA`) this store and its clones have sent: the Redis calls
     /// behind its decisions.
     #[must_use]
     pub fn script_calls(&self) -> u64 {

@@ -1,4 +1,4 @@
--- Fixed window (tollgate-core's fixed_window.rs): the window's start and its count.
+-- Fixed window (tollgate-core's fixed_window.rs): the core's state, the window's start and count.
 --
 -- The fixed window counting at `at`: at's window, or the stored one if later (a clock gone
 -- backwards, or a charge dated in an earlier window), which still counts.

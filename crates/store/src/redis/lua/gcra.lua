@@ -1,4 +1,6 @@
--- GCRA (tollgate-core's gcra.rs): the state is the theoretical arrival time, one instant (a string).
+-- GCRA (tollgate-core's gcra.rs): the state is the core's, the theoretical arrival time, stored as
+-- decimal ns since the epoch (a double holds only 2^53: every instant is a string in Redis and a
+-- difference from now in Lua; see prelude.lua). So are every algorithm's instants.
 ALGS['gcra'] = {
   load = function(key)
     local v = redis.call('GET', key)

@@ -1,4 +1,6 @@
--- Sliding log (tollgate-core's sliding_log.rs).
+-- Sliding log (tollgate-core's sliding_log.rs). Unlike the core's in-memory log, the entries live
+-- in a Redis list with running totals, so that a check reads O(log n) elements of a log of up to
+-- `count` entries rather than the whole of it.
 --
 -- Sliding log: a list whose element 0 is `base` (the running total before the first entry) and
 -- whose elements 1..n are "t total" entries, oldest first (total: the running total of the costs

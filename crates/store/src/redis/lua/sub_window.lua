@@ -1,4 +1,7 @@
--- Sub-window counter (tollgate-core's sub_window.rs).
+-- Sub-window counter (tollgate-core's sub_window.rs). Its state is the core's (the newest slice's
+-- start, the slice length, one count per slice), but the counts are stored oldest first where the
+-- core keeps a ring indexed by slice number: a value read from Redis is parsed whole anyway, and
+-- in order it needs no index arithmetic per slice.
 --
 -- Sub-window counter: `newest` is the start of the newest slice written, `slice` the length the
 -- counts were taken in, counts[n] the newest slice and counts[i] the one (n - i) slices before.

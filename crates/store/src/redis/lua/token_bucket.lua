@@ -1,4 +1,5 @@
--- Token bucket (tollgate-core's token_bucket.rs): tokens and when they were counted.
+-- Token bucket (tollgate-core's token_bucket.rs): the core's state, tokens (ns of refill) and when
+-- they were counted.
 --
 -- The token bucket and the leaky bucket keep their own two fields and make exactly GCRA's
 -- decisions, debt and clocks going backwards included: the bucket is full (empty) again at
