@@ -6,7 +6,8 @@
 #   - redis-server's CPU per decision (utime + stime from /proc, over the decisions);
 #   - decisions/s through `tollgate serve --lease off` (redis-benchmark -c 50, random keys) against
 #     redis-cell's own server, and `serve`'s CPU per decision on Redis and on the memory store;
-#   - the floor of any Lua script here: a function that only runs TIME, GET and SET.
+#   - the floor of any Lua script here: a function that only runs TIME, GET and SET;
+#   - the same with tollgate's optional native module (crates/redis-module, --store-module).
 #   bash scripts/bench-redis-cost.sh [REQUESTS]   (default 200000; needs redis-server,
 #   redis-benchmark, cargo with access to crates.io for redis-cell)
 set -euo pipefail
@@ -14,8 +15,9 @@ cd "$(dirname "$0")/.."
 N="${1:-200000}"
 KEYS=100000
 
-cargo build --release -q -p tollgate
+cargo build --release -q -p tollgate -p tollgate-redis-module
 TOLLGATE="${CARGO_TARGET_DIR:-target}/release/tollgate"
+MODULE="$(cd "${CARGO_TARGET_DIR:-target}/release" && pwd)/libtollgate_redis_module.so"
 [ -x "$TOLLGATE" ] || { echo "no binary at $TOLLGATE after cargo build" >&2; exit 1; }
 work=$(mktemp -d)
 PIDS=()
@@ -60,8 +62,9 @@ usec() { redis-cli -p "$1" info commandstats | grep "^cmdstat_$2:" | grep -o 'us
 rps() { redis-benchmark -p "$1" -c 50 -n "$N" -r "$KEYS" --csv "${@:2}" 2>/dev/null | tail -1 | cut -d, -f2 | tr -d '"'; }
 
 TG_REDIS=$(free_port); TG_REDIS_PID=$(redis "$TG_REDIS"); PIDS+=("$TG_REDIS_PID")
+NATIVE_REDIS=$(free_port); NATIVE_REDIS_PID=$(redis "$NATIVE_REDIS" --loadmodule "$MODULE"); PIDS+=("$NATIVE_REDIS_PID")
 CELL_PORT=$(free_port); CELL_PID=$(redis "$CELL_PORT" --loadmodule "$CELL"); PIDS+=("$CELL_PID")
-wait_ping "$TG_REDIS"; wait_ping "$CELL_PORT"
+wait_ping "$TG_REDIS"; wait_ping "$CELL_PORT"; wait_ping "$NATIVE_REDIS"
 
 serve() { # PORT [FLAGS...]: tollgate serve in the background; prints its pid
   "$TOLLGATE" serve --resp "127.0.0.1:$1" --http 127.0.0.1:0 --grpc 127.0.0.1:0 --log-level warn "${@:2}" \
@@ -70,8 +73,10 @@ serve() { # PORT [FLAGS...]: tollgate serve in the background; prints its pid
 }
 SERVE_REDIS=$(free_port); SERVE_REDIS_PID=$(serve "$SERVE_REDIS" --store "redis://127.0.0.1:$TG_REDIS" --lease off)
 SERVE_MEMORY=$(free_port); SERVE_MEMORY_PID=$(serve "$SERVE_MEMORY")
-PIDS+=("$SERVE_REDIS_PID" "$SERVE_MEMORY_PID")
-wait_ping "$SERVE_REDIS"; wait_ping "$SERVE_MEMORY"
+SERVE_NATIVE=$(free_port)
+SERVE_NATIVE_PID=$(serve "$SERVE_NATIVE" --store "redis://127.0.0.1:$NATIVE_REDIS" --lease off --store-module)
+PIDS+=("$SERVE_REDIS_PID" "$SERVE_MEMORY_PID" "$SERVE_NATIVE_PID")
+wait_ping "$SERVE_REDIS"; wait_ping "$SERVE_MEMORY"; wait_ping "$SERVE_NATIVE"
 
 THROTTLE=(CL.THROTTLE "user:__rand_int__" 15 30 60 1)
 # One measured run: PORT of the client's target, pids whose CPU counts (redis, serve or -), then
@@ -93,6 +98,11 @@ tg_usec=$(usec "$TG_REDIS" fcall)
 read -r cell_rate cell_redis_cpu _ < <(measure "$CELL_PORT" "$CELL_PID" - "${THROTTLE[@]}")
 cell_usec=$(usec "$CELL_PORT" cl.throttle)
 read -r mem_rate _ mem_serve_cpu < <(measure "$SERVE_MEMORY" "$SERVE_MEMORY_PID" "$SERVE_MEMORY_PID" "${THROTTLE[@]}")
+# The optional native module (--store-module), GCRA only: through serve, then sent directly.
+rps "$SERVE_NATIVE" "${THROTTLE[@]}" >/dev/null
+redis-cli -p "$NATIVE_REDIS" config resetstat >/dev/null
+read -r nat_rate nat_redis_cpu nat_serve_cpu < <(measure "$SERVE_NATIVE" "$NATIVE_REDIS_PID" "$SERVE_NATIVE_PID" "${THROTTLE[@]}")
+nat_usec=$(usec "$NATIVE_REDIS" tollgate.check)
 
 # The FCALL `serve` sends for one command, as words (read with MONITOR), its key in place of KEY.
 fcall_of() {
@@ -114,6 +124,10 @@ call=("${call[@]/#KEY/direct:user:__rand_int__}")
 redis-cli -p "$TG_REDIS" config resetstat >/dev/null
 rps "$TG_REDIS" "${call[@]}" >/dev/null
 tg_direct_usec=$(usec "$TG_REDIS" fcall)
+native_call=(TOLLGATE.CHECK "${call[@]:3}")
+redis-cli -p "$NATIVE_REDIS" config resetstat >/dev/null
+rps "$NATIVE_REDIS" "${native_call[@]}" >/dev/null
+nat_direct_usec=$(usec "$NATIVE_REDIS" tollgate.check)
 
 # The floor: a function that only reads the time, gets and sets the key (what any decision
 # script needs), called directly.
@@ -137,6 +151,14 @@ printf '%-52s %12.0f %14.0f %7.2fx\n' "decisions/s (tollgate through serve)" "$t
 printf '%-52s %12.2f %14s %7.2fx\n' "serve's CPU per decision on Redis / memory (us)" "$tg_serve_cpu" "$(printf '%.2f' "$mem_serve_cpu")" "$(ratio "$tg_serve_cpu" "$mem_serve_cpu")"
 printf '%-52s %12.0f\n' "decisions/s through serve on the memory store" "$mem_rate"
 printf '%-52s %12.2f %14.2f %7.2fx\n' "floor: a function running TIME, GET, SET (us)" "$floor_usec" "$cell_usec" "$(ratio "$floor_usec" "$cell_usec")"
+
+echo
+echo "with tollgate's native module (--store-module; GCRA, one check a call):"
+row "time inside Redis, sent directly (us)" "$nat_direct_usec" "$cell_usec"
+row "time inside Redis, sent by serve (us)" "$nat_usec" "$cell_usec"
+row "redis-server CPU (utime+stime / decisions, us)" "$nat_redis_cpu" "$cell_redis_cpu"
+printf '%-52s %12.0f %14.0f %7.2fx\n' "decisions/s (tollgate through serve)" "$nat_rate" "$cell_rate" "$(ratio "$nat_rate" "$cell_rate")"
+printf '%-52s %12.2f %14s %7.2fx\n' "serve's CPU per decision / memory (us)" "$nat_serve_cpu" "$(printf '%.2f' "$mem_serve_cpu")" "$(ratio "$nat_serve_cpu" "$mem_serve_cpu")"
 
 echo
 echo "time inside Redis per algorithm, usec_per_call of FCALL: sent by serve (TG.CHECK, 2 cores shared"

@@ -1,5 +1,5 @@
 //! The store flags `serve` and `proxy` share: `--store`, `--store-tls-*`, `--store-sentinel-*`,
-//! `--on-store-error`, `--store-timeout`, `--breaker-*`, `--lease*`. A flag that does not apply to
+//! `--on-store-error`, `--store-timeout`, `--breaker-*`, `--lease*`, `--store-module`. A flag that does not apply to
 //! the chosen store is refused rather than ignored (a TLS file without a `rediss…` URL, say).
 
 use std::path::PathBuf;
@@ -63,6 +63,11 @@ pub(crate) struct StoreArgs {
     /// With Redis: decisions per second on this node above which a key is hot [default: 500].
     #[arg(long, value_name = "N", value_parser = units::positive)]
     pub(crate) lease_hot_rate: Option<usize>,
+    /// With Redis: send lone GCRA checks to tollgate's native module (TOLLGATE.CHECK) on the
+    /// servers that have it loaded; the script serves everything else, and every call on a server
+    /// without it.
+    #[arg(long)]
+    pub(crate) store_module: bool,
 }
 
 fn lease_mode(text: &str) -> Result<LeaseMode, String> {
@@ -136,6 +141,7 @@ impl StoreArgs {
                 ("--lease", self.lease.is_some()),
                 ("--lease-lifetime", self.lease_lifetime.is_some()),
                 ("--lease-hot-rate", self.lease_hot_rate.is_some()),
+                ("--store-module", self.store_module),
             ];
             if let Some((flag, _)) = redis_only.iter().find(|(_, given)| *given) {
                 anyhow::bail!(
@@ -148,6 +154,7 @@ impl StoreArgs {
             store: self.store,
             on_store_error: self.on_store_error.unwrap_or(defaults.on_store_error),
             store_timeout: self.store_timeout.unwrap_or(defaults.store_timeout),
+            store_module: self.store_module,
             breaker_threshold: self
                 .breaker_threshold
                 .map_or(defaults.breaker_threshold, |n| u32::try_from(n).unwrap_or(u32::MAX)),

@@ -90,7 +90,8 @@ impl Backend {
     /// Opens the configured store. Redis (a server or a cluster) may be down at start: the
     /// connection is made on first use, and the failure policy answers meanwhile.
     pub async fn open(config: &Config) -> Result<Self, String> {
-        let options = RedisOptions { timeout: config.store_timeout, ..RedisOptions::default() };
+        let options =
+            RedisOptions { timeout: config.store_timeout, module: config.store_module, ..RedisOptions::default() };
         let redis = match &config.store {
             StoreConfig::Memory { max_keys, max_memory } => {
                 return Ok(Backend::Memory(

@@ -119,6 +119,8 @@ pub struct Config {
     pub on_store_error: OnStoreError,
     /// Timeout of each Redis call (default 50 ms).
     pub store_timeout: Duration,
+    /// Redis: lone GCRA checks go to tollgate's native module where it is loaded.
+    pub store_module: bool,
     /// Consecutive Redis failures that open the circuit breaker (default 3).
     pub breaker_threshold: u32,
     /// How often an open breaker probes Redis (default 100 ms).
@@ -252,6 +254,7 @@ impl Default for Config {
             store: StoreConfig::Memory { max_keys: DEFAULT_MAX_KEYS, max_memory: DEFAULT_MAX_MEMORY },
             on_store_error: OnStoreError::default(),
             store_timeout: Duration::from_millis(50),
+            store_module: false,
             breaker_threshold: tollgate_store::fallback::DEFAULT_THRESHOLD,
             breaker_probe: tollgate_store::fallback::DEFAULT_PROBE_EVERY,
             lease: tollgate_store::LeaseOptions::default(),

@@ -28,6 +28,7 @@ fn options(clock: &Arc<ManualClock>, margin: Duration) -> RedisOptions {
         time: TimeSource::Clock(clock.clone()),
         timeout: Duration::from_secs(2),
         clock_skew_margin: margin,
+        module: false,
     }
 }
 

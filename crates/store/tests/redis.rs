@@ -13,7 +13,7 @@ use tollgate_store::remote::{Charge, Origin, Remote, Reply};
 use tollgate_store::testkit::random::{Rng, random_limit};
 use tollgate_store::testkit::{
     self,
-    redis_server::{RedisCluster, RedisServer},
+    redis_server::{RedisCluster, RedisServer, ServerConfig},
 };
 use tollgate_store::{
     Algorithm, Check, Limit, ManualClock, MemoryStore, RedisOptions, RedisStore, Refund, Store, StoreError, TimeSource,
@@ -86,7 +86,69 @@ async fn a_cluster_decides_keys_in_different_slots_all_or_nothing() {
 /// lengths was pinned for centuries), and rewrote the whole sliding log (lost beyond ~8,000 entries).
 #[tokio::test]
 async fn decides_exactly_like_the_memory_store_across_the_whole_range() {
-    let server = RedisServer::start();
+    differential(&RedisServer::start(), false).await;
+}
+
+/// The same, on a server with tollgate's native module loaded (`tollgate-redis-module`): the
+/// store sends it every lone GCRA check, the script every other call, on the same keys in turn.
+#[tokio::test]
+async fn the_native_module_decides_exactly_like_the_script_and_the_memory_store() {
+    let module = testkit::redis_server::module_path();
+    let server = RedisServer::start_with(ServerConfig {
+        lines: vec![format!("loadmodule {}", module.display())],
+        ..ServerConfig::default()
+    });
+    testkit::conformance(|clock| {
+        RedisStore::open(&server.url(), RedisOptions { module: true, ..options(Some(clock)) }).unwrap()
+    })
+    .await;
+    differential(&server, true).await;
+    let stats = server.cli(&["info", "commandstats"]);
+    let calls = |name: &str| {
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("cmdstat_{name}:calls=")))
+            .and_then(|v| v.split(',').next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    assert!(calls("tollgate.check") > 1_000 && calls("fcall") > 1_000, "{stats}");
+    // What the module writes is what the script writes: the same value, the same TTL.
+    let clock = Arc::new(ManualClock::new(T0));
+    let exact = |module| RedisOptions { module, clock_skew_margin: Duration::ZERO, ..options(Some(clock.clone())) };
+    let (native, script) =
+        (RedisStore::open(&server.url(), exact(true)).unwrap(), RedisStore::open(&server.url(), exact(false)).unwrap());
+    let limit = Limit::per_minute(5).build().unwrap();
+    native.check(b"same", &limit, 2).await.unwrap();
+    let written = |store: &RedisStore| {
+        let key = String::from_utf8(store.state_key("", b"same", &limit).unwrap()).unwrap();
+        let ttl: i64 = server.cli(&["pttl", &key]).trim().parse().unwrap();
+        (server.cli(&["get", &key]), ttl)
+    };
+    let (value, ttl) = written(&native);
+    assert_eq!(server.cli(&["flushall"]).trim(), "OK");
+    script.check(b"same", &limit, 2).await.unwrap();
+    let (script_value, script_ttl) = written(&script);
+    assert_eq!(value, script_value);
+    assert!(ttl.abs_diff(script_ttl) < 1_000 && ttl > 0, "module {ttl} ms, script {script_ttl} ms");
+    // A key holding what tollgate did not write fails alone, as with the script.
+    for (key, command) in [(&b"text"[..], ["set", "VALUE", "hello"]), (b"list", ["rpush", "VALUE", "x"])] {
+        let name = String::from_utf8(native.state_key("", key, &limit).unwrap()).unwrap();
+        let _ = server.cli(&[command[0], &name, command[2]]);
+        let result = native.check(key, &limit, 1).await;
+        assert!(matches!(result, Err(StoreError::BadState(_))), "{result:?}");
+    }
+    assert!(native.check(b"fine", &limit, 1).await.unwrap().allowed);
+    // A server without the module: its calls go to the script.
+    let plain = RedisServer::start();
+    let store = RedisStore::open(&plain.url(), RedisOptions { module: true, ..options(None) }).unwrap();
+    let limit = Limit::per_second(5).build().unwrap();
+    assert_eq!(store.check(b"k", &limit, 1).await.unwrap().remaining, 4);
+    assert_eq!(store.check(b"k", &limit, 1).await.unwrap().remaining, 3);
+}
+
+/// Random limits across the whole range, random keys, costs, clock jumps, charges, views and
+/// refunds: every field of every decision equal to the memory store's.
+async fn differential(server: &RedisServer, module: bool) {
     // TOLLGATE_SEED=n explores another sequence (the suite runs the fixed one).
     let seed = std::env::var("TOLLGATE_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x9E37_79B9_7F4A_7C15);
     let mut rng = Rng(seed);
@@ -96,7 +158,7 @@ async fn decides_exactly_like_the_memory_store_across_the_whole_range() {
         // The limit of a key may change between calls: a reload, another caller's parameters.
         let limits: Vec<Limit> = (0..3).map(|_| random_limit(&mut rng, algorithm)).collect();
         let clock = Arc::new(ManualClock::new(T0 + rng.below(limits[0].period_ns())));
-        let redis = RedisStore::open(&server.url(), options(Some(clock.clone()))).unwrap();
+        let redis = RedisStore::open(&server.url(), RedisOptions { module, ..options(Some(clock.clone())) }).unwrap();
         let memory = MemoryStore::builder().clock(clock.clone()).build();
         let mut pending = None;
         let mut seq = 0;

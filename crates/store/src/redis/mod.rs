@@ -68,6 +68,10 @@ pub struct RedisOptions {
     pub time: TimeSource,
     /// Added to every TTL when the time comes from a caller-side clock (default 60 s).
     pub clock_skew_margin: Duration,
+    /// Sends one-check GCRA decisions to tollgate's native module (`TOLLGATE.CHECK`, see
+    /// `tollgate-redis-module`) on servers that have it loaded; the script serves every other
+    /// call, and every call on a server without it (default false).
+    pub module: bool,
 }
 
 impl Default for RedisOptions {
@@ -77,6 +81,7 @@ impl Default for RedisOptions {
             timeout: Duration::from_millis(50),
             time: TimeSource::Server,
             clock_skew_margin: Duration::from_secs(60),
+            module: false,
         }
     }
 }
@@ -241,7 +246,13 @@ impl RedisStore {
                 return Err(StoreError::CrossSlot);
             }
         }
-        let mut call = Call::new(&self.script, &keys);
+        // The native module decides a lone GCRA check where it is loaded (see `node.rs`).
+        let native = self.options.module
+            && lease.is_none()
+            && charges.is_empty()
+            && refunds.is_empty()
+            && matches!(checks, [check] if check.limit.algorithm() == tollgate_core::Algorithm::Gcra);
+        let mut call = if native { Call::module(&keys[0]) } else { Call::new(&self.script, &keys) };
         match &self.options.time {
             TimeSource::Server => call.put(ARG_VERSION, VERSION).put(ARG_NOW_SEC, "").put(ARG_NOW_NSEC, ""),
             TimeSource::Clock(clock) => {

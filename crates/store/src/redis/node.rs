@@ -11,7 +11,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 
-use super::program::Script;
+use super::program::{Script, is_module_call};
 use super::target::{Address, RedisTarget, TlsConfig};
 use crate::remote::Domain;
 
@@ -94,6 +94,9 @@ pub(super) struct Node {
     /// The server has no Redis Functions, or its ACL user may not call or load them: the script
     /// goes by `EVALSHA`.
     eval_only: AtomicBool,
+    /// The server has no native module (or its ACL user may not call it): its calls go to the
+    /// script.
+    no_module: AtomicBool,
 }
 
 impl std::fmt::Debug for Node {
@@ -116,7 +119,14 @@ impl Node {
             .set_max_delay(Duration::from_millis(100));
         let connection = ConnectionManager::new_lazy_with_config(client, config)?;
         let domain = Domain::from(address.to_string());
-        Ok(Arc::new(Node { address, domain, connection, settings, eval_only: AtomicBool::new(false) }))
+        Ok(Arc::new(Node {
+            address,
+            domain,
+            connection,
+            settings,
+            eval_only: AtomicBool::new(false),
+            no_module: AtomicBool::new(false),
+        }))
     }
 
     /// Sends `cmd` (after `ASKING` when `asking`: a slot being imported). With `script`, `cmd` is
@@ -126,6 +136,27 @@ impl Node {
     pub(super) async fn run(&self, cmd: &Cmd, script: Option<&Script>, asking: bool) -> RedisResult<Value> {
         let mut connection = self.connection.clone();
         let Some(script) = script else { return send(&mut connection, cmd, asking).await };
+        let fcall;
+        let cmd = if is_module_call(cmd) {
+            if !self.no_module.load(Ordering::Relaxed) {
+                match send(&mut connection, cmd, asking).await {
+                    Err(e) if is_module_missing(&e) => {
+                        tracing::warn!(
+                            server = %self.address,
+                            error = %e,
+                            "tollgate's Redis module is not loaded on this server (or the ACL user may not call it): \
+                             its decisions go to the script"
+                        );
+                        self.no_module.store(true, Ordering::Relaxed);
+                    }
+                    reply => return reply,
+                }
+            }
+            fcall = script.fcall_of(cmd);
+            &fcall
+        } else {
+            cmd
+        };
         if !self.eval_only.load(Ordering::Relaxed) {
             let error = match send(&mut connection, cmd, asking).await {
                 Err(e) if is_function_missing(&e) => {
@@ -205,6 +236,13 @@ async fn send(connection: &mut ConnectionManager, cmd: &Cmd, asking: bool) -> Re
     pipe.cmd("ASKING").add_command(cmd.clone());
     let mut replies = connection.req_packed_commands(&pipe, 1, 1).await?;
     replies.pop().ok_or_else(|| RedisError::from((ErrorKind::Parse, "no reply after ASKING")))?.extract_error()
+}
+
+/// Whether `error` says the server has no `TOLLGATE.CHECK` (the module not loaded), or the ACL
+/// user may not call it.
+fn is_module_missing(error: &RedisError) -> bool {
+    let text = error.to_string().to_ascii_lowercase();
+    text.contains("unknown command") || (text.contains("noperm") && text.contains("tollgate.check"))
 }
 
 /// Whether `error` says the server lacks the script's function (a new server, `FUNCTION FLUSH`).

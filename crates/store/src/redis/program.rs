@@ -1,7 +1,8 @@
 //! The script every decision runs: its Lua (`lua/`: what the algorithms share, one file per
 //! algorithm named as tollgate-core's, and the entry, `decide.lua`) assembled at build time after
-//! the layout of its arguments and reply, which is defined here once ([`layout!`]) and read by
-//! name on both sides, with a version the script checks.
+//! the layout of its arguments and reply, which `tollgate-redis-module`'s `layout` defines once
+//! (for this script and for the native module) and both sides read by name, with a version the
+//! script checks.
 //!
 //! It runs as a Redis Function where the server has them (Redis 7+): `FUNCTION LOAD` once per
 //! server, then `FCALL`, so the algorithms' definitions run once per load, not once per call (a
@@ -9,80 +10,10 @@
 //! whose ACL user may not call or load them, is served the same source by `EVALSHA` (see
 //! `node.rs`).
 
-/// Defines each offset as a Rust constant and, in the same order, as a Lua local
-/// ([`LAYOUT_LUA`]), so that no offset is written twice.
-macro_rules! layout {
-    ($($(#[doc = $doc:literal])* $name:ident = $value:literal;)*) => {
-        $( $(#[doc = $doc])* pub(super) const $name: usize = $value; )*
-        /// The layout as Lua locals.
-        const LAYOUT_LUA: &str = concat!($("local ", stringify!($name), " = ", stringify!($value), "\n",)*);
-    };
-}
+pub use tollgate_redis_module::layout::*;
 
-layout! {
-    /// ARGV's header (1-based, as Lua reads ARGV): the layout's version ...
-    ARG_VERSION = 1;
-    /// ... now's seconds and nanoseconds ('' for the server's TIME) ...
-    ARG_NOW_SEC = 2;
-    ARG_NOW_NSEC = 3;
-    /// ... the TTL margin in ms, and how many checks, charges and refunds follow.
-    ARG_MARGIN = 4;
-    ARG_CHECKS = 5;
-    ARG_CHARGES = 6;
-    ARG_REFUNDS = 7;
-    HEADER_ARGS = 7;
-    /// A limit and a cost, from the start of a check, a charge or a refund.
-    LIMIT_ALGORITHM = 1;
-    LIMIT_COUNT = 2;
-    LIMIT_PERIOD = 3;
-    LIMIT_BURST = 4;
-    LIMIT_SLICES = 5;
-    LIMIT_EMISSION = 6;
-    LIMIT_TOLERANCE = 7;
-    LIMIT_COST = 8;
-    /// A check is its limit and cost.
-    CHECK_ARGS = 8;
-    /// A charge: its limit and cost, then its age, origin (node, sequence), what the sender knew
-    /// (remaining, the snapshot it follows from: instant, used, previous) and whether that is a view.
-    CHARGE_AGE = 9;
-    CHARGE_NODE = 10;
-    CHARGE_SEQ = 11;
-    CHARGE_KNOWN = 12;
-    CHARGE_SEEN_AT = 13;
-    CHARGE_SEEN_USED = 14;
-    CHARGE_SEEN_PREVIOUS = 15;
-    CHARGE_VIEW = 16;
-    CHARGE_ARGS = 16;
-    /// A refund: its limit and cost, then the admission's instant and reset_after_ns.
-    REFUND_AT = 9;
-    REFUND_RESET = 10;
-    REFUND_ARGS = 10;
-    /// A lease, after everything else: the lessee and the lifetime in ms.
-    LEASE_LESSEE = 1;
-    LEASE_LIFETIME = 2;
-    LEASE_ARGS = 2;
-    /// Integers per check in the reply (allowed, limit, remaining, retry, reset, used, previous);
-    /// the server's now (seconds, nanoseconds) follows them, then a lease's two.
-    REPLY_CHECK = 7;
-    REPLY_NOW = 2;
-    /// A lease's two (units granted, lessees) end the reply.
-    LEASE_REPLY = 2;
-}
-
-macro_rules! version {
-    () => {
-        "3"
-    };
-}
-/// The layout's version, sent first in every call and checked by the script: a call and a
-/// script that disagree fail (`TOLLGATE_VERSION`) rather than misread each other.
-pub const VERSION: &str = version!();
-
-/// The script's body: the layout, then the Lua sources; it defines `decide(KEYS, ARGV)`.
+/// The script's body (after the layout): the Lua sources; it defines `decide(KEYS, ARGV)`.
 const BODY: &str = concat!(
-    "local VERSION = '",
-    version!(),
-    "'\n",
     include_str!("lua/prelude.lua"),
     include_str!("lua/gcra.lua"),
     include_str!("lua/token_bucket.lua"),
@@ -117,6 +48,18 @@ impl Script {
         Script { library, function, eval, sha1 }
     }
 
+    /// The module's call `check` (`TOLLGATE.CHECK key args...`) as the script's `FCALL`.
+    pub(super) fn fcall_of(&self, check: &redis::Cmd) -> redis::Cmd {
+        let mut fcall = redis::cmd("FCALL");
+        fcall.arg(&self.function).arg(1);
+        for arg in check.args_iter().skip(1) {
+            if let redis::Arg::Simple(bytes) = arg {
+                fcall.arg(bytes);
+            }
+        }
+        fcall
+    }
+
     /// The call `fcall` (`FCALL function numkeys keys... args...`) as `EVALSHA`.
     pub(super) fn evalsha(&self, fcall: &redis::Cmd) -> redis::Cmd {
         let mut eval = redis::cmd("EVALSHA");
@@ -128,6 +71,14 @@ impl Script {
         }
         eval
     }
+}
+
+/// The native module's command (see `tollgate-redis-module`).
+pub(super) const MODULE_COMMAND: &str = "TOLLGATE.CHECK";
+
+/// Whether `cmd` is the module's.
+pub(super) fn is_module_call(cmd: &redis::Cmd) -> bool {
+    matches!(cmd.args_iter().next(), Some(redis::Arg::Simple(name)) if name == MODULE_COMMAND.as_bytes())
 }
 
 /// A call's arguments, written in the layout's order: every value names its offset within its
@@ -148,6 +99,13 @@ impl Call {
         for key in keys {
             cmd.arg(key.as_slice());
         }
+        Call { cmd, written: 0, base: 0, end: HEADER_ARGS }
+    }
+
+    /// `TOLLGATE.CHECK` (the native module's command) on `key`, one check; the header comes next.
+    pub(super) fn module(key: &[u8]) -> Self {
+        let mut cmd = redis::cmd(MODULE_COMMAND);
+        cmd.arg(key);
         Call { cmd, written: 0, base: 0, end: HEADER_ARGS }
     }
 

@@ -297,3 +297,15 @@ pub fn readme_acl(user: &str, password: &str) -> String {
         .expect("the README gives an `ACL SETUSER tollgate …` line");
     format!("user {user} {}", line.replace(">PASSWORD", &format!(">{password}")))
 }
+
+/// The path of tollgate's native Redis module (`tollgate-redis-module`'s library, which cargo
+/// builds, into `deps`, with this crate's `redis` feature: the one built with the test), for a
+/// `loadmodule …` line.
+#[must_use]
+pub fn module_path() -> PathBuf {
+    let workspace = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| workspace.join("target"), PathBuf::from);
+    let name = format!("{}tollgate_redis_module{}", std::env::consts::DLL_PREFIX, std::env::consts::DLL_SUFFIX);
+    let path = ["debug/deps", "debug"].iter().map(|dir| target.join(dir).join(&name)).find(|p| p.exists());
+    path.unwrap_or_else(|| panic!("no {name} under {}: cargo build -p tollgate-redis-module", target.display()))
+}

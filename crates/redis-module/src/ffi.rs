@@ -1,0 +1,210 @@
+//! The Redis module API, as much of it as the module uses: the function pointers Redis hands a
+//! module at load (what `redismodule.h`'s `RedisModule_Init` fetches with `RedisModule_GetApi`),
+//! and the two entry points Redis calls. All of the module's `unsafe` code is here.
+#![allow(unsafe_code)]
+
+use std::ffi::{CStr, c_char, c_int, c_longlong, c_void};
+use std::sync::OnceLock;
+
+use crate::command;
+
+/// `REDISMODULE_OK` / `REDISMODULE_ERR`.
+const OK: c_int = 0;
+const ERR: c_int = 1;
+/// `REDISMODULE_APIVER_1`.
+const API_VERSION: c_int = 1;
+/// `REDISMODULE_REPLY_STRING` / `_ERROR` / `_NULL`.
+const REPLY_STRING: c_int = 0;
+const REPLY_ERROR: c_int = 1;
+const REPLY_NULL: c_int = 4;
+
+type Ctx = c_void;
+type RString = c_void;
+type CallReply = c_void;
+type CommandFn = extern "C" fn(*mut Ctx, *mut *mut RString, c_int) -> c_int;
+
+/// The API functions used, fetched once at load.
+struct Api {
+    create_command:
+        unsafe extern "C" fn(*mut Ctx, *const c_char, CommandFn, *const c_char, c_int, c_int, c_int) -> c_int,
+    set_module_attribs: unsafe extern "C" fn(*mut Ctx, *const c_char, c_int, c_int) -> c_int,
+    string_ptr_len: unsafe extern "C" fn(*const RString, *mut usize) -> *const c_char,
+    call: unsafe extern "C" fn(*mut Ctx, *const c_char, *const c_char, ...) -> *mut CallReply,
+    call_reply_type: unsafe extern "C" fn(*mut CallReply) -> c_int,
+    call_reply_string_ptr: unsafe extern "C" fn(*mut CallReply, *mut usize) -> *const c_char,
+    free_call_reply: unsafe extern "C" fn(*mut CallReply),
+    reply_with_call_reply: unsafe extern "C" fn(*mut Ctx, *mut CallReply) -> c_int,
+    reply_with_array: unsafe extern "C" fn(*mut Ctx, std::ffi::c_long) -> c_int,
+    reply_with_long_long: unsafe extern "C" fn(*mut Ctx, c_longlong) -> c_int,
+    reply_with_error: unsafe extern "C" fn(*mut Ctx, *const c_char) -> c_int,
+}
+
+static API: OnceLock<Api> = OnceLock::new();
+
+/// Fetches `name` from Redis's table; `None` if this Redis does not have it.
+unsafe fn fetch<T: Copy>(get_api: unsafe extern "C" fn(*const c_char, *mut c_void) -> c_int, name: &CStr) -> Option<T> {
+    let mut pointer: *mut c_void = std::ptr::null_mut();
+    // SAFETY: GetApi writes one function pointer into `pointer`; `T` is that function's type.
+    unsafe {
+        if get_api(name.as_ptr(), (&raw mut pointer).cast()) != OK || pointer.is_null() {
+            return None;
+        }
+        Some(std::mem::transmute_copy::<*mut c_void, T>(&pointer))
+    }
+}
+
+/// Called by Redis when the module is loaded (`--loadmodule`, `MODULE LOAD`).
+///
+/// # Safety
+/// Called by Redis only, with its context.
+#[unsafe(no_mangle)]
+#[allow(unreachable_pub)] // exported to Redis by its C name
+pub unsafe extern "C" fn RedisModule_OnLoad(ctx: *mut Ctx, _argv: *mut *mut RString, _argc: c_int) -> c_int {
+    // SAFETY: as `RedisModule_Init` does: the context's first word is `RedisModule_GetApi`.
+    let get_api: unsafe extern "C" fn(*const c_char, *mut c_void) -> c_int =
+        unsafe { std::mem::transmute_copy(&*(ctx as *const *const c_void)) };
+    macro_rules! get {
+        ($name:literal) => {
+            match unsafe { fetch(get_api, $name) } {
+                Some(f) => f,
+                None => return ERR,
+            }
+        };
+    }
+    let api = Api {
+        create_command: get!(c"RedisModule_CreateCommand"),
+        set_module_attribs: get!(c"RedisModule_SetModuleAttribs"),
+        string_ptr_len: get!(c"RedisModule_StringPtrLen"),
+        call: get!(c"RedisModule_Call"),
+        call_reply_type: get!(c"RedisModule_CallReplyType"),
+        call_reply_string_ptr: get!(c"RedisModule_CallReplyStringPtr"),
+        free_call_reply: get!(c"RedisModule_FreeCallReply"),
+        reply_with_call_reply: get!(c"RedisModule_ReplyWithCallReply"),
+        reply_with_array: get!(c"RedisModule_ReplyWithArray"),
+        reply_with_long_long: get!(c"RedisModule_ReplyWithLongLong"),
+        reply_with_error: get!(c"RedisModule_ReplyWithError"),
+    };
+    let api = API.get_or_init(|| api);
+    // SAFETY: the functions Redis just gave, with its context and NUL-terminated strings. The
+    // command writes one key, its first argument.
+    unsafe {
+        (api.set_module_attribs)(ctx, c"tollgate".as_ptr(), 1, API_VERSION);
+        (api.create_command)(ctx, c"tollgate.check".as_ptr(), check, c"write deny-oom fast".as_ptr(), 1, 1, 1)
+    }
+}
+
+/// What the command sees of Redis: its arguments, the key's value, the write, the reply.
+pub(crate) struct Call {
+    ctx: *mut Ctx,
+    argv: *mut *mut RString,
+    argc: usize,
+    api: &'static Api,
+}
+
+/// A value read from the key.
+pub(crate) enum Read {
+    /// No key.
+    Missing,
+    /// Its bytes.
+    Value(Vec<u8>),
+    /// An error Redis answered (a key of another type): already given as the reply.
+    Answered,
+}
+
+impl Call {
+    /// Argument `i` (0: the command's name).
+    pub(crate) fn arg(&self, i: usize) -> &[u8] {
+        if i >= self.argc {
+            return &[];
+        }
+        let mut len = 0;
+        // SAFETY: `argv` holds `argc` strings that live for the command's call.
+        unsafe {
+            let pointer = (self.api.string_ptr_len)(*self.argv.add(i), &raw mut len);
+            std::slice::from_raw_parts(pointer.cast::<u8>(), len)
+        }
+    }
+
+    pub(crate) fn argc(&self) -> usize {
+        self.argc
+    }
+
+    /// `GET` of the key (argument 1).
+    pub(crate) fn get(&self) -> Read {
+        // SAFETY: `RedisModule_Call` with format "s" takes one module string: the key argument.
+        unsafe {
+            let reply = (self.api.call)(self.ctx, c"GET".as_ptr(), c"s".as_ptr(), *self.argv.add(1));
+            if reply.is_null() {
+                (self.api.reply_with_error)(self.ctx, c"ERR tollgate.check could not read the key".as_ptr());
+                return Read::Answered;
+            }
+            let read = match (self.api.call_reply_type)(reply) {
+                REPLY_NULL => Read::Missing,
+                REPLY_STRING => {
+                    let mut len = 0;
+                    let pointer = (self.api.call_reply_string_ptr)(reply, &raw mut len);
+                    Read::Value(std::slice::from_raw_parts(pointer.cast::<u8>(), len).to_vec())
+                }
+                REPLY_ERROR => {
+                    (self.api.reply_with_call_reply)(self.ctx, reply);
+                    Read::Answered
+                }
+                _ => {
+                    (self.api.reply_with_error)(self.ctx, c"ERR tollgate.check read an unexpected reply".as_ptr());
+                    Read::Answered
+                }
+            };
+            (self.api.free_call_reply)(reply);
+            read
+        }
+    }
+
+    /// `SET key value PX ms`, replicated as such (the module's own reading of the clock is not).
+    pub(crate) fn set(&self, value: &str, px_ms: i64) -> bool {
+        // SAFETY: format "!sbcl": replicate; the key argument; a buffer and its length; a C
+        // string; a long long.
+        unsafe {
+            let reply = (self.api.call)(
+                self.ctx,
+                c"SET".as_ptr(),
+                c"!sbcl".as_ptr(),
+                *self.argv.add(1),
+                value.as_ptr().cast::<c_char>(),
+                value.len(),
+                c"PX".as_ptr(),
+                c_longlong::from(px_ms),
+            );
+            if reply.is_null() {
+                return false;
+            }
+            let ok = (self.api.call_reply_type)(reply) != REPLY_ERROR;
+            (self.api.free_call_reply)(reply);
+            ok
+        }
+    }
+
+    pub(crate) fn reply_integers(&self, values: &[i64]) {
+        // SAFETY: an array header of `values.len()` elements, then as many integers.
+        unsafe {
+            (self.api.reply_with_array)(self.ctx, std::ffi::c_long::try_from(values.len()).unwrap_or(0));
+            for value in values {
+                (self.api.reply_with_long_long)(self.ctx, *value);
+            }
+        }
+    }
+
+    pub(crate) fn reply_error(&self, message: &str) {
+        let message = std::ffi::CString::new(message.replace('\0', " ")).unwrap_or_default();
+        // SAFETY: a NUL-terminated message, copied by Redis.
+        unsafe {
+            (self.api.reply_with_error)(self.ctx, message.as_ptr());
+        }
+    }
+}
+
+extern "C" fn check(ctx: *mut Ctx, argv: *mut *mut RString, argc: c_int) -> c_int {
+    let Some(api) = API.get() else { return ERR };
+    let call = Call { ctx, argv, argc: usize::try_from(argc).unwrap_or(0), api };
+    command::check(&call);
+    OK
+}
