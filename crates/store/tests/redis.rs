@@ -14,6 +14,7 @@ use tollgate_store::testkit::random::{Rng, random_limit};
 use tollgate_store::testkit::{
     self,
     redis_server::{RedisCluster, RedisServer, ServerConfig},
+    redis_topology::ClusterConfig,
 };
 use tollgate_store::{
     Algorithm, Check, Limit, ManualClock, MemoryStore, RedisOptions, RedisStore, Refund, Store, StoreError, TimeSource,
@@ -44,9 +45,54 @@ async fn single_server_passes_the_conformance_suite() {
 
 #[tokio::test]
 async fn cluster_passes_the_conformance_suite_and_refuses_cross_slot_checks() {
-    let cluster = RedisCluster::start();
+    // With replicas and the native module loaded: the script and the module each pass the suite,
+    // and what the module writes reaches the replicas.
+    let module = testkit::redis_server::module_path();
+    let config = ClusterConfig {
+        replicas: 1,
+        lines: vec![format!("loadmodule {}", module.display())],
+        ..ClusterConfig::default()
+    };
+    let cluster = tokio::task::spawn_blocking(move || RedisCluster::start_with(config)).await.unwrap();
     let base = RedisStore::open_cluster(&cluster.urls(), options(None)).await.unwrap();
     testkit::conformance(|clock| base.with_options(options(Some(clock))).unwrap()).await;
+    testkit::conformance(|clock| base.with_options(RedisOptions { module: true, ..options(Some(clock)) }).unwrap())
+        .await;
+    let native = base.with_options(RedisOptions { module: true, ..options(None) }).unwrap();
+    let gcra = Limit::per_minute(5).build().unwrap();
+    assert_eq!(native.check(b"replicated", &gcra, 2).await.unwrap().remaining, 3);
+    let key = String::from_utf8(native.state_key("", b"replicated", &gcra).unwrap()).unwrap();
+    let primary = &cluster.nodes()[cluster.primary_of(cluster.slot_of(key.as_bytes())).unwrap()];
+    let value = primary.cli(&["GET", &key]);
+    let port = primary.port().to_string();
+    let replica = cluster
+        .nodes()
+        .iter()
+        .find(|n| {
+            let role = n.cli(&["ROLE"]);
+            let role: Vec<&str> = role.lines().collect();
+            role.first() == Some(&"slave") && role.get(2) == Some(&port.as_str())
+        })
+        .expect("the primary's replica");
+    // A replica answers reads on a connection that said READONLY; replication is asynchronous.
+    let on_replica = || {
+        let mut read = std::process::Command::new("redis-cli")
+            .args(replica.cli_args())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write as _;
+        writeln!(read.stdin.take().unwrap(), "READONLY\nGET {key}").unwrap();
+        let out = String::from_utf8(read.wait_with_output().unwrap().stdout).unwrap();
+        out.lines().nth(1).unwrap_or("").to_string()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while on_replica() != value.trim() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(on_replica(), value.trim(), "the replica holds what the module wrote");
+    assert!(value.trim().len() >= 19, "{value}");
 
     let limit = Limit::per_second(5).build().unwrap();
     let same_tag = [Check::new(b"{u1}:a", &limit, 1), Check::new(b"{u1}:b", &limit, 1)];
