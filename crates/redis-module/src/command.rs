@@ -1,9 +1,11 @@
 //! `TOLLGATE.CHECK key ARGV...`: the script's call of one check (its ARGV as [`layout`] lays it
-//! out, after the key), decided natively for GCRA; anything else is refused, for the script.
+//! out, after the key), decided natively for the algorithms of [`algorithms`]; anything else is
+//! refused, for the script.
 
+use crate::algorithms::{self, Algorithm, Params};
 use crate::ffi::{Call, Read};
-use crate::gcra::{self, Now, Params};
 use crate::layout::*;
+use crate::time::Now;
 
 /// Arguments: the command's name and the key, then the call's ARGV (1-based in the layout).
 const ARGS: usize = 2 + HEADER_ARGS + CHECK_ARGS;
@@ -38,9 +40,9 @@ fn decide(call: &Call) -> Result<Option<[i64; 9]>, String> {
         return Err("TOLLGATE_ARGS tollgate.check decides one check, no charges or refunds".into());
     }
     let limit = HEADER_ARGS;
-    if argv(call, limit + LIMIT_ALGORITHM) != b"gcra" {
-        return Err("TOLLGATE_UNSUPPORTED tollgate.check decides GCRA only: use the script".into());
-    }
+    let Some(algorithm) = Algorithm::from_name(argv(call, limit + LIMIT_ALGORITHM)) else {
+        return Err("TOLLGATE_UNSUPPORTED tollgate.check does not decide this algorithm: use the script".into());
+    };
     let value =
         |offset: usize, what: &str| number(argv(call, offset)).ok_or_else(|| format!("TOLLGATE_ARGS bad {what}"));
     let now = match argv(call, ARG_NOW_SEC) {
@@ -53,6 +55,8 @@ fn decide(call: &Call) -> Result<Option<[i64; 9]>, String> {
         _ => Now { sec: value(ARG_NOW_SEC, "now")?, nsec: value(ARG_NOW_NSEC, "now")? },
     };
     let params = Params {
+        count: value(limit + LIMIT_COUNT, "count")?,
+        period: value(limit + LIMIT_PERIOD, "period")?,
         burst: value(limit + LIMIT_BURST, "burst")?,
         emission: value(limit + LIMIT_EMISSION, "emission interval")?,
         tolerance: value(limit + LIMIT_TOLERANCE, "tolerance")?,
@@ -65,8 +69,8 @@ fn decide(call: &Call) -> Result<Option<[i64; 9]>, String> {
         Read::Answered => return Ok(None),
     };
     let key = String::from_utf8_lossy(call.arg(1)).into_owned();
-    let outcome = gcra::decide(stored.as_deref(), params, now)
-        .map_err(|_| format!("TOLLGATE_BADSTATE key {key} holds a malformed instant, not state written by tollgate"))?;
+    let outcome = algorithms::decide(algorithm, stored.as_deref(), params, now)
+        .map_err(|bad| format!("TOLLGATE_BADSTATE key {key} holds {}, not state written by tollgate", bad.0))?;
     if let Some((state, ttl_ms)) = &outcome.write
         && !call.set(state, *ttl_ms)
     {

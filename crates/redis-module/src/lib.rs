@@ -1,12 +1,14 @@
-//! tollgate's native Redis module, an optional accelerator: `TOLLGATE.CHECK`, one GCRA check
-//! decided in Redis without a script, on the same state and with the same reply as the script's
-//! (`tollgate-store`'s `lua/`), so both may serve the same keys in turn. Load it with
+//! tollgate's native Redis module, an optional accelerator: `TOLLGATE.CHECK`, one check decided
+//! in Redis without a script (GCRA, the token and leaky buckets, the fixed and sliding windows),
+//! on the same state and with the same reply as the script's (`tollgate-store`'s `lua/`), so both
+//! may serve the same keys in turn. Load it with
 //! `--loadmodule libtollgate_redis_module.so` where modules are allowed, and give `tollgate
 //! --store-module`: a server without it is served by the script. The crate also holds the layout
 //! of a decision call ([`layout`]), which the script reads too.
 
 pub mod layout;
 
+pub mod algorithms;
 mod command;
 mod ffi;
-pub mod gcra;
+pub mod time;

@@ -47,6 +47,7 @@ pub use keys::slot as hash_slot;
 use program::*;
 use reply::{check_prefix, parse_reply, script_error};
 pub use target::{Address, RedisTarget, TlsConfig, Topology};
+use tollgate_redis_module::algorithms::Algorithm as ModuleAlgorithm;
 
 /// Where the Redis store takes "now" from.
 #[derive(Debug, Clone)]
@@ -68,9 +69,10 @@ pub struct RedisOptions {
     pub time: TimeSource,
     /// Added to every TTL when the time comes from a caller-side clock (default 60 s).
     pub clock_skew_margin: Duration,
-    /// Sends one-check GCRA decisions to tollgate's native module (`TOLLGATE.CHECK`, see
-    /// `tollgate-redis-module`) on servers that have it loaded; the script serves every other
-    /// call, and every call on a server without it (default false).
+    /// Sends lone checks to tollgate's native module (`TOLLGATE.CHECK`, see
+    /// `tollgate-redis-module`: GCRA, the buckets, the fixed and sliding windows) on servers that
+    /// have it loaded; the script serves every other call, and every call on a server without it
+    /// (default false).
     pub module: bool,
 }
 
@@ -246,12 +248,13 @@ impl RedisStore {
                 return Err(StoreError::CrossSlot);
             }
         }
-        // The native module decides a lone GCRA check where it is loaded (see `node.rs`).
+        // The native module decides a lone check of its algorithms where it is loaded (see
+        // `node.rs`).
         let native = self.options.module
             && lease.is_none()
             && charges.is_empty()
             && refunds.is_empty()
-            && matches!(checks, [check] if check.limit.algorithm() == tollgate_core::Algorithm::Gcra);
+            && matches!(checks, [check] if ModuleAlgorithm::from_name(check.limit.algorithm().name().as_bytes()).is_some());
         let mut call = if native { Call::module(&keys[0]) } else { Call::new(&self.script, &keys) };
         match &self.options.time {
             TimeSource::Server => call.put(ARG_VERSION, VERSION).put(ARG_NOW_SEC, "").put(ARG_NOW_NSEC, ""),
