@@ -153,7 +153,7 @@ printf '%-52s %12.0f\n' "decisions/s through serve on the memory store" "$mem_ra
 printf '%-52s %12.2f %14.2f %7.2fx\n' "floor: a function running TIME, GET, SET (us)" "$floor_usec" "$cell_usec" "$(ratio "$floor_usec" "$cell_usec")"
 
 echo
-echo "with tollgate's native module (--store-module; GCRA, one check a call):"
+echo "with tollgate's native module (--store-module; GCRA, one check a call, as the rows above):"
 row "time inside Redis, sent directly (us)" "$nat_direct_usec" "$cell_usec"
 row "time inside Redis, sent by serve (us)" "$nat_usec" "$cell_usec"
 row "redis-server CPU (utime+stime / decisions, us)" "$nat_redis_cpu" "$cell_redis_cpu"
@@ -161,10 +161,10 @@ printf '%-52s %12.0f %14.0f %7.2fx\n' "decisions/s (tollgate through serve)" "$n
 printf '%-52s %12.2f %14s %7.2fx\n' "serve's CPU per decision / memory (us)" "$nat_serve_cpu" "$(printf '%.2f' "$mem_serve_cpu")" "$(ratio "$nat_serve_cpu" "$mem_serve_cpu")"
 
 echo
-echo "time inside Redis per algorithm, usec_per_call of FCALL: sent by serve (TG.CHECK, 2 cores shared"
-echo "by redis-benchmark, serve and Redis), and the same call sent by redis-benchmark to Redis directly"
-echo "(as redis-cell's and the floor's are measured)"
-printf '  %-16s %12s %8s %12s %8s\n' "" "via serve" "x cell" "direct" "x cell"
+echo "time inside Redis per algorithm, usec_per_call: sent by serve (TG.CHECK; 2 cores shared by"
+echo "redis-benchmark, serve and Redis), and the same call sent by redis-benchmark directly (as"
+echo "redis-cell's and the floor's are measured); the script's FCALL, then the module's TOLLGATE.CHECK"
+printf '  %-16s %10s %7s %10s %7s %12s %7s %10s %7s\n' "" "script" "x cell" "direct" "x cell" "module" "x cell" "direct" "x cell"
 for algorithm in gcra token-bucket leaky-bucket fixed-window sliding-window sub-window sliding-log; do
   slices=(); [ "$algorithm" = sub-window ] && slices=(SLICES 10)
   redis-cli -p "$TG_REDIS" config resetstat >/dev/null
@@ -175,6 +175,17 @@ for algorithm in gcra token-bucket leaky-bucket fixed-window sliding-window sub-
   redis-cli -p "$TG_REDIS" config resetstat >/dev/null
   rps "$TG_REDIS" "${call[@]}" >/dev/null
   direct=$(usec "$TG_REDIS" fcall)
-  printf '  %-16s %9.2f us %7.2fx %9.2f us %7.2fx\n' "$algorithm" "$via" "$(ratio "$via" "$cell_usec")" \
+  printf '  %-16s %7.2f us %6.2fx %7.2f us %6.2fx' "$algorithm" "$via" "$(ratio "$via" "$cell_usec")" \
     "$direct" "$(ratio "$direct" "$cell_usec")"
+  if [ "$algorithm" = sub-window ] || [ "$algorithm" = sliding-log ]; then
+    echo "   (the script's)"
+    continue
+  fi
+  redis-cli -p "$NATIVE_REDIS" config resetstat >/dev/null
+  rps "$SERVE_NATIVE" TG.CHECK "$algorithm:__rand_int__" "$algorithm" 30 60000 >/dev/null
+  via=$(usec "$NATIVE_REDIS" tollgate.check)
+  redis-cli -p "$NATIVE_REDIS" config resetstat >/dev/null
+  rps "$NATIVE_REDIS" TOLLGATE.CHECK "${call[@]:3}" >/dev/null
+  direct=$(usec "$NATIVE_REDIS" tollgate.check)
+  printf ' %9.2f us %6.2fx %7.2f us %6.2fx\n' "$via" "$(ratio "$via" "$cell_usec")" "$direct" "$(ratio "$direct" "$cell_usec")"
 done

@@ -119,7 +119,8 @@ pub struct Config {
     pub on_store_error: OnStoreError,
     /// Timeout of each Redis call (default 50 ms).
     pub store_timeout: Duration,
-    /// Redis: lone GCRA checks go to tollgate's native module where it is loaded.
+    /// Redis: lone checks of the algorithms it decides go to tollgate's native module where it is
+    /// loaded.
     pub store_module: bool,
     /// Consecutive Redis failures that open the circuit breaker (default 3).
     pub breaker_threshold: u32,

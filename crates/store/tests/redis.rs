@@ -136,7 +136,7 @@ async fn decides_exactly_like_the_memory_store_across_the_whole_range() {
 }
 
 /// The same, on a server with tollgate's native module loaded (`tollgate-redis-module`): the
-/// store sends it every lone GCRA check, the script every other call, on the same keys in turn.
+/// store sends it every lone check of its algorithms, the script every other call, on the same keys.
 #[tokio::test]
 async fn the_native_module_decides_exactly_like_the_script_and_the_memory_store() {
     let module = testkit::redis_server::module_path();
