@@ -1,8 +1,8 @@
 //! The algorithms the module decides, each as its Lua file in `tollgate-store` decides it (the
 //! same steps, on `i128`, which hold every value the script's doubles hold exactly), on the same
 //! stored state and with the same reply, so that the module and the script may serve the same
-//! keys in turn. Pure: the caller reads and writes the key. The sub-window counter and the
-//! sliding log stay the script's.
+//! keys in turn. Pure: the caller reads and writes the key. The sliding log (a Redis list) stays
+//! the script's.
 
 use crate::time::{BadState, FAR, Now, ceil_div, number};
 
@@ -19,6 +19,8 @@ pub enum Algorithm {
     FixedWindow,
     /// `sliding_window.lua`.
     SlidingWindow,
+    /// `sub_window.lua`.
+    SubWindow,
 }
 
 impl Algorithm {
@@ -31,6 +33,7 @@ impl Algorithm {
             b"leaky-bucket" => Algorithm::LeakyBucket,
             b"fixed-window" => Algorithm::FixedWindow,
             b"sliding-window" => Algorithm::SlidingWindow,
+            b"sub-window" => Algorithm::SubWindow,
             _ => return None,
         })
     }
@@ -45,6 +48,8 @@ pub struct Params {
     pub period: i128,
     /// The burst.
     pub burst: i128,
+    /// The slices of a sub-window counter.
+    pub slices: i128,
     /// The emission interval, ns.
     pub emission: i128,
     /// The tolerance, ns.
@@ -85,8 +90,9 @@ fn fields(value: &[u8], n: usize) -> Result<Vec<&[u8]>, BadState> {
     if fields.len() == n { Ok(fields) } else { Err(BadState("a value of another number of fields")) }
 }
 
+/// A stored counter: at most 2^63 (tollgate never counts more), so that sums and products fit.
 fn counter(text: &[u8]) -> Result<i128, BadState> {
-    number(text).ok_or(BadState("a malformed counter"))
+    number(text).filter(|n| *n <= 1 << 63).ok_or(BadState("a malformed counter"))
 }
 
 /// Decides one check of `params` at `now` on the key's stored value (`None`: no history).
@@ -97,6 +103,7 @@ pub fn decide(algorithm: Algorithm, stored: Option<&[u8]>, p: Params, now: Now) 
         Algorithm::LeakyBucket => leaky_bucket(stored, &p, now)?,
         Algorithm::FixedWindow => fixed_window(stored, &p, now)?,
         Algorithm::SlidingWindow => sliding_window(stored, &p, now)?,
+        Algorithm::SubWindow => sub_window(stored, &p, now)?,
     };
     let reply = [
         i64::from(d.allowed),
@@ -280,6 +287,121 @@ fn sliding_window(stored: Option<&[u8]>, p: &Params, now: Now) -> Result<Decided
     Ok((d, write, (used, previous)))
 }
 
+/// A slot's index as a number of slices.
+fn slot(index: usize) -> i128 {
+    i128::try_from(index).unwrap_or(i128::MAX)
+}
+
+/// A sub-window counter's state: the newest slice's start, the slice length the counts were
+/// taken in, and the counts, oldest first (`sub_window.lua`).
+#[derive(Debug, Clone)]
+struct Slices {
+    newest: i128,
+    slice: i128,
+    counts: Vec<i128>,
+}
+
+fn sub_window(stored: Option<&[u8]>, p: &Params, now: Now) -> Result<Decided, BadState> {
+    let st = match stored {
+        Some(v) => {
+            let space = |b: &u8| b.is_ascii_whitespace() || *b == 0x0B;
+            let f: Vec<&[u8]> = v.split(space).filter(|f| !f.is_empty()).collect();
+            if f.len() < 3 {
+                return Err(BadState("a value of too few fields"));
+            }
+            let counts = f[2..].iter().map(|c| counter(c)).collect::<Result<Vec<_>, _>>()?;
+            Some(Slices { newest: now.relative(f[0])?, slice: counter(f[1])?, counts })
+        }
+        None => None,
+    };
+    let n = usize::try_from(p.slices.max(1)).map_err(|_| BadState("a limit of too many slices"))?;
+    let length = p.period.div_euclid(p.slices.max(1));
+    // A state taken under another slice count or length is folded into the slice holding its
+    // newest one.
+    let conform = |st: Slices| {
+        if st.counts.len() == n && st.slice == length {
+            return st;
+        }
+        let mut counts = vec![0; n];
+        counts[n - 1] = st.counts.iter().sum();
+        Slices { newest: now.window(st.newest, length), slice: length, counts }
+    };
+    // The state conformed, the slice counting now, and how many slices it is past the newest.
+    let at_now = |st: Option<Slices>| {
+        let current = now.window(0, length);
+        match st.map(conform) {
+            None => (None, current, p.slices),
+            Some(st) => {
+                let current = current.max(st.newest);
+                let passed = (current - st.newest).div_euclid(length.max(1));
+                (Some(st), current, passed)
+            }
+        }
+    };
+    // The slots still in the window: index i (0-based) is live iff i >= d.
+    let live_from = |d: i128| usize::try_from(d.clamp(0, p.slices)).unwrap_or(n).min(n);
+    let used_of = |st: &Option<Slices>, d: i128| st.as_ref().map_or(0, |s| s.counts[live_from(d)..].iter().sum());
+    let (cur, current, d) = at_now(st);
+    let used = used_of(&cur, d);
+    let allowed = used + p.cost <= p.count;
+    let mut retry = 0;
+    if !allowed && let Some(cur) = &cur {
+        // Slot i (1-based, live iff i > d) leaves the window at newest + i·slice.
+        let (excess, mut freed) = (used + p.cost - p.count, 0);
+        for i in live_from(d)..n {
+            freed += cur.counts[i];
+            if freed >= excess {
+                retry = cur.newest + (slot(i) + 1) * cur.slice;
+                break;
+            }
+        }
+    }
+    let after = if allowed { used + p.cost } else { used };
+    let consumed = allowed && p.cost > 0;
+    let (last, last_d) = if consumed {
+        // The counts moved d slices on, to end at `current`, plus the cost in the newest.
+        let mut counts = vec![0; n];
+        for (i, count) in counts.iter_mut().enumerate() {
+            let from = slot(i) + d;
+            if let (Some(cur), Ok(from)) = (&cur, usize::try_from(from))
+                && from < n
+            {
+                *count = cur.counts[from];
+            }
+        }
+        counts[n - 1] += p.cost;
+        (Some(Slices { newest: current, slice: length, counts }), 0)
+    } else {
+        (cur, d)
+    };
+    let mut reset = 0;
+    if let Some(last) = &last {
+        for i in (live_from(last_d)..n).rev() {
+            if last.counts[i] > 0 {
+                reset = last.newest + (slot(i) + 1) * last.slice;
+                break;
+            }
+        }
+    }
+    let decision = Decision { allowed, limit: p.count, remaining: p.count - after, retry, reset };
+    let write = match (&last, consumed) {
+        (Some(last), true) => {
+            let mut value = format!("{} {}", now.absolute(last.newest), last.slice);
+            for count in &last.counts {
+                value.push_str(&format!(" {count}"));
+            }
+            Some((value, reset))
+        }
+        _ => None,
+    };
+    // The snapshot: what is used now, of the state after the call.
+    let used_after = match (&last, consumed) {
+        (Some(last), true) => last.counts.iter().sum(),
+        _ => used,
+    };
+    Ok((decision, write, (used_after, 0)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -289,6 +411,7 @@ mod tests {
         count: 2,
         period: 1_000_000_000,
         burst: 2,
+        slices: 1,
         emission: 500_000_000,
         tolerance: 1_000_000_000,
         cost: 1,
@@ -314,6 +437,15 @@ mod tests {
         // The window started 250 ms ago and ends in 750 ms.
         assert_eq!(first.reply[..6], [1, 2, 1, 0, 750_000_000, 1]);
         assert_eq!(first.write, Some(("1700000000000000000 1".into(), 750)));
+    }
+
+    #[test]
+    fn huge_stored_counters_are_refused_not_summed() {
+        let huge = format!("1700000000000000000 {} 99999999999999999999999999999999999999", i128::MAX);
+        let limit = Params { slices: 2, ..LIMIT };
+        assert!(decide(Algorithm::SubWindow, Some(huge.as_bytes()), limit, NOW).is_err());
+        let huge = "1700000000000000000 99999999999999999999999999999999999999 1";
+        assert!(decide(Algorithm::SlidingWindow, Some(huge.as_bytes()), LIMIT, NOW).is_err());
     }
 
     #[test]

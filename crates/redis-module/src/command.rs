@@ -7,16 +7,63 @@ use crate::ffi::{Call, Read};
 use crate::layout::*;
 use crate::time::Now;
 
-/// Arguments: the command's name and the key, then the call's ARGV (1-based in the layout).
-const ARGS: usize = 2 + HEADER_ARGS + CHECK_ARGS;
+/// The bounds of a call's values: what `tollgate-core` accepts in a limit, with room for the
+/// tolerance (`burst · T`) and a cost; none may exceed 2^63, so that every product of two fits
+/// the `i128` the algorithms compute in.
+const MAX_VALUE: i128 = 1 << 63;
 
-/// ARGV value `offset` (the layout's 1-based offsets).
-fn argv(call: &Call, offset: usize) -> &[u8] {
-    call.arg(offset + 1)
+/// A parsed call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Parsed {
+    pub(crate) algorithm: Algorithm,
+    pub(crate) params: Params,
+    /// `None`: the server's clock.
+    pub(crate) now: Option<Now>,
 }
 
-fn number(bytes: &[u8]) -> Option<i128> {
-    std::str::from_utf8(bytes).ok()?.parse().ok()
+/// Parses the call's arguments after the command's name and the key (its ARGV), refusing any
+/// value out of bounds: the module never panics or allocates on a caller's word.
+pub(crate) fn parse(argv: &[&[u8]]) -> Result<Parsed, String> {
+    if argv.len() != HEADER_ARGS + CHECK_ARGS {
+        return Err(format!("TOLLGATE_ARGS tollgate.check takes a key and {} values", HEADER_ARGS + CHECK_ARGS));
+    }
+    // The layout's offsets are 1-based, as Lua reads ARGV.
+    let at = |offset: usize| argv[offset - 1];
+    if at(ARG_VERSION) != VERSION.as_bytes() {
+        let call_version = String::from_utf8_lossy(at(ARG_VERSION)).into_owned();
+        return Err(format!("TOLLGATE_VERSION the module reads layout {VERSION}, the call is {call_version}"));
+    }
+    if at(ARG_CHECKS) != b"1" || at(ARG_CHARGES) != b"0" || at(ARG_REFUNDS) != b"0" {
+        return Err("TOLLGATE_ARGS tollgate.check decides one check, no charges or refunds".into());
+    }
+    let limit = HEADER_ARGS;
+    let Some(algorithm) = Algorithm::from_name(at(limit + LIMIT_ALGORITHM)) else {
+        return Err("TOLLGATE_UNSUPPORTED tollgate.check does not decide this algorithm: use the script".into());
+    };
+    let value = |offset: usize, what: &str, least: i128, most: i128| {
+        crate::time::number(at(offset))
+            .filter(|v| (least..=most).contains(v))
+            .ok_or_else(|| format!("TOLLGATE_ARGS {what} must be a number from {least} to {most}"))
+    };
+    let period_ns = i128::from(tollgate_core::MAX_PERIOD_NS);
+    let params = Params {
+        count: value(limit + LIMIT_COUNT, "count", 1, MAX_VALUE)?,
+        period: value(limit + LIMIT_PERIOD, "period", 1, period_ns)?,
+        burst: value(limit + LIMIT_BURST, "burst", 0, MAX_VALUE)?,
+        slices: value(limit + LIMIT_SLICES, "slices", 1, i128::from(tollgate_core::MAX_SLICES))?,
+        emission: value(limit + LIMIT_EMISSION, "emission interval", 1, MAX_VALUE)?,
+        tolerance: value(limit + LIMIT_TOLERANCE, "tolerance", 0, MAX_VALUE)?,
+        cost: value(limit + LIMIT_COST, "cost", 0, MAX_VALUE)?,
+        margin_ms: value(ARG_MARGIN, "margin", 0, MAX_VALUE)?,
+    };
+    let now = match at(ARG_NOW_SEC) {
+        b"" => None,
+        _ => Some(Now {
+            sec: value(ARG_NOW_SEC, "now's seconds", 0, MAX_VALUE / 1_000_000_000)?,
+            nsec: value(ARG_NOW_NSEC, "now's nanoseconds", 0, 999_999_999)?,
+        }),
+    };
+    Ok(Parsed { algorithm, params, now })
 }
 
 pub(crate) fn check(call: &Call) {
@@ -29,39 +76,16 @@ pub(crate) fn check(call: &Call) {
 
 /// The reply, `None` when Redis's own error was answered already.
 fn decide(call: &Call) -> Result<Option<[i64; 9]>, String> {
-    if call.argc() != ARGS {
-        return Err(format!("TOLLGATE_ARGS tollgate.check takes a key and {} values", ARGS - 2));
-    }
-    if argv(call, ARG_VERSION) != VERSION.as_bytes() {
-        let call_version = String::from_utf8_lossy(argv(call, ARG_VERSION)).into_owned();
-        return Err(format!("TOLLGATE_VERSION the module reads layout {VERSION}, the call is {call_version}"));
-    }
-    if argv(call, ARG_CHECKS) != b"1" || argv(call, ARG_CHARGES) != b"0" || argv(call, ARG_REFUNDS) != b"0" {
-        return Err("TOLLGATE_ARGS tollgate.check decides one check, no charges or refunds".into());
-    }
-    let limit = HEADER_ARGS;
-    let Some(algorithm) = Algorithm::from_name(argv(call, limit + LIMIT_ALGORITHM)) else {
-        return Err("TOLLGATE_UNSUPPORTED tollgate.check does not decide this algorithm: use the script".into());
-    };
-    let value =
-        |offset: usize, what: &str| number(argv(call, offset)).ok_or_else(|| format!("TOLLGATE_ARGS bad {what}"));
-    let now = match argv(call, ARG_NOW_SEC) {
+    let argv: Vec<&[u8]> = (2..call.argc()).map(|i| call.arg(i)).collect();
+    let Parsed { algorithm, params, now } = parse(&argv)?;
+    let now = match now {
+        Some(now) => now,
         // The server's clock, to the microsecond, as the script reads TIME.
-        b"" => {
+        None => {
             let since =
                 std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_err(|e| e.to_string())?;
             Now { sec: i128::from(since.as_secs()), nsec: i128::from(since.subsec_micros()) * 1000 }
         }
-        _ => Now { sec: value(ARG_NOW_SEC, "now")?, nsec: value(ARG_NOW_NSEC, "now")? },
-    };
-    let params = Params {
-        count: value(limit + LIMIT_COUNT, "count")?,
-        period: value(limit + LIMIT_PERIOD, "period")?,
-        burst: value(limit + LIMIT_BURST, "burst")?,
-        emission: value(limit + LIMIT_EMISSION, "emission interval")?,
-        tolerance: value(limit + LIMIT_TOLERANCE, "tolerance")?,
-        cost: value(limit + LIMIT_COST, "cost")?,
-        margin_ms: value(ARG_MARGIN, "margin")?,
     };
     let stored = match call.get() {
         Read::Missing => None,
@@ -77,4 +101,73 @@ fn decide(call: &Call) -> Result<Option<[i64; 9]>, String> {
         return Err(format!("ERR tollgate.check could not write {key}"));
     }
     Ok(Some(outcome.reply))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(values: &[&str]) -> Vec<Vec<u8>> {
+        values.iter().map(|v| v.as_bytes().to_vec()).collect()
+    }
+
+    fn parsed(values: &[&str]) -> Result<Parsed, String> {
+        let owned = call(values);
+        parse(&owned.iter().map(Vec::as_slice).collect::<Vec<_>>())
+    }
+
+    const GOOD: [&str; 15] = [
+        "3",
+        "",
+        "",
+        "0",
+        "1",
+        "0",
+        "0",
+        "sub-window",
+        "30",
+        "60000000000",
+        "30",
+        "10",
+        "2000000000",
+        "60000000000",
+        "1",
+    ];
+
+    #[test]
+    fn a_call_is_parsed_as_the_layout_says() {
+        let call = parsed(&GOOD).unwrap();
+        assert_eq!(
+            (call.algorithm, call.params.slices, call.params.cost, call.now),
+            (Algorithm::SubWindow, 10, 1, None)
+        );
+    }
+
+    /// Any value a caller may send: out of bounds, signs, overflow, garbage, another algorithm,
+    /// another arity: an error naming what is wrong, never a panic or a huge allocation.
+    #[test]
+    fn hostile_values_are_refused() {
+        let cases: [(usize, &str, &str); 10] = [
+            (11, "1000000000000", "slices"),
+            (11, "0", "slices"),
+            (9, "999999999999999999999999999999", "period"),
+            (12, "-5", "emission"),
+            (14, "+", "cost"),
+            (14, "99999999999999999999", "cost"),
+            (2, "99999999999999999999", "now"),
+            (0, "2", "TOLLGATE_VERSION"),
+            (7, "sliding-log", "TOLLGATE_UNSUPPORTED"),
+            (4, "2", "one check"),
+        ];
+        for (index, value, says) in cases {
+            let mut values = GOOD;
+            values[index] = value;
+            if index == 2 {
+                values[1] = "1";
+            }
+            let error = parsed(&values).unwrap_err();
+            assert!(error.contains(says), "{value} at {index}: {error}");
+        }
+        assert!(parsed(&GOOD[..14]).unwrap_err().contains("takes a key and 15 values"));
+    }
 }

@@ -205,6 +205,10 @@ impl Call {
 extern "C" fn check(ctx: *mut Ctx, argv: *mut *mut RString, argc: c_int) -> c_int {
     let Some(api) = API.get() else { return ERR };
     let call = Call { ctx, argv, argc: usize::try_from(argc).unwrap_or(0), api };
-    command::check(&call);
+    // A panic must not unwind into Redis (that would abort the server): it answers an error.
+    let answered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| command::check(&call)));
+    if answered.is_err() {
+        call.reply_error("ERR tollgate.check failed (a bug in tollgate's module: please report it)");
+    }
     OK
 }

@@ -1,6 +1,6 @@
 //! tollgate's native Redis module, an optional accelerator: `TOLLGATE.CHECK`, one check decided
-//! in Redis without a script (GCRA, the token and leaky buckets, the fixed and sliding windows),
-//! on the same state and with the same reply as the script's (`tollgate-store`'s `lua/`), so both
+//! in Redis without a script (every algorithm but the sliding log, a Redis list the script
+//! keeps), on the same state and with the same reply as the script's (`tollgate-store`'s `lua/`), so both
 //! may serve the same keys in turn. Load it with
 //! `--loadmodule libtollgate_redis_module.so` where modules are allowed, and give `tollgate
 //! --store-module`: a server without it is served by the script. The crate also holds the layout

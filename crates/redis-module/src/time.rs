@@ -48,9 +48,10 @@ impl Now {
     }
 }
 
-/// A counter or instant as stored: decimal digits only.
+/// A counter, instant or argument: decimal digits only, at most 38 of them (beyond, `None`: no
+/// value tollgate writes or sends is that long, and i128 holds every 38-digit number).
 pub(crate) fn number(text: &[u8]) -> Option<i128> {
-    if text.is_empty() || !text.iter().all(u8::is_ascii_digit) {
+    if text.is_empty() || text.len() > 38 || !text.iter().all(u8::is_ascii_digit) {
         return None;
     }
     Some(text.iter().fold(0_i128, |n, d| n.saturating_mul(10).saturating_add(i128::from(d - b'0'))))

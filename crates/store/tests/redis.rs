@@ -184,6 +184,16 @@ async fn the_native_module_decides_exactly_like_the_script_and_the_memory_store(
         assert!(matches!(result, Err(StoreError::BadState(_))), "{result:?}");
     }
     assert!(native.check(b"fine", &limit, 1).await.unwrap().allowed);
+    // A hostile call (a trillion slices, an overflowing cost) is an error; the server serves on.
+    let hostile = [
+        ["3", "", "", "0", "1", "0", "0", "sub-window", "30", "60000000000", "30", "1000000000000", "1", "1", "1"],
+        ["3", "", "", "0", "1", "0", "0", "gcra", "30", "60000000000", "30", "1", "1", "1", "999999999999999999999999"],
+    ];
+    for args in hostile {
+        let reply = server.cli(&[&["TOLLGATE.CHECK", "hostile"][..], &args].concat());
+        assert!(reply.contains("TOLLGATE_ARGS"), "{reply}");
+    }
+    assert_eq!(server.cli(&["PING"]).trim(), "PONG");
     // A server without the module: its calls go to the script.
     let plain = RedisServer::start();
     let store = RedisStore::open(&plain.url(), RedisOptions { module: true, ..options(None) }).unwrap();

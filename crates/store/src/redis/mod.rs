@@ -70,8 +70,8 @@ pub struct RedisOptions {
     /// Added to every TTL when the time comes from a caller-side clock (default 60 s).
     pub clock_skew_margin: Duration,
     /// Sends lone checks to tollgate's native module (`TOLLGATE.CHECK`, see
-    /// `tollgate-redis-module`: GCRA, the buckets, the fixed and sliding windows) on servers that
-    /// have it loaded; the script serves every other call, and every call on a server without it
+    /// `tollgate-redis-module`: every algorithm but the sliding log) on servers that have it
+    /// loaded; the script serves every other call, and every call on a server without it
     /// (default false).
     pub module: bool,
 }
