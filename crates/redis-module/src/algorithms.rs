@@ -1,8 +1,8 @@
 //! The algorithms the module decides, each as its Lua file in `tollgate-store` decides it (the
 //! same steps, on `i128`, which hold every value the script's doubles hold exactly), on the same
 //! stored state and with the same reply, so that the module and the script may serve the same
-//! keys in turn. Pure: the caller reads and writes the key. The sliding log (a Redis list) stays
-//! the script's.
+//! keys in turn. Pure: the caller reads and writes the key. The sliding log, a Redis list, has
+//! its own file ([`crate::sliding_log`]).
 
 use crate::time::{BadState, FAR, Now, ceil_div, number};
 
@@ -23,8 +23,15 @@ pub enum Algorithm {
     SubWindow,
 }
 
+/// Whether the module decides the algorithm of this name: every one the script has, the sliding
+/// log in [`crate::sliding_log`].
+#[must_use]
+pub fn decided_natively(name: &[u8]) -> bool {
+    Algorithm::from_name(name).is_some() || name == b"sliding-log"
+}
+
 impl Algorithm {
-    /// By the name the call carries; `None` for the script's own.
+    /// By the name the call carries; `None` for the sliding log (see [`crate::sliding_log`]).
     #[must_use]
     pub fn from_name(name: &[u8]) -> Option<Self> {
         Some(match name {
@@ -71,12 +78,12 @@ pub struct Outcome {
 }
 
 /// A decision (`prelude.lua`'s `decision`: negative remaining and reset read 0).
-struct Decision {
-    allowed: bool,
-    limit: i128,
-    remaining: i128,
-    retry: i128,
-    reset: i128,
+pub(crate) struct Decision {
+    pub(crate) allowed: bool,
+    pub(crate) limit: i128,
+    pub(crate) remaining: i128,
+    pub(crate) retry: i128,
+    pub(crate) reset: i128,
 }
 
 fn clamp(value: i128) -> i64 {
@@ -84,14 +91,14 @@ fn clamp(value: i128) -> i64 {
 }
 
 /// The stored value's fields (separated by what Lua's `%s` matches), exactly `n` of them.
-fn fields(value: &[u8], n: usize) -> Result<Vec<&[u8]>, BadState> {
+pub(crate) fn fields(value: &[u8], n: usize) -> Result<Vec<&[u8]>, BadState> {
     let space = |b: &u8| b.is_ascii_whitespace() || *b == 0x0B;
     let fields: Vec<&[u8]> = value.split(space).filter(|f| !f.is_empty()).collect();
     if fields.len() == n { Ok(fields) } else { Err(BadState("a value of another number of fields")) }
 }
 
 /// A stored counter: at most 2^63 (tollgate never counts more), so that sums and products fit.
-fn counter(text: &[u8]) -> Result<i128, BadState> {
+pub(crate) fn counter(text: &[u8]) -> Result<i128, BadState> {
     number(text).filter(|n| *n <= 1 << 63).ok_or(BadState("a malformed counter"))
 }
 
@@ -105,7 +112,14 @@ pub fn decide(algorithm: Algorithm, stored: Option<&[u8]>, p: Params, now: Now) 
         Algorithm::SlidingWindow => sliding_window(stored, &p, now)?,
         Algorithm::SubWindow => sub_window(stored, &p, now)?,
     };
-    let reply = [
+    let reply = reply(&d, used, previous, now);
+    let write = write.map(|(value, idle)| (value, ttl_ms(idle, p.margin_ms)));
+    Ok(Outcome { reply, write })
+}
+
+/// The reply to a decision, with the key's snapshot and the call's now.
+pub(crate) fn reply(d: &Decision, used: i128, previous: i128, now: Now) -> [i64; 9] {
+    [
         i64::from(d.allowed),
         clamp(d.limit),
         clamp(d.remaining),
@@ -115,14 +129,17 @@ pub fn decide(algorithm: Algorithm, stored: Option<&[u8]>, p: Params, now: Now) 
         clamp(previous),
         clamp(now.sec),
         clamp(now.nsec),
-    ];
-    // Until the state is idle again, at least 1 ms, plus the margin (`prelude.lua`'s `px`).
-    let write = write.map(|(value, idle)| (value, clamp(ceil_div(idle, 1_000_000).max(1) + p.margin_ms)));
-    Ok(Outcome { reply, write })
+    ]
+}
+
+/// How long a key lives: until its state is idle again, at least 1 ms, plus the margin
+/// (`prelude.lua`'s `px`).
+pub(crate) fn ttl_ms(idle: i128, margin_ms: i128) -> i64 {
+    clamp(ceil_div(idle, 1_000_000).max(1) + margin_ms)
 }
 
 /// A decision, the value to write and when it is idle (when it consumed), and the snapshot.
-type Decided = (Decision, Option<(String, i128)>, (i128, i128));
+pub(crate) type Decided = (Decision, Option<(String, i128)>, (i128, i128));
 
 fn gcra(stored: Option<&[u8]>, p: &Params, now: Now) -> Result<Decided, BadState> {
     let stored = stored.map(|v| now.relative(v)).transpose()?;

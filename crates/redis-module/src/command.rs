@@ -5,7 +5,8 @@
 use crate::algorithms::{self, Algorithm, Params};
 use crate::ffi::{Call, Read};
 use crate::layout::*;
-use crate::time::Now;
+use crate::sliding_log::{self, List, Stop};
+use crate::time::{BadState, Now};
 
 /// The bounds of a call's values: what `tollgate-core` accepts in a limit, with room for the
 /// tolerance (`burst · T`) and a cost; none may exceed 2^63, so that every product of two fits
@@ -15,7 +16,8 @@ const MAX_VALUE: i128 = 1 << 63;
 /// A parsed call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Parsed {
-    pub(crate) algorithm: Algorithm,
+    /// `None`: the sliding log.
+    pub(crate) algorithm: Option<Algorithm>,
     pub(crate) params: Params,
     /// `None`: the server's clock.
     pub(crate) now: Option<Now>,
@@ -37,9 +39,11 @@ pub(crate) fn parse(argv: &[&[u8]]) -> Result<Parsed, String> {
         return Err("TOLLGATE_ARGS tollgate.check decides one check, no charges or refunds".into());
     }
     let limit = HEADER_ARGS;
-    let Some(algorithm) = Algorithm::from_name(at(limit + LIMIT_ALGORITHM)) else {
+    let name = at(limit + LIMIT_ALGORITHM);
+    if !algorithms::decided_natively(name) {
         return Err("TOLLGATE_UNSUPPORTED tollgate.check does not decide this algorithm: use the script".into());
-    };
+    }
+    let algorithm = Algorithm::from_name(name);
     let value = |offset: usize, what: &str, least: i128, most: i128| {
         crate::time::number(at(offset))
             .filter(|v| (least..=most).contains(v))
@@ -87,20 +91,48 @@ fn decide(call: &Call) -> Result<Option<[i64; 9]>, String> {
             Now { sec: i128::from(since.as_secs()), nsec: i128::from(since.subsec_micros()) * 1000 }
         }
     };
+    let key = String::from_utf8_lossy(call.arg(1)).into_owned();
+    let bad = |bad: BadState| format!("TOLLGATE_BADSTATE key {key} holds {}, not state written by tollgate", bad.0);
+    let Some(algorithm) = algorithm else {
+        // The sliding log: read entry by entry, written as its file says.
+        let (reply, writes) = match sliding_log::decide(&mut CallList(call), &params, now) {
+            Ok(decided) => decided,
+            Err(Stop::Bad(state)) => return Err(bad(state)),
+            Err(Stop::Answered) => return Ok(None),
+        };
+        for write in &writes {
+            if !call.write_list(write) {
+                return Ok(None);
+            }
+        }
+        return Ok(Some(reply));
+    };
     let stored = match call.get() {
-        Read::Missing => None,
+        Read::Missing | Read::Integer(_) => None,
         Read::Value(bytes) => Some(bytes),
         Read::Answered => return Ok(None),
     };
-    let key = String::from_utf8_lossy(call.arg(1)).into_owned();
-    let outcome = algorithms::decide(algorithm, stored.as_deref(), params, now)
-        .map_err(|bad| format!("TOLLGATE_BADSTATE key {key} holds {}, not state written by tollgate", bad.0))?;
+    let outcome = algorithms::decide(algorithm, stored.as_deref(), params, now).map_err(bad)?;
     if let Some((state, ttl_ms)) = &outcome.write
         && !call.set(state, *ttl_ms)
     {
         return Err(format!("ERR tollgate.check could not write {key}"));
     }
     Ok(Some(outcome.reply))
+}
+
+/// The key's list, through the call.
+struct CallList<'a>(&'a Call);
+
+impl List for CallList<'_> {
+    fn length(&mut self) -> Result<i128, Stop> {
+        self.0.llen().map(i128::from).ok_or(Stop::Answered)
+    }
+
+    fn index(&mut self, i: i128) -> Result<Option<Vec<u8>>, Stop> {
+        let i = i64::try_from(i).map_err(|_| Stop::Bad(BadState("a log longer than a list holds")))?;
+        self.0.lindex(i).ok_or(Stop::Answered)
+    }
 }
 
 #[cfg(test)]
@@ -139,7 +171,7 @@ mod tests {
         let call = parsed(&GOOD).unwrap();
         assert_eq!(
             (call.algorithm, call.params.slices, call.params.cost, call.now),
-            (Algorithm::SubWindow, 10, 1, None)
+            (Some(Algorithm::SubWindow), 10, 1, None)
         );
     }
 
@@ -156,7 +188,7 @@ mod tests {
             (14, "99999999999999999999", "cost"),
             (2, "99999999999999999999", "now"),
             (0, "2", "TOLLGATE_VERSION"),
-            (7, "sliding-log", "TOLLGATE_UNSUPPORTED"),
+            (7, "leaky-meter", "TOLLGATE_UNSUPPORTED"),
             (4, "2", "one check"),
         ];
         for (index, value, says) in cases {

@@ -16,6 +16,7 @@ const API_VERSION: c_int = 1;
 /// `REDISMODULE_REPLY_STRING` / `_ERROR` / `_NULL`.
 const REPLY_STRING: c_int = 0;
 const REPLY_ERROR: c_int = 1;
+const REPLY_INTEGER: c_int = 2;
 const REPLY_NULL: c_int = 4;
 
 type Ctx = c_void;
@@ -32,6 +33,7 @@ struct Api {
     call: unsafe extern "C" fn(*mut Ctx, *const c_char, *const c_char, ...) -> *mut CallReply,
     call_reply_type: unsafe extern "C" fn(*mut CallReply) -> c_int,
     call_reply_string_ptr: unsafe extern "C" fn(*mut CallReply, *mut usize) -> *const c_char,
+    call_reply_integer: unsafe extern "C" fn(*mut CallReply) -> c_longlong,
     free_call_reply: unsafe extern "C" fn(*mut CallReply),
     reply_with_call_reply: unsafe extern "C" fn(*mut Ctx, *mut CallReply) -> c_int,
     reply_with_array: unsafe extern "C" fn(*mut Ctx, std::ffi::c_long) -> c_int,
@@ -78,6 +80,7 @@ pub unsafe extern "C" fn RedisModule_OnLoad(ctx: *mut Ctx, _argv: *mut *mut RStr
         call: get!(c"RedisModule_Call"),
         call_reply_type: get!(c"RedisModule_CallReplyType"),
         call_reply_string_ptr: get!(c"RedisModule_CallReplyStringPtr"),
+        call_reply_integer: get!(c"RedisModule_CallReplyInteger"),
         free_call_reply: get!(c"RedisModule_FreeCallReply"),
         reply_with_call_reply: get!(c"RedisModule_ReplyWithCallReply"),
         reply_with_array: get!(c"RedisModule_ReplyWithArray"),
@@ -109,6 +112,8 @@ pub(crate) enum Read {
     Value(Vec<u8>),
     /// An error Redis answered (a key of another type): already given as the reply.
     Answered,
+    /// An integer.
+    Integer(i64),
 }
 
 impl Call {
@@ -157,6 +162,109 @@ impl Call {
             (self.api.free_call_reply)(reply);
             read
         }
+    }
+
+    /// A reply read: Redis's error answered as the command's reply, `None` then.
+    ///
+    /// # Safety
+    /// `reply` is a reply `RedisModule_Call` returned (or null), freed here.
+    unsafe fn read(&self, reply: *mut CallReply) -> Option<Read> {
+        if reply.is_null() {
+            self.reply_error("ERR tollgate.check: a Redis call failed");
+            return None;
+        }
+        // SAFETY: a live reply, read then freed once.
+        unsafe {
+            let read = match (self.api.call_reply_type)(reply) {
+                REPLY_NULL => Some(Read::Missing),
+                REPLY_STRING => {
+                    let mut len = 0;
+                    let pointer = (self.api.call_reply_string_ptr)(reply, &raw mut len);
+                    Some(Read::Value(std::slice::from_raw_parts(pointer.cast::<u8>(), len).to_vec()))
+                }
+                REPLY_INTEGER => Some(Read::Integer((self.api.call_reply_integer)(reply))),
+                REPLY_ERROR => {
+                    (self.api.reply_with_call_reply)(self.ctx, reply);
+                    None
+                }
+                _ => Some(Read::Missing),
+            };
+            (self.api.free_call_reply)(reply);
+            read
+        }
+    }
+
+    /// `LLEN` of the key.
+    pub(crate) fn llen(&self) -> Option<i64> {
+        // SAFETY: format "s": the key argument.
+        let reply = unsafe { (self.api.call)(self.ctx, c"LLEN".as_ptr(), c"s".as_ptr(), *self.argv.add(1)) };
+        // SAFETY: the reply just returned.
+        match unsafe { self.read(reply) }? {
+            Read::Integer(n) => Some(n),
+            _ => Some(0),
+        }
+    }
+
+    /// `LINDEX` of the key (`Some(None)`: out of range; `None`: Redis's error, answered).
+    pub(crate) fn lindex(&self, index: i64) -> Option<Option<Vec<u8>>> {
+        // SAFETY: format "sl": the key argument, a long long.
+        let reply = unsafe {
+            (self.api.call)(self.ctx, c"LINDEX".as_ptr(), c"sl".as_ptr(), *self.argv.add(1), c_longlong::from(index))
+        };
+        // SAFETY: the reply just returned.
+        match unsafe { self.read(reply) }? {
+            Read::Value(bytes) => Some(Some(bytes)),
+            _ => Some(None),
+        }
+    }
+
+    /// A write to the key's list, replicated as such: `DEL`, `RPUSH value`, `LSET index value`,
+    /// `LTRIM start -1`, `PEXPIRE ms`. False if Redis refused it (its error answered).
+    pub(crate) fn write_list(&self, write: &crate::sliding_log::Write) -> bool {
+        use crate::sliding_log::Write;
+        let key = self.key();
+        // SAFETY: each format names its arguments: "!" replicate, "s" the key argument, "b" a
+        // buffer and its length, "l" a long long.
+        let reply = unsafe {
+            match write {
+                Write::Del => (self.api.call)(self.ctx, c"DEL".as_ptr(), c"!s".as_ptr(), key),
+                Write::Rpush(value) => (self.api.call)(
+                    self.ctx,
+                    c"RPUSH".as_ptr(),
+                    c"!sb".as_ptr(),
+                    key,
+                    value.as_ptr().cast::<c_char>(),
+                    value.len(),
+                ),
+                Write::Lset(index, value) => (self.api.call)(
+                    self.ctx,
+                    c"LSET".as_ptr(),
+                    c"!slb".as_ptr(),
+                    key,
+                    c_longlong::try_from(*index).unwrap_or(-1),
+                    value.as_ptr().cast::<c_char>(),
+                    value.len(),
+                ),
+                Write::Ltrim(start) => (self.api.call)(
+                    self.ctx,
+                    c"LTRIM".as_ptr(),
+                    c"!sll".as_ptr(),
+                    key,
+                    c_longlong::try_from(*start).unwrap_or(0),
+                    c_longlong::from(-1_i32),
+                ),
+                Write::Pexpire(ms) => {
+                    (self.api.call)(self.ctx, c"PEXPIRE".as_ptr(), c"!sl".as_ptr(), key, c_longlong::from(*ms))
+                }
+            }
+        };
+        // SAFETY: the reply just returned.
+        unsafe { self.read(reply) }.is_some()
+    }
+
+    fn key(&self) -> *mut RString {
+        // SAFETY: the command has at least its key (its arity is checked before any call).
+        unsafe { *self.argv.add(1) }
     }
 
     /// `SET key value PX ms`, replicated as such (the module's own reading of the clock is not).

@@ -139,11 +139,7 @@ async fn decides_exactly_like_the_memory_store_across_the_whole_range() {
 /// store sends it every lone check of its algorithms, the script every other call, on the same keys.
 #[tokio::test]
 async fn the_native_module_decides_exactly_like_the_script_and_the_memory_store() {
-    let module = testkit::redis_server::module_path();
-    let server = RedisServer::start_with(ServerConfig {
-        lines: vec![format!("loadmodule {}", module.display())],
-        ..ServerConfig::default()
-    });
+    let server = module_server();
     testkit::conformance(|clock| {
         RedisStore::open(&server.url(), RedisOptions { module: true, ..options(Some(clock)) }).unwrap()
     })
@@ -303,9 +299,16 @@ async fn differential(server: &RedisServer, module: bool) {
 /// after the DEL: the whole log was lost), pruned as it goes.
 #[tokio::test]
 async fn a_sliding_log_of_tens_of_thousands_of_entries_stays_exact() {
-    let server = RedisServer::start();
+    // By the script, and by the native module.
+    let server = module_server();
+    for module in [false, true] {
+        sliding_log_of_tens_of_thousands_of_entries(&server, module).await;
+    }
+}
+
+async fn sliding_log_of_tens_of_thousands_of_entries(server: &RedisServer, module: bool) {
     let clock = Arc::new(ManualClock::new(T0));
-    let redis = RedisStore::open(&server.url(), options(Some(clock.clone()))).unwrap();
+    let redis = RedisStore::open(&server.url(), RedisOptions { module, ..options(Some(clock.clone())) }).unwrap();
     let memory = MemoryStore::builder().clock(clock.clone()).build();
     let limit = Limit::per_hour(20_000).algorithm(Algorithm::SlidingLog).build().unwrap();
     let mut admitted = 0;
@@ -453,9 +456,25 @@ async fn keys_are_bytes_and_named_scopes_never_share_state() {
 /// counted from 0 again (rewriting the list) and stay exact.
 #[tokio::test]
 async fn a_log_charged_past_2_pow_50_is_rebased_and_stays_exact() {
-    let server = RedisServer::start();
+    // By the script, and by the native module (its checks; the charges are the script's).
+    let server = module_server();
+    for module in [false, true] {
+        log_charged_past_2_pow_50(&server, module).await;
+    }
+}
+
+/// A server with tollgate's native module loaded.
+fn module_server() -> RedisServer {
+    let module = testkit::redis_server::module_path();
+    RedisServer::start_with(ServerConfig {
+        lines: vec![format!("loadmodule {}", module.display())],
+        ..ServerConfig::default()
+    })
+}
+
+async fn log_charged_past_2_pow_50(server: &RedisServer, module: bool) {
     let clock = Arc::new(ManualClock::new(T0));
-    let redis = RedisStore::open(&server.url(), options(Some(clock.clone()))).unwrap();
+    let redis = RedisStore::open(&server.url(), RedisOptions { module, ..options(Some(clock.clone())) }).unwrap();
     let memory = MemoryStore::builder().clock(clock.clone()).build();
     let limit = Limit::per_second(50).algorithm(Algorithm::SlidingLog).build().unwrap();
     for i in 0..80u64 {
@@ -470,6 +489,18 @@ async fn a_log_charged_past_2_pow_50_is_rebased_and_stays_exact() {
             let got = redis.decide(&check, charges).await.unwrap();
             assert_eq!(got, want, "step {i}");
         }
+    }
+    // A rebase by a lone check (by the module, when it decides them): a check, a charge of 2^50,
+    // a check it denies, then checks once the charge has left the window (the base is then past
+    // 2^50; nothing admitted since it was charged can be in the list).
+    let start = T0 + 100 * SEC;
+    let check = [Check::new(b"r", &limit, 1)];
+    let charge = [Charge::new(Check::new(b"r", &limit, 1 << 50), 0)];
+    for (at, charges) in [(0, &[][..]), (0, &charge[..]), (SEC / 2, &[]), (SEC + SEC / 10, &[]), (SEC + SEC / 5, &[])] {
+        clock.set(start + at);
+        let want = memory.decide(&check, charges).await.unwrap();
+        let got = redis.decide(&check, charges).await.unwrap();
+        assert_eq!(got, want, "at {at}");
     }
 }
 

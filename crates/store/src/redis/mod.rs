@@ -47,7 +47,7 @@ pub use keys::slot as hash_slot;
 use program::*;
 use reply::{check_prefix, parse_reply, script_error};
 pub use target::{Address, RedisTarget, TlsConfig, Topology};
-use tollgate_redis_module::algorithms::Algorithm as ModuleAlgorithm;
+use tollgate_redis_module::algorithms::decided_natively;
 
 /// Where the Redis store takes "now" from.
 #[derive(Debug, Clone)]
@@ -70,8 +70,7 @@ pub struct RedisOptions {
     /// Added to every TTL when the time comes from a caller-side clock (default 60 s).
     pub clock_skew_margin: Duration,
     /// Sends lone checks to tollgate's native module (`TOLLGATE.CHECK`, see
-    /// `tollgate-redis-module`: every algorithm but the sliding log) on servers that have it
-    /// loaded; the script serves every other call, and every call on a server without it
+    /// `tollgate-redis-module`) on servers that have it loaded; the script serves every other call, and every call on a server without it
     /// (default false).
     pub module: bool,
 }
@@ -254,7 +253,7 @@ impl RedisStore {
             && lease.is_none()
             && charges.is_empty()
             && refunds.is_empty()
-            && matches!(checks, [check] if ModuleAlgorithm::from_name(check.limit.algorithm().name().as_bytes()).is_some());
+            && matches!(checks, [check] if decided_natively(check.limit.algorithm().name().as_bytes()));
         let mut call = if native { Call::module(&keys[0]) } else { Call::new(&self.script, &keys) };
         match &self.options.time {
             TimeSource::Server => call.put(ARG_VERSION, VERSION).put(ARG_NOW_SEC, "").put(ARG_NOW_NSEC, ""),
