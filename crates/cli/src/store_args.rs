@@ -63,8 +63,9 @@ pub(crate) struct StoreArgs {
     /// With Redis: decisions per second on this node above which a key is hot [default: 500].
     #[arg(long, value_name = "N", value_parser = units::positive)]
     pub(crate) lease_hot_rate: Option<usize>,
-    /// With Redis: send lone checks to tollgate's native module (TOLLGATE.CHECK) on the servers that have it loaded; the script
-    /// serves everything else, and every call on a server without it.
+    /// With Redis: send lone checks to tollgate's native module (TOLLGATE.CHECK) on the servers
+    /// that have it loaded; the script serves everything else, and every call on a server
+    /// without it.
     #[arg(long)]
     pub(crate) store_module: bool,
 }
