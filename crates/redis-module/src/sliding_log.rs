@@ -163,7 +163,10 @@ impl<L: List> Log<'_, L> {
         }
         let mut writes = Vec::new();
         if v.fresh || pruned == v.n || v.shift > 0 {
-            writes.push(Write::Del);
+            // A fresh view had no list to delete.
+            if !v.fresh {
+                writes.push(Write::Del);
+            }
             writes.push(Write::Rpush(base));
         } else if pruned > 0 {
             writes.push(Write::Lset(pruned, base));

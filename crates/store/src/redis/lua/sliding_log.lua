@@ -161,8 +161,9 @@ ALGS['sliding-log'] = {
       end
     end
     if st.fresh or pruned == st.n or st.shift > 0 then
-      -- Nothing of the list is kept as is (O(expired) to free): a header, then the entries.
-      redis.call('DEL', key)
+      -- Nothing of the list is kept as is (O(expired) to free): a header, then the entries. A
+      -- fresh view had no list to delete.
+      if not st.fresh then redis.call('DEL', key) end
       redis.call('RPUSH', key, base)
     elseif pruned > 0 then
       -- The last expired entry becomes the header; everything before it goes.
