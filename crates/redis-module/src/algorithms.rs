@@ -160,15 +160,16 @@ fn gcra(stored: Option<&[u8]>, p: &Params, now: Now) -> Result<Decided, BadState
     Ok((d, write, (after.unwrap_or(0).max(0), 0)))
 }
 
+/// A bucket's stored "amount instant" (`None`: no history).
+fn amount_at(stored: Option<&[u8]>, now: Now) -> Result<Option<(i128, i128)>, BadState> {
+    let Some(value) = stored else { return Ok(None) };
+    let f = fields(value, 2)?;
+    Ok(Some((counter(f[0])?, now.relative(f[1])?)))
+}
+
 fn token_bucket(stored: Option<&[u8]>, p: &Params, now: Now) -> Result<Decided, BadState> {
     // (tokens, last): tokens at `last`, in ns of refill.
-    let st = match stored {
-        Some(v) => {
-            let f = fields(v, 2)?;
-            Some((counter(f[0])?, now.relative(f[1])?))
-        }
-        None => None,
-    };
+    let st = amount_at(stored, now)?;
     let (cap, need) = (p.tolerance, p.cost * p.emission);
     let available = st.map_or(cap, |(tokens, last)| (tokens - last).min(cap));
     let allowed = available >= need;
@@ -190,13 +191,7 @@ fn token_bucket(stored: Option<&[u8]>, p: &Params, now: Now) -> Result<Decided, 
 
 fn leaky_bucket(stored: Option<&[u8]>, p: &Params, now: Now) -> Result<Decided, BadState> {
     // (level, last): water at `last`, in ns of drain.
-    let st = match stored {
-        Some(v) => {
-            let f = fields(v, 2)?;
-            Some((counter(f[0])?, now.relative(f[1])?))
-        }
-        None => None,
-    };
+    let st = amount_at(stored, now)?;
     let level_now = |st: Option<(i128, i128)>| st.map_or(0, |(level, last)| (last + level).max(0));
     let cap = p.tolerance;
     let level = level_now(st);
