@@ -238,11 +238,16 @@ async fn send(connection: &mut ConnectionManager, cmd: &Cmd, asking: bool) -> Re
     replies.pop().ok_or_else(|| RedisError::from((ErrorKind::Parse, "no reply after ASKING")))?.extract_error()
 }
 
-/// Whether `error` says the server has no `TOLLGATE.CHECK` (the module not loaded), or the ACL
-/// user may not call it.
+/// Whether `error` says the server has no `TOLLGATE.CHECK` (the module not loaded), the ACL
+/// user may not call it, or the module loaded is of another layout (another build's): the
+/// script serves then, rather than every lone check failing.
 fn is_module_missing(error: &RedisError) -> bool {
-    let text = error.to_string().to_ascii_lowercase();
-    text.contains("unknown command") || (text.contains("noperm") && text.contains("tollgate.check"))
+    let text = error.to_string();
+    let lower = text.to_ascii_lowercase();
+    lower.contains("unknown command")
+        || (lower.contains("noperm") && lower.contains("tollgate.check"))
+        || text.contains("TOLLGATE_VERSION")
+        || text.contains("TOLLGATE_UNSUPPORTED")
 }
 
 /// Whether `error` says the server lacks the script's function (a new server, `FUNCTION FLUSH`).
