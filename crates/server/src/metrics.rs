@@ -194,8 +194,8 @@ impl Collector for StoreCollector {
             counter(
                 &mut encoder,
                 "store_script_calls",
-                "Script calls (FCALL, or EVALSHA) sent to Redis: decisions, leases, charges and refunds. Redis calls per \
-                 decision: rate of this over rate of lease_decisions_total.",
+                "Decision calls (FCALL, EVALSHA or the module's TOLLGATE.CHECK) sent to Redis: decisions, leases, \
+                 charges and refunds. Redis calls per decision: rate of this over rate of lease_decisions_total.",
                 calls,
             )?;
         }
