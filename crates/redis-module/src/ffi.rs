@@ -13,6 +13,12 @@ const OK: c_int = 0;
 const ERR: c_int = 1;
 /// `REDISMODULE_APIVER_1`.
 const API_VERSION: c_int = 1;
+/// `REDISMODULE_READ` / `REDISMODULE_WRITE` (modes of a key opened).
+const READ: c_int = 1;
+const WRITE: c_int = 2;
+/// `REDISMODULE_KEYTYPE_EMPTY` / `_STRING`.
+const KEYTYPE_EMPTY: c_int = 0;
+const KEYTYPE_STRING: c_int = 1;
 /// `REDISMODULE_REPLY_STRING` / `_ERROR` / `_NULL`.
 const REPLY_STRING: c_int = 0;
 const REPLY_ERROR: c_int = 1;
@@ -22,6 +28,7 @@ const REPLY_NULL: c_int = 4;
 type Ctx = c_void;
 type RString = c_void;
 type CallReply = c_void;
+type Key = c_void;
 type CommandFn = extern "C" fn(*mut Ctx, *mut *mut RString, c_int) -> c_int;
 
 /// The API functions used, fetched once at load.
@@ -39,6 +46,15 @@ struct Api {
     reply_with_array: unsafe extern "C" fn(*mut Ctx, std::ffi::c_long) -> c_int,
     reply_with_long_long: unsafe extern "C" fn(*mut Ctx, c_longlong) -> c_int,
     reply_with_error: unsafe extern "C" fn(*mut Ctx, *const c_char) -> c_int,
+    open_key: unsafe extern "C" fn(*mut Ctx, *mut RString, c_int) -> *mut Key,
+    close_key: unsafe extern "C" fn(*mut Key),
+    key_type: unsafe extern "C" fn(*mut Key) -> c_int,
+    string_dma: unsafe extern "C" fn(*mut Key, *mut usize, c_int) -> *mut c_char,
+    string_set: unsafe extern "C" fn(*mut Key, *mut RString) -> c_int,
+    set_expire: unsafe extern "C" fn(*mut Key, c_longlong) -> c_int,
+    create_string: unsafe extern "C" fn(*mut Ctx, *const c_char, usize) -> *mut RString,
+    free_string: unsafe extern "C" fn(*mut Ctx, *mut RString),
+    replicate: unsafe extern "C" fn(*mut Ctx, *const c_char, *const c_char, ...) -> c_int,
 }
 
 static API: OnceLock<Api> = OnceLock::new();
@@ -86,6 +102,15 @@ pub unsafe extern "C" fn RedisModule_OnLoad(ctx: *mut Ctx, _argv: *mut *mut RStr
         reply_with_array: get!(c"RedisModule_ReplyWithArray"),
         reply_with_long_long: get!(c"RedisModule_ReplyWithLongLong"),
         reply_with_error: get!(c"RedisModule_ReplyWithError"),
+        open_key: get!(c"RedisModule_OpenKey"),
+        close_key: get!(c"RedisModule_CloseKey"),
+        key_type: get!(c"RedisModule_KeyType"),
+        string_dma: get!(c"RedisModule_StringDMA"),
+        string_set: get!(c"RedisModule_StringSet"),
+        set_expire: get!(c"RedisModule_SetExpire"),
+        create_string: get!(c"RedisModule_CreateString"),
+        free_string: get!(c"RedisModule_FreeString"),
+        replicate: get!(c"RedisModule_Replicate"),
     };
     let api = API.get_or_init(|| api);
     // SAFETY: the functions Redis just gave, with its context and NUL-terminated strings. The
@@ -136,30 +161,32 @@ impl Call {
 
     /// `GET` of the key (argument 1).
     pub(crate) fn get(&self) -> Read {
-        // SAFETY: `RedisModule_Call` with format "s" takes one module string: the key argument.
+        // SAFETY: the key argument opened for reading, read while open (the bytes copied), closed.
         unsafe {
-            let reply = (self.api.call)(self.ctx, c"GET".as_ptr(), c"s".as_ptr(), *self.argv.add(1));
-            if reply.is_null() {
-                (self.api.reply_with_error)(self.ctx, c"ERR tollgate.check could not read the key".as_ptr());
-                return Read::Answered;
+            let key = (self.api.open_key)(self.ctx, self.key(), READ);
+            if key.is_null() {
+                return Read::Missing;
             }
-            let read = match (self.api.call_reply_type)(reply) {
-                REPLY_NULL => Read::Missing,
-                REPLY_STRING => {
+            let read = match (self.api.key_type)(key) {
+                KEYTYPE_EMPTY => Read::Missing,
+                KEYTYPE_STRING => {
                     let mut len = 0;
-                    let pointer = (self.api.call_reply_string_ptr)(reply, &raw mut len);
-                    Read::Value(std::slice::from_raw_parts(pointer.cast::<u8>(), len).to_vec())
-                }
-                REPLY_ERROR => {
-                    (self.api.reply_with_call_reply)(self.ctx, reply);
-                    Read::Answered
+                    let pointer = (self.api.string_dma)(key, &raw mut len, READ);
+                    if pointer.is_null() {
+                        Read::Missing
+                    } else {
+                        Read::Value(std::slice::from_raw_parts(pointer.cast::<u8>(), len).to_vec())
+                    }
                 }
                 _ => {
-                    (self.api.reply_with_error)(self.ctx, c"ERR tollgate.check read an unexpected reply".as_ptr());
+                    (self.api.reply_with_error)(
+                        self.ctx,
+                        c"WRONGTYPE Operation against a key holding the wrong kind of value".as_ptr(),
+                    );
                     Read::Answered
                 }
             };
-            (self.api.free_call_reply)(reply);
+            (self.api.close_key)(key);
             read
         }
     }
@@ -267,27 +294,34 @@ impl Call {
         unsafe { *self.argv.add(1) }
     }
 
-    /// `SET key value PX ms`, replicated as such (the module's own reading of the clock is not).
+    /// The key set to `value` for `px_ms` (the key API: no command to run), replicated as
+    /// `SET key value PX ms` (the module's own reading of the clock is not).
     pub(crate) fn set(&self, value: &str, px_ms: i64) -> bool {
-        // SAFETY: format "!sbcl": replicate; the key argument; a buffer and its length; a C
-        // string; a long long.
+        // SAFETY: the key argument opened for writing, a string created for the value and freed
+        // after the key holds its copy, the key closed; then the effect replicated, format "sbcl":
+        // the key argument, a buffer and its length, a C string, a long long.
         unsafe {
-            let reply = (self.api.call)(
-                self.ctx,
-                c"SET".as_ptr(),
-                c"!sbcl".as_ptr(),
-                *self.argv.add(1),
-                value.as_ptr().cast::<c_char>(),
-                value.len(),
-                c"PX".as_ptr(),
-                c_longlong::from(px_ms),
-            );
-            if reply.is_null() {
+            let key = (self.api.open_key)(self.ctx, self.key(), READ | WRITE);
+            if key.is_null() {
                 return false;
             }
-            let ok = (self.api.call_reply_type)(reply) != REPLY_ERROR;
-            (self.api.free_call_reply)(reply);
-            ok
+            let string = (self.api.create_string)(self.ctx, value.as_ptr().cast::<c_char>(), value.len());
+            let written = (self.api.string_set)(key, string) == OK && (self.api.set_expire)(key, px_ms) == OK;
+            (self.api.free_string)(self.ctx, string);
+            (self.api.close_key)(key);
+            if written {
+                (self.api.replicate)(
+                    self.ctx,
+                    c"SET".as_ptr(),
+                    c"sbcl".as_ptr(),
+                    self.key(),
+                    value.as_ptr().cast::<c_char>(),
+                    value.len(),
+                    c"PX".as_ptr(),
+                    c_longlong::from(px_ms),
+                );
+            }
+            written
         }
     }
 
