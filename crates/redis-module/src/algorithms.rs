@@ -4,6 +4,8 @@
 //! keys in turn. Pure: the caller reads and writes the key. The sliding log, a Redis list, has
 //! its own file ([`crate::sliding_log`]).
 
+use std::fmt::Write as _;
+
 use crate::time::{BadState, FAR, Now, ceil_div, number};
 
 /// An algorithm the module decides.
@@ -400,7 +402,7 @@ fn sub_window(stored: Option<&[u8]>, p: &Params, now: Now) -> Result<Decided, Ba
         (Some(last), true) => {
             let mut value = format!("{} {}", now.absolute(last.newest), last.slice);
             for count in &last.counts {
-                value.push_str(&format!(" {count}"));
+                let _ = write!(value, " {count}");
             }
             Some((value, reset))
         }
