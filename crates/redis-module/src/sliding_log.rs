@@ -64,6 +64,10 @@ struct View {
 struct Log<'a, L: List> {
     list: &'a mut L,
     now: Now,
+    /// List entries read during this call, by index, as stored (instant, running total): the
+    /// searches of one call meet the same entries again, and the list does not change until the
+    /// call writes.
+    read: Vec<(i128, (i128, i128))>,
 }
 
 impl<L: List> Log<'_, L> {
@@ -88,9 +92,14 @@ impl<L: List> Log<'_, L> {
         {
             return Ok(tail);
         }
+        if let Some((_, (t, total))) = self.read.iter().find(|(at, _)| *at == i) {
+            return Ok((*t, total - v.shift));
+        }
         let value = self.list.index(i)?.ok_or(BadState("a log shorter than its length"))?;
         let f = fields(&value, 2)?;
-        Ok((self.now.relative(f[0])?, counter(f[1])? - v.shift))
+        let (t, total) = (self.now.relative(f[0])?, counter(f[1])?);
+        self.read.push((i, (t, total)));
+        Ok((t, total - v.shift))
     }
 
     fn total_before(&mut self, v: &View, i: i128) -> Result<i128, Stop> {
@@ -195,7 +204,7 @@ fn last(v: &View) -> i128 {
 
 /// Decides one check on the key's list: the reply, and the writes to make, in order.
 pub fn decide<L: List>(list: &mut L, p: &Params, now: Now) -> Result<([i64; 9], Vec<Write>), Stop> {
-    let mut log = Log { list, now };
+    let mut log = Log { list, now, read: Vec::new() };
     let loaded = log.load()?;
     let view = loaded.clone().unwrap_or(View {
         n: 0,
