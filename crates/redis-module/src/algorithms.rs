@@ -416,21 +416,25 @@ fn sub_window(stored: Option<&[u8]>, p: &Params, now: Now) -> Result<Decided, Ba
     Ok((decision, write, (used_after, 0)))
 }
 
+/// 2 a second, a burst of 2: the unit tests' limit.
+#[cfg(test)]
+pub(crate) const TEST_LIMIT: Params = Params {
+    count: 2,
+    period: 1_000_000_000,
+    burst: 2,
+    slices: 1,
+    emission: 500_000_000,
+    tolerance: 1_000_000_000,
+    cost: 1,
+    margin_ms: 0,
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const NOW: Now = Now { sec: 1_700_000_000, nsec: 250_000_000 };
-    const LIMIT: Params = Params {
-        count: 2,
-        period: 1_000_000_000,
-        burst: 2,
-        slices: 1,
-        emission: 500_000_000,
-        tolerance: 1_000_000_000,
-        cost: 1,
-        margin_ms: 0,
-    };
+    use super::TEST_LIMIT as LIMIT;
 
     #[test]
     fn gcra_admits_its_burst_then_denies_with_the_retry() {

@@ -302,16 +302,7 @@ mod tests {
         }
     }
 
-    const LIMIT: Params = Params {
-        count: 2,
-        period: 1_000_000_000,
-        burst: 2,
-        slices: 1,
-        emission: 500_000_000,
-        tolerance: 1_000_000_000,
-        cost: 1,
-        margin_ms: 0,
-    };
+    use crate::algorithms::TEST_LIMIT as LIMIT;
 
     fn at(ns: i128) -> Now {
         Now { sec: 1_700_000_000 + ns.div_euclid(1_000_000_000), nsec: ns.rem_euclid(1_000_000_000) }

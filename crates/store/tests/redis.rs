@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tollgate_core::{MAX_PERIOD_NS, Snapshot};
-use tollgate_store::remote::{Charge, Origin, Remote, Reply};
+use tollgate_store::remote::{Charge, Origin, Remote};
 use tollgate_store::testkit::random::{Rng, random_limit};
 use tollgate_store::testkit::{
     self,
@@ -502,103 +502,4 @@ async fn log_charged_past_2_pow_50(server: &RedisServer, module: bool) {
         let got = redis.decide(&check, charges).await.unwrap();
         assert_eq!(got, want, "at {at}");
     }
-}
-
-/// A node's charges reach a store once however often they are sent (riding on several calls in
-/// flight, or sent again after a lost reply), and what the node knew of a key restores it on a
-/// store that lost it (restarted empty, a replica promoted without the last writes), never on a
-/// key it holds as the node saw it, refunded or reset since: on Redis and on the memory store,
-/// every algorithm.
-async fn charges_apply_once_and_restore_a_lost_key<R: Remote>(store: &R, lose: impl Fn()) {
-    for algorithm in Algorithm::ALL {
-        let limit = Limit::per_hour(20).algorithm(algorithm).build().unwrap();
-        let key: &[u8] = b"{once}";
-        let peek = [Check::new(key, &limit, 0)];
-        let remaining = |reply: Reply| reply.decisions[0].remaining;
-        let charge = |node: u64, seq: u64, cost: u64, known_remaining: Option<u64>| Charge {
-            check: Check::new(key, &limit, cost),
-            age_ns: 0,
-            origin: Some(Origin { node, seq }),
-            known_remaining,
-            seen: None,
-            view: false,
-        };
-        // What a node following the key knew of it (`seen`: a reply's snapshot), for a store that
-        // lost it only.
-        let view = |known: u64, seen: Snapshot| Charge {
-            known_remaining: Some(known),
-            seen: Some(seen),
-            view: true,
-            ..Charge::new(Check::new(key, &limit, 0), 0)
-        };
-        let (first, second) = (charge(9, 1, 3, Some(20)), charge(9, 2, 2, Some(15)));
-        assert_eq!(remaining(store.decide(&peek, &[first]).await.unwrap()), 17, "{algorithm}");
-        assert_eq!(remaining(store.decide(&peek, &[first]).await.unwrap()), 17, "{algorithm}: sent again");
-        assert_eq!(remaining(store.decide(&peek, &[first, second]).await.unwrap()), 15, "{algorithm}: the newer one");
-        assert_eq!(remaining(store.decide(&peek, &[charge(9, 1, 1, None)]).await.unwrap()), 15, "{algorithm}: older");
-        assert_eq!(
-            remaining(store.decide(&peek, &[charge(10, 1, 1, None)]).await.unwrap()),
-            14,
-            "{algorithm}: another node"
-        );
-        // The key is lost; the node's next charge says it knows 13 left, the charge included:
-        // charged, then lowered to that.
-        lose();
-        assert_eq!(remaining(store.decide(&peek, &[]).await.unwrap()), 20, "{algorithm}: lost");
-        assert_eq!(
-            remaining(store.decide(&peek, &[charge(9, 3, 1, Some(13))]).await.unwrap()),
-            13,
-            "{algorithm}: restored"
-        );
-        // Known remaining above the store's: nothing is given back.
-        assert_eq!(remaining(store.decide(&peek, &[charge(9, 4, 1, Some(20))]).await.unwrap()), 12, "{algorithm}");
-        // A view: a key the store holds as the node saw it is left as is.
-        let seen = store.decide(&peek, &[]).await.unwrap().snapshots[0];
-        assert_eq!(remaining(store.decide(&peek, &[view(2, seen)]).await.unwrap()), 12, "{algorithm}: held");
-        // A replica promoted without the last writes: it holds the key, 5 used where the node saw 8.
-        lose();
-        store.decide(&[], &[Charge::new(Check::new(key, &limit, 5), 0)]).await.unwrap();
-        assert_eq!(remaining(store.decide(&peek, &[]).await.unwrap()), 15, "{algorithm}: stale");
-        assert_eq!(remaining(store.decide(&peek, &[view(12, seen)]).await.unwrap()), 12, "{algorithm}: caught up");
-        // A key refunded after the node's view: behind it, but the refund is not undone.
-        let one = Check::new(key, &limit, 1);
-        let reserved = store.decide(&[one], &[]).await.unwrap();
-        assert_eq!(reserved.decisions[0].remaining, 11, "{algorithm}");
-        let refund = Refund { check: one, at: reserved.now_ns, decision: reserved.decisions[0] };
-        store.refund(&[refund]).await.unwrap();
-        assert_eq!(remaining(store.decide(&peek, &[]).await.unwrap()), 12, "{algorithm}: refunded");
-        let seen = reserved.snapshots[0];
-        assert_eq!(remaining(store.decide(&peek, &[view(11, seen)]).await.unwrap()), 12, "{algorithm}: kept");
-        // A key lost: restored.
-        lose();
-        assert_eq!(remaining(store.decide(&peek, &[view(2, seen)]).await.unwrap()), 2, "{algorithm}: lost, restored");
-        // Nor a key reset lately: the view is from before the reset.
-        store.reset("", key, &limit).await.unwrap();
-        assert_eq!(remaining(store.decide(&peek, &[view(2, seen)]).await.unwrap()), 20, "{algorithm}: reset");
-        // Nor what a node owing charges knew from before the reset: its charge counts, no more.
-        let owed = Charge { seen: Some(seen), ..charge(9, 5, 1, Some(2)) };
-        assert_eq!(remaining(store.decide(&peek, &[owed]).await.unwrap()), 19, "{algorithm}: reset, then charged");
-        lose();
-    }
-}
-
-#[tokio::test]
-async fn a_nodes_charges_apply_once_and_restore_a_lost_key() {
-    let server = RedisServer::start();
-    let redis = RedisStore::open(&server.url(), options(None)).unwrap();
-    charges_apply_once_and_restore_a_lost_key(&redis, || assert_eq!(server.cli(&["FLUSHALL"]).trim(), "OK")).await;
-    let memory = MemoryStore::new();
-    let lose = || {
-        for algorithm in Algorithm::ALL {
-            memory.lose_sync("", b"{once}", &Limit::per_hour(20).algorithm(algorithm).build().unwrap());
-        }
-    };
-    charges_apply_once_and_restore_a_lost_key(&memory, lose).await;
-    // A marker lives no longer than its key's state.
-    let limit = Limit::per_second(20).build().unwrap();
-    let charge = Charge { origin: Some(Origin { node: 3, seq: 1 }), ..Charge::new(Check::new(b"short", &limit, 2), 0) };
-    redis.decide(&[], &[charge]).await.unwrap();
-    let marker = format!("{}:applied:gcra:{{short}}", redis.options().prefix);
-    let ttl: i64 = server.cli(&["PTTL", &marker]).trim().parse().unwrap();
-    assert!((1..=1_000).contains(&ttl), "{marker}: PTTL {ttl}");
 }

@@ -1,0 +1,100 @@
+//! [`Fallback`] as a [`Store`]: each call timed, the breaker consulted, the node's debts and
+//! views ridden on the call, and the failure policy answering when the backend fails.
+
+use tollgate_core::Limit;
+
+use super::timer::timed;
+use super::{FailurePolicy, Fallback, InFlight, charges_of};
+use crate::remote::{Charge, Remote};
+use crate::{Check, Refund, Reserved, Store, StoreError};
+
+impl<R: Remote> Store for Fallback<R> {
+    async fn reserve(&self, checks: &[Check<'_>]) -> Result<Reserved, StoreError> {
+        timed(self.shared.timer.as_ref(), self.reserve_untimed(checks)).await
+    }
+
+    async fn refund(&self, refunds: &[Refund<'_>]) -> Result<(), StoreError> {
+        timed(self.shared.timer.as_ref(), self.refund_untimed(refunds)).await
+    }
+
+    async fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> Result<(), StoreError> {
+        timed(self.shared.timer.as_ref(), async {
+            self.shared.remote.reset(scope, key, limit).await?;
+            self.shared.ledger.forget(&Check { scope, key, limit, cost: 0 });
+            Ok(())
+        })
+        .await
+    }
+}
+
+impl<R: Remote> Fallback<R> {
+    async fn reserve_untimed(&self, checks: &[Check<'_>]) -> Result<Reserved, StoreError> {
+        if checks.is_empty() {
+            return Err(StoreError::NoChecks);
+        }
+        if let Some(c) = checks.iter().find(|c| c.cost > c.limit.capacity()) {
+            return Err(tollgate_core::Error::CostExceedsCapacity { cost: c.cost, capacity: c.limit.capacity() }.into());
+        }
+        let sh = &self.shared;
+        let breakers = sh.breakers_of(checks);
+        if breakers.iter().any(|(_, b)| b.is_open()) {
+            return sh.fall_back(checks);
+        }
+        let local = sh.policy == FailurePolicy::Local;
+        let now = sh.now();
+        let epoch = sh.epoch();
+        let (debts, views) = if local { sh.ledger.outgoing(checks, now, epoch) } else { Default::default() };
+        let mut charges = charges_of(&debts, sh.ledger.node(), now);
+        // Keys seen busy before a failure: what the node knew, for a Redis that lost them.
+        charges.extend(views.into_iter().map(|view| Charge {
+            check: Check { cost: 0, ..checks[view.check] },
+            age_ns: 0,
+            origin: None,
+            known_remaining: Some(view.remaining),
+            seen: Some(view.seen),
+            view: true,
+        }));
+        let in_flight = local.then(|| {
+            sh.ledger.begin(checks, now);
+            InFlight { ledger: &sh.ledger, checks, now }
+        });
+        let result = sh.remote.decide(checks, &charges).await;
+        drop(in_flight);
+        match result {
+            Ok(reply) => {
+                sh.answered(checks, &debts, &reply, &breakers, epoch);
+                let per_check = if reply.snapshots.iter().all(|s| s.at == reply.now_ns) {
+                    Vec::new()
+                } else {
+                    reply.snapshots.iter().map(|s| s.at).collect()
+                };
+                Ok(Reserved { decisions: reply.decisions, at: reply.now_ns, per_check })
+            }
+            Err(error) if error.is_backend() => {
+                sh.failed(&error, &breakers);
+                sh.fall_back(checks)
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// A reservation decided locally is withdrawn from the debt; one decided by the backend is
+    /// refunded there. If the backend cannot be reached, the refund is dropped: the reservation
+    /// stays counted (an under-grant).
+    async fn refund_untimed(&self, refunds: &[Refund<'_>]) -> Result<(), StoreError> {
+        let sh = &self.shared;
+        let remote: Vec<Refund<'_>> = refunds.iter().filter(|r| !sh.ledger.refund(r, sh.now())).copied().collect();
+        let checks: Vec<Check<'_>> = remote.iter().map(|r| r.check).collect();
+        let breakers = sh.breakers_of(&checks);
+        if remote.is_empty() || breakers.iter().any(|(_, b)| b.is_open()) {
+            return Ok(());
+        }
+        match sh.remote.refund(&remote).await {
+            Err(error) if error.is_backend() => {
+                sh.failed(&error, &breakers);
+                Ok(())
+            }
+            other => other,
+        }
+    }
+}
