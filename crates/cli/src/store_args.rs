@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use tollgate_server::{Config, LeaseMode, LeaseOptions, OnStoreError, StoreConfig, TlsConfig, Topology};
+use tollgate_server::{Config, LeaseMode, LeaseOptions, FailurePolicy, StoreConfig, TlsConfig, Topology};
 
 use crate::units;
 
@@ -40,7 +40,7 @@ pub(crate) struct StoreArgs {
     /// With Redis: what to answer while Redis fails (open admits, closed denies, local decides in
     /// memory) [default: local].
     #[arg(long, value_name = "POLICY")]
-    pub(crate) on_store_error: Option<OnStoreError>,
+    pub(crate) on_store_error: Option<FailurePolicy>,
     /// With Redis: how long a Redis call may take before it counts as failed [default: 50ms].
     #[arg(long, value_name = "DURATION", value_parser = units::duration)]
     pub(crate) store_timeout: Option<Duration>,
@@ -54,7 +54,7 @@ pub(crate) struct StoreArgs {
     /// With Redis: lease slices of hot keys' capacity and decide them in this process (auto: keys
     /// this node decides above --lease-hot-rate; always: every key; off: one Redis call per
     /// decision) [default: auto].
-    #[arg(long, value_name = "MODE", value_parser = lease_mode)]
+    #[arg(long, value_name = "MODE")]
     pub(crate) lease: Option<LeaseMode>,
     /// With Redis: how long a leased slice may be spent (its unspent units are then forfeited)
     /// [default: 100ms].
@@ -68,15 +68,6 @@ pub(crate) struct StoreArgs {
     /// without it.
     #[arg(long)]
     pub(crate) store_module: bool,
-}
-
-fn lease_mode(text: &str) -> Result<LeaseMode, String> {
-    match text {
-        "auto" => Ok(LeaseMode::Auto),
-        "always" => Ok(LeaseMode::Always),
-        "off" => Ok(LeaseMode::Off),
-        _ => Err(format!("unknown lease mode {text:?}: use auto, always or off")),
-    }
 }
 
 impl StoreArgs {

@@ -94,3 +94,9 @@ fn unit(parameter: &str) -> &'static str {
 fn max_hint(parameter: &str, max: u128) -> String {
     if unit(parameter).is_empty() { String::new() } else { format!(" ns ({} days)", max / 86_400_000_000_000) }
 }
+
+impl From<crate::UnknownWord> for Error {
+    fn from(e: crate::UnknownWord) -> Error {
+        Error::Syntax(e.to_string())
+    }
+}

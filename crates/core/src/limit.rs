@@ -22,73 +22,34 @@ pub const MAX_SLICES: u64 = 3_600;
 /// The highest `count` of a sliding-log limit: its state holds up to one entry per admitted unit.
 pub const MAX_LOG_COUNT: u64 = 100_000;
 
-/// The seven rate-limit algorithms (see `docs/SEMANTICS.md`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum Algorithm {
-    /// Generic cell rate algorithm: one timestamp (the theoretical arrival time) per key.
-    #[default]
-    Gcra,
-    /// Token bucket: tokens and the time of the last refill.
-    TokenBucket,
-    /// Leaky bucket as a meter: the level and the time of the last leak.
-    LeakyBucket,
-    /// Fixed window aligned to the epoch: a counter per window.
-    FixedWindow,
-    /// Sliding window log: every admitted request's time and cost, bounded by `count`.
-    SlidingLog,
-    /// Sliding window counter (Cloudflare): previous and current window counters, interpolated.
-    SlidingWindow,
-    /// Sub-window counter (Figma): the period split into equal slices, summed.
-    SubWindow,
+crate::words! {
+    /// The seven rate-limit algorithms (see `docs/SEMANTICS.md`), by the names used in configs,
+    /// traces and on the command line.
+    #[derive(Default)]
+    pub enum Algorithm: "algorithm" {
+        /// Generic cell rate algorithm: one timestamp (the theoretical arrival time) per key.
+        #[default]
+        Gcra = "gcra",
+        /// Token bucket: tokens and the time of the last refill.
+        TokenBucket = "token-bucket",
+        /// Leaky bucket as a meter: the level and the time of the last leak.
+        LeakyBucket = "leaky-bucket",
+        /// Fixed window aligned to the epoch: a counter per window.
+        FixedWindow = "fixed-window",
+        /// Sliding window log: every admitted request's time and cost, bounded by `count`.
+        SlidingLog = "sliding-log",
+        /// Sliding window counter (Cloudflare): previous and current window counters, interpolated.
+        SlidingWindow = "sliding-window",
+        /// Sub-window counter (Figma): the period split into equal slices, summed.
+        SubWindow = "sub-window",
+    }
 }
 
 impl Algorithm {
-    /// Every algorithm, in documentation order.
-    pub const ALL: [Algorithm; 7] = [
-        Algorithm::Gcra,
-        Algorithm::TokenBucket,
-        Algorithm::LeakyBucket,
-        Algorithm::FixedWindow,
-        Algorithm::SlidingLog,
-        Algorithm::SlidingWindow,
-        Algorithm::SubWindow,
-    ];
-
-    /// The name used in configs, traces and on the command line, e.g. `token-bucket`.
-    #[must_use]
-    pub const fn name(self) -> &'static str {
-        match self {
-            Algorithm::Gcra => "gcra",
-            Algorithm::TokenBucket => "token-bucket",
-            Algorithm::LeakyBucket => "leaky-bucket",
-            Algorithm::FixedWindow => "fixed-window",
-            Algorithm::SlidingLog => "sliding-log",
-            Algorithm::SlidingWindow => "sliding-window",
-            Algorithm::SubWindow => "sub-window",
-        }
-    }
-
     /// True for GCRA, token bucket and leaky bucket, whose capacity is `burst`.
     #[must_use]
     pub const fn is_bucket(self) -> bool {
         matches!(self, Algorithm::Gcra | Algorithm::TokenBucket | Algorithm::LeakyBucket)
-    }
-}
-
-impl fmt::Display for Algorithm {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for Algorithm {
-    type Err = Error;
-
-    fn from_str(s: &str) -> Result<Self, Error> {
-        Algorithm::ALL.into_iter().find(|a| a.name() == s).ok_or_else(|| {
-            let names: Vec<_> = Algorithm::ALL.iter().map(|a| a.name()).collect();
-            Error::Syntax(format!("unknown algorithm {s:?}; expected one of {}", names.join(", ")))
-        })
     }
 }
 
@@ -543,7 +504,7 @@ mod tests {
     #[test]
     fn algorithm_names_round_trip() {
         for a in Algorithm::ALL {
-            assert_eq!(a.name().parse::<Algorithm>().unwrap(), a);
+            assert_eq!(a.as_str().parse::<Algorithm>().unwrap(), a);
         }
         assert!("gcra2".parse::<Algorithm>().unwrap_err().to_string().contains("token-bucket"));
     }

@@ -285,7 +285,7 @@ impl Metrics {
         self.adhoc_counters[source.index()][a][usize::from(!allowed)]
             .get_or_init(|| {
                 let outcome = if allowed { "allowed" } else { "denied" };
-                let labels = AdhocLabels { outcome, algorithm: algorithm.name(), limit: source.label() };
+                let labels = AdhocLabels { outcome, algorithm: algorithm.as_str(), limit: source.label() };
                 self.adhoc.get_or_create(&labels).clone()
             })
             .inc();

@@ -5,35 +5,34 @@
 //! on the same epoch, so the default algorithm starts and ends every window at the same second.
 //! The tollgate extensions `algorithm`, `burst` and `slices` inside `rate_limit` choose another.
 
-use std::{fmt, time::Duration};
+use std::time::Duration;
 
 use tollgate_core::{Algorithm, Limit, MAX_PERIOD_NS};
 
-/// The unit of a `rate_limit`, with envoyproxy/ratelimit's lengths (a month is 30 days, a year
-/// 365) and the numbers of `RateLimitResponse.RateLimit.Unit` in Envoy's `rls.proto`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Unit {
-    /// One second (proto `SECOND = 1`).
-    Second,
-    /// 60 seconds (`MINUTE = 2`).
-    Minute,
-    /// 3,600 seconds (`HOUR = 3`).
-    Hour,
-    /// 86,400 seconds (`DAY = 4`).
-    Day,
-    /// 7 days (`WEEK = 7`).
-    Week,
-    /// 30 days (`MONTH = 5`).
-    Month,
-    /// 365 days (`YEAR = 6`): longer than any tollgate period (50 days), so a limit in years
-    /// cannot be built (see [`limit_for`]).
-    Year,
+tollgate_core::words! {
+    /// The unit of a `rate_limit`, with envoyproxy/ratelimit's lengths (a month is 30 days, a year
+    /// 365) and the numbers of `RateLimitResponse.RateLimit.Unit` in Envoy's `rls.proto`, by its
+    /// name in configurations, lower case (see [`Unit::parse`] for the case envoyproxy accepts).
+    pub enum Unit: "unit" {
+        /// One second (proto `SECOND = 1`).
+        Second = "second",
+        /// 60 seconds (`MINUTE = 2`).
+        Minute = "minute",
+        /// 3,600 seconds (`HOUR = 3`).
+        Hour = "hour",
+        /// 86,400 seconds (`DAY = 4`).
+        Day = "day",
+        /// 7 days (`WEEK = 7`).
+        Week = "week",
+        /// 30 days (`MONTH = 5`).
+        Month = "month",
+        /// 365 days (`YEAR = 6`): longer than any tollgate period (50 days), so a limit in years
+        /// cannot be built (see [`limit_for`]).
+        Year = "year",
+    }
 }
 
 impl Unit {
-    /// Every unit, shortest first.
-    pub const ALL: [Unit; 7] = [Unit::Second, Unit::Minute, Unit::Hour, Unit::Day, Unit::Week, Unit::Month, Unit::Year];
-
     /// The unit's length in seconds.
     #[must_use]
     pub const fn seconds(self) -> u64 {
@@ -68,33 +67,13 @@ impl Unit {
         Unit::ALL.into_iter().find(|u| u.proto() == number)
     }
 
-    /// The name as written in configurations, lower case: `second`, ..., `year`.
-    #[must_use]
-    pub const fn name(self) -> &'static str {
-        match self {
-            Unit::Second => "second",
-            Unit::Minute => "minute",
-            Unit::Hour => "hour",
-            Unit::Day => "day",
-            Unit::Week => "week",
-            Unit::Month => "month",
-            Unit::Year => "year",
-        }
-    }
-
     /// A configuration's `unit`, in any case (`second`, `SECOND`, `Second`), as
     /// envoyproxy/ratelimit upper-cases it and looks it up among the proto names; `unknown` is
     /// not a unit.
     #[must_use]
     pub fn parse(text: &str) -> Option<Unit> {
         let upper = text.to_uppercase();
-        Unit::ALL.into_iter().find(|u| u.name().eq_ignore_ascii_case(&upper))
-    }
-}
-
-impl fmt::Display for Unit {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+        Unit::ALL.into_iter().find(|u| u.as_str().eq_ignore_ascii_case(&upper))
     }
 }
 
@@ -198,7 +177,7 @@ mod tests {
 
     #[test]
     fn proto_numbers_are_rls_protos() {
-        let numbers: Vec<_> = Unit::ALL.iter().map(|u| (u.name(), u.proto())).collect();
+        let numbers: Vec<_> = Unit::ALL.iter().map(|u| (u.as_str(), u.proto())).collect();
         assert_eq!(
             numbers,
             [("second", 1), ("minute", 2), ("hour", 3), ("day", 4), ("week", 7), ("month", 5), ("year", 6)]

@@ -115,8 +115,8 @@ fn every_refusal_says_where_and_why() {
         ),
         (
             "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5, algorithm: lottery}\n",
-            "cfg.yaml: d > k: rate_limit.algorithm: unknown algorithm \"lottery\"; expected one of gcra, token-bucket, \
-             leaky-bucket, fixed-window, sliding-log, sliding-window, sub-window",
+            "cfg.yaml: d > k: rate_limit.algorithm: algorithm \"lottery\": use gcra, token-bucket, leaky-bucket, \
+             fixed-window, sliding-log, sliding-window or sub-window",
         ),
         ("domain: d\ndescriptors:\n  - key: k\n    metadata: [1]\n", "cfg.yaml: d > k: metadata must be a mapping"),
         // Parser errors: the descriptor path, the field, and the position.

@@ -12,7 +12,7 @@ use crate::asn::AsnDb;
 use crate::ip::{Cidr, ForwardingHeader, TrustedProxies};
 use crate::matcher::Match;
 use crate::rules::{
-    Action, Characteristic, Cost, DEFAULT_IPV6_PREFIX, DEFAULT_RATE_HALF_LIFE_NS, FingerprintHeaders, OnBadCost,
+    Action, ActionKind, Characteristic, Cost, DEFAULT_IPV6_PREFIX, DEFAULT_RATE_HALF_LIFE_NS, FingerprintHeaders, OnBadCost,
     OnError, OnMissing, Rule, Rules, RulesError, check_name,
 };
 
@@ -114,18 +114,9 @@ pub(crate) fn parse(text: &str, origin: &str, dir: &Path) -> Result<Rules, Rules
         .iter()
         .map(|t| t.parse::<Cidr>().map_err(|e| fail(format!("trusted_proxies: {e}"))))
         .collect::<Result<Vec<_>, _>>()?;
-    let header = match file.client_ip_header.as_deref().map(str::to_ascii_lowercase).as_deref() {
-        None | Some("x-forwarded-for") => ForwardingHeader::XForwardedFor,
-        Some("forwarded") => ForwardingHeader::Forwarded,
-        Some(other) => {
-            return Err(fail(format!("client_ip_header {other:?}: use \"x-forwarded-for\" or \"forwarded\"")));
-        }
-    };
-    let on_error = match file.on_error.as_deref() {
-        None | Some("reject") => OnError::Reject,
-        Some("allow") => OnError::Allow,
-        Some(other) => return Err(fail(format!("on_error {other:?}: use \"reject\" or \"allow\""))),
-    };
+    // A header name, in any case.
+    let header: ForwardingHeader = word(file.client_ip_header.map(|h| h.to_ascii_lowercase())).map_err(&fail)?;
+    let on_error: OnError = word(file.on_error).map_err(&fail)?;
     let mut rules: Vec<Rule> = Vec::new();
     let mut add = |rule: Result<Rule, String>, name: &str| -> Result<(), RulesError> {
         let rule = rule.map_err(|e| fail(format!("rule {name:?}: {e}")))?;
@@ -169,6 +160,11 @@ pub(crate) fn parse(text: &str, origin: &str, dir: &Path) -> Result<Rules, Rules
         asn_db,
         fingerprint_headers,
     })
+}
+
+/// A configuration word (`on_missing = "skip"`), its default when absent.
+fn word<T: Default + std::str::FromStr<Err = tollgate_core::UnknownWord>>(text: Option<String>) -> Result<T, String> {
+    text.map_or(Ok(T::default()), |t| t.parse().map_err(|e: tollgate_core::UnknownWord| e.to_string()))
 }
 
 fn duration(text: &str, what: &str) -> Result<u64, String> {
@@ -222,30 +218,21 @@ fn rule(entry: RuleEntry, ipv6_prefix: u8) -> Result<Rule, String> {
     if default_cost == 0 || default_cost > limit.capacity() {
         return Err(format!("cost {default_cost}: use 1 to the limit's capacity {}", limit.capacity()));
     }
-    let on_missing = match entry.on_missing.as_deref() {
-        None | Some("skip") => OnMissing::Skip,
-        Some("shared") => OnMissing::Shared,
-        Some("reject") => OnMissing::Reject,
-        Some(other) => return Err(format!("on_missing {other:?}: use skip, shared or reject")),
-    };
-    let on_bad_cost = match entry.on_bad_cost.as_deref() {
-        None | Some("reject") => OnBadCost::Reject,
-        Some("default") => OnBadCost::Default,
-        Some(other) => return Err(format!("on_bad_cost {other:?}: use reject or default")),
-    };
+    let on_missing: OnMissing = word(entry.on_missing)?;
+    let on_bad_cost: OnBadCost = word(entry.on_bad_cost.clone())?;
     if entry.on_bad_cost.is_some() && !matches!(cost, Cost::Header(_)) {
         return Err("on_bad_cost applies with cost_header only".into());
     }
     let mitigation = entry.mitigation.unwrap_or_default();
-    let action = match mitigation.action.as_deref().unwrap_or("reject") {
-        "reject" => Action::Reject,
-        "dry-run" => Action::DryRun,
-        "shadow-ban" => Action::ShadowBan {
+    let action = match word(mitigation.action.clone())? {
+        ActionKind::Reject => Action::Reject,
+        ActionKind::DryRun => Action::DryRun,
+        ActionKind::ShadowBan => Action::ShadowBan {
             status: mitigation.status.unwrap_or(200),
             body: mitigation.body.clone().unwrap_or_default(),
             content_type: mitigation.content_type.clone().unwrap_or_else(|| "text/plain".into()),
         },
-        "delay" => {
+        ActionKind::Delay => {
             if !limit.algorithm().is_bucket() {
                 return Err("action delay shapes with a bucket: use gcra, token-bucket or leaky-bucket".into());
             }
@@ -253,11 +240,10 @@ fn rule(entry: RuleEntry, ipv6_prefix: u8) -> Result<Rule, String> {
             let max_delay_ns = mitigation.max_delay.as_deref().map_or(Ok(default), |t| duration(t, "max_delay"))?;
             Action::Delay { max_delay_ns }
         }
-        "route" => match mitigation.upstream.as_deref() {
+        ActionKind::Route => match mitigation.upstream.as_deref() {
             Some(upstream) => Action::Route { upstream: route_upstream(upstream)? },
             None => return Err("action route needs upstream = \"http://HOST:PORT\"".into()),
         },
-        other => return Err(format!("action {other:?}: use reject, shadow-ban, dry-run, delay or route")),
     };
     if mitigation.upstream.is_some() && !matches!(action, Action::Route { .. }) {
         return Err("upstream applies to action route only".into());

@@ -68,24 +68,15 @@ fn masked(net: u128, address: u128, bits: u32, prefix: u8) -> bool {
     shift >= bits || (net >> shift) == (address >> shift)
 }
 
-/// Which header the trusted proxies write the client's address into.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum ForwardingHeader {
-    /// `X-Forwarded-For: client, proxy1, proxy2` (nginx, most load balancers, `tollgate proxy`).
-    #[default]
-    XForwardedFor,
-    /// RFC 7239 `Forwarded: for=client, for=proxy1`.
-    Forwarded,
-}
-
-impl ForwardingHeader {
-    /// The header's (lowercase) name.
-    #[must_use]
-    pub fn name(self) -> &'static str {
-        match self {
-            ForwardingHeader::XForwardedFor => "x-forwarded-for",
-            ForwardingHeader::Forwarded => "forwarded",
-        }
+tollgate_core::words! {
+    /// Which header the trusted proxies write the client's address into, by its lowercase name.
+    #[derive(Default)]
+    pub enum ForwardingHeader: "client_ip_header" {
+        /// `X-Forwarded-For: client, proxy1, proxy2` (nginx, most load balancers, `tollgate proxy`).
+        #[default]
+        XForwardedFor = "x-forwarded-for",
+        /// RFC 7239 `Forwarded: for=client, for=proxy1`.
+        Forwarded = "forwarded",
     }
 }
 

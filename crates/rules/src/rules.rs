@@ -40,6 +40,24 @@ use crate::asn::AsnDb;
 use crate::ip::TrustedProxies;
 use crate::matcher::Match;
 
+tollgate_core::words! {
+    /// The kinds of [`Action`], as `action = "…"` names them.
+    #[derive(Default)]
+    pub enum ActionKind: "action" {
+        /// [`Action::Reject`] (the default).
+        #[default]
+        Reject = "reject",
+        /// [`Action::ShadowBan`].
+        ShadowBan = "shadow-ban",
+        /// [`Action::DryRun`].
+        DryRun = "dry-run",
+        /// [`Action::Delay`].
+        Delay = "delay",
+        /// [`Action::Route`].
+        Route = "route",
+    }
+}
+
 /// What to do with a request while its key is over the limit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
@@ -67,6 +85,20 @@ pub enum Action {
         /// The quarantine's base URL (`http://…`).
         upstream: String,
     },
+}
+
+impl Action {
+    /// Its kind.
+    #[must_use]
+    pub fn kind(&self) -> ActionKind {
+        match self {
+            Action::Reject => ActionKind::Reject,
+            Action::ShadowBan { .. } => ActionKind::ShadowBan,
+            Action::DryRun => ActionKind::DryRun,
+            Action::Delay { .. } => ActionKind::Delay,
+            Action::Route { .. } => ActionKind::Route,
+        }
+    }
 }
 
 /// One part of a rule's key.
@@ -105,40 +137,46 @@ pub enum Cost {
     Header(String),
 }
 
-/// What a rule does when the request lacks a part of its key (a header, cookie or query
-/// parameter it keys on, or the caller's key).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum OnMissing {
-    /// The rule does not apply to the request (the default, as Envoy's rate-limit actions do):
-    /// pair it with a rule on the client address if lacking the part must not be a way around.
-    #[default]
-    Skip,
-    /// Every request lacking it shares one key (one client can use it up for all of them).
-    Shared,
-    /// The request is answered 400.
-    Reject,
+tollgate_core::words! {
+    /// What a rule does when the request lacks a part of its key (a header, cookie or query
+    /// parameter it keys on, or the caller's key).
+    #[derive(Default)]
+    pub enum OnMissing: "on_missing" {
+        /// The rule does not apply to the request (the default, as Envoy's rate-limit actions do):
+        /// pair it with a rule on the client address if lacking the part must not be a way around.
+        #[default]
+        Skip = "skip",
+        /// Every request lacking it shares one key (one client can use it up for all of them).
+        Shared = "shared",
+        /// The request is answered 400.
+        Reject = "reject",
+    }
 }
 
-/// What a rule does with a `cost_header` that is missing, not an integer, 0 or above the
-/// limit's capacity.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum OnBadCost {
-    /// Answer 400, naming the header and what it must hold (the default).
-    #[default]
-    Reject,
-    /// Count the rule's `cost` (default 1) instead; above the capacity, the capacity.
-    Default,
+tollgate_core::words! {
+    /// What a rule does with a `cost_header` that is missing, not an integer, 0 or above the
+    /// limit's capacity.
+    #[derive(Default)]
+    pub enum OnBadCost: "on_bad_cost" {
+        /// Answer 400, naming the header and what it must hold (the default).
+        #[default]
+        Reject = "reject",
+        /// Count the rule's `cost` (default 1) instead; above the capacity, the capacity.
+        Default = "default",
+    }
 }
 
-/// What to answer when the store fails for a rule (after its own failure policy): never a silent
-/// admission.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum OnError {
-    /// 503 (the default).
-    #[default]
-    Reject,
-    /// Let the request through, logged and counted.
-    Allow,
+tollgate_core::words! {
+    /// What to answer when the store fails for a rule (after its own failure policy): never a
+    /// silent admission.
+    #[derive(Default)]
+    pub enum OnError: "on_error" {
+        /// 503 (the default).
+        #[default]
+        Reject = "reject",
+        /// Let the request through, logged and counted.
+        Allow = "allow",
+    }
 }
 
 /// A rule, validated.
@@ -269,7 +307,7 @@ impl Rules {
             }
         };
         if self.trusted_proxies.any() {
-            add(self.trusted_proxies.header().name());
+            add(self.trusted_proxies.header().as_str());
             for name in [&self.fingerprint_headers.ja3, &self.fingerprint_headers.ja4].into_iter().flatten() {
                 add(name);
             }

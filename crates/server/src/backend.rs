@@ -10,11 +10,11 @@ use tollgate_core::{Decision, Limit};
 use tollgate_store::fallback::{CallTimer, FallbackOptions};
 use tollgate_store::memory::Evictions;
 use tollgate_store::{
-    Breaker, BreakerState, Check, FailurePolicy, Fallback, FallbackStats, LeaseStats, Leased, MemoryStore,
+    Breaker, BreakerState, Check, Fallback, FallbackStats, LeaseStats, Leased, MemoryStore,
     RedisOptions, RedisStore, Refund, Remote, Reserved, Store, StoreError,
 };
 
-use crate::config::{Config, OnStoreError, StoreConfig};
+use crate::config::{Config, StoreConfig};
 
 /// Any of the server's stores.
 #[derive(Debug)]
@@ -104,11 +104,7 @@ impl Backend {
             }
             StoreConfig::Redis(target) => RedisStore::connect(target, options).map_err(|e| e.to_string())?,
         };
-        let policy = match config.on_store_error {
-            OnStoreError::Open => FailurePolicy::Open,
-            OnStoreError::Closed => FailurePolicy::Closed,
-            OnStoreError::Local => FailurePolicy::Local,
-        };
+        let policy = config.on_store_error;
         // 50 µs .. ~6.5 s: a loopback round trip up to a store timeout.
         let latency = Histogram::new(exponential_buckets(0.000_05, 2.0, 18));
         let options = FallbackOptions {

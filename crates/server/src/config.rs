@@ -24,6 +24,7 @@ use std::time::Duration;
 use tollgate_core::{Clock, SystemClock};
 use tollgate_rules::Rules;
 pub use tollgate_store::memory::{DEFAULT_MAX_KEYS, DEFAULT_MAX_MEMORY};
+use tollgate_store::FailurePolicy;
 pub use tollgate_store::redis::target::{RedisTarget, TlsConfig, Topology};
 
 /// Which store decides.
@@ -74,49 +75,13 @@ impl StoreConfig {
     }
 }
 
-/// What a Redis-backed server answers while Redis fails.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OnStoreError {
-    /// Admit.
-    Open,
-    /// Deny.
-    Closed,
-    /// Decide in this process's memory (the default: a per-process limit stays in force).
-    #[default]
-    Local,
-}
-
-impl OnStoreError {
-    /// As written on the command line: `open`, `closed` or `local`.
-    pub fn name(self) -> &'static str {
-        match self {
-            OnStoreError::Open => "open",
-            OnStoreError::Closed => "closed",
-            OnStoreError::Local => "local",
-        }
-    }
-}
-
-impl std::str::FromStr for OnStoreError {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<Self, String> {
-        match text {
-            "open" => Ok(OnStoreError::Open),
-            "closed" => Ok(OnStoreError::Closed),
-            "local" => Ok(OnStoreError::Local),
-            _ => Err(format!("unknown policy {text:?}: use open, closed or local")),
-        }
-    }
-}
-
 /// Everything the server needs besides its listeners.
 #[derive(Debug, Clone)]
 pub struct Config {
     /// The store.
     pub store: StoreConfig,
     /// The failure policy for Redis stores.
-    pub on_store_error: OnStoreError,
+    pub on_store_error: FailurePolicy,
     /// Timeout of each Redis call (default 50 ms).
     pub store_timeout: Duration,
     /// Redis: lone checks of the algorithms it decides go to tollgate's native module where it is
@@ -253,7 +218,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             store: StoreConfig::Memory { max_keys: DEFAULT_MAX_KEYS, max_memory: DEFAULT_MAX_MEMORY },
-            on_store_error: OnStoreError::default(),
+            on_store_error: FailurePolicy::default(),
             store_timeout: Duration::from_millis(50),
             store_module: false,
             breaker_threshold: tollgate_store::fallback::DEFAULT_THRESHOLD,

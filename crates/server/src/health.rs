@@ -87,7 +87,7 @@ impl Health {
     pub fn new(config: &Config) -> Self {
         let policy = match &config.store {
             StoreConfig::Memory { .. } => None,
-            StoreConfig::Redis(_) => Some(config.on_store_error.name()),
+            StoreConfig::Redis(_) => Some(config.on_store_error.as_str()),
         };
         let up = Gauge::default();
         up.set(1);

@@ -25,9 +25,9 @@ use tokio::sync::watch;
 
 pub use app::App;
 pub use config::{
-    Config, GrpcBounds, HttpBounds, OnStoreError, RedisTarget, RespBounds, StoreConfig, TlsConfig, Topology,
+    Config, GrpcBounds, HttpBounds, RedisTarget, RespBounds, StoreConfig, TlsConfig, Topology,
 };
-pub use tollgate_store::{LeaseMode, LeaseOptions};
+pub use tollgate_store::{FailurePolicy, LeaseMode, LeaseOptions};
 
 /// The sockets the server answers on (bound by the caller, so that port 0 works).
 #[derive(Debug)]

@@ -260,7 +260,7 @@ async fn response_headers_come_from_the_descriptor_closest_to_its_limit() {
 /// A frozen Redis (SIGSTOP: connections open, nothing answers) never stalls the service: every
 /// RPC is answered by the failure policy (here `local`, which keeps the limit), and once the
 /// breaker is open without waiting on Redis at all. No wall-clock assertion; the times are in
-/// the README (measured by hand).
+/// docs/envoy.md, "Envoy's deadline" (measured by hand).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_redis_is_answered_by_the_failure_policy() {
     let redis = tollgate_store::testkit::redis_server::RedisServer::start();

@@ -130,7 +130,7 @@ fn print(row: &Row, ceiling: f64) {
     println!(
         "{:<16}{:<14}{:>14.0}{:>9.3}x{:>12}{:>12}{:>10}{:>8}{:>13}{:>11}",
         row.name,
-        row.algorithm.name(),
+        row.algorithm.as_str(),
         row.rate,
         row.rate / ceiling,
         or_dash(row.calls.map(|c| format!("{c:.6}"))),
@@ -184,7 +184,7 @@ fn main() {
         println!(
             "  {:<14}{:<14}{:>12.0}/s {:>10.6} calls/decision: {}",
             row.name,
-            row.algorithm.name(),
+            row.algorithm.as_str(),
             row.rate,
             calls,
             if met { "met" } else { "NOT met" }

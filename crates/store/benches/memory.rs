@@ -117,7 +117,7 @@ fn criterion_benches(c: &mut Criterion) {
         group.bench_function(BenchmarkId::new("governor", "gcra"), |b| b.iter_custom(|iters| run(&gov, &keys, iters)));
         for algorithm in Algorithm::ALL {
             let side = tollgate(algorithm);
-            group.bench_function(BenchmarkId::new("tollgate", algorithm.name()), |b| {
+            group.bench_function(BenchmarkId::new("tollgate", algorithm.as_str()), |b| {
                 b.iter_custom(|iters| run(&side, &keys, iters))
             });
         }
@@ -181,7 +181,7 @@ fn summary() {
                 "governor", governor_ns[0], governor_ns[1], governor_ns[2], governor_ns[3]
             );
         }
-        println!("{:<16}{:>22}{:>22}{:>22}{:>22}", algorithm.name(), cells[0], cells[1], cells[2], cells[3]);
+        println!("{:<16}{:>22}{:>22}{:>22}{:>22}", algorithm.as_str(), cells[0], cells[1], cells[2], cells[3]);
     }
     println!("(ns per check; 2-thread figures are wall time / all checks; ratio below 1 = faster than governor)");
 

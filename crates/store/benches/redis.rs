@@ -83,7 +83,7 @@ fn raw(server: &RedisServer, function: &str, key: &str, limit: &Limit, spread: b
     .map(|n| n.to_string());
     // The layout's version, now from TIME, no TTL margin, one check, no charges, no refunds (see
     // the store's `program.rs`).
-    command.args(["FCALL", function, "1", key, program::VERSION, "", "", "0", "1", "0", "0", limit.algorithm().name()]);
+    command.args(["FCALL", function, "1", key, program::VERSION, "", "", "0", "1", "0", "0", limit.algorithm().as_str()]);
     command.args(&numbers);
     let output = command.output().expect("redis-benchmark runs (it comes with redis-server)");
     let text = String::from_utf8_lossy(&output.stdout);
@@ -113,15 +113,15 @@ async fn main() {
             let ours = tollgate(store.clone(), &limit, spread).await;
             let calls = script_calls(&server);
             let key = if spread {
-                format!("raw:{}:{{__rand_int__}}", algorithm.name())
+                format!("raw:{}:{{__rand_int__}}", algorithm.as_str())
             } else {
-                format!("raw:{}:{{hot}}", algorithm.name())
+                format!("raw:{}:{{hot}}", algorithm.as_str())
             };
             let p1 = raw(&server, &function, &key, &limit, spread, 1);
             let p16 = raw(&server, &function, &key, &limit, spread, 16);
             println!(
                 "{:<16}{:>10}{:>12.0}{:>12.0}{:>12.0}{:>8.2}x{:>8.2}x{:>14.3}",
-                algorithm.name(),
+                algorithm.as_str(),
                 if spread { "100k" } else { "1" },
                 ours,
                 p1,
@@ -157,7 +157,7 @@ async fn refunds(server: &RedisServer, store: &RedisStore) {
     println!("{:<16}{:>14}{:>14}", "algorithm", "reservation", "its refund");
     for algorithm in Algorithm::ALL {
         let limit = limit(algorithm);
-        let keys: Vec<String> = (0..REFUNDS).map(|i| format!("refund:{}:{i}", algorithm.name())).collect();
+        let keys: Vec<String> = (0..REFUNDS).map(|i| format!("refund:{}:{i}", algorithm.as_str())).collect();
         let _ = server.cli(&["config", "resetstat"]);
         let mut reserved = Vec::with_capacity(REFUNDS);
         for key in &keys {
@@ -170,6 +170,6 @@ async fn refunds(server: &RedisServer, store: &RedisStore) {
             let check = Check::new(key.as_bytes(), &limit, 1);
             store.refund(&[Refund { check, at: reserved.at, decision: reserved.decisions[0] }]).await.expect("refund");
         }
-        println!("{:<16}{:>11.2} us{:>11.2} us", algorithm.name(), reserve, usec_per_call(server));
+        println!("{:<16}{:>11.2} us{:>11.2} us", algorithm.as_str(), reserve, usec_per_call(server));
     }
 }

@@ -158,7 +158,7 @@ impl<'r> Head<'r> {
         match self.peer() {
             // The forwarding header counts only from a trusted proxy: not read otherwise.
             Some(peer) if policy.rules.trusted_proxies.trusts(peer) => {
-                let forwarded = policy.rules.trusted_proxies.header().name();
+                let forwarded = policy.rules.trusted_proxies.header().as_str();
                 let values: SmallVec<[&[u8]; 4]> =
                     self.headers.get_all(forwarded).iter().map(http::HeaderValue::as_bytes).collect();
                 Ok((policy.rules.trusted_proxies.client_ip(peer, &values), true))

@@ -152,7 +152,7 @@ fn test_over_grant_report(runs: &[Run], out: &mut String) {
         let _ = writeln!(
             out,
             "{:<16}{admitted:>9}{allowed:>9}{:>12}{busiest:>13}{busiest_allowed:>9}{:>12}",
-            run.algorithm.name(),
+            run.algorithm.as_str(),
             versus(admitted, allowed),
             versus(busiest, busiest_allowed),
         );
@@ -190,7 +190,7 @@ fn boundary_attack_report(out: &mut String) {
         let _ = writeln!(
             out,
             "{:<16}{first:>12}{second:>12}{:>13}{allowed:>9}{:>12}",
-            algorithm.name(),
+            algorithm.as_str(),
             first + second,
             versus(first + second, allowed)
         );

@@ -48,16 +48,20 @@ use crate::memory::{DEFAULT_MAX_KEYS, DEFAULT_MAX_MEMORY};
 use crate::remote::{Charge, Domain, Origin, Remote, Reply};
 use crate::{Check, Reserved, StoreError};
 
-/// What to answer while the backend fails.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FailurePolicy {
-    /// Admit every request (availability first): `remaining` is reported as the capacity left
-    /// after the cost, `retry_after` and `reset_after` as 0.
-    Open,
-    /// Deny every request (protection first): `retry_after` is one emission interval.
-    Closed,
-    /// Decide in this process, from the state last seen and what was admitted since.
-    Local,
+tollgate_core::words! {
+    /// What to answer while the backend fails (`--on-store-error`).
+    #[derive(Default)]
+    pub enum FailurePolicy: "failure policy" {
+        /// Admit every request (availability first): `remaining` is reported as the capacity left
+        /// after the cost, `retry_after` and `reset_after` as 0.
+        Open = "open",
+        /// Deny every request (protection first): `retry_after` is one emission interval.
+        Closed = "closed",
+        /// Decide in this process, from the state last seen and what was admitted since (the
+        /// default: a per-process limit stays in force).
+        #[default]
+        Local = "local",
+    }
 }
 
 /// Settings of a [`Fallback`].

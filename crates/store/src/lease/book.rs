@@ -138,7 +138,7 @@ impl Book {
     }
 
     fn hash(&self, check: &Check<'_>) -> u64 {
-        self.hasher.hash_one((check.scope, check.limit.algorithm().name(), check.key))
+        self.hasher.hash_one((check.scope, check.limit.algorithm().as_str(), check.key))
     }
 
     /// What to do with `check` (cost > 0) at the node's `now`; `waited` once it has waited for a

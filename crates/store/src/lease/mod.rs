@@ -56,15 +56,16 @@ pub use model::LeaseModel;
 
 use crate::{Check, StoreError};
 
-/// Which keys are leased.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LeaseMode {
-    /// None: every decision is one exact call.
-    Off,
-    /// The keys this node finds hot (the default on Redis).
-    Auto,
-    /// Every key of a leasable algorithm, from its first decision.
-    Always,
+tollgate_core::words! {
+    /// Which keys are leased (`--lease`).
+    pub enum LeaseMode: "lease mode" {
+        /// None: every decision is one exact call.
+        Off = "off",
+        /// The keys this node finds hot (the default on Redis).
+        Auto = "auto",
+        /// Every key of a leasable algorithm, from its first decision.
+        Always = "always",
+    }
 }
 
 /// Settings of the lease layer.

@@ -44,7 +44,7 @@ impl LeaseModel {
         lifetime: Duration,
     ) -> Result<Grant, StoreError> {
         if !super::leasable(check.limit.algorithm()) {
-            return Err(StoreError::Unsupported(format!("leases of {}", check.limit.algorithm().name())));
+            return Err(StoreError::Unsupported(format!("leases of {}", check.limit.algorithm().as_str())));
         }
         let want = want.clamp(1, check.limit.capacity().max(1));
         let left = self.store.check_one_sync(Check { cost: 0, ..check })?.remaining;
@@ -58,7 +58,7 @@ impl LeaseModel {
         // The script counts in whole ms: a lessee is current while its expiry is after now.
         let now_ms = at / 1_000_000;
         let mut all = self.lessees.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let id = (check.scope.to_string(), check.limit.algorithm().name(), check.key.to_vec());
+        let id = (check.scope.to_string(), check.limit.algorithm().as_str(), check.key.to_vec());
         let of_key = all.entry(id).or_default();
         of_key.retain(|_, expiry| *expiry / 1_000_000 > now_ms);
         of_key.insert(lessee, expires);

@@ -29,7 +29,7 @@ pub(super) fn state_key(prefix: &str, scope: &str, algorithm: Algorithm, key: &[
     let mut out = Vec::with_capacity(prefix.len() + scope.len() + key.len() + 24);
     out.extend_from_slice(prefix.as_bytes());
     out.push(b':');
-    out.extend_from_slice(algorithm.name().as_bytes());
+    out.extend_from_slice(algorithm.as_str().as_bytes());
     out.push(b':');
     if !scope.is_empty() {
         out.push(b'@');
@@ -164,6 +164,6 @@ mod tests {
         let lessees = lessees_key("tg", &state);
         assert_eq!(slot(&applied_key("tg", &state)), slot(&state));
         assert_eq!(lessees, b"tg:lessees:gcra:@api:t:{u}:x");
-        assert!(Algorithm::ALL.iter().all(|a| a.name() != "lessees"));
+        assert!(Algorithm::ALL.iter().all(|a| a.as_str() != "lessees"));
     }
 }

@@ -10,7 +10,7 @@ use crate::{Check, StoreError};
 impl Lessor for RedisStore {
     async fn lease(&self, check: Check<'_>, want: u64, lessee: u64, lifetime: Duration) -> Result<Grant, StoreError> {
         if !leasable(check.limit.algorithm()) {
-            return Err(StoreError::Unsupported(format!("leases of {}", check.limit.algorithm().name())));
+            return Err(StoreError::Unsupported(format!("leases of {}", check.limit.algorithm().as_str())));
         }
         let want = want.clamp(1, check.limit.capacity().max(1));
         let lifetime_ms = u64::try_from(lifetime.as_millis()).unwrap_or(u64::MAX).max(1);

@@ -253,7 +253,7 @@ impl RedisStore {
             && lease.is_none()
             && charges.is_empty()
             && refunds.is_empty()
-            && matches!(checks, [check] if decided_natively(check.limit.algorithm().name().as_bytes()));
+            && matches!(checks, [check] if decided_natively(check.limit.algorithm().as_str().as_bytes()));
         let mut call = if native { Call::module(&keys[0]) } else { Call::new(&self.script, &keys) };
         match &self.options.time {
             TimeSource::Server => call.put(ARG_VERSION, VERSION).put(ARG_NOW_SEC, "").put(ARG_NOW_NSEC, ""),

@@ -128,7 +128,7 @@ impl Call {
 
     /// The limit and cost of a check, charge or refund (its first [`CHECK_ARGS`] values).
     pub(super) fn limit(&mut self, limit: &tollgate_core::Limit, cost: u64) -> &mut Self {
-        self.put(LIMIT_ALGORITHM, limit.algorithm().name())
+        self.put(LIMIT_ALGORITHM, limit.algorithm().as_str())
             .put(LIMIT_COUNT, limit.count())
             .put(LIMIT_PERIOD, limit.period_ns())
             .put(LIMIT_BURST, limit.burst())
