@@ -64,7 +64,7 @@
 #
 # The run fails (non-zero) if a request is lost, serve dies or the load generator fails, with
 # replicas or Sentinel if tollgate still falls back at the end of a run (it did not follow the
-# promotion), and with --strict also if it falls short of the README's "Failure behaviour" (without
+# promotion), and with --strict also if it falls short of docs/failure.md, "Failure behaviour" (without
 # --strict such runs are listed under the table, and in strict.txt): closed or local admits a key
 # more than its bound; open admits a healthy key more than its bound; closed admits the healthy
 # keys less than 98% of what they were admitted before the kill, during the outage; local's rate on the killed keys
@@ -451,7 +451,7 @@ run() {
   # With replicas or Sentinel, tollgate must follow Redis's promotion, whatever the policy.
   [ "$TOPOLOGY" = cluster ] || [ "$fallbacks_ms" != never ] \
     || fail "tollgate still fell back at the end of the run, $(( (t_end - t_promoted) / 1000000 )) ms after Redis promoted a replica ($dir)"
-  # What the README's "Failure behaviour" promises (failures with --strict, else listed).
+  # What docs/failure.md ("Failure behaviour") promises (failures with --strict, else listed).
   local broken=()
   if [ "$policy" != open ] && [ $((over_killed + over_others)) -gt 0 ]; then
     broken+=("$over_killed admitted over the keys' bounds on the killed primary's keys, $over_others on the others")
@@ -503,7 +503,7 @@ done
 echo
 awk -F'\t' -f "$HERE/table.awk" "$RESULTS" | tee "$OUT/table.txt"
 if [ -s "$OUT/strict.txt" ]; then
-  echo "short of what the README's \"Failure behaviour\" promises (--strict fails on these):"
+  echo "short of what docs/failure.md (\"Failure behaviour\") promises (--strict fails on these):"
   sed 's/^/  /' "$OUT/strict.txt"
 fi
 awk -F'\t' -v out="$OUT" -v duration="$DURATION" -v rate="$RATE" -v limit="$((KEYS * 10))" -f "$HERE/timeline.awk" "$RESULTS" >"$OUT/timeline.svg"

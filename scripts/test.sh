@@ -57,9 +57,9 @@ cargo test --workspace --locked
 
 # A 3-primary Redis Cluster with one primary killed under load, for every failure policy (two
 # algorithms, 8 s each), on the binary the tests just built: nothing may be lost, and --strict
-# holds the run to the README's "Failure behaviour" (no key over its bound under closed or local,
-# local's rate back within 1 s, ...; scripts/failure-injection.sh without --short is the full run
-# in the README).
+# holds the run to docs/failure.md, "Failure behaviour" (no key over its bound under closed or
+# local, local's rate back within 1 s, ...; scripts/failure-injection.sh without --short is the full
+# run on that page).
 step "failure injection (short)"
 bash scripts/failure-injection.sh --short --strict --binary "$target_dir/debug/tollgate"
 # The same with replicas, then with Sentinel: a primary killed, Redis promoting its replica, and

@@ -1,10 +1,12 @@
-//! The README's transcripts are run as written, and their output must be what the README shows.
+//! The transcripts of the README and of the manual's pages are run as written, and their output
+//! must be what the page shows.
 //!
-//! Every ```` ```console ```` block of README.md is a transcript: `$ COMMAND` lines (continued
+//! Every ```` ```console ```` block of README.md and of each docs/*.md page is a transcript, run on
+//! its own (a block starts whatever server it uses): `$ COMMAND` lines (continued
 //! while a line ends in `|` or `\`) and `127.0.0.1:6380> COMMAND` lines (inside `redis-cli -p
 //! 6380`), each followed by the output it prints. `tollgate serve` is started in the background
 //! on free ports, its log lines compared with those shown; the ports a reader would see (6380,
-//! 8080, 8081) stand for the ones the test got. A word written `~WORD` in the README depends on the
+//! 8080, 8081) stand for the ones the test got. A word written `~WORD` in a page depends on the
 //! clock (a timestamp, a reset in ms) and matches any word; everything else must match exactly,
 //! word for word.
 
@@ -20,7 +22,7 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// One command of a transcript and the lines the README shows after it.
+/// One command of a transcript and the lines the page shows after it.
 #[derive(Debug)]
 struct Step {
     line: usize,
@@ -29,7 +31,7 @@ struct Step {
     expected: Vec<String>,
 }
 
-/// The ```console blocks of `text`, as steps (with the README line of each command).
+/// The ```console blocks of `text`, as steps (with the page's line of each command).
 fn transcripts(text: &str) -> Vec<Vec<Step>> {
     let mut blocks = Vec::new();
     let mut lines = text.lines().enumerate();
@@ -62,7 +64,7 @@ fn transcripts(text: &str) -> Vec<Vec<Step>> {
     blocks
 }
 
-/// Whether `actual` is the README's `expected` line, `~WORD`s matching any word.
+/// Whether `actual` is the page's `expected` line, `~WORD`s matching any word.
 fn same(expected: &str, actual: &str) -> bool {
     let (mut e, mut a) = (expected.split_whitespace(), actual.split_whitespace());
     loop {
@@ -90,12 +92,12 @@ impl Drop for Serve {
     }
 }
 
-/// Runs a transcript's steps, asserting each one's output.
-fn run(steps: &[Step]) {
+/// Runs a transcript's steps, asserting each one's output (`page`: where the transcript is).
+fn run(page: &str, steps: &[Step]) {
     let binary = env!("CARGO_BIN_EXE_tollgate");
     let mut serve: Option<Serve> = None;
     for step in steps {
-        let place = format!("README.md line {}: {}", step.line, step.command);
+        let place = format!("{page}:{}: {}", step.line, step.command);
         let actual: Vec<String> = if let Some(args) = step.command.strip_prefix("tollgate serve") {
             let mut child = Command::new(binary)
                 .arg("serve")
@@ -169,26 +171,40 @@ fn run(steps: &[Step]) {
             .unwrap_or_else(|e| panic!("{place}: {e}"));
             String::from_utf8_lossy(&output.stdout).lines().map(|l| l.trim_end_matches('\r').to_string()).collect()
         };
-        assert_eq!(
-            actual.len(),
-            step.expected.len(),
-            "{place}: got {actual:#?}, the README shows {:#?}",
-            step.expected
-        );
+        assert_eq!(actual.len(), step.expected.len(), "{place}: got {actual:#?}, the page shows {:#?}", step.expected);
         for (expected, actual) in step.expected.iter().zip(&actual) {
-            assert!(same(expected, actual), "{place}:\n  README: {expected}\n  actual: {actual}");
+            assert!(same(expected, actual), "{place}:\n  page:   {expected}\n  actual: {actual}");
         }
     }
 }
 
+/// README.md and every docs/*.md, as paths relative to the repository.
+fn pages() -> Vec<String> {
+    let mut docs: Vec<String> = std::fs::read_dir(repo().join("docs"))
+        .expect("docs/")
+        .map(|entry| entry.expect("a docs/ entry").file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".md"))
+        .map(|name| format!("docs/{name}"))
+        .collect();
+    docs.sort();
+    [vec!["README.md".to_string()], docs].concat()
+}
+
 #[test]
-fn every_readme_transcript_prints_what_the_readme_shows() {
-    let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
-    let blocks = transcripts(&readme);
-    assert!(blocks.len() >= 2, "the README's console blocks: {}", blocks.len());
-    for steps in &blocks {
-        run(steps);
+fn every_transcript_of_the_readme_and_the_manual_prints_what_the_page_shows() {
+    let mut count = 0;
+    for page in pages() {
+        let text = std::fs::read_to_string(repo().join(&page)).unwrap_or_else(|e| panic!("{page}: {e}"));
+        let blocks = transcripts(&text);
+        if page == "README.md" {
+            assert!(!blocks.is_empty(), "the README's console blocks: none");
+        }
+        for steps in &blocks {
+            run(&page, steps);
+        }
+        count += blocks.len();
     }
+    assert!(count >= 2, "console blocks in the README and docs/*.md: {count}");
 }
 
 #[test]

@@ -293,15 +293,15 @@ fn common_toml_mistakes_get_a_hint() {
     assert!(!error.contains("hint"), "{error}");
 }
 
-/// The README's annotated rules file is `examples/rules/login.toml` plus a named limit: both load,
-/// and they are the same rules.
+/// The manual's annotated rules file (docs/rules.md) is `examples/rules/login.toml` plus a named
+/// limit: both load, and they are the same rules.
 #[test]
-fn the_readme_rules_file_loads_and_is_the_login_example() {
+fn the_manuals_rules_file_loads_and_is_the_login_example() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
-    let start = readme.find("```toml\ntrusted_proxies").expect("the README's rules file") + "```toml\n".len();
-    let block = &readme[start..start + readme[start..].find("```").unwrap()];
-    let annotated = Rules::parse(block, "README.md").unwrap();
+    let page = std::fs::read_to_string(root.join("docs/rules.md")).unwrap();
+    let start = page.find("```toml\ntrusted_proxies").expect("docs/rules.md's rules file") + "```toml\n".len();
+    let block = &page[start..start + page[start..].find("```").unwrap()];
+    let annotated = Rules::parse(block, "docs/rules.md").unwrap();
     let example = Rules::load(&root.join("examples/rules/login.toml")).unwrap();
     assert_eq!(format!("{:?}", annotated.trusted_proxies), format!("{:?}", example.trusted_proxies));
     assert_eq!(annotated.on_error, example.on_error);
@@ -347,13 +347,14 @@ fn fingerprints_asn_measured_rates_and_routes_are_configured() {
     assert_eq!(defaults.rules[0].when_rate_above, None);
 }
 
-/// The README shows `examples/rules/keys.toml` as it is, and it loads (its ASN table beside it).
+/// The manual (docs/rules.md) shows `examples/rules/keys.toml` as it is, and it loads (its ASN
+/// table beside it).
 #[test]
-fn the_keys_example_is_the_readmes_and_loads() {
+fn the_keys_example_is_the_manuals_and_loads() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let file = std::fs::read_to_string(root.join("examples/rules/keys.toml")).unwrap();
-    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
-    assert!(readme.contains(&format!("```toml\n{file}```\n")), "README.md shows examples/rules/keys.toml verbatim");
+    let page = std::fs::read_to_string(root.join("docs/rules.md")).unwrap();
+    assert!(page.contains(&format!("```toml\n{file}```\n")), "docs/rules.md shows examples/rules/keys.toml verbatim");
     let rules = Rules::load(&root.join("examples/rules/keys.toml")).unwrap();
     assert_eq!(rules.rules.len(), 3);
     let request = Request { ja3: Some("a"), ja4: Some("b"), ..request("POST", "/login", &[], "198.51.100.7") };

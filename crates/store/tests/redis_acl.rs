@@ -1,8 +1,8 @@
-//! tollgate as an ACL user with exactly the README's ACL (its `ACL SETUSER tollgate …` line, read
-//! from the README), on one server and on a Redis Cluster: every path tollgate takes (the
-//! conformance suite, charges, leases, a reset, a script the server lost, the probe and the
-//! diagnosis) runs, and Redis's `ACL LOG` records no refusal. A key outside the ACL's pattern and a
-//! wrong password are refused in tollgate's words.
+//! tollgate as an ACL user with exactly the manual's ACL (the `ACL SETUSER tollgate …` line of
+//! docs/redis.md, read from the page), on one server and on a Redis Cluster: every path tollgate
+//! takes (the conformance suite, charges, leases, a reset, a script the server lost, the probe and
+//! the diagnosis) runs, and Redis's `ACL LOG` records no refusal. A key outside the ACL's pattern
+//! and a wrong password are refused in tollgate's words.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,10 +10,13 @@ use std::time::Duration;
 
 use tollgate_store::lease::Lessor;
 use tollgate_store::remote::{Charge, Origin, Remote};
-use tollgate_store::testkit::redis_server::{RedisServer, ServerConfig, readme_acl};
+use tollgate_store::testkit::redis_server::{RedisServer, ServerConfig};
 use tollgate_store::testkit::redis_topology::{ClusterConfig, RedisCluster};
 use tollgate_store::testkit::{self};
 use tollgate_store::{Algorithm, Check, Limit, RedisOptions, RedisStore, Refund, Store, StoreError, TimeSource};
+
+mod acl;
+use acl::manual_acl;
 
 const PASSWORD: &str = "tg-pw";
 
@@ -74,9 +77,9 @@ fn flush(server: &RedisServer) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_readme_acl_is_enough_and_nothing_more_is_used() {
+async fn the_manuals_acl_is_enough_and_nothing_more_is_used() {
     let server = Arc::new(RedisServer::start_with(ServerConfig {
-        lines: vec![readme_acl("tollgate", PASSWORD)],
+        lines: vec![manual_acl("tollgate", PASSWORD)],
         ..ServerConfig::default()
     }));
     let url = format!("redis://tollgate:{PASSWORD}@127.0.0.1:{}", server.port());
@@ -84,11 +87,11 @@ async fn the_readme_acl_is_enough_and_nothing_more_is_used() {
     let s = server.clone();
     every_path(&store, move || flush(&s)).await;
     let log = server.cli(&["ACL", "LOG"]);
-    assert!(log.trim().is_empty(), "the README's ACL refused something: {log}");
+    assert!(log.trim().is_empty(), "the manual's ACL refused something: {log}");
 
-    // Without functions (`+evalsha +script|load` in their place, as the README says for a server
+    // Without functions (`+evalsha +script|load` in their place, as the manual says for a server
     // before Redis 7): every path runs by EVALSHA, after one refused FCALL.
-    let eval_only = readme_acl("evalonly", PASSWORD).replace("+fcall +function|load", "+evalsha +script|load");
+    let eval_only = manual_acl("evalonly", PASSWORD).replace("+fcall +function|load", "+evalsha +script|load");
     assert_eq!(
         server
             .cli(&[&["ACL", "SETUSER"][..], &eval_only.split_whitespace().skip(1).collect::<Vec<_>>()].concat())
@@ -118,7 +121,7 @@ async fn the_readme_acl_is_enough_and_nothing_more_is_used() {
     assert!(!diagnosis.contains("nope"), "{diagnosis}");
 
     // Nothing in it is spare: without any one of its commands, some path is refused.
-    let full = readme_acl("spare", PASSWORD);
+    let full = manual_acl("spare", PASSWORD);
     for token in full.split_whitespace().filter(|t| t.starts_with('+')) {
         if ["+cluster|slots", "+cluster|info", "+role"].contains(&token) {
             continue; // a cluster's and Sentinel's, tested with them
@@ -133,10 +136,10 @@ async fn the_readme_acl_is_enough_and_nothing_more_is_used() {
         let s = server.clone();
         let _ = tokio::spawn(async move { every_path(&store, move || flush(&s)).await }).await;
         let log = server.cli(&["ACL", "LOG"]);
-        assert!(log.contains("spare"), "without {token} every path still runs: the README's ACL has a spare command");
+        assert!(log.contains("spare"), "without {token} every path still runs: the manual's ACL has a spare command");
     }
 
-    let config = ClusterConfig { lines: vec![readme_acl("tollgate", PASSWORD)], ..ClusterConfig::default() };
+    let config = ClusterConfig { lines: vec![manual_acl("tollgate", PASSWORD)], ..ClusterConfig::default() };
     let cluster = tokio::task::spawn_blocking(move || RedisCluster::start_with(config)).await.unwrap();
     let url = format!("redis+cluster://tollgate:{PASSWORD}@{}", cluster.nodes()[0].address());
     let store = RedisStore::open(&url, options()).unwrap();
@@ -153,6 +156,6 @@ async fn the_readme_acl_is_enough_and_nothing_more_is_used() {
     every_path(&store, flush).await;
     for node in cluster.nodes() {
         let log = node.cli(&["ACL", "LOG"]);
-        assert!(log.trim().is_empty(), "the README's ACL refused something on {}: {log}", node.address());
+        assert!(log.trim().is_empty(), "the manual's ACL refused something on {}: {log}", node.address());
     }
 }

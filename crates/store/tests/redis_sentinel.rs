@@ -1,7 +1,7 @@
 //! A Sentinel group (a primary, a replica, three Sentinels with a password of their own;
 //! `down-after-milliseconds` 1000) switching its primary under load, reached as
-//! `redis+sentinel://tollgate:PASSWORD@…/tollgate` with the README's ACL user on the data
-//! servers:
+//! `redis+sentinel://tollgate:PASSWORD@…/tollgate` with the manual's ACL user (docs/redis.md) on
+//! the data servers:
 //!
 //! - the primary killed with SIGKILL: calls move to the promoted replica within about a second
 //!   of the Sentinels' switch, behind the `closed` policy (a call Redis did not decide is a
@@ -17,9 +17,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tollgate_store::testkit::load::{Call, Load, Outcome};
-use tollgate_store::testkit::redis_server::readme_acl;
 use tollgate_store::testkit::redis_topology::{SentinelConfig, SentinelGroup};
 use tollgate_store::{FailurePolicy, Fallback, Limit, RedisOptions, RedisStore, RedisTarget, Store};
+
+mod acl;
+use acl::manual_acl;
 
 const PASSWORD: &str = "s3cret:@/%";
 const SENTINEL_PASSWORD: &str = "sentinel-pw";
@@ -58,7 +60,7 @@ fn not_allowed(calls: &[Call]) -> impl Iterator<Item = &Call> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sentinel_groups_switches_are_followed() {
     let config = SentinelConfig {
-        lines: vec![readme_acl("tollgate", PASSWORD)],
+        lines: vec![manual_acl("tollgate", PASSWORD)],
         sentinel_password: Some(SENTINEL_PASSWORD.into()),
         ..SentinelConfig::default()
     };
@@ -138,7 +140,7 @@ async fn a_sentinel_groups_switches_are_followed() {
     let late: Vec<&&Call> = errors.iter().filter(|c| c.at > switched_at + Duration::from_secs(2)).collect();
     assert!(late.is_empty(), "calls failed 2 s after the switch: {:?}", &late[..late.len().min(3)]);
     let acl_log = group.lock().unwrap().servers[primary].cli(&["ACL", "LOG"]);
-    assert!(acl_log.trim().is_empty(), "the README's ACL refused something: {acl_log}");
+    assert!(acl_log.trim().is_empty(), "the manual's ACL refused something: {acl_log}");
 }
 
 /// A stand-in for the Sentinels' answer only (`SENTINEL GET-MASTER-ADDR-BY-NAME`, `PING`), so
