@@ -413,7 +413,7 @@ impl<S: Store> Engine<S> {
         let mut refunds = Vec::new();
         for reservation in &pending.reservations {
             let rule = &policy.rules.rules[reservation.rule];
-            if status.is_some_and(|s| !rule.counts_status(s)) {
+            if status.is_some_and(|s| rule.counts_status(s)) {
                 self.metrics.count(&policy.counters[reservation.rule], Outcome::Counted);
             } else {
                 self.metrics.count(&policy.counters[reservation.rule], Outcome::Refunded);
