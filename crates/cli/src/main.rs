@@ -4,7 +4,6 @@
 //! an error into a message on stderr and a non-zero exit status.
 
 mod bench;
-mod limit_args;
 mod proxy;
 mod serve;
 mod simulate;

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use tollgate_server::{Config, LeaseMode, LeaseOptions, FailurePolicy, StoreConfig, TlsConfig, Topology};
+use tollgate_server::{Config, FailurePolicy, LeaseMode, LeaseOptions, StoreConfig, TlsConfig, Topology};
 
 use crate::units;
 

@@ -26,14 +26,18 @@ mod clock;
 mod decision;
 mod error;
 mod limit;
+mod spec;
+#[cfg(feature = "trace")]
+pub mod trace;
 mod words;
 
 pub use algorithm::{MAX_AHEAD_NS, MAX_COUNTER, RateState, Snapshot, State};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::Decision;
 pub use error::Error;
-pub use words::UnknownWord;
 pub use limit::{
     Algorithm, DEFAULT_SLICES, Limit, LimitBuilder, MAX_LOG_COUNT, MAX_PERIOD_NS, MAX_SLICES, format_period,
     parse_period_ns,
 };
+pub use spec::LimitSpec;
+pub use words::UnknownWord;

@@ -83,27 +83,6 @@ impl Limit {
         LimitBuilder { algorithm: Algorithm::Gcra, count, period_ns: period.as_nanos(), burst: None, slices: None }
     }
 
-    /// A limit from its textual parts, as config files, APIs and traces give them: `limit` is
-    /// `N/PERIOD`, `algorithm` a name (default GCRA), `burst` / `slices` where they apply.
-    pub fn from_parts(
-        limit: &str,
-        algorithm: Option<&str>,
-        burst: Option<u64>,
-        slices: Option<u64>,
-    ) -> Result<Limit, Error> {
-        let mut builder: LimitBuilder = limit.parse()?;
-        if let Some(algorithm) = algorithm {
-            builder = builder.algorithm(algorithm.parse()?);
-        }
-        if let Some(burst) = burst {
-            builder = builder.burst(burst);
-        }
-        if let Some(slices) = slices {
-            builder = builder.slices(slices);
-        }
-        builder.build()
-    }
-
     /// `count` per second.
     pub fn per_second(count: u64) -> LimitBuilder {
         Limit::builder(count, Duration::from_secs(1))
@@ -470,18 +449,6 @@ mod tests {
         assert!(log(MAX_LOG_COUNT).is_ok());
         assert_eq!(log(MAX_LOG_COUNT + 1).unwrap_err().to_string(), "count is 100001, above its maximum of 100000");
         assert!(Limit::per_hour(1_000_000).algorithm(Algorithm::FixedWindow).build().is_ok(), "only the log is capped");
-    }
-
-    #[test]
-    fn builds_from_textual_parts() {
-        let l = Limit::from_parts("10/s", Some("token-bucket"), Some(4), None).unwrap();
-        assert_eq!((l.algorithm(), l.burst()), (Algorithm::TokenBucket, 4));
-        assert_eq!(Limit::from_parts("10/s", None, None, None).unwrap().algorithm(), Algorithm::Gcra);
-        assert!(Limit::from_parts("10/s", Some("quantum"), None, None).unwrap_err().to_string().contains("quantum"));
-        assert_eq!(
-            Limit::from_parts("10/s", Some("fixed-window"), None, Some(5)),
-            Err(Error::SlicesNotApplicable { algorithm: Algorithm::FixedWindow })
-        );
     }
 
     #[test]

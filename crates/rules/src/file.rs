@@ -6,14 +6,14 @@ use std::path::Path;
 use std::sync::Arc;
 
 use serde::Deserialize;
-use tollgate_core::{Limit, parse_period_ns};
+use tollgate_core::{Algorithm, LimitSpec, parse_period_ns};
 
 use crate::asn::AsnDb;
 use crate::ip::{Cidr, ForwardingHeader, TrustedProxies};
 use crate::matcher::Match;
 use crate::rules::{
-    Action, ActionKind, Characteristic, Cost, DEFAULT_IPV6_PREFIX, DEFAULT_RATE_HALF_LIFE_NS, FingerprintHeaders, OnBadCost,
-    OnError, OnMissing, Rule, Rules, RulesError, check_name,
+    Action, ActionKind, Characteristic, Cost, DEFAULT_IPV6_PREFIX, DEFAULT_RATE_HALF_LIFE_NS, FingerprintHeaders,
+    OnBadCost, OnError, OnMissing, Rule, Rules, RulesError, check_name,
 };
 
 #[derive(Deserialize)]
@@ -30,15 +30,16 @@ struct File {
     #[serde(default)]
     rules: Vec<RuleEntry>,
     #[serde(default)]
-    limits: std::collections::BTreeMap<String, LimitEntry>,
+    limits: std::collections::BTreeMap<String, LimitSpec>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RuleEntry {
     name: String,
+    // A LimitSpec's fields (serde cannot flatten it into a table that refuses unknown fields).
     limit: String,
-    algorithm: Option<String>,
+    algorithm: Option<Algorithm>,
     burst: Option<u64>,
     slices: Option<u64>,
     #[serde(default)]
@@ -54,16 +55,6 @@ struct RuleEntry {
     #[serde(default, rename = "match")]
     matcher: Match,
     mitigation: Option<MitigationEntry>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct LimitEntry {
-    #[serde(default)]
-    algorithm: Option<String>,
-    limit: String,
-    burst: Option<u64>,
-    slices: Option<u64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -132,7 +123,7 @@ pub(crate) fn parse(text: &str, origin: &str, dir: &Path) -> Result<Rules, Rules
         add(rule(entry, ipv6_prefix), &name)?;
     }
     for (name, entry) in file.limits {
-        add(named_limit(&name, entry), &name)?;
+        add(named_limit(&name, &entry), &name)?;
     }
     let keys_on = |wanted: Characteristic| rules.iter().find(|r| r.key.contains(&wanted)).map(|r| r.name.clone());
     let asn_db = match (&file.asn_db, keys_on(Characteristic::Asn)) {
@@ -204,8 +195,9 @@ fn prefix(bits: u8) -> Result<u8, String> {
 fn rule(entry: RuleEntry, ipv6_prefix: u8) -> Result<Rule, String> {
     check_name(&entry.name)?;
     let ipv6_prefix = entry.ipv6_prefix.map_or(Ok(ipv6_prefix), prefix)?;
-    let limit = Limit::from_parts(&entry.limit, entry.algorithm.as_deref(), entry.burst, entry.slices)
-        .map_err(|e| e.to_string())?;
+    let spec =
+        LimitSpec { algorithm: entry.algorithm, limit: Some(entry.limit), burst: entry.burst, slices: entry.slices };
+    let limit = spec.build().map_err(|e| e.to_string())?;
     let key = entry.key.iter().map(|k| characteristic(k)).collect::<Result<Vec<_>, _>>()?;
     if key.is_empty() {
         return Err("key: name at least one characteristic (\"global\" for one key for everyone)".into());
@@ -323,10 +315,9 @@ fn route_upstream(text: &str) -> Result<String, String> {
 }
 
 /// `[limits.NAME]`: a rule keyed on the caller's key, that no HTTP request (which has none) meets.
-fn named_limit(name: &str, entry: LimitEntry) -> Result<Rule, String> {
+fn named_limit(name: &str, spec: &LimitSpec) -> Result<Rule, String> {
     check_name(name)?;
-    let limit = Limit::from_parts(&entry.limit, entry.algorithm.as_deref(), entry.burst, entry.slices)
-        .map_err(|e| e.to_string())?;
+    let limit = spec.build().map_err(|e| e.to_string())?;
     Ok(Rule {
         name: name.to_string(),
         matcher: Match::default(),

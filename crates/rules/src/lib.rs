@@ -29,6 +29,6 @@ pub use matcher::{Glob, HeaderEquals, Match};
 pub use plan::{Applied, Asn, KeyBuf, Plan, RequestError};
 pub use request::{Ambiguous, Request};
 pub use rules::{
-    Action, ActionKind, Characteristic, Cost, DEFAULT_IPV6_PREFIX, DEFAULT_RATE_HALF_LIFE_NS, ENVOY_SCOPE, FingerprintHeaders,
-    OnBadCost, OnError, OnMissing, Rule, Rules, RulesError, check_name,
+    Action, ActionKind, Characteristic, Cost, DEFAULT_IPV6_PREFIX, DEFAULT_RATE_HALF_LIFE_NS, ENVOY_SCOPE,
+    FingerprintHeaders, OnBadCost, OnError, OnMissing, Rule, Rules, RulesError, check_name,
 };

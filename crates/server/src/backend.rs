@@ -10,8 +10,8 @@ use tollgate_core::{Decision, Limit};
 use tollgate_store::fallback::{CallTimer, FallbackOptions};
 use tollgate_store::memory::Evictions;
 use tollgate_store::{
-    Breaker, BreakerState, Check, Fallback, FallbackStats, LeaseStats, Leased, MemoryStore,
-    RedisOptions, RedisStore, Refund, Remote, Reserved, Store, StoreError,
+    Breaker, BreakerState, Check, Fallback, FallbackStats, LeaseStats, Leased, MemoryStore, RedisOptions, RedisStore,
+    Refund, Remote, Reserved, Store, StoreError,
 };
 
 use crate::config::{Config, StoreConfig};

@@ -23,8 +23,8 @@ use std::time::Duration;
 
 use tollgate_core::{Clock, SystemClock};
 use tollgate_rules::Rules;
-pub use tollgate_store::memory::{DEFAULT_MAX_KEYS, DEFAULT_MAX_MEMORY};
 use tollgate_store::FailurePolicy;
+pub use tollgate_store::memory::{DEFAULT_MAX_KEYS, DEFAULT_MAX_MEMORY};
 pub use tollgate_store::redis::target::{RedisTarget, TlsConfig, Topology};
 
 /// Which store decides.

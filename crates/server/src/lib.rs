@@ -24,9 +24,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 pub use app::App;
-pub use config::{
-    Config, GrpcBounds, HttpBounds, RedisTarget, RespBounds, StoreConfig, TlsConfig, Topology,
-};
+pub use config::{Config, GrpcBounds, HttpBounds, RedisTarget, RespBounds, StoreConfig, TlsConfig, Topology};
 pub use tollgate_store::{FailurePolicy, LeaseMode, LeaseOptions};
 
 /// The sockets the server answers on (bound by the caller, so that port 0 works).

@@ -83,7 +83,20 @@ fn raw(server: &RedisServer, function: &str, key: &str, limit: &Limit, spread: b
     .map(|n| n.to_string());
     // The layout's version, now from TIME, no TTL margin, one check, no charges, no refunds (see
     // the store's `program.rs`).
-    command.args(["FCALL", function, "1", key, program::VERSION, "", "", "0", "1", "0", "0", limit.algorithm().as_str()]);
+    command.args([
+        "FCALL",
+        function,
+        "1",
+        key,
+        program::VERSION,
+        "",
+        "",
+        "0",
+        "1",
+        "0",
+        "0",
+        limit.algorithm().as_str(),
+    ]);
     command.args(&numbers);
     let output = command.output().expect("redis-benchmark runs (it comes with redis-server)");
     let text = String::from_utf8_lossy(&output.stdout);

@@ -3,7 +3,7 @@
 //! - `tollgate simulate --trace FILE [--check]` decides every request of a JSON-lines trace under
 //!   the limit of its params header or of `--algorithm`/`--limit` (not both, unless they agree),
 //!   prints one JSON decision per request, and with `--check` compares each with its `expect`
-//!   ([`replay`], line formats in [`trace`]).
+//!   ([`replay`], line formats in `tollgate_core::trace`).
 //! - `tollgate simulate over-grant [--plot FILE.svg]` reproduces the over-grant experiments of the
 //!   articles tollgate started from ([`over_grant`]).
 
@@ -11,13 +11,13 @@ mod clients;
 mod over_grant;
 mod plot;
 mod replay;
-mod trace;
 
 use std::path::PathBuf;
 
+use anyhow::Context;
 use clap::{Args, Subcommand};
 
-use crate::limit_args::LimitArgs;
+use tollgate_core::LimitSpec;
 
 /// Arguments of `tollgate simulate`.
 #[derive(Debug, Args)]
@@ -33,7 +33,7 @@ pub(crate) struct SimulateArgs {
     #[command(subcommand)]
     experiment: Option<Experiment>,
     #[command(flatten)]
-    limit: LimitArgs,
+    limit: LimitSpec,
     /// JSON lines {"t": ns since the epoch, "key": "...", "cost": 1, "expect": {...}}, optionally
     /// after a {"params": {"algorithm": ..., "limit": ...}} header line; `-` reads stdin.
     #[arg(long, value_name = "FILE", required = true)]
@@ -69,7 +69,7 @@ pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {
 
 /// The limit flags as given, and the limit they build when they name at least an algorithm and
 /// a limit (invalid flags are an error at once, header or not).
-fn flags(args: &LimitArgs) -> anyhow::Result<replay::Flags> {
+fn flags(args: &LimitSpec) -> anyhow::Result<replay::Flags> {
     let mut given = Vec::new();
     if let Some(algorithm) = args.algorithm {
         given.push(format!("--algorithm {algorithm}"));
@@ -83,6 +83,9 @@ fn flags(args: &LimitArgs) -> anyhow::Result<replay::Flags> {
     if let Some(slices) = args.slices {
         given.push(format!("--slices {slices}"));
     }
-    let limit = if args.algorithm.is_some() && args.limit.is_some() { Some(args.build()?) } else { None };
+    let limit = match (args.algorithm, &args.limit) {
+        (Some(_), Some(_)) => Some(args.build().with_context(|| format!("invalid limit {args}"))?),
+        _ => None,
+    };
     Ok(replay::Flags { limit, given: (!given.is_empty()).then(|| given.join(" ")) })
 }

@@ -19,7 +19,7 @@ use anyhow::{Context, bail};
 use serde::Serialize;
 use tollgate_core::{Decision, Limit, State};
 
-use super::trace;
+use tollgate_core::trace;
 
 /// The limit the command line gives, if any.
 ///
@@ -205,7 +205,7 @@ fn replay(
                      one limit)"
                 )
             } else {
-                error.context(format!("line {number}"))
+                anyhow::Error::new(error).context(format!("line {number}"))
             }
         })?;
         if request.t < previous_t {

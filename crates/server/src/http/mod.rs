@@ -20,7 +20,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
-use tollgate_core::{Decision, Limit};
+use tollgate_core::{Algorithm, Decision, Limit, LimitSpec};
 use tollgate_store::StoreError;
 
 use tollgate_engine::{EngineError, Frontend, Source};
@@ -42,7 +42,8 @@ pub fn router(app: Arc<App>, max_body_bytes: usize) -> Router {
 struct CheckRequest {
     key: String,
     limit_name: Option<String>,
-    algorithm: Option<String>,
+    // A LimitSpec's fields (serde cannot flatten it into a body that refuses unknown fields).
+    algorithm: Option<Algorithm>,
     limit: Option<String>,
     burst: Option<u64>,
     slices: Option<u64>,
@@ -63,8 +64,10 @@ fn bad_request(message: String) -> Response {
 }
 
 fn limit_of(request: &CheckRequest) -> Result<Limit, String> {
-    let text = request.limit.as_deref().ok_or("give either \"limit_name\" or \"limit\" (e.g. \"10/s\")")?;
-    Limit::from_parts(text, request.algorithm.as_deref(), request.burst, request.slices).map_err(|e| e.to_string())
+    let text = request.limit.clone().ok_or("give either \"limit_name\" or \"limit\" (e.g. \"10/s\")")?;
+    let spec =
+        LimitSpec { algorithm: request.algorithm, limit: Some(text), burst: request.burst, slices: request.slices };
+    spec.build().map_err(|e| e.to_string())
 }
 
 /// A store failure: 503 when the backend is down (and no failure policy answered), else 400.
