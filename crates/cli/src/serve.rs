@@ -47,7 +47,7 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "SIZE", value_parser = units::bytes)]
     max_memory: Option<usize>,
     /// Rules file: rules on request characteristics and named limits for TG.LIMIT and
-    /// limit_name (see the README); reloaded on SIGHUP and when it changes.
+    /// limit_name (see docs/rules.md); reloaded on SIGHUP and when it changes.
     #[arg(long, value_name = "FILE", alias = "config")]
     rules: Option<PathBuf>,
     /// Largest RESP command accepted (e.g. 1MiB).

@@ -54,10 +54,15 @@ pub use error::StoreError;
 pub use fallback::{Breaker, BreakerState, FailurePolicy, Fallback, FallbackStats};
 pub use lease::{LeaseMode, LeaseOptions, LeaseStats, Leased, Lessor};
 
-/// The README's examples, compiled and run as doctests so that they stay true.
+/// The manual's library examples, compiled and run as doctests so that they stay true.
 #[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
-struct ReadmeExamples;
+#[doc = include_str!("../../../docs/library.md")]
+struct LibraryExamples;
+
+/// The manual's Redis examples, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/redis.md")]
+struct RedisExamples;
 pub use memory::{MemoryStore, MemoryStoreBuilder};
 #[cfg(feature = "redis")]
 pub use redis::{RedisOptions, RedisStore, RedisTarget, TimeSource, TlsConfig};

@@ -10,13 +10,11 @@ use std::time::Duration;
 
 use tollgate_store::lease::Lessor;
 use tollgate_store::remote::{Charge, Origin, Remote};
+use tollgate_store::testkit::redis_server::manual_acl;
 use tollgate_store::testkit::redis_server::{RedisServer, ServerConfig};
 use tollgate_store::testkit::redis_topology::{ClusterConfig, RedisCluster};
 use tollgate_store::testkit::{self};
 use tollgate_store::{Algorithm, Check, Limit, RedisOptions, RedisStore, Refund, Store, StoreError, TimeSource};
-
-mod acl;
-use acl::manual_acl;
 
 const PASSWORD: &str = "tg-pw";
 

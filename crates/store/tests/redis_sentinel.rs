@@ -17,11 +17,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tollgate_store::testkit::load::{Call, Load, Outcome};
+use tollgate_store::testkit::redis_server::manual_acl;
 use tollgate_store::testkit::redis_topology::{SentinelConfig, SentinelGroup};
 use tollgate_store::{FailurePolicy, Fallback, Limit, RedisOptions, RedisStore, RedisTarget, Store};
-
-mod acl;
-use acl::manual_acl;
 
 const PASSWORD: &str = "s3cret:@/%";
 const SENTINEL_PASSWORD: &str = "sentinel-pw";

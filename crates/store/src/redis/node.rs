@@ -361,7 +361,7 @@ pub(super) fn explain(address: &Address, error: &RedisError, settings: &Settings
         "authentication failed: check the user and password in the URL".into()
     } else if lower.contains("noperm") || lower.contains("can't run this command") {
         format!(
-            "the ACL user {} may not run a command or touch a key tollgate needs (see the README's ACL)",
+            "the ACL user {} may not run a command or touch a key tollgate needs (see docs/redis.md, \"The smallest ACL\")",
             settings.username.as_deref().unwrap_or("default")
         )
     } else if lower.contains("connection refused") {

@@ -285,16 +285,17 @@ impl Drop for RedisServer {
 
 pub use super::redis_topology::RedisCluster;
 
-/// The README's ACL for tollgate (its `ACL SETUSER tollgate …` line, word for word) for the user
-/// `user` with `password`, as a `redis.conf` line (`user …`); the test that runs with it is the
-/// README's proof.
+/// The manual's smallest ACL for tollgate (the `ACL SETUSER tollgate …` line of docs/redis.md,
+/// word for word) for the user `user` with `password`, as a `redis.conf` line (`user …`); the
+/// tests that run with it (`redis_acl.rs`, `redis_sentinel.rs`) are the page's proof.
 #[must_use]
-pub fn readme_acl(user: &str, password: &str) -> String {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).expect("the README");
-    let line = readme
+pub fn manual_acl(user: &str, password: &str) -> String {
+    let page =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/redis.md")).expect("docs/redis.md");
+    let line = page
         .lines()
         .find_map(|l| l.trim().strip_prefix("ACL SETUSER tollgate "))
-        .expect("the README gives an `ACL SETUSER tollgate …` line");
+        .expect("docs/redis.md gives an `ACL SETUSER tollgate …` line");
     format!("user {user} {}", line.replace(">PASSWORD", &format!(">{password}")))
 }
 
