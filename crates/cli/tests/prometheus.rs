@@ -208,18 +208,6 @@ fn prometheus_config(dir: &Path, targets: &[(&str, SocketAddr)]) -> PathBuf {
     path
 }
 
-/// Reads one RESP reply (integers, arrays of them, statuses and errors: what these commands answer).
-fn reply(reader: &mut impl BufRead) -> String {
-    let mut line = String::new();
-    reader.read_line(&mut line).expect("a reply");
-    if let Some(n) = line.trim_end().strip_prefix('*') {
-        for _ in 0..n.parse::<usize>().expect("array length") {
-            line.push_str(&reply(reader));
-        }
-    }
-    line
-}
-
 /// Requests until `stop`, mostly over their limits: RESP (`CL.THROTTLE`, `TG.CHECK`, `TG.LIMIT`,
 /// and `TG.RESET`, whose error reaches the caller while Redis is down), HTTP (inline and named
 /// limits) and the proxy (forwarded to serve's `/healthz` when admitted).
@@ -237,7 +225,7 @@ fn load(resp: SocketAddr, http_at: SocketAddr, proxy: SocketAddr, stop: &AtomicB
     while !stop.load(Ordering::Relaxed) {
         for command in commands {
             writer.write_all(format!("{command}\r\n").as_bytes()).expect("write");
-            reply(&mut reader);
+            tollgate_resp::value::read(&mut reader).expect("a reply");
         }
         post(http_at, "/v1/check", r#"{"key": "h", "limit": "2/1m", "algorithm": "fixed-window"}"#);
         post(http_at, "/v1/check", r#"{"key": "h", "limit_name": "api"}"#);

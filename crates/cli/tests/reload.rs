@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+use tollgate_resp::Value;
 
 /// How long a change may take to show before the test gives up (the server polls every second).
 const DEADLINE: Duration = Duration::from_secs(15);
@@ -57,17 +58,10 @@ impl Serve {
     fn limit(&self, name: &str, key: &str) -> Result<Vec<i64>, String> {
         let mut stream = TcpStream::connect(self.resp).expect("connect");
         stream.write_all(format!("TG.LIMIT {name} {key}\r\n").as_bytes()).expect("write");
-        let mut reader = BufReader::new(stream);
-        let mut line = String::new();
-        reader.read_line(&mut line).expect("reply");
-        let Some(count) = line.trim_end().strip_prefix('*') else { return Err(line.trim_end().to_string()) };
-        (0..count.parse::<usize>().expect("array length"))
-            .map(|_| {
-                let mut item = String::new();
-                reader.read_line(&mut item).expect("item");
-                Ok(item.trim_end().trim_start_matches(':').parse().expect("integer"))
-            })
-            .collect()
+        match tollgate_resp::value::read(&mut BufReader::new(stream)).expect("reply") {
+            Value::Error(text) => Err(format!("-{text}")),
+            reply => Ok(reply.integers().unwrap_or_else(|| panic!("not a decision: {reply:?}"))),
+        }
     }
 
     /// The limit `name` has now (the reply's second field), for a fresh key.

@@ -10,7 +10,7 @@ use tollgate_rules::{Request, Rules};
 use crate::app::App;
 use crate::config::Config;
 use crate::resp::commands;
-use crate::resp::frame::{Bounds, Decoder, parse};
+use tollgate_resp::request::{Bounds, Decoder, parse};
 
 /// Bounds small enough for the fuzzer to reach them.
 const BOUNDS: Bounds = Bounds { max_frame_bytes: 1 << 16, max_inline_bytes: 1 << 12, max_args: 64 };

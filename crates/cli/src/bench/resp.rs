@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tollgate_resp::command;
+use tollgate_resp::value::{Skimmed, skim};
 
 use super::keys::{Keys, Rng, Template};
 use super::record::{Answer, Failure, Recorder, Shared, Tally};
@@ -19,8 +21,6 @@ use super::schedule::{Schedule, Ticket};
 
 /// A reply larger than this breaks the connection rather than growing the buffer without end.
 const MAX_REPLY_BYTES: usize = 64 << 20;
-/// Deepest nesting of arrays in a reply.
-const MAX_DEPTH: usize = 16;
 /// How long a connection waits before trying again after it could not connect.
 const RECONNECT_PAUSE: Duration = Duration::from_millis(50);
 
@@ -46,7 +46,7 @@ impl Command {
     /// Parses a command line as redis-cli does: words split on spaces, `"…"` or `'…'` quoting
     /// a word with spaces.
     pub(crate) fn parse(line: &str) -> Result<Command, String> {
-        let words = split_words(line)?;
+        let words = command::split_words(line).map_err(|e| format!("--command: {e}"))?;
         let Some(name) = words.first() else {
             return Err("--command is empty (e.g. --command \"CL.THROTTLE {key} 15 30 60 1\")".into());
         };
@@ -64,116 +64,24 @@ impl Command {
 
     /// Appends the command for `key` in RESP's array-of-bulk-strings form.
     fn encode(&self, key: &[u8], out: &mut Vec<u8>) {
-        out.extend_from_slice(format!("*{}\r\n", self.args.len()).as_bytes());
+        command::array_header(self.args.len(), out);
         for arg in &self.args {
-            out.extend_from_slice(format!("${}\r\n", arg.rendered_len(key)).as_bytes());
+            command::bulk_header(arg.rendered_len(key), out);
             arg.render_into(key, out);
             out.extend_from_slice(b"\r\n");
         }
     }
 
     /// What a parsed reply means for this command.
-    fn answer(&self, reply: Reply) -> Result<Answer, Failure> {
+    fn answer(&self, reply: Skimmed) -> Result<Answer, Failure> {
         match (reply, self.kind) {
-            (Reply::Error(text), _) => Err(Failure::Reply(text)),
-            (Reply::Value { first: Some(0) }, ReplyKind::Throttle)
-            | (Reply::Value { first: Some(1) }, ReplyKind::Check) => Ok(Answer::Allowed),
-            (Reply::Value { first: Some(1) }, ReplyKind::Throttle)
-            | (Reply::Value { first: Some(0) }, ReplyKind::Check) => Ok(Answer::Denied),
-            (Reply::Value { .. }, _) => Ok(Answer::Other),
+            (Skimmed::Error(text), _) => Err(Failure::Reply(text)),
+            (Skimmed::Value { first: Some(0) }, ReplyKind::Throttle)
+            | (Skimmed::Value { first: Some(1) }, ReplyKind::Check) => Ok(Answer::Allowed),
+            (Skimmed::Value { first: Some(1) }, ReplyKind::Throttle)
+            | (Skimmed::Value { first: Some(0) }, ReplyKind::Check) => Ok(Answer::Denied),
+            (Skimmed::Value { .. }, _) => Ok(Answer::Other),
         }
-    }
-}
-
-fn split_words(line: &str) -> Result<Vec<String>, String> {
-    let mut words = Vec::new();
-    let mut chars = line.chars().peekable();
-    loop {
-        while chars.next_if(|c| c.is_whitespace()).is_some() {}
-        let Some(&first) = chars.peek() else { return Ok(words) };
-        let mut word = String::new();
-        if first == '"' || first == '\'' {
-            chars.next();
-            loop {
-                match chars.next() {
-                    Some(c) if c == first => break,
-                    Some(c) => word.push(c),
-                    None => return Err(format!("unbalanced {first} in --command {line:?}")),
-                }
-            }
-        } else {
-            while let Some(c) = chars.next_if(|c| !c.is_whitespace()) {
-                word.push(c);
-            }
-        }
-        words.push(word);
-    }
-}
-
-/// A reply, as far as the load generator cares.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Reply {
-    Error(String),
-    /// Any other reply; `first` is the integer it is or starts with (an array's first element).
-    Value {
-        first: Option<i64>,
-    },
-}
-
-/// Parses one reply at the start of `buf`: `Ok(None)` until it is complete.
-fn parse_reply(buf: &[u8]) -> Result<Option<(Reply, usize)>, String> {
-    if buf.first() == Some(&b'-') {
-        return Ok(line(buf, 1).map(|(text, end)| (Reply::Error(String::from_utf8_lossy(text).into_owned()), end)));
-    }
-    Ok(value(buf, 0, 0)?.map(|(first, end)| (Reply::Value { first }, end)))
-}
-
-/// The line starting at `at`, without its CRLF, and the position after it.
-fn line(buf: &[u8], at: usize) -> Option<(&[u8], usize)> {
-    let rest = buf.get(at..)?;
-    let cr = rest.windows(2).position(|w| w == b"\r\n")?;
-    Some((&rest[..cr], at + cr + 2))
-}
-
-fn number(text: &[u8]) -> Result<i64, String> {
-    std::str::from_utf8(text)
-        .ok()
-        .and_then(|t| t.parse().ok())
-        .ok_or_else(|| format!("protocol error: {:?} is not a number", String::from_utf8_lossy(text)))
-}
-
-/// Skips one value at `at`: its integer (or its first element's) and the position after it.
-fn value(buf: &[u8], at: usize, depth: usize) -> Result<Option<(Option<i64>, usize)>, String> {
-    let Some(&kind) = buf.get(at) else { return Ok(None) };
-    let Some((text, end)) = line(buf, at + 1) else { return Ok(None) };
-    match kind {
-        b'+' | b'-' | b'_' | b',' | b'#' => Ok(Some((None, end))),
-        b':' => Ok(Some((Some(number(text)?), end))),
-        b'$' => {
-            let len = number(text)?;
-            if len < 0 {
-                return Ok(Some((None, end)));
-            }
-            let len = usize::try_from(len).map_err(|_| "protocol error: bulk length".to_string())?;
-            let total = end.checked_add(len).and_then(|n| n.checked_add(2)).ok_or("protocol error: bulk length")?;
-            Ok((buf.len() >= total).then_some((None, total)))
-        }
-        b'*' => {
-            if depth >= MAX_DEPTH {
-                return Err(format!("protocol error: arrays nested deeper than {MAX_DEPTH}"));
-            }
-            let mut at = end;
-            let mut first = None;
-            for i in 0..number(text)?.max(0) {
-                let Some((element, next)) = value(buf, at, depth + 1)? else { return Ok(None) };
-                if i == 0 {
-                    first = element;
-                }
-                at = next;
-            }
-            Ok(Some((first, at)))
-        }
-        other => Err(format!("protocol error: unexpected reply type {:?}", char::from(other))),
     }
 }
 
@@ -335,7 +243,7 @@ fn take_replies(
 ) -> Result<(), String> {
     let now = Instant::now();
     let mut at = 0;
-    while let Some((reply, len)) = parse_reply(&buf[at..])? {
+    while let Some((reply, len)) = skim(&buf[at..]).map_err(|e| e.to_string())? {
         at += len;
         let Some(request) = in_flight.pop_front() else {
             return Err("protocol error: a reply to no request".into());
@@ -368,34 +276,16 @@ mod tests {
     }
 
     #[test]
-    fn replies_are_parsed_only_when_complete() {
-        let throttle = b"*5\r\n:0\r\n:16\r\n:15\r\n:-1\r\n:2\r\n";
-        assert_eq!(parse_reply(throttle).unwrap(), Some((Reply::Value { first: Some(0) }, throttle.len())));
-        for cut in 0..throttle.len() {
-            assert_eq!(parse_reply(&throttle[..cut]).unwrap(), None, "cut at {cut}");
-        }
-        assert_eq!(parse_reply(b":42\r\n").unwrap(), Some((Reply::Value { first: Some(42) }, 5)));
-        assert_eq!(parse_reply(b"$3\r\nabc\r\n+OK").unwrap(), Some((Reply::Value { first: None }, 9)));
-        assert_eq!(parse_reply(b"$3\r\nab").unwrap(), None);
-        assert_eq!(parse_reply(b"$-1\r\n").unwrap(), Some((Reply::Value { first: None }, 5)));
-        assert_eq!(parse_reply(b"-ERR no\r\n").unwrap(), Some((Reply::Error("ERR no".into()), 9)));
-        assert!(parse_reply(b"?x\r\n").is_err());
-        assert!(parse_reply(b":x\r\n").is_err());
-        assert!(parse_reply(b"$99999999999999999999\r\n").is_err());
-        assert!(parse_reply(&b"*1\r\n".repeat(MAX_DEPTH + 1)).is_err());
-    }
-
-    #[test]
     fn decisions_follow_each_commands_convention() {
         let throttle = Command::parse("CL.THROTTLE {key} 1 2 3").unwrap();
         let check = Command::parse("TG.CHECK {key} gcra 1 1000").unwrap();
         let incr = Command::parse("INCR {key}").unwrap();
-        let value = |first| Reply::Value { first: Some(first) };
+        let value = |first| Skimmed::Value { first: Some(first) };
         assert_eq!(throttle.answer(value(0)), Ok(Answer::Allowed));
         assert_eq!(throttle.answer(value(1)), Ok(Answer::Denied));
         assert_eq!(check.answer(value(1)), Ok(Answer::Allowed));
         assert_eq!(check.answer(value(0)), Ok(Answer::Denied));
         assert_eq!(incr.answer(value(1)), Ok(Answer::Other));
-        assert_eq!(check.answer(Reply::Error("ERR x".into())), Err(Failure::Reply("ERR x".into())));
+        assert_eq!(check.answer(Skimmed::Error("ERR x".into())), Err(Failure::Reply("ERR x".into())));
     }
 }

@@ -14,10 +14,10 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use super::commands::{self, Flow};
-use super::frame::{Bounds, Decoder};
-use super::reply;
 use crate::app::App;
 use crate::config::RespBounds;
+use tollgate_resp::reply;
+use tollgate_resp::request::{Bounds, Decoder};
 
 /// The size buffers start at and shrink back to.
 const BUFFER: usize = 16 * 1024;

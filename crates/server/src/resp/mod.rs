@@ -3,8 +3,6 @@
 
 pub mod commands;
 mod connection;
-pub mod frame;
-pub mod reply;
 
 use std::sync::Arc;
 

@@ -22,8 +22,8 @@ mod throttle;
 
 use bytes::BytesMut;
 
-use super::reply;
 use crate::app::App;
+use tollgate_resp::reply;
 
 /// What the connection does after a command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
