@@ -6,7 +6,7 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -34,26 +34,18 @@ fn client(address: SocketAddr, stop: Arc<AtomicBool>, requests: Arc<AtomicU64>, 
     stream.set_nodelay(true).expect("nodelay");
     let mut writer = stream.try_clone().expect("clone");
     let mut reader = BufReader::new(stream);
-    let command = format!(
-        "*5\r\n$11\r\nCL.THROTTLE\r\n$3\r\nhot\r\n${}\r\n{max_burst}\r\n${}\r\n{rate}\r\n$1\r\n1\r\n",
-        max_burst.len(),
-        rate.len()
-    )
-    .repeat(PIPELINE);
-    let mut line = String::new();
+    let mut command = Vec::new();
+    tollgate_resp::command::encode(&["CL.THROTTLE", "hot", &max_burst, &rate, "1"], &mut command);
+    let command = command.repeat(PIPELINE);
     while !stop.load(Ordering::Relaxed) {
-        writer.write_all(command.as_bytes()).expect("write");
+        writer.write_all(&command).expect("write");
         for _ in 0..PIPELINE {
-            // `*5`, then `:0` (allowed) or `:1` (limited), then four more integers.
-            let mut fields = Vec::with_capacity(6);
-            for _ in 0..6 {
-                line.clear();
-                reader.read_line(&mut line).expect("read");
-                fields.push(line.trim_end().to_string());
-            }
-            assert_eq!(fields[0], "*5", "{fields:?}");
+            // Five integers, the first 0 (allowed) or 1 (limited).
+            let reply = tollgate_resp::value::read(&mut reader).expect("read");
+            let fields = reply.integers().unwrap_or_else(|| panic!("not a decision: {reply:?}"));
+            assert_eq!(fields.len(), 5, "{fields:?}");
             requests.fetch_add(1, Ordering::Relaxed);
-            if fields[1] == ":0" {
+            if fields[0] == 0 {
                 admitted.fetch_add(1, Ordering::Relaxed);
             }
         }
