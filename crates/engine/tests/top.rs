@@ -130,12 +130,14 @@ async fn a_dry_run_rule_counts_quarantined_requests_but_not_held_or_bad_ones() {
          [rules.mitigation]\naction = \"dry-run\"\n\
          [[rules]]\nname = \"quarantine\"\nlimit = \"1/1m\"\nkey = [\"global\"]\nmatch = { path = \"/q\" }\n\
          [rules.mitigation]\naction = \"route\"\nupstream = \"http://127.0.0.1:3001\"\n\
+         [[rules]]\nname = \"per-ip\"\nlimit = \"100/1m\"\nkey = [\"client_ip\"]\nmatch = { path = \"/q\" }\n\
          [[rules]]\nname = \"held\"\nlimit = \"1/1m\"\nkey = [\"client_ip\"]\nmatch = { path = \"/h\" }\n\
          [rules.mitigation]\ntimeout = \"5m\"\n\
          [[rules]]\nname = \"costly\"\nlimit = \"5/1m\"\nkey = [\"global\"]\ncost_header = \"x-cost\"\nmatch = { path = \"/c\" }\n",
     );
     assert_eq!(h.outcomes(&get("/q"), 2).await, ["proceed", "route:quarantine"]);
     assert_eq!(h.remaining("trial", "").await, 8, "the quarantined request counts");
+    assert_eq!(h.remaining("per-ip", "192.0.2.1").await, 98, "as on every other rule");
     assert_eq!(h.outcomes(&get("/h"), 3).await, ["proceed", "429:held", "429:held"]);
     assert_eq!(h.outcome(&get("/c").header("x-cost", "many")).await, "400");
     assert_eq!(h.remaining("trial", "").await, 7, "refused, held or bad: not counted");
