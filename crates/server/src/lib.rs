@@ -8,6 +8,7 @@
 pub mod app;
 pub mod backend;
 pub mod config;
+#[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod grpc;
 pub mod health;
