@@ -11,7 +11,7 @@ use tollgate_engine::Engine;
 use crate::backend::Backend;
 use crate::config::Config;
 use crate::health::Health;
-use crate::metrics::Metrics;
+use crate::metrics::ServerMetrics;
 
 /// The engine, its store and the metrics, shared by every connection.
 #[derive(Debug)]
@@ -26,8 +26,8 @@ pub struct App {
     /// The store as the gRPC service uses it (its own deadline on Redis; the same store in memory).
     pub grpc_store: Arc<Backend>,
     /// envoyproxy/ratelimit's per-limit counters, for the gRPC service.
-    pub envoy_metrics: crate::grpc::metrics::Metrics,
-    metrics: Metrics,
+    pub envoy_metrics: crate::grpc::metrics::DescriptorMetrics,
+    metrics: ServerMetrics,
     registry: Registry,
 }
 
@@ -42,7 +42,7 @@ impl App {
         health.watch(Arc::downgrade(&store));
         // tollgate's metrics under its prefix; envoyproxy/ratelimit's names (gRPC) without it.
         let mut root = Registry::default();
-        let envoy_metrics = crate::grpc::metrics::Metrics::new(&mut root);
+        let envoy_metrics = crate::grpc::metrics::DescriptorMetrics::new(&mut root);
         let registry = root.sub_registry_with_prefix("tollgate");
         // Envoy's gRPC service waits on Redis at most `grpc_store_timeout` (Envoy gives up after
         // 20 ms by default); the other front ends use `store_timeout`.
@@ -52,7 +52,7 @@ impl App {
         } else {
             vec![store.clone(), grpc_store.clone()]
         };
-        let metrics = Metrics::new(registry, stores);
+        let metrics = ServerMetrics::new(registry, stores);
         health.register(registry);
         let reloads = Family::<Vec<(&'static str, &'static str)>, Counter>::default();
         registry.register(
@@ -107,7 +107,7 @@ impl App {
     }
 
     /// The server's own metrics (connections).
-    pub fn metrics(&self) -> &Metrics {
+    pub fn metrics(&self) -> &ServerMetrics {
         &self.metrics
     }
 

@@ -49,7 +49,7 @@ pub fn register_stores(registry: &mut Registry, stores: Vec<Arc<Backend>>) {
 
 /// The server's own metrics; the engine registers the decisions and store errors.
 #[derive(Debug)]
-pub struct Metrics {
+pub struct ServerMetrics {
     /// RESP connections open now.
     pub connections: Gauge,
     /// RESP connections accepted since start.
@@ -58,7 +58,7 @@ pub struct Metrics {
     pub connections_refused: Counter,
 }
 
-impl Metrics {
+impl ServerMetrics {
     /// The server's metrics registered in `registry`, with the store's figures read from
     /// `store` when scraped.
     pub fn new(registry: &mut Registry, stores: Vec<Arc<Backend>>) -> Self {
@@ -73,7 +73,7 @@ impl Metrics {
             connections_refused.clone(),
         );
         register_stores(registry, stores);
-        Metrics { connections, connections_total, connections_refused }
+        ServerMetrics { connections, connections_total, connections_refused }
     }
 }
 

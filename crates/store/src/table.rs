@@ -73,7 +73,7 @@ pub(crate) struct Evicted {
 }
 
 /// A table of slots split into shards.
-pub(crate) struct Sharded<S> {
+pub(crate) struct SlotTable<S> {
     shards: Box<[Padded<RwLock<Shard<S>>>]>,
     mask: usize,
     shard_keys: usize,
@@ -82,7 +82,7 @@ pub(crate) struct Sharded<S> {
     evicted: Evicted,
 }
 
-impl<S: Slot> Sharded<S> {
+impl<S: Slot> SlotTable<S> {
     /// `shards` (a power of two) shards holding at most `max_keys` slots and about `max_bytes`
     /// bytes in all.
     pub(crate) fn new(shards: usize, max_keys: usize, max_bytes: usize) -> Self {
@@ -90,7 +90,7 @@ impl<S: Slot> Sharded<S> {
         let shards_vec: Vec<_> = (0..shards)
             .map(|_| Padded(RwLock::new(Shard { slots: HashTable::new(), heap_bytes: 0, victims: Vec::new() })))
             .collect();
-        Sharded {
+        SlotTable {
             shards: shards_vec.into_boxed_slice(),
             mask: shards - 1,
             shard_keys: (max_keys / shards).max(1),

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tollgate_store::redis::hash_slot;
-use tollgate_store::testkit::load::{Call, Load, Outcome};
+use tollgate_store::testkit::load::{Call, CallOutcome, Load};
 use tollgate_store::testkit::redis_topology::{ClusterConfig, RedisCluster};
 use tollgate_store::{Algorithm, FailurePolicy, Fallback, Limit, RedisOptions, RedisStore, Store};
 
@@ -39,7 +39,7 @@ fn roomy() -> Limit {
 
 /// The last call for one of `keys` that Redis did not decide, if any.
 fn last_failure(calls: &[Call], keys: &[usize]) -> Option<Duration> {
-    calls.iter().filter(|c| keys.contains(&c.key) && c.outcome != Outcome::Allowed).map(|c| c.at).max()
+    calls.iter().filter(|c| keys.contains(&c.key) && c.outcome != CallOutcome::Allowed).map(|c| c.at).max()
 }
 
 /// Runs `f` on a blocking thread (the cluster helpers run redis-cli and sleep).
@@ -101,7 +101,7 @@ async fn a_cluster_is_followed_through_a_live_reshard_and_a_primary_failover() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let calls = load.stop().await;
     let admitted = hammer.await.unwrap();
-    let failed: Vec<&Call> = calls.iter().filter(|c| c.outcome != Outcome::Allowed).collect();
+    let failed: Vec<&Call> = calls.iter().filter(|c| c.outcome != CallOutcome::Allowed).collect();
     println!(
         "reshard: slot {slot} from node {from} to node {to}; {} calls, {} not decided by Redis",
         calls.len(),
@@ -164,7 +164,7 @@ async fn a_cluster_is_followed_through_a_live_reshard_and_a_primary_failover() {
     let probed = loss_probe.stop().await;
     let (mut acknowledged, mut held) = (0, 0);
     for (i, key) in counted_keys.iter().enumerate() {
-        acknowledged += probed.iter().filter(|c| c.key == i && c.outcome == Outcome::Allowed).count() as u64;
+        acknowledged += probed.iter().filter(|c| c.key == i && c.outcome == CallOutcome::Allowed).count() as u64;
         held += 1_000_000_000 - store.check(key, &counted, 0).await.unwrap().remaining;
     }
     println!(
@@ -188,12 +188,14 @@ async fn a_cluster_is_followed_through_a_live_reshard_and_a_primary_failover() {
         "the promoted replica's keys still fell back {:?} after Redis promoted it",
         recovered.saturating_sub(promoted_at)
     );
-    let tail: Vec<&Call> =
-        calls.iter().filter(|c| c.at > promoted_at + Duration::from_secs(2) && c.outcome != Outcome::Allowed).collect();
+    let tail: Vec<&Call> = calls
+        .iter()
+        .filter(|c| c.at > promoted_at + Duration::from_secs(2) && c.outcome != CallOutcome::Allowed)
+        .collect();
     assert!(tail.is_empty(), "calls not decided by Redis 2 s after the promotion: {:?}", &tail[..tail.len().min(5)]);
     // A breaker per primary: the two healthy primaries' keys never met the failure policy.
     let healthy: Vec<&Call> =
-        calls.iter().filter(|c| others.contains(&c.key) && c.outcome != Outcome::Allowed).collect();
+        calls.iter().filter(|c| others.contains(&c.key) && c.outcome != CallOutcome::Allowed).collect();
     assert!(healthy.is_empty(), "healthy primaries' keys fell back: {:?}", &healthy[..healthy.len().min(5)]);
     // A key of the failed-over slots under a long limit: its state is written on the promoted
     // replica (not on a node that forwards it, nor in the failure policy's memory).
@@ -219,9 +221,9 @@ async fn a_cluster_is_followed_through_a_live_reshard_and_a_primary_failover() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let calls = load.stop().await;
     let dead: Vec<&Call> =
-        calls.iter().filter(|c| victim_keys.contains(&c.key) && c.outcome != Outcome::Allowed).collect();
+        calls.iter().filter(|c| victim_keys.contains(&c.key) && c.outcome != CallOutcome::Allowed).collect();
     let healthy: Vec<&Call> =
-        calls.iter().filter(|c| others.contains(&c.key) && c.outcome != Outcome::Allowed).collect();
+        calls.iter().filter(|c| others.contains(&c.key) && c.outcome != CallOutcome::Allowed).collect();
     let opened = store.stats().breaker_opened;
     println!(
         "no replica left: {} calls for the dead primary's keys answered by the policy, {} for the others' keys \

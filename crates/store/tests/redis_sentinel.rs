@@ -16,7 +16,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tollgate_store::testkit::load::{Call, Load, Outcome};
+use tollgate_store::testkit::load::{Call, CallOutcome, Load};
 use tollgate_store::testkit::redis_server::manual_acl;
 use tollgate_store::testkit::redis_topology::{SentinelConfig, SentinelGroup};
 use tollgate_store::{FailurePolicy, Fallback, Limit, RedisOptions, RedisStore, RedisTarget, Store};
@@ -52,7 +52,7 @@ fn switched(group: &SentinelGroup, old: usize) -> (usize, Instant) {
 }
 
 fn not_allowed(calls: &[Call]) -> impl Iterator<Item = &Call> {
-    calls.iter().filter(|c| c.outcome != Outcome::Allowed)
+    calls.iter().filter(|c| c.outcome != CallOutcome::Allowed)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -126,7 +126,7 @@ async fn a_sentinel_groups_switches_are_followed() {
     let calls = load.stop().await;
     let errors: Vec<&Call> = not_allowed(&calls).collect();
     let readonly: Vec<&&Call> =
-        errors.iter().filter(|c| matches!(&c.outcome, Outcome::Error(e) if e.contains("READONLY"))).collect();
+        errors.iter().filter(|c| matches!(&c.outcome, CallOutcome::Error(e) if e.contains("READONLY"))).collect();
     println!(
         "failover: the Sentinels named server {primary} at {switched_at:?}; {} of {} calls failed (last at {:?}), {} with READONLY",
         errors.len(),

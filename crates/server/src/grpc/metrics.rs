@@ -27,7 +27,7 @@ struct Labels {
 
 /// The counters, registered without tollgate's prefix.
 #[derive(Debug, Clone, Default)]
-pub struct Metrics {
+pub struct DescriptorMetrics {
     total_hits: Family<Labels, Counter>,
     over_limit: Family<Labels, Counter>,
     near_limit: Family<Labels, Counter>,
@@ -37,7 +37,7 @@ pub struct Metrics {
 
 /// What happened to one descriptor's hits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub enum DescriptorOutcome {
     /// Admitted.
     Within {
         /// What the limit has left after these hits.
@@ -54,10 +54,10 @@ pub enum Outcome {
     NotCounted,
 }
 
-impl Metrics {
+impl DescriptorMetrics {
     /// The counters, registered in `registry` (the root one: their names carry no prefix).
     pub fn new(registry: &mut Registry) -> Self {
-        let metrics = Metrics::default();
+        let metrics = DescriptorMetrics::default();
         let families = [
             (
                 "ratelimit_service_rate_limit_total_hits",
@@ -84,7 +84,7 @@ impl Metrics {
     }
 
     /// Counts `hits` on the limit with stats key `metric_key` (`domain.key_value...`).
-    pub fn record(&self, metric_key: &str, hits: u64, outcome: Outcome) {
+    pub fn record(&self, metric_key: &str, hits: u64, outcome: DescriptorOutcome) {
         if hits == 0 {
             return;
         }
@@ -92,14 +92,14 @@ impl Metrics {
         let labels = Labels { domain: domain.to_string(), descriptor: descriptor.to_string() };
         self.total_hits.get_or_create(&labels).inc_by(hits);
         match outcome {
-            Outcome::Over => {
+            DescriptorOutcome::Over => {
                 self.over_limit.get_or_create(&labels).inc_by(hits);
             }
-            Outcome::Shadow => {
+            DescriptorOutcome::Shadow => {
                 self.shadow_mode.get_or_create(&labels).inc_by(hits);
             }
-            Outcome::NotCounted => {}
-            Outcome::Within { remaining, capacity } => {
+            DescriptorOutcome::NotCounted => {}
+            DescriptorOutcome::Within { remaining, capacity } => {
                 self.within_limit.get_or_create(&labels).inc_by(hits);
                 #[allow(clippy::cast_precision_loss)] // a ratio; exactness is not needed here
                 let used = (capacity.saturating_sub(remaining)) as f64 / capacity.max(1) as f64;

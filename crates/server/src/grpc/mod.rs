@@ -31,7 +31,7 @@ use tollgate_store::{Check, Store, StoreError};
 use tonic::{Request, Response, Status};
 
 use crate::app::App;
-use metrics::{Metrics, Outcome};
+use metrics::{DescriptorMetrics, DescriptorOutcome};
 
 /// The scope of every Envoy descriptor's state: apart from rules, named limits and ad-hoc keys.
 const SCOPE: &str = tollgate_rules::ENVOY_SCOPE;
@@ -72,7 +72,7 @@ impl RateLimitService {
 }
 
 /// How one descriptor is decided.
-enum Plan<'a> {
+enum DescriptorPlan<'a> {
     /// No limit applies (unmatched, or replaced by another descriptor's limit): OK.
     Free,
     /// `unlimited: true`: OK, never counted.
@@ -159,7 +159,7 @@ impl tollgate_rls::RateLimitService for RateLimitService {
         let matched = config.limits_for_request(&request.domain, &slices, &override_refs);
         // The request's cost: 0 (unset) means 1; a descriptor's own `hits_addend` overrides it.
         let request_cost = if request.hits_addend == 0 { 1 } else { u64::from(request.hits_addend) };
-        let plans: Vec<Plan<'_>> = request
+        let plans: Vec<DescriptorPlan<'_>> = request
             .descriptors
             .iter()
             .zip(&matched)
@@ -181,10 +181,10 @@ impl tollgate_rls::RateLimitService for RateLimitService {
 }
 
 /// One descriptor's plan from the limit it matched (configured or its override).
-fn plan<'a>(matched: Option<&'a Matched<'a>>, cost: u64) -> Plan<'a> {
-    let Some(m) = matched else { return Plan::Free };
+fn plan<'a>(matched: Option<&'a Matched<'a>>, cost: u64) -> DescriptorPlan<'a> {
+    let Some(m) = matched else { return DescriptorPlan::Free };
     if m.limit.unlimited {
-        return Plan::Unlimited;
+        return DescriptorPlan::Unlimited;
     }
     let shown = Shown {
         name: m.limit.name.clone().unwrap_or_default(),
@@ -195,9 +195,11 @@ fn plan<'a>(matched: Option<&'a Matched<'a>>, cost: u64) -> Plan<'a> {
     match &m.limit.limit {
         // A cost above what the limit can ever admit is over it, as in envoyproxy/ratelimit (for
         // the store it would be an error, failing the whole call open in Envoy).
-        Some(limit) if cost > limit.capacity() => Plan::Blocked { shown, shadow, metric, hits: cost },
-        Some(limit) => Plan::Checked { check: Check::new(&m.key, limit, cost).scoped(SCOPE), shown, shadow, metric },
-        None => Plan::Blocked { shown, shadow, metric, hits: cost },
+        Some(limit) if cost > limit.capacity() => DescriptorPlan::Blocked { shown, shadow, metric, hits: cost },
+        Some(limit) => {
+            DescriptorPlan::Checked { check: Check::new(&m.key, limit, cost).scoped(SCOPE), shown, shadow, metric }
+        }
+        None => DescriptorPlan::Blocked { shown, shadow, metric, hits: cost },
     }
 }
 
@@ -207,14 +209,14 @@ fn plan<'a>(matched: Option<&'a Matched<'a>>, cost: u64) -> Plan<'a> {
 async fn decide<S: Store>(
     engine: &Engine<Arc<crate::backend::Backend>>,
     store: &S,
-    plans: &[Plan<'_>],
-    metrics: &Metrics,
+    plans: &[DescriptorPlan<'_>],
+    metrics: &DescriptorMetrics,
 ) -> Result<RateLimitResponse, StoreError> {
-    let refused = plans.iter().any(|p| matches!(p, Plan::Blocked { shadow: false, .. }));
+    let refused = plans.iter().any(|p| matches!(p, DescriptorPlan::Blocked { shadow: false, .. }));
     let asks: Vec<Ask<'_>> = plans
         .iter()
         .filter_map(|p| match p {
-            Plan::Checked { check, shadow, .. } => Some(Ask { check: *check, shadow: *shadow }),
+            DescriptorPlan::Checked { check, shadow, .. } => Some(Ask { check: *check, shadow: *shadow }),
             _ => None,
         })
         .collect();
@@ -224,19 +226,25 @@ async fn decide<S: Store>(
     let mut statuses = Vec::with_capacity(plans.len());
     for plan in plans {
         statuses.push(match plan {
-            Plan::Free => status(Code::Ok, None, None),
-            Plan::Unlimited => DescriptorStatus { limit_remaining: u32::MAX, ..status(Code::Ok, None, None) },
-            Plan::Blocked { shown, shadow, metric, hits } => {
-                metrics.record(metric, *hits, if *shadow { Outcome::Shadow } else { Outcome::Over });
+            DescriptorPlan::Free => status(Code::Ok, None, None),
+            DescriptorPlan::Unlimited => DescriptorStatus { limit_remaining: u32::MAX, ..status(Code::Ok, None, None) },
+            DescriptorPlan::Blocked { shown, shadow, metric, hits } => {
+                metrics.record(
+                    metric,
+                    *hits,
+                    if *shadow { DescriptorOutcome::Shadow } else { DescriptorOutcome::Over },
+                );
                 status(if *shadow { Code::Ok } else { Code::OverLimit }, Some(shown), None)
             }
-            Plan::Checked { check, shown, shadow, metric } => {
+            DescriptorPlan::Checked { check, shown, shadow, metric } => {
                 let decision = decisions.next().ok_or(StoreError::NoChecks)?;
                 let outcome = match (decision.allowed, admitted) {
-                    (false, _) if *shadow => Outcome::Shadow,
-                    (false, _) => Outcome::Over,
-                    (true, true) => Outcome::Within { remaining: decision.remaining, capacity: decision.limit },
-                    (true, false) => Outcome::NotCounted,
+                    (false, _) if *shadow => DescriptorOutcome::Shadow,
+                    (false, _) => DescriptorOutcome::Over,
+                    (true, true) => {
+                        DescriptorOutcome::Within { remaining: decision.remaining, capacity: decision.limit }
+                    }
+                    (true, false) => DescriptorOutcome::NotCounted,
                 };
                 metrics.record(metric, check.cost, outcome);
                 // Shadow mode never refuses: over or not, the descriptor is OK.

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tollgate_core::{Decision, Limit, Snapshot, State};
 
 use crate::remote::Reply;
-use crate::table::{Shard, Sharded, Slot};
+use crate::table::{Shard, Slot, SlotTable};
 use crate::{Check, StoreError};
 
 /// A charge not yet confirmed by the remote.
@@ -105,7 +105,7 @@ fn owed(entry: &Entry, now: u64) -> Option<Debt> {
 
 /// The ledger of a failure policy.
 pub(crate) struct Ledger {
-    table: Sharded<Entry>,
+    table: SlotTable<Entry>,
     hasher: foldhash::quality::RandomState,
     /// This node's id in its charges' [`Origin`](crate::remote::Origin).
     node: u64,
@@ -121,7 +121,7 @@ impl Ledger {
             use std::hash::BuildHasher;
             hasher.hash_one(std::time::SystemTime::now())
         };
-        Ledger { table: Sharded::new(shards, max_keys, max_bytes), hasher, node, seq: AtomicU64::new(1) }
+        Ledger { table: SlotTable::new(shards, max_keys, max_bytes), hasher, node, seq: AtomicU64::new(1) }
     }
 
     /// This node's id in its charges.

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use tollgate_core::{Algorithm, Clock, Decision, Limit, State, SystemClock, algorithm::Gcra};
 
-use crate::table::Sharded;
+use crate::table::SlotTable;
 use crate::{Check, Refund, Reserved, Store, StoreError};
 use slots::{GcraSlot, StateSlot, decide_gcra};
 
@@ -31,8 +31,8 @@ pub const DEFAULT_MAX_MEMORY: usize = 512 << 20;
 /// Cheap to share: wrap it in an [`Arc`]. Besides the async [`Store`] methods it answers
 /// synchronously with [`check_sync`](Self::check_sync) (no runtime needed, nothing awaits).
 pub struct MemoryStore {
-    gcra: Sharded<GcraSlot>,
-    states: Sharded<StateSlot>,
+    gcra: SlotTable<GcraSlot>,
+    states: SlotTable<StateSlot>,
     clock: Arc<dyn Clock>,
     hasher: foldhash::quality::RandomState,
     max_keys: usize,
@@ -111,8 +111,8 @@ impl MemoryStoreBuilder {
         // Each table gets half the byte budget.
         let bytes = self.max_memory / 2;
         MemoryStore {
-            gcra: Sharded::new(shards, self.max_keys, bytes),
-            states: Sharded::new(shards, self.max_keys, bytes),
+            gcra: SlotTable::new(shards, self.max_keys, bytes),
+            states: SlotTable::new(shards, self.max_keys, bytes),
             clock: self.clock,
             hasher: foldhash::quality::RandomState::default(),
             max_keys: self.max_keys,

@@ -12,7 +12,7 @@ use crate::Store;
 
 /// What one call answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub enum CallOutcome {
     /// Admitted.
     Allowed,
     /// Denied.
@@ -29,7 +29,7 @@ pub struct Call {
     /// The index of its key.
     pub key: usize,
     /// Its answer.
-    pub outcome: Outcome,
+    pub outcome: CallOutcome,
 }
 
 /// Tasks calling a store in a loop until stopped.
@@ -64,9 +64,9 @@ impl Load {
                         ticks.tick().await;
                         let at = started.elapsed();
                         let outcome = match store.check(&key, &limit, 1).await {
-                            Ok(d) if d.allowed => Outcome::Allowed,
-                            Ok(_) => Outcome::Denied,
-                            Err(e) => Outcome::Error(e.to_string()),
+                            Ok(d) if d.allowed => CallOutcome::Allowed,
+                            Ok(_) => CallOutcome::Denied,
+                            Err(e) => CallOutcome::Error(e.to_string()),
                         };
                         calls.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(Call {
                             at,
