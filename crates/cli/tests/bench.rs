@@ -11,7 +11,7 @@ use std::process::Command;
 use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use serde_json::Value;
-use support::Serve;
+use support::{Tollgate, free_port, temporary_dir};
 use tollgate_store::testkit::redis_server::RedisServer;
 
 /// Runs `tollgate bench ARGS --json FILE -q` and returns the JSON report and stdout.
@@ -46,12 +46,6 @@ fn refused(args: &[&str]) -> String {
     let output = Command::new(env!("CARGO_BIN_EXE_tollgate")).arg("bench").args(args).output().expect("tollgate runs");
     assert!(!output.status.success(), "{args:?} was accepted");
     String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-fn temp_dir(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("tollgate-bench-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
 }
 
 fn u64_field(report: &Value, field: &str) -> u64 {
@@ -90,7 +84,7 @@ fn redis_benchmark_incr(port: u16, requests: u64, connections: u64, pipeline: u6
 fn throughput_agrees_with_redis_benchmark_on_redis_servers_incr_and_every_request_counts() {
     let _alone = alone();
     let redis = RedisServer::start();
-    let dir = temp_dir("incr");
+    let dir = temporary_dir("bench-incr");
     let port = redis.port().to_string();
     let addr = format!("127.0.0.1:{port}");
     let (requests, rounds) = (300_000u64, 3);
@@ -120,10 +114,10 @@ fn throughput_agrees_with_redis_benchmark_on_redis_servers_incr_and_every_reques
 #[test]
 fn resp_decisions_are_counted_exactly_and_the_timeline_adds_up() {
     let _shared = shared();
-    let serve = Serve::start(&[]);
-    let dir = temp_dir("resp");
+    let serve = Tollgate::serve(&[]);
+    let dir = temporary_dir("bench-resp");
     let timeline = dir.join("timeline.csv");
-    let addr = serve.resp.to_string();
+    let addr = serve.resp().to_string();
     let (report, _) = bench(
         &[
             "resp",
@@ -184,9 +178,9 @@ fn resp_decisions_are_counted_exactly_and_the_timeline_adds_up() {
 #[test]
 fn an_open_loop_sends_its_schedule() {
     let _shared = shared();
-    let serve = Serve::start(&[]);
-    let dir = temp_dir("open");
-    let addr = serve.resp.to_string();
+    let serve = Tollgate::serve(&[]);
+    let dir = temporary_dir("bench-open");
+    let addr = serve.resp().to_string();
     let (report, _) = bench(
         &[
             "resp",
@@ -215,17 +209,17 @@ fn an_open_loop_sends_its_schedule() {
 #[test]
 fn http_and_grpc_decisions_are_counted_exactly() {
     let _shared = shared();
-    let dir = temp_dir("http-grpc");
+    let dir = temporary_dir("bench-http-grpc");
     let config = dir.join("ratelimit.yaml");
     std::fs::write(
         &config,
         "domain: bench\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: hour\n      requests_per_unit: 40\n",
     )
     .expect("config");
-    let serve = Serve::start(&["--envoy-config", config.to_str().expect("utf-8 path")]);
+    let serve = Tollgate::serve(&["--envoy-config", config.to_str().expect("utf-8 path")]);
 
     // 30 an hour from idle on 4 keys: 30 each, and 1,000 requests leave no room for a refill.
-    let url = format!("http://{}/v1/check", serve.http);
+    let url = format!("http://{}/v1/check", serve.http());
     let (report, _) = bench(
         &[
             "http",
@@ -248,7 +242,7 @@ fn http_and_grpc_decisions_are_counted_exactly() {
     assert_eq!((u64_field(&report, "allowed"), u64_field(&report, "denied")), (120, 880), "{report}");
 
     // A fixed hour window of 40 per user on 3 users; a run crossing the hour sees two windows.
-    let addr = serve.grpc.to_string();
+    let addr = serve.grpc().to_string();
     let (report, _) = bench(
         &[
             "grpc",
@@ -280,16 +274,16 @@ fn http_and_grpc_decisions_are_counted_exactly() {
 #[test]
 fn errors_are_counted_and_named() {
     let _shared = shared();
-    let serve = Serve::start(&[]);
-    let dir = temp_dir("errors");
-    let addr = serve.resp.to_string();
+    let serve = Tollgate::serve(&[]);
+    let dir = temporary_dir("bench-errors");
+    let addr = serve.resp().to_string();
     let (report, stdout) =
         bench(&["resp", "--addr", &addr, "--command", "CL.THROTTLE {key} x 30 60", "-n", "300", "-c", "3"], &dir);
     assert_eq!((u64_field(&report, "requests"), u64_field(&report, "errors")), (300, 300));
     assert!(stdout.contains("Couldn't parse as integer: x"), "{stdout}");
 
     // Nothing listens on a port just freed: refused before the run, naming the address.
-    let free = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").to_string();
+    let free = format!("127.0.0.1:{}", free_port());
     let refusal = refused(&["resp", "--addr", &free, "--command", "PING"]);
     assert!(refusal.contains(&format!("cannot connect to {free}")), "{refusal}");
 }
@@ -299,11 +293,11 @@ fn errors_are_counted_and_named() {
 #[test]
 fn a_server_dying_mid_run_costs_no_request() {
     let _shared = shared();
-    let serve = Serve::start(&[]);
-    let dir = temp_dir("dying");
+    let serve = Tollgate::serve(&[]);
+    let dir = temporary_dir("bench-dying");
     let json = dir.join("report.json");
     let child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .args(["bench", "resp", "--addr", &serve.resp.to_string(), "--command", "TG.CHECK {key} gcra 1000 1000"])
+        .args(["bench", "resp", "--addr", &serve.resp().to_string(), "--command", "TG.CHECK {key} gcra 1000 1000"])
         .args(["--rate", "200", "--duration", "3s", "-c", "2", "-q", "--json"])
         .arg(&json)
         .stdout(std::process::Stdio::piped())

@@ -8,26 +8,20 @@
 //! (found relative to the workspace root), or the python named by `TOLLGATE_PYTHON`. Without one
 //! that has the modules, every test here fails saying to run `bash scripts/test.sh`.
 
-use std::io::{BufRead, BufReader, Write};
+mod support;
+
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::{Arc, Mutex, OnceLock, mpsc};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
+use support::{Tollgate, repo};
 use tollgate_store::testkit::redis_server::{RedisCluster, RedisServer};
-
-/// How long the server may take to start before the test gives up.
-const DEADLINE: Duration = Duration::from_secs(20);
 
 /// What the client and the bootstrap check import.
 const MODULES: &str = "import grpc, grpc_health.v1.health_pb2, envoy.service.ratelimit.v3.rls_pb2";
-
-const LISTENING: &str = "gRPC (Envoy rate-limit service) listening on ";
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 fn python_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python")
@@ -39,7 +33,7 @@ fn python() -> &'static Path {
     static PYTHON: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     let found = PYTHON.get_or_init(|| {
         let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| PathBuf::from("target"), PathBuf::from);
-        let venv = workspace().join(target).join("pyenv/bin/python");
+        let venv = repo().join(target).join("pyenv/bin/python");
         let mut candidates = Vec::new();
         if let Some(named) = std::env::var_os("TOLLGATE_PYTHON").filter(|p| !p.is_empty()) {
             candidates.push((PathBuf::from(named), "TOLLGATE_PYTHON"));
@@ -70,90 +64,26 @@ fn python() -> &'static Path {
     }
 }
 
-/// A running `tollgate serve` on free ports: its gRPC address and its log so far.
-struct Serve {
-    child: Child,
-    grpc: String,
-    log: Arc<Mutex<Vec<String>>>,
-}
-
-impl Serve {
-    fn start(args: &[&str]) -> Serve {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-            .args(["serve", "--resp", "127.0.0.1:0", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("tollgate runs");
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let (tx, lines) = mpsc::channel();
-        let stderr = child.stderr.take().expect("stderr");
-        let kept = log.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                kept.lock().unwrap().push(line.clone());
-                let _ = tx.send(line);
-            }
-        });
-        let mut serve = Serve { child, grpc: String::new(), log };
-        loop {
-            let line = match lines.recv_timeout(DEADLINE) {
-                Ok(line) => line,
-                Err(error) => {
-                    let state = match error {
-                        // Its stderr closed: it exits.
-                        mpsc::RecvTimeoutError::Disconnected => match serve.child.wait() {
-                            Ok(status) => format!("it exited ({status})"),
-                            Err(e) => format!("it closed its stderr ({e})"),
-                        },
-                        mpsc::RecvTimeoutError::Timeout => {
-                            format!("it still runs after {DEADLINE:?} without listening")
-                        }
-                    };
-                    panic!("tollgate serve {args:?} did not log {LISTENING:?}: {state}; its log:\n{}", serve.log());
-                }
-            };
-            if let Some(address) = line.split(LISTENING).nth(1) {
-                serve.grpc = address.trim().to_owned();
-                return serve;
-            }
-        }
-    }
-
-    fn log(&self) -> String {
-        self.log.lock().unwrap().join("\n")
-    }
-
-    /// Runs the Python client's `suite` against this server, with keys of its own; fails with
-    /// the client's output and the server's log.
-    fn run_client(&self, suite: &str, store: &str) {
-        let python = python();
-        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos();
-        let tag = format!("{store}-{}-{nanos}", std::process::id());
-        let output = Command::new(python)
-            .arg(python_dir().join("rls_client.py"))
-            .args([self.grpc.as_str(), "--tag", &tag, "--suite", suite])
-            .env("PYTHONDONTWRITEBYTECODE", "1")
-            .output()
-            .expect("python runs");
-        let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-        println!("{store}, {suite}:\n{stdout}");
-        assert!(
-            output.status.success(),
-            "the Python client failed against tollgate on {store} ({}):\n{stdout}\n{stderr}\ntollgate's log:\n{}",
-            output.status,
-            self.log()
-        );
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Runs the Python client's `suite` against `serve`, with keys of its own; fails with the
+/// client's output and the server's log.
+fn run_client(serve: &Tollgate, suite: &str, store: &str) {
+    let python = python();
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos();
+    let tag = format!("{store}-{}-{nanos}", std::process::id());
+    let output = Command::new(python)
+        .arg(python_dir().join("rls_client.py"))
+        .args([serve.grpc().to_string().as_str(), "--tag", &tag, "--suite", suite])
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .expect("python runs");
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    println!("{store}, {suite}:\n{stdout}");
+    assert!(
+        output.status.success(),
+        "the Python client failed against tollgate on {store} ({}):\n{stdout}\n{stderr}\ntollgate's log:\n{}",
+        output.status,
+        serve.log().join("\n")
+    );
 }
 
 /// The scenarios' configuration: a directory of envoyproxy/ratelimit's README examples.
@@ -164,8 +94,8 @@ fn examples() -> String {
 #[test]
 fn the_python_client_on_the_memory_store() {
     python();
-    let serve = Serve::start(&["--envoy-config", &examples()]);
-    serve.run_client("examples", "memory");
+    let serve = Tollgate::serve(&["--envoy-config", &examples()]);
+    run_client(&serve, "examples", "memory");
 }
 
 #[test]
@@ -173,8 +103,9 @@ fn the_python_client_on_redis() {
     python();
     let redis = RedisServer::start();
     // `closed`: were Redis not answering, the client would see refusals, not local decisions.
-    let serve = Serve::start(&["--store", &redis.url(), "--on-store-error", "closed", "--envoy-config", &examples()]);
-    serve.run_client("examples", "redis");
+    let serve =
+        Tollgate::serve(&["--store", &redis.url(), "--on-store-error", "closed", "--envoy-config", &examples()]);
+    run_client(&serve, "examples", "redis");
     let keys: u64 = redis.cli(&["DBSIZE"]).trim().parse().expect("DBSIZE");
     assert!(keys > 0, "nothing was counted in Redis");
 }
@@ -185,14 +116,14 @@ fn the_python_client_on_a_redis_cluster() {
     let cluster = RedisCluster::start();
     let nodes: Vec<String> = cluster.nodes().iter().map(|n| format!("127.0.0.1:{}", n.port())).collect();
     let url = format!("redis+cluster://{}", nodes.join(","));
-    let serve = Serve::start(&["--store", &url, "--on-store-error", "closed", "--envoy-config", &examples()]);
-    serve.run_client("examples", "redis-cluster");
+    let serve = Tollgate::serve(&["--store", &url, "--on-store-error", "closed", "--envoy-config", &examples()]);
+    run_client(&serve, "examples", "redis-cluster");
     let keys: Vec<u64> = cluster.nodes().iter().map(|n| n.cli(&["DBSIZE"]).trim().parse().expect("DBSIZE")).collect();
     assert!(keys.iter().filter(|&&k| k > 0).count() >= 2, "the keys should spread over the nodes: {keys:?}");
 }
 
 fn deploy(file: &str) -> PathBuf {
-    workspace().join("deploy/envoy").join(file)
+    repo().join("deploy/envoy").join(file)
 }
 
 fn yaml(path: &Path) -> Value {
@@ -206,8 +137,8 @@ fn yaml(path: &Path) -> Value {
 fn the_deploy_ratelimit_yaml_serves_what_the_deploy_envoy_yaml_asks() {
     python();
     let config = deploy("ratelimit.yaml").display().to_string();
-    let serve = Serve::start(&["--envoy-config", &config]);
-    serve.run_client("deploy", "memory");
+    let serve = Tollgate::serve(&["--envoy-config", &config]);
+    run_client(&serve, "deploy", "memory");
 }
 
 /// `deploy/envoy/envoy.yaml` is a valid Envoy bootstrap (checked against Envoy's protos), its

@@ -2,14 +2,11 @@
 //! its range and every bad store URL is refused before anything listens, with a message naming
 //! the flag or the URL's problem; a Redis that does not answer is said out loud.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Command, Output, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+mod support;
 
-/// How long the server may take to start before the test gives up.
-const DEADLINE: Duration = Duration::from_secs(20);
+use std::process::{Command, Output};
+
+use support::{Tollgate, free_port, get, temporary_dir};
 
 fn tollgate(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tollgate")).args(args).output().expect("tollgate runs")
@@ -114,23 +111,23 @@ fn proxy_takes_the_same_store_flags() {
 fn a_certificate_that_does_not_verify_is_named_with_its_ca() {
     use tollgate_store::testkit::redis_server::{RedisServer, ServerConfig, ServerTls};
     use tollgate_store::testkit::tls::TestCertificates;
-    let dir = std::env::temp_dir().join(format!("tollgate-first-hour-tls-{}", std::process::id()));
+    let dir = temporary_dir("first-hour-tls");
     let certificates = TestCertificates::create(&dir);
     let tls = Some(ServerTls { certificates: certificates.clone(), auth_clients: false });
     let redis = RedisServer::start_with(ServerConfig { tls, ..ServerConfig::default() });
     let url = format!("rediss://localhost:{}", redis.port());
     let other = certificates.other_ca.display().to_string();
-    let serve = Running::start(&["--store", &url, "--store-tls-ca", &other, "--on-store-error", "closed"]);
+    let serve = running(&["--store", &url, "--store-tls-ca", &other, "--on-store-error", "closed"]);
     let wanted = format!("not signed by a CA tollgate trusts (the CA in {other})");
-    let warning = serve.log.iter().find(|l| l.contains("does not answer")).cloned().unwrap_or_default();
+    let warning = serve.log().iter().find(|l| l.contains("does not answer")).cloned().unwrap_or_default();
     assert!(warning.contains(&wanted) && warning.contains(&format!("localhost:{}", redis.port())), "{warning}");
-    let health = serve.get("/healthz");
+    let health = get(serve.http(), "/healthz");
     assert!(health.contains(r#""state":"down""#) && health.contains(&wanted), "{health}");
     drop(serve);
 
     let ca = certificates.ca.display().to_string();
-    let serve = Running::start(&["--store", &url, "--store-tls-ca", &ca, "--on-store-error", "closed"]);
-    let health = serve.get("/healthz");
+    let serve = running(&["--store", &url, "--store-tls-ca", &ca, "--on-store-error", "closed"]);
+    let health = get(serve.http(), "/healthz");
     assert!(
         health.contains(r#""status":"ok""#) && health.contains(&format!("rediss://localhost:{}", redis.port())),
         "{health}"
@@ -147,78 +144,24 @@ fn every_subcommand_is_in_the_help() {
     }
 }
 
-/// A running `serve`: its stderr lines so far, and its HTTP address.
-struct Running {
-    child: std::process::Child,
-    lines: mpsc::Receiver<String>,
-    log: Vec<String>,
-    http: SocketAddr,
-}
-
-impl Running {
-    fn start(args: &[&str]) -> Running {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-            .args(["serve", "--resp", "localhost:0", "--http", "localhost:0", "--grpc", "localhost:0"])
-            .args(args)
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("tollgate runs");
-        let (tx, lines) = mpsc::channel();
-        let stderr = child.stderr.take().expect("stderr");
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        let mut running = Running { child, lines, log: Vec::new(), http: "0.0.0.0:0".parse().unwrap() };
-        let line = running.wait_for("HTTP listening on");
-        running.http = line.split("listening on ").nth(1).and_then(|a| a.trim().parse().ok()).expect("an address");
-        running
-    }
-
-    /// Waits for a log line containing `text` and returns it.
-    fn wait_for(&mut self, text: &str) -> String {
-        loop {
-            let Ok(line) = self.lines.recv_timeout(DEADLINE) else {
-                let _ = self.child.kill();
-                panic!("no log line with {text:?}; the log: {:#?}", self.log);
-            };
-            self.log.push(line.clone());
-            if line.contains(text) {
-                return line;
-            }
-        }
-    }
-
-    fn get(&self, path: &str) -> String {
-        let mut stream = TcpStream::connect(self.http).expect("connect");
-        write!(stream, "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").expect("write");
-        let mut response = String::new();
-        stream.read_to_string(&mut response).expect("read");
-        response
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// `serve` with `args` on free ports named by a host name (`localhost:0`).
+fn running(args: &[&str]) -> Tollgate {
+    Tollgate::serve(&[&["--resp", "localhost:0", "--http", "localhost:0", "--grpc", "localhost:0"][..], args].concat())
 }
 
 #[test]
 fn a_redis_that_does_not_answer_is_logged_at_start_up_and_reported_by_healthz() {
     // A port nothing listens on.
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = free_port();
     let url = format!("redis://:secret@127.0.0.1:{port}/2");
-    let serve = Running::start(&["--store", &url]);
-    let warning = serve.log.iter().find(|l| l.contains("WARN")).cloned().unwrap_or_default();
+    let serve = running(&["--store", &url]);
+    let warning = serve.log().iter().find(|l| l.contains("WARN")).cloned().unwrap_or_default();
     assert!(warning.contains("does not answer") && warning.contains("is redis-server running there"), "{warning}");
     assert!(warning.contains(&format!("redis://127.0.0.1:{port}/2")) && !warning.contains("secret"), "{warning}");
     assert!(warning.contains("--on-store-error local decides"), "{warning}");
-    let listening = serve.log.iter().find(|l| l.contains("RESP listening on")).cloned().unwrap_or_default();
+    let listening = serve.log().iter().find(|l| l.contains("RESP listening on")).cloned().unwrap_or_default();
     assert!(!listening.contains("secret"), "{listening}");
-    let health = serve.get("/healthz");
+    let health = get(serve.http(), "/healthz");
     assert!(health.starts_with("HTTP/1.1 200"), "{health}");
     assert!(health.contains(r#""status":"degraded""#) && health.contains(r#""state":"down""#), "{health}");
     assert!(health.contains(r#""on_store_error":"local""#) && !health.contains("secret"), "{health}");
@@ -226,18 +169,18 @@ fn a_redis_that_does_not_answer_is_logged_at_start_up_and_reported_by_healthz() 
 
 #[test]
 fn host_names_are_addresses_and_memory_is_healthy() {
-    let serve = Running::start(&[]);
-    let health = serve.get("/healthz");
+    let serve = running(&[]);
+    let health = get(serve.http(), "/healthz");
     assert!(health.starts_with("HTTP/1.1 200"), "{health}");
     assert!(health.ends_with(r#"{"status":"ok","store":{"name":"memory","state":"up"}}"#), "{health}");
 }
 
 #[test]
 fn a_cluster_that_does_not_answer_is_served_by_the_policy_as_a_single_server_is() {
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let serve = Running::start(&["--store", &format!("redis+cluster://127.0.0.1:{port}")]);
-    let warning = serve.log.iter().find(|l| l.contains("WARN")).cloned().unwrap_or_default();
+    let port = free_port();
+    let serve = running(&["--store", &format!("redis+cluster://127.0.0.1:{port}")]);
+    let warning = serve.log().iter().find(|l| l.contains("WARN")).cloned().unwrap_or_default();
     assert!(warning.contains("does not answer") && warning.contains(&format!("127.0.0.1:{port}")), "{warning}");
-    let health = serve.get("/healthz");
+    let health = get(serve.http(), "/healthz");
     assert!(health.contains(r#""state":"down""#) && health.contains("redis+cluster://"), "{health}");
 }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use support::Serve;
+use support::Tollgate;
 use tollgate_store::testkit::redis_server::RedisServer;
 
 const CLIENTS: usize = 32;
@@ -52,15 +52,24 @@ fn client(address: SocketAddr, stop: Arc<AtomicBool>, requests: Arc<AtomicU64>, 
     }
 }
 
+/// The sum of every sample of `node`'s metric lines starting with `name`.
+fn metric(node: &Tollgate, name: &str) -> f64 {
+    node.metrics()
+        .lines()
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+        .sum()
+}
+
 #[test]
 fn two_leasing_processes_on_one_key_admit_no_more_than_the_bound() {
     let redis = RedisServer::start();
-    let nodes = [Serve::start(&["--store", &redis.url()]), Serve::start(&["--store", &redis.url()])];
+    let nodes = [Tollgate::serve(&["--store", &redis.url()]), Tollgate::serve(&["--store", &redis.url()])];
     let (stop, requests, admitted) = (Arc::new(AtomicBool::new(false)), Arc::default(), Arc::default());
     let started = Instant::now();
     let clients: Vec<_> = nodes
         .iter()
-        .flat_map(|node| std::iter::repeat_n(node.resp, CLIENTS))
+        .flat_map(|node| std::iter::repeat_n(node.resp(), CLIENTS))
         .map(|address| {
             let (stop, requests, admitted) = (stop.clone(), Arc::clone(&requests), Arc::clone(&admitted));
             std::thread::spawn(move || client(address, stop, requests, admitted))
@@ -77,9 +86,9 @@ fn two_leasing_processes_on_one_key_admit_no_more_than_the_bound() {
     let requests = requests.load(Ordering::Relaxed) as f64;
     let (burst, per_second) = limit();
     let bound = burst as f64 + elapsed * per_second as f64;
-    let calls: f64 = nodes.iter().map(|n| n.metric("tollgate_store_script_calls_total")).sum();
-    let forfeited: f64 = nodes.iter().map(|n| n.metric("tollgate_lease_units_forfeited_total")).sum();
-    let local: f64 = nodes.iter().map(|n| n.metric("tollgate_lease_decisions_total{path=\"local\"}")).sum();
+    let calls: f64 = nodes.iter().map(|n| metric(n, "tollgate_store_script_calls_total")).sum();
+    let forfeited: f64 = nodes.iter().map(|n| metric(n, "tollgate_lease_units_forfeited_total")).sum();
+    let local: f64 = nodes.iter().map(|n| metric(n, "tollgate_lease_decisions_total{path=\"local\"}")).sum();
     eprintln!(
         "{requests} requests in {elapsed:.2} s, {admitted} admitted of a bound of {bound:.0} ({:.1}%), {forfeited} units \
          forfeited, {local} decided locally, {:.4} Redis calls per decision",

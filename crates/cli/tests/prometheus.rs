@@ -10,49 +10,24 @@
 //!
 //! Each wait polls until a deadline; nothing asserts how long anything took.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+mod support;
+
+use std::io::{BufReader, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use support::{Tollgate, eventually, free_port, repo, temporary_dir};
 use tollgate_store::testkit::redis_server::RedisServer;
 
 /// How long each phase may take before the test gives up.
 const DEADLINE: Duration = Duration::from_secs(30);
 /// What Grafana's `$__rate_interval` stands for here: ten scrapes.
 const RATE_INTERVAL: &str = "10s";
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port()
-}
-
-fn temporary_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("tollgate-prometheus-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temporary directory");
-    dir
-}
-
-/// Waits until `done` gives a value, or fails with what `failing` says.
-fn eventually<T>(what: &str, mut done: impl FnMut() -> Result<T, String>) -> T {
-    let started = Instant::now();
-    loop {
-        match done() {
-            Ok(value) => return value,
-            Err(why) if started.elapsed() > DEADLINE => panic!("never happened: {what}: {why}"),
-            Err(_) => std::thread::sleep(Duration::from_millis(200)),
-        }
-    }
-}
 
 /// A child process, killed on drop.
 struct Process(Child);
@@ -64,42 +39,10 @@ impl Drop for Process {
     }
 }
 
-/// Runs `tollgate ARGS` and returns it with the addresses its log names after each of `wanted`
-/// ("RESP listening on", ...), in that order.
-fn tollgate(args: &[&str], wanted: &[&str]) -> (Process, Vec<SocketAddr>) {
-    let mut child =
-        Command::new(env!("CARGO_BIN_EXE_tollgate")).args(args).stderr(Stdio::piped()).spawn().expect("tollgate runs");
-    let stderr = child.stderr.take().expect("stderr");
-    let process = Process(child);
-    let (tx, rx) = mpsc::channel();
-    let name = args[0];
-    let prefix = name.to_string();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            eprintln!("{prefix}: {line}");
-            let _ = tx.send(line);
-        }
-    });
-    let mut addresses: Vec<Option<SocketAddr>> = vec![None; wanted.len()];
-    while addresses.iter().any(Option::is_none) {
-        let line = rx.recv_timeout(DEADLINE).unwrap_or_else(|_| panic!("tollgate {name} did not log {wanted:?}"));
-        for (i, w) in wanted.iter().enumerate() {
-            if let Some(rest) = line.split(w).nth(1) {
-                addresses[i] = rest.split_whitespace().next().and_then(|a| a.parse().ok());
-            }
-        }
-    }
-    (process, addresses.into_iter().flatten().collect())
-}
-
 /// One HTTP exchange (the server closes the connection): the status and the body. HTTP/1.0 for
 /// Prometheus, whose Go server would otherwise answer large bodies chunked.
 fn http(address: SocketAddr, request: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(address).unwrap_or_else(|e| panic!("connect to {address}: {e}"));
-    stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
-    stream.write_all(request.as_bytes()).expect("write");
-    let mut response = String::new();
-    stream.read_to_string(&mut response).expect("read");
+    let response = support::http(address, request);
     let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
     let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
     (status, body.to_string())
@@ -149,7 +92,7 @@ impl Prometheus {
                 )
             });
         let prometheus = Prometheus { address, _process: Process(child) };
-        eventually("Prometheus is ready", || match TcpStream::connect(address) {
+        eventually("Prometheus is ready", DEADLINE, || match TcpStream::connect(address) {
             Ok(_) if get(address, "/-/ready").0 == 200 => Ok(()),
             _ => Err("not ready".into()),
         });
@@ -221,10 +164,15 @@ fn load(resp: SocketAddr, http_at: SocketAddr, proxy: SocketAddr, stop: &AtomicB
         "TG.CHECK adhoc sliding-window 2 60000",
         "TG.LIMIT api user",
         "TG.RESET other gcra 2 60000",
-    ];
+    ]
+    .map(|command| {
+        let mut encoded = Vec::new();
+        tollgate_resp::command::encode(&command.split_whitespace().collect::<Vec<_>>(), &mut encoded);
+        encoded
+    });
     while !stop.load(Ordering::Relaxed) {
-        for command in commands {
-            writer.write_all(format!("{command}\r\n").as_bytes()).expect("write");
+        for command in &commands {
+            writer.write_all(command).expect("write");
             tollgate_resp::value::read(&mut reader).expect("a reply");
         }
         post(http_at, "/v1/check", r#"{"key": "h", "limit": "2/1m", "algorithm": "fixed-window"}"#);
@@ -333,7 +281,7 @@ fn the_dashboard_and_the_alerts_show_data_from_a_real_prometheus() {
         .collect();
     assert!(rules.len() >= 4 && exprs.len() >= 20, "{} alerts, {} expressions", rules.len(), exprs.len());
 
-    let dir = temporary_dir();
+    let dir = temporary_dir("prometheus");
     let rules_file = dir.join("rules.toml");
     std::fs::write(&rules_file, "[limits.api]\nlimit = \"2/1m\"\n").expect("rules");
     let proxy_rules = dir.join("proxy.toml");
@@ -342,55 +290,27 @@ fn the_dashboard_and_the_alerts_show_data_from_a_real_prometheus() {
     let mut redis = RedisServer::start();
     let url = redis.url();
     let rules_arg = rules_file.to_str().expect("path");
-    let (serve_process, serve) = tollgate(
-        &[
-            "serve",
-            "--resp",
-            "127.0.0.1:0",
-            "--http",
-            "127.0.0.1:0",
-            "--grpc",
-            "127.0.0.1:0",
-            "--store",
-            &url,
-            "--rules",
-            rules_arg,
-        ],
-        &["RESP listening on ", "HTTP listening on "],
-    );
-    let upstream = format!("http://{}", serve[1]);
-    let (proxy_process, proxy) = tollgate(
-        &[
-            "proxy",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin",
-            "127.0.0.1:0",
-            "--upstream",
-            &upstream,
-            "--rules",
-            proxy_rules.to_str().expect("path"),
-        ],
-        &["proxy listening on ", "admin (metrics, healthz) listening on "],
-    );
-    let config = prometheus_config(&dir, &[("tollgate", serve[1]), ("tollgate-proxy", proxy[1])]);
+    let serve = Tollgate::serve(&["--store", &url, "--rules", rules_arg]);
+    let upstream = format!("http://{}", serve.http());
+    let proxy = Tollgate::proxy(&["--upstream", &upstream, "--rules", proxy_rules.to_str().expect("path")]);
+    let config = prometheus_config(&dir, &[("tollgate", serve.http()), ("tollgate-proxy", proxy.admin())]);
     promtool(&["check", "config", config.to_str().expect("path")]);
     let prometheus = Prometheus::start(&config, &dir);
 
     let stop = Arc::new(AtomicBool::new(false));
     let load = {
-        let (stop, resp, http_at, proxy_at) = (stop.clone(), serve[0], serve[1], proxy[0]);
+        let (stop, resp, http_at, proxy_at) = (stop.clone(), serve.resp(), serve.http(), proxy.listen());
         std::thread::spawn(move || load(resp, http_at, proxy_at, &stop))
     };
     // Healthy first: both targets up, and Redis calls seen over a few scrapes.
-    eventually("both targets are scraped", || prometheus.query("count(up == 1) == 2").map(drop));
-    eventually("Redis answers decisions", || {
+    eventually("both targets are scraped", DEADLINE, || prometheus.query("count(up == 1) == 2").map(drop));
+    eventually("Redis answers decisions", DEADLINE, || {
         prometheus.query(&format!("rate(tollgate_store_script_calls_total[{RATE_INTERVAL}]) > 0")).map(drop)
     });
     // Then Redis fails while the load goes on: fallbacks, an open breaker, a store that is down.
     redis.kill();
 
-    eventually("every dashboard expression and every alert has data", || {
+    eventually("every dashboard expression and every alert has data", DEADLINE, || {
         let missing: Vec<String> = exprs
             .iter()
             .map(|(title, expr)| (title.as_str(), grafana(expr)))
@@ -399,7 +319,7 @@ fn the_dashboard_and_the_alerts_show_data_from_a_real_prometheus() {
             .collect();
         if missing.is_empty() { Ok(()) } else { Err(missing.join("\n")) }
     });
-    eventually("every alert rule is evaluated and healthy", || {
+    eventually("every alert rule is evaluated and healthy", DEADLINE, || {
         let groups = prometheus.api("rules")?["groups"].as_array().cloned().unwrap_or_default();
         let evaluated: Vec<Value> =
             groups.iter().flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default()).collect();
@@ -417,8 +337,8 @@ fn the_dashboard_and_the_alerts_show_data_from_a_real_prometheus() {
     load.join().expect("the load ran");
 
     // Every name the expressions use is one tollgate exports (serve's or the proxy's).
-    let mut names = exported(&get(serve[1], "/metrics").1);
-    names.extend(exported(&get(proxy[1], "/metrics").1));
+    let mut names = exported(&get(serve.http(), "/metrics").1);
+    names.extend(exported(&get(proxy.admin(), "/metrics").1));
     let unknown: Vec<String> = exprs
         .iter()
         .map(|(_, e)| e)
@@ -433,6 +353,6 @@ fn the_dashboard_and_the_alerts_show_data_from_a_real_prometheus() {
         rules.len(),
         started.elapsed().as_secs_f64()
     );
-    drop((prometheus, proxy_process, serve_process));
+    drop((prometheus, proxy, serve));
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -10,17 +10,13 @@
 //! clock (a timestamp, a reset in ms) and matches any word; everything else must match exactly,
 //! word for word.
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+mod support;
+
+use std::process::Command;
+
+use support::{Tollgate, repo};
 
 const PROMPT: &str = "127.0.0.1:6380> ";
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 /// One command of a transcript and the lines the page shows after it.
 #[derive(Debug)]
@@ -76,72 +72,26 @@ fn same(expected: &str, actual: &str) -> bool {
     }
 }
 
-/// A `tollgate serve` started by a transcript, and its ports.
-struct Serve {
-    child: Child,
-    log: mpsc::Receiver<String>,
-    resp: String,
-    http: String,
-    grpc: String,
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// Runs a transcript's steps, asserting each one's output (`page`: where the transcript is).
 fn run(page: &str, steps: &[Step]) {
     let binary = env!("CARGO_BIN_EXE_tollgate");
-    let mut serve: Option<Serve> = None;
+    let mut serve: Option<Tollgate> = None;
     for step in steps {
         let place = format!("{page}:{}: {}", step.line, step.command);
         let actual: Vec<String> = if let Some(args) = step.command.strip_prefix("tollgate serve") {
-            let mut child = Command::new(binary)
-                .arg("serve")
-                .args(args.split_whitespace())
-                .args(["--resp", "127.0.0.1:0", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
-                .current_dir(repo())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("tollgate runs");
-            let (tx, log) = mpsc::channel();
-            let stderr = child.stderr.take().expect("stderr");
-            std::thread::spawn(move || {
-                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                    let _ = tx.send(line);
-                }
-            });
-            let mut started = Serve { child, log, resp: String::new(), http: String::new(), grpc: String::new() };
-            let mut lines = Vec::new();
-            while lines.len() < step.expected.len() {
-                let line =
-                    started.log.recv_timeout(Duration::from_secs(20)).unwrap_or_else(|_| panic!("{place}: no log"));
-                let address = |kind: &str| line.split(&format!("{kind} listening on ")).nth(1)?.split(' ').next();
-                if let Some(a) = address("RESP") {
-                    started.resp = a.to_string();
-                }
-                if let Some(a) = address("HTTP") {
-                    started.http = a.to_string();
-                }
-                if let Some(a) = address("rate-limit service)") {
-                    started.grpc = a.to_string();
-                }
-                let mut line = line;
-                let shown = [
-                    (&started.resp, "127.0.0.1:6380"),
-                    (&started.http, "127.0.0.1:8080"),
-                    (&started.grpc, "127.0.0.1:8081"),
-                ];
-                for (actual, shown) in shown {
-                    if !actual.is_empty() {
-                        line = line.replace(actual.as_str(), shown);
-                    }
-                }
-                lines.push(line);
-            }
+            let args: Vec<&str> = args.split_whitespace().collect();
+            let started = Tollgate::serve(&args);
+            let shown = step.expected.len();
+            let log = started.wait_until(&format!("the {shown} lines of {place}"), |log| log.len() >= shown);
+            let addresses = [
+                (started.resp().to_string(), "127.0.0.1:6380"),
+                (started.http().to_string(), "127.0.0.1:8080"),
+                (started.grpc().to_string(), "127.0.0.1:8081"),
+            ];
+            let lines = log[..shown]
+                .iter()
+                .map(|line| addresses.iter().fold(line.clone(), |line, (actual, shown)| line.replace(actual, shown)))
+                .collect();
             serve = Some(started);
             lines
         } else if step.command == "redis-cli -p 6380" {
@@ -149,11 +99,10 @@ fn run(page: &str, steps: &[Step]) {
             Vec::new()
         } else {
             let server = serve.as_ref();
-            let port = |address: &str| address.rsplit(':').next().unwrap_or_default().to_string();
             let output = if step.in_cli {
                 let server = server.unwrap_or_else(|| panic!("{place}: no server"));
                 Command::new("redis-cli")
-                    .args(["--no-raw", "-p", &port(&server.resp)])
+                    .args(["--no-raw", "-p", &server.resp().port().to_string()])
                     .args(step.command.split_whitespace())
                     .output()
             } else {
@@ -163,8 +112,8 @@ fn run(page: &str, steps: &[Step]) {
                 }
                 if let Some(server) = server {
                     command = command
-                        .replace("localhost:8080", &server.http)
-                        .replace("-p 6380", &format!("-p {}", port(&server.resp)));
+                        .replace("localhost:8080", &server.http().to_string())
+                        .replace("-p 6380", &format!("-p {}", server.resp().port()));
                 }
                 Command::new("bash").args(["-c", &command]).current_dir(repo()).output()
             }
