@@ -36,7 +36,8 @@ impl App {
     /// by the failure policy), and builds the engine on the configured rules. Call it within a
     /// runtime: the store is probed every second after.
     pub async fn new(config: &Config) -> Result<Self, String> {
-        let store = Arc::new(Backend::open(config).await?);
+        let latency = crate::backend::latency_histogram();
+        let store = Arc::new(crate::backend::open(config, &latency).await?);
         let health = Arc::new(Health::new(config));
         health.probe(&store).await;
         health.watch(Arc::downgrade(&store));
@@ -46,13 +47,13 @@ impl App {
         let registry = root.sub_registry_with_prefix("tollgate");
         // Envoy's gRPC service waits on Redis at most `grpc_store_timeout` (Envoy gives up after
         // 20 ms by default); the other front ends use `store_timeout`.
-        let grpc_store = store.with_deadline(config, config.grpc_store_timeout).map_or_else(|| store.clone(), Arc::new);
+        let grpc_store = store.with_deadline(config.grpc_store_timeout).map_or_else(|| store.clone(), Arc::new);
         let stores = if Arc::ptr_eq(&grpc_store, &store) {
             vec![store.clone()]
         } else {
             vec![store.clone(), grpc_store.clone()]
         };
-        let metrics = ServerMetrics::new(registry, stores);
+        let metrics = ServerMetrics::new(registry, stores, &latency);
         health.register(registry);
         let reloads = Family::<Vec<(&'static str, &'static str)>, Counter>::default();
         registry.register(

@@ -24,56 +24,9 @@ use std::time::Duration;
 use tollgate_core::{Clock, SystemClock};
 use tollgate_rules::Rules;
 use tollgate_store::FailurePolicy;
+pub use tollgate_store::configured::StoreConfig;
 pub use tollgate_store::memory::{DEFAULT_MAX_KEYS, DEFAULT_MAX_MEMORY};
 pub use tollgate_store::redis::target::{RedisTarget, TlsConfig, Topology};
-
-/// Which store decides.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StoreConfig {
-    /// The embedded in-memory store, bounded in keys and bytes.
-    Memory {
-        /// See `MemoryStoreBuilder::max_keys`.
-        max_keys: usize,
-        /// See `MemoryStoreBuilder::max_memory`.
-        max_memory: usize,
-    },
-    /// Redis: one server, a Cluster or a Sentinel group, plain or TLS.
-    Redis(Box<RedisTarget>),
-}
-
-impl StoreConfig {
-    /// Parses `memory` or a Redis URL (`redis://host:port[/db]`, `redis+cluster://…`,
-    /// `redis+sentinel://…/MASTER`, and `rediss…` for TLS).
-    pub fn parse(text: &str) -> Result<Self, String> {
-        if text == "memory" {
-            return Ok(StoreConfig::Memory { max_keys: DEFAULT_MAX_KEYS, max_memory: DEFAULT_MAX_MEMORY });
-        }
-        if text.starts_with("redis") && text.contains("://") {
-            return RedisTarget::parse(text).map(|t| StoreConfig::Redis(Box::new(t)));
-        }
-        Err(format!(
-            "unknown store {:?}: use memory, redis://host:port[/db] (e.g. redis://127.0.0.1:6379), \
-             redis+cluster://host:port,host:port or redis+sentinel://host:port,host:port/MASTER_NAME \
-             (rediss… for TLS)",
-            tollgate_store::redis::target::redacted(text)
-        ))
-    }
-
-    /// A Redis store at `url` (any form [`RedisTarget::parse`] reads); panics on a bad URL (for
-    /// tests and examples).
-    #[must_use]
-    pub fn redis(url: &str) -> Self {
-        StoreConfig::Redis(Box::new(RedisTarget::parse(url).unwrap_or_else(|e| panic!("{e}"))))
-    }
-
-    /// What the logs may say of this store: its kind and address, never its credentials.
-    pub fn describe(&self) -> String {
-        match self {
-            StoreConfig::Memory { .. } => "memory".into(),
-            StoreConfig::Redis(target) => target.redacted(),
-        }
-    }
-}
 
 /// Everything the server needs besides its listeners.
 #[derive(Debug, Clone)]

@@ -16,6 +16,7 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetri
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::backend::{Backend, BackendStats};
@@ -32,16 +33,11 @@ pub fn render(registry: &Registry) -> String {
     text
 }
 
-/// Registers the store's figures (read from `store` when scraped) and, for Redis, the seconds per
-/// call: what a front end without RESP connections (the proxy) needs.
-pub fn register_store(registry: &mut Registry, store: Arc<Backend>) {
-    register_stores(registry, vec![store]);
-}
-
-/// [`register_store`] for several stores on one backend (the gRPC service's, with its own
-/// deadline, besides the main one): their figures are added.
-pub fn register_stores(registry: &mut Registry, stores: Vec<Arc<Backend>>) {
-    if let Some(latency) = stores.first().and_then(|store| store.latency()) {
+/// Registers the stores' figures (read from `stores` when scraped; several on one backend, such
+/// as the gRPC service's with its own deadline beside the main one, are added) and, for Redis,
+/// the seconds per call in `latency`: what a front end without RESP connections (the proxy) needs.
+pub fn register_stores(registry: &mut Registry, stores: Vec<Arc<Backend>>, latency: &Histogram) {
+    if stores.iter().any(|store| matches!(**store, Backend::Redis(..))) {
         registry.register("store_latency_seconds", "Seconds per call to Redis", latency.clone());
     }
     registry.register_collector(Box::new(StoreCollector(stores)));
@@ -61,7 +57,7 @@ pub struct ServerMetrics {
 impl ServerMetrics {
     /// The server's metrics registered in `registry`, with the store's figures read from
     /// `store` when scraped.
-    pub fn new(registry: &mut Registry, stores: Vec<Arc<Backend>>) -> Self {
+    pub fn new(registry: &mut Registry, stores: Vec<Arc<Backend>>, latency: &Histogram) -> Self {
         let connections = Gauge::default();
         registry.register("resp_connections", "Open RESP connections", connections.clone());
         let connections_total = Counter::default();
@@ -72,7 +68,7 @@ impl ServerMetrics {
             "RESP connections refused at the limit",
             connections_refused.clone(),
         );
-        register_stores(registry, stores);
+        register_stores(registry, stores, latency);
         ServerMetrics { connections, connections_total, connections_refused }
     }
 }

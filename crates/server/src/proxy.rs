@@ -218,12 +218,13 @@ pub async fn run(
     admin: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), String> {
-    let store = Arc::new(Backend::open(config).await?);
+    let latency = crate::backend::latency_histogram();
+    let store = Arc::new(crate::backend::open(config, &latency).await?);
     let health = Arc::new(Health::new(config));
     health.probe(&store).await;
     health.watch(Arc::downgrade(&store));
     let mut registry = Registry::with_prefix("tollgate");
-    crate::metrics::register_store(&mut registry, store.clone());
+    crate::metrics::register_stores(&mut registry, vec![store.clone()], &latency);
     health.register(&mut registry);
     // The proxy forwards what a `route` rule quarantines (see `forward`).
     let engine =

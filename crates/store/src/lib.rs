@@ -38,6 +38,8 @@
 //! # }
 //! ```
 
+#[cfg(feature = "redis")]
+pub mod configured;
 mod error;
 pub mod fallback;
 pub mod lease;
