@@ -1,5 +1,6 @@
-//! Keys under mitigation until an instant (a rule's `timeout`): bounded in entries, sharded so
-//! that no lock is shared by every request, and skipped entirely until a first key is blocked.
+//! Keys under mitigation until an instant (a rule's `timeout`, or the end of a denial for a rule
+//! mitigating more than it counts): bounded in entries, sharded so that no lock is shared by every
+//! request, and skipped entirely until a first key is blocked.
 //!
 //! A full shard drops its expired entries, then the eighth of its entries that expire soonest
 //! (counted: their mitigation ends early; the limit itself still applies to them).

@@ -1,7 +1,8 @@
 //! The enforced rules of a request, all or nothing: one reservation for all of them, and the
 //! action of the first one over its limit. Then the rules on trial (`dry-run`), each on its own
 //! and never refusing, counted only when the request was charged (admitted or quarantined): what
-//! they would count enforced, as a request another rule refuses consumes nothing anywhere. This
+//! they would count enforced, as a request another rule refuses consumes nothing anywhere (nor
+//! is a key one of them holds, which it would answer enforced, charging nothing). This
 //! is the order of every all-or-nothing decision of the engine; Envoy's descriptors follow it
 //! too, their `shadow_mode` being the rules' `dry-run` ([`asks`](crate::asks)).
 //!
@@ -28,8 +29,8 @@ use crate::{Applies, Engine, Policy};
 
 impl<S: Store> Engine<S> {
     /// Enforces the rules of `plan`, but those in `routes`, all or nothing; then checks its
-    /// dry-run rules (never blocking; `flagged` ones were logged already) if the request was
-    /// charged (see the module docs).
+    /// dry-run rules (never blocking; `flagged` ones were logged already, `held` ones are not
+    /// asked: they say their hold) if the request was charged (see the module docs).
     pub(crate) async fn enforce_plan(
         &self,
         policy: &Arc<Policy>,
@@ -37,6 +38,7 @@ impl<S: Store> Engine<S> {
         rates: &Rates,
         flagged: &[usize],
         routes: Routes,
+        held: &Routes,
     ) -> Admission {
         let mut enforced: SmallVec<[Applies<'_>; 4]> = SmallVec::new();
         let mut trials: SmallVec<[(usize, Applies<'_>); 2]> = SmallVec::new();
@@ -57,7 +59,10 @@ impl<S: Store> Engine<S> {
         // naming that rule (see `check_named`); the RateLimit fields stay the enforced rules'.
         let mut dry: Option<(usize, Decision)> = None;
         for (i, applies) in trials {
-            let said = self.check_dry_run(policy, applies, &mut pending, flagged.contains(&i)).await;
+            let said = match held.iter().find(|h| h.rule == applies.rule) {
+                Some(hold) => Some((hold.rule, hold.decision)),
+                None => self.check_dry_run(policy, applies, &mut pending, flagged.contains(&i)).await,
+            };
             dry = dry.or(said.map(|(rule, decision)| (rule, Decision { allowed: true, ..decision })));
         }
         match admission {
@@ -100,8 +105,8 @@ impl<S: Store> Engine<S> {
 
             // The first rule over its limit that does not route acts; the request goes no further.
             if let Some(i) = (0..enforced.len()).filter(over).find(|&i| !self.routes_for(policy, enforced[i].rule)) {
-                let (applies, decision) = (enforced[i], decisions[i]);
-                self.over(policy, applies.rule, applies.key, decision.retry_after_ns);
+                let applies = enforced[i];
+                let decision = self.over(policy, applies.rule, applies.key, decisions[i], applies.cost);
                 return (Admission::Answer(self.mitigate(policy, applies.rule, decision, applies.rate)), false);
             }
             if decisions.iter().any(|d| !d.allowed) {
@@ -111,8 +116,8 @@ impl<S: Store> Engine<S> {
                     if decision.allowed {
                         kept.push(*applies);
                     } else {
-                        self.over(policy, applies.rule, applies.key, decision.retry_after_ns);
-                        routes.push(Route { rule: applies.rule, decision: *decision, rate: applies.rate });
+                        let decision = self.over(policy, applies.rule, applies.key, *decision, applies.cost);
+                        routes.push(Route { rule: applies.rule, decision, rate: applies.rate });
                     }
                 }
                 enforced = kept;

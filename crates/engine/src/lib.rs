@@ -6,8 +6,9 @@
 //!
 //! 1. **the measured rates** of the rules that ask for them ([`rates`]: an EWMA per key on the
 //!    real elapsed time, bounded, a top-k; [`Engine::top`]);
-//! 2. **mitigations in force**: a key a rule blocked for its `timeout` is answered by the rule's
-//!    action at once (`blocks`: bounded, sharded, skipped until a first block);
+//! 2. **mitigations in force**: a key a rule holds (for its `timeout`, or while over for a
+//!    `mitigation.match` wider than its `match`) is answered by the rule's action at once
+//!    (`blocks`: bounded, sharded, skipped until a first hold);
 //! 3. **the plan**: the rules that count the request, each with its key and cost (or a 400 for a
 //!    bad cost header, or a missing key part under `on_missing = "reject"`), and the keys over
 //!    their `when_rate_above`;
@@ -319,9 +320,11 @@ impl<S: Store> Engine<S> {
         let rates = self.measure(policy, plan, planned.is_ok());
         // Rules that send the request to a quarantine: it is still charged to the others.
         let mut routes = Routes::new();
+        // Dry-run rules holding the key: logged, and not asked again.
+        let mut held = Routes::new();
 
         // 1. Mitigations in force.
-        if let Some(answer) = self.in_force(policy, request, plan, &rates, &mut routes) {
+        if let Some(answer) = self.in_force(policy, request, plan, &rates, &mut routes, &mut held) {
             return Admission::Answer(answer);
         }
 
@@ -331,7 +334,7 @@ impl<S: Store> Engine<S> {
             return Admission::Answer(Answer::BadRequest(error.0));
         }
         let mut flagged = SmallVec::new();
-        if let Some(answer) = self.over_rate(policy, plan, &rates, &mut flagged, &mut routes) {
+        if let Some(answer) = self.over_rate(policy, plan, &rates, &mut flagged, &mut routes, &held) {
             return Admission::Answer(answer);
         }
         if routes.is_empty() && plan.is_empty() {
@@ -350,7 +353,7 @@ impl<S: Store> Engine<S> {
         // 3. Dry-run rules on their own (never blocking); the others all or nothing. Boxed:
         // several rules on one request are the rarer case, and inline their state would double
         // the size of every request's future (moved, so copied, by `admit_now`).
-        Box::pin(self.enforce_plan(policy, plan, &rates, &flagged, routes)).await
+        Box::pin(self.enforce_plan(policy, plan, &rates, &flagged, routes, &held)).await
     }
 
     /// The admission of a request counted by a single rule (see [`single`]), once decided.
@@ -367,7 +370,7 @@ impl<S: Store> Engine<S> {
                 Admission::Proceed(Proceed { tightest: Some((one.rule, decision)), ..Proceed::free() })
             }
             Ok(decision) => {
-                self.over(policy, one.rule, one.key, decision.retry_after_ns);
+                let decision = self.over(policy, one.rule, one.key, decision, one.cost);
                 Admission::Answer(self.mitigate(policy, one.rule, decision, rate))
             }
             Err(error) => self.store_failed(policy, &[one], &error, Pending::default()),
@@ -445,13 +448,12 @@ impl<S: Store> Engine<S> {
         let check = Check::new(applied.key, &policy.checked[applied.rule], applied.cost).scoped(&rule.name);
         match self.counted(self.store.reserve(&[check]).await) {
             Ok(reserved) if !reserved.decisions[0].allowed => {
-                let now = self.clock.now_ns();
-                let until = now.saturating_add(reserved.decisions[0].retry_after_ns);
-                self.rates.limited(&rule.name, applied.key, until);
+                // Held as enforced (its timeout): reported limited and `dry_run` meanwhile.
+                let decision = self.over(policy, applied.rule, applied.key, reserved.decisions[0], applied.cost);
                 if !flagged {
                     self.dry_run(policy, applied.rule, applied.key, applied.rate);
                 }
-                Some((applied.rule, reserved.decisions[0]))
+                Some((applied.rule, decision))
             }
             Ok(reserved) => {
                 // A request already logged as over `when_rate_above` is counted once, as dry_run.

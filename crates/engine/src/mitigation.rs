@@ -1,12 +1,13 @@
-//! What the engine does once a key is over: mitigations in force (a rule's `timeout`), the
-//! measured rate ([`rates`](crate::rates)) and its `when_rate_above` condition, the rule's action
-//! (429, shadow-ban, route to a quarantine, dry-run's log line), and a store error answered by
+//! What the engine does once a key is over: mitigations in force (a key held for its rule's
+//! `timeout`, or while over for a `mitigation.match` wider than the rule's `match`), the measured
+//! rate ([`rates`](crate::rates)) and its `when_rate_above` condition, the rule's action (429,
+//! shadow-ban, route to a quarantine, dry-run's log line), and a store error answered by
 //! `on_error`, never silently.
 
 use std::sync::Arc;
 
 use smallvec::SmallVec;
-use tollgate_core::Decision;
+use tollgate_core::{Algorithm, Decision, Limit};
 use tollgate_rules::{Action, OnError, Plan, Request};
 use tollgate_store::{Store, StoreError};
 
@@ -24,7 +25,8 @@ pub(crate) fn rate(rates: &Rates, i: usize) -> Option<f64> {
     rates.get(i).copied().flatten().map(|m| m.rate)
 }
 
-/// A rule sending the request to its quarantine, with the decision to report.
+/// A rule mitigating the request without ending it (sending it to its quarantine, or a dry-run
+/// rule holding its key), with the decision to report.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Route {
     pub(crate) rule: usize,
@@ -32,12 +34,33 @@ pub(crate) struct Route {
     pub(crate) rate: Option<f64>,
 }
 
-/// The rules sending a request to their quarantine (usually none).
+/// The rules sending a request to their quarantine, or dry-run rules holding its key (usually
+/// none).
 pub(crate) type Routes = SmallVec<[Route; 2]>;
 
 /// A denial that lasts `wait`.
 fn denied(rule: &tollgate_rules::Rule, wait: u64) -> Decision {
     Decision { allowed: false, limit: rule.limit.capacity(), remaining: 0, retry_after_ns: wait, reset_after_ns: wait }
+}
+
+/// How long a key stays over for a request of cost 1 once `decision` denied one of `cost` under
+/// `limit` (nothing being admitted meanwhile): not at all when a unit is left (`remaining`); for
+/// cost 1, the denial's wait, which every algorithm computes as the first instant it admits
+/// again; for the bucket family, `cost - 1` emission intervals less (one unit frees up every
+/// interval); for a fixed window, the window's end (any denial's wait). The sliding window, log
+/// and sub-window counters do not tell when one unit (rather than `cost`) frees up: the denial's
+/// own wait, at most that much longer than over.
+fn while_over(limit: &Limit, decision: &Decision, cost: u64) -> u64 {
+    if decision.remaining > 0 {
+        return 0;
+    }
+    let wait = decision.retry_after_ns;
+    match limit.algorithm() {
+        Algorithm::Gcra | Algorithm::TokenBucket | Algorithm::LeakyBucket => {
+            wait.saturating_sub(cost.saturating_sub(1).saturating_mul(limit.emission_interval_ns()))
+        }
+        _ => wait,
+    }
 }
 
 impl<S: Store> Engine<S> {
@@ -62,10 +85,12 @@ impl<S: Store> Engine<S> {
         self.routes && matches!(policy.rules.rules[rule].action, Action::Route { .. })
     }
 
-    /// The answer of a mitigation in force for `request` (a key a rule blocked for its
-    /// `timeout`), if any; dry-run rules only log, and route rules are added to `routes` (the
-    /// request is still charged to the other rules). `plan` and `rates` are the counting plan's,
-    /// for the rate to report.
+    /// The answer of a mitigation in force for `request` (a key a rule holds, see
+    /// [`over`](Self::over)), if any; route rules are added to `routes` (the request is still
+    /// charged to the other rules), dry-run rules are logged and added to `held` (their limit is
+    /// not asked: enforced, they would answer the request, charging nothing). `plan` and `rates`
+    /// are the counting plan's: a key held only while over (no `timeout`) is not held for the
+    /// requests its rule counts, which the limit decides itself.
     /// `request`: none for a caller naming a rule and key, whose mitigating plan is `plan`.
     pub(crate) fn in_force(
         &self,
@@ -74,6 +99,7 @@ impl<S: Store> Engine<S> {
         plan: &Plan,
         rates: &Rates,
         routes: &mut Routes,
+        held: &mut Routes,
     ) -> Option<Answer> {
         if !self.blocks.any() {
             return None;
@@ -90,12 +116,17 @@ impl<S: Store> Engine<S> {
         for (rule_index, key, _) in mitigating.iter() {
             let rule = &policy.rules.rules[rule_index];
             let Some(until) = self.blocks.until(&rule.name, key, now) else { continue };
-            let rate = plan.iter().position(|(r, k, _)| r == rule_index && k == key).and_then(|i| rate(rates, i));
-            if rule.action == Action::DryRun {
-                self.dry_run(policy, rule_index, key, rate);
+            let counted = plan.iter().position(|(r, k, _)| r == rule_index && k == key);
+            if rule.timeout_ns == 0 && counted.is_some() {
                 continue;
             }
+            let rate = counted.and_then(|i| rate(rates, i));
             let decision = denied(rule, until - now);
+            if rule.action == Action::DryRun {
+                self.dry_run(policy, rule_index, key, rate);
+                held.push(Route { rule: rule_index, decision, rate });
+                continue;
+            }
             if self.routes_for(policy, rule_index) {
                 routes.push(Route { rule: rule_index, decision, rate });
                 continue;
@@ -108,7 +139,7 @@ impl<S: Store> Engine<S> {
     /// The rules of `plan` whose key is over their `when_rate_above`: the first reject or
     /// shadow-ban answers the request (its limit is not asked); route rules are added to
     /// `routes`; dry-run ones are logged, and their plan positions added to `flagged` so that they
-    /// are not logged twice.
+    /// are not logged twice (those `held` already were).
     pub(crate) fn over_rate(
         &self,
         policy: &Policy,
@@ -116,11 +147,12 @@ impl<S: Store> Engine<S> {
         rates: &Rates,
         flagged: &mut SmallVec<[usize; 4]>,
         routes: &mut Routes,
+        held: &Routes,
     ) -> Option<Answer> {
         for (i, (rule_index, key, cost)) in plan.iter().enumerate() {
             let rule = &policy.rules.rules[rule_index];
             let (Some(above), Some(Some(measured))) = (rule.when_rate_above, rates.get(i)) else { continue };
-            if measured.rate <= above {
+            if measured.rate <= above || held.iter().any(|h| h.rule == rule_index) {
                 continue;
             }
             // The rate decays by half every half-life; the retry itself then adds its weight, so
@@ -130,14 +162,12 @@ impl<S: Store> Engine<S> {
             let target = (above - measured.per_unit * cost as f64).max(above / 2.0);
             #[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation, clippy::cast_sign_loss)]
             let wait = ((measured.rate / target).log2() * rule.rate_half_life_ns as f64).ceil() as u64;
+            let decision = self.over(policy, rule_index, key, denied(rule, wait), 1);
             if rule.action == Action::DryRun {
-                self.rates.limited(&rule.name, key, self.clock.now_ns().saturating_add(wait));
                 self.dry_run(policy, rule_index, key, Some(measured.rate));
                 flagged.push(i);
                 continue;
             }
-            self.over(policy, rule_index, key, wait);
-            let decision = denied(rule, wait);
             if self.routes_for(policy, rule_index) {
                 routes.push(Route { rule: rule_index, decision, rate: Some(measured.rate) });
                 continue;
@@ -147,18 +177,31 @@ impl<S: Store> Engine<S> {
         None
     }
 
-    /// `key` went over under rule `rule` for `wait`: blocked for the rule's `timeout` (if any),
-    /// and reported limited by [`top`](Self::top).
-    pub(crate) fn over(&self, policy: &Policy, rule: usize, key: &[u8], wait: u64) {
-        let rule = &policy.rules.rules[rule];
+    /// `key` went over under rule `rule`: `decision` denied a request of `cost` (any action,
+    /// dry-run included: it reports what it would hold). The key is held (answered at once by
+    /// [`in_force`](Self::in_force)) for the rule's `timeout`, or until the limit admits again if
+    /// that is later; without a timeout, while it is over for a request of cost 1
+    /// ([`while_over`]) if the rule's `mitigation.match` may select requests it does not count
+    /// (otherwise the limit itself says when the key is over: nothing is held, no lookup is
+    /// paid). Reported limited by [`top`](Self::top) meanwhile. The decision to answer with: the
+    /// whole hold when the timeout outlasts the limit's wait (the next answers say the same).
+    pub(crate) fn over(&self, policy: &Policy, rule: usize, key: &[u8], decision: Decision, cost: u64) -> Decision {
+        let (r, wait) = (&policy.rules.rules[rule], decision.retry_after_ns);
+        let hold = if r.timeout_ns > 0 {
+            r.timeout_ns.max(wait)
+        } else if r.mitigation_matcher != r.matcher {
+            while_over(&policy.checked[rule], &decision, cost)
+        } else {
+            0
+        };
         let now = self.clock.now_ns();
-        let until = now.saturating_add(rule.timeout_ns.max(wait));
-        if rule.timeout_ns > 0 {
-            let dropped = self.blocks.block(&rule.name, key, until, now);
+        if hold > 0 {
+            let dropped = self.blocks.block(&r.name, key, now.saturating_add(hold), now);
             self.metrics.blocks_dropped.inc_by(dropped);
             self.metrics.blocked.set(i64::try_from(self.blocks.len()).unwrap_or(i64::MAX));
         }
-        self.rates.limited(&rule.name, key, until);
+        self.rates.limited(&r.name, key, now.saturating_add(r.timeout_ns.max(wait)));
+        if r.timeout_ns > wait { denied(r, r.timeout_ns) } else { decision }
     }
 
     /// The keys of rule `name` with the highest measured rates, highest first (at most `n`, at

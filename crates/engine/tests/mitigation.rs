@@ -1,10 +1,10 @@
 //! Mitigation at the engine, separate from counting: once a key goes over, its rule's action
 //! answers it (`reject`: 429; `shadow-ban`: the configured fake success; `route`: the quarantine,
 //! still charged to the other rules; `dry-run`: admitted, counted `dry_run`) for the rule's
-//! `timeout` after it went over (or until the limit admits again, whichever is later), for every
-//! request its `mitigation.match` selects; a mitigated request consumes nothing anywhere. Each
-//! test advances the manual clock to where the mitigation ends. `when_rate_above` mitigates by
-//! the measured rate, and holds the key for the timeout too.
+//! `timeout` after it went over (or until the limit admits again, whichever is later; without a
+//! timeout, while it is over), for every request its `mitigation.match` selects; a mitigated
+//! request consumes nothing anywhere. Each test advances the manual clock to where the mitigation
+//! ends. `when_rate_above` mitigates by the measured rate, and holds the key for the timeout too.
 
 mod support;
 
@@ -52,14 +52,10 @@ async fn reject_holds_the_key_for_its_timeout_then_lets_it_go() {
     assert_eq!((h.counted("per-ip", "rejected"), h.counted("per-ip", "allowed")), (4, 4));
 }
 
-/// The request that puts a key over a rule with a `timeout` is told to retry after the limit's
-/// wait (60 s here), though the key is held for the timeout (5 min): a client that waits exactly
-/// the Retry-After it was given is refused again (told 240 s then). Every later answer, and the
-/// `timeout` promise ("keep mitigating this long after the key went over"), say 5 min.
+/// The request that puts a key over a rule with a `timeout` is told the whole hold (5 min), not
+/// the limit's wait (60 s here): a client waiting exactly its Retry-After is not refused again.
+/// Every later answer says the same ("keep mitigating this long after the key went over").
 #[tokio::test]
-#[ignore = "BUG: the answer to the request that puts a key over carries the limit's retry_after (mitigate() gets \
-            the store's decision), not the hold over() just recorded (max(timeout, wait)): its Retry-After is too \
-            short, unlike every answer while the key is held"]
 async fn the_request_going_over_is_told_the_whole_hold() {
     let h = harness(
         "[[rules]]\nname = \"per-ip\"\nlimit = \"2/1m\"\nalgorithm = \"fixed-window\"\nkey = [\"client_ip\"]\n\
@@ -99,13 +95,10 @@ async fn mitigation_match_answers_every_request_of_the_key_without_counting_it()
     }
 }
 
-/// README: "a rule's `mitigation.match` says which requests are answered while the key is over";
-/// the rules' docs: `timeout` "0: only while over". Without a timeout, a key over its login
-/// limit is not mitigated on its other requests at all: `mitigation.match` is silently inert.
+/// The manual: "a rule's `mitigation.match` says which requests are answered while the key is
+/// over"; the rules' docs: `timeout` "0: only while over". Without a timeout, a key over its login
+/// limit has its other requests mitigated until its limit admits again, then no longer.
 #[tokio::test]
-#[ignore = "BUG: without `timeout`, `mitigation.match` has no effect: requests it selects are never mitigated \
-            while the key is over (the engine mitigates other requests only through the timeout's block table, \
-            filled only when timeout > 0), contradicting the README and `Rule::timeout_ns`'s \"0: only while over\""]
 async fn without_a_timeout_mitigation_match_applies_while_the_key_is_over() {
     let h = harness(
         "[[rules]]\nname = \"login\"\nlimit = \"2/1m\"\nalgorithm = \"fixed-window\"\nkey = [\"client_ip\"]\n\
@@ -113,6 +106,7 @@ async fn without_a_timeout_mitigation_match_applies_while_the_key_is_over() {
     );
     assert_eq!(h.outcomes(&post("/login"), 3).await, ["proceed", "proceed", "429:login"]);
     assert_eq!(h.outcome(&get("/")).await, "429:login", "the key is over: every request of it is mitigated");
+    assert_eq!(rejected(&h, &get("/")).await.decision.retry_after_ns, 60 * SEC, "until the window ends");
     h.advance(secs(60));
     assert_eq!(h.outcome(&get("/")).await, "proceed", "no longer over");
 }
@@ -198,14 +192,11 @@ async fn dry_run_admits_and_reports_what_it_would_have_said() {
     assert_eq!((h.counted("trial", "allowed"), h.counted("trial", "dry_run")), (1, 4));
 }
 
-/// README: `dry-run` "counts what it would enforced", and the top talkers' `limited` is true
+/// The manual: `dry-run` "counts what it would enforced", and the top talkers' `limited` is true
 /// while the key "would be [mitigated] under dry-run", so that "a rule on trial shows whom it would
 /// limit". Enforced, this rule holds the key for its 5-minute timeout; on trial, the key reads as
-/// unlimited and its requests count `allowed` as soon as its window admits again.
+/// limited and its requests count `dry_run` (charging nothing, as held ones) for those 5 minutes.
 #[tokio::test]
-#[ignore = "BUG: a dry-run rule's `timeout` is ignored: check_dry_run never blocks the key (no `over()`), so \
-            after its window resets the key it would hold is reported limited: false by `top` and its requests \
-            count `allowed`, not `dry_run` (the engine's in_force dry-run branch is unreachable but after a reload)"]
 async fn a_dry_run_rule_reports_the_timeout_it_would_hold() {
     let h = harness(
         "[[rules]]\nname = \"trial\"\nlimit = \"2/1m\"\nalgorithm = \"fixed-window\"\nkey = [\"client_ip\"]\n\
@@ -217,6 +208,11 @@ async fn a_dry_run_rule_reports_the_timeout_it_would_hold() {
     assert_eq!(h.outcome(&get("/")).await, "proceed");
     assert!(h.engine.top("trial", 1).unwrap()[0].limited, "enforced, the key would be held until +5 min");
     assert_eq!((h.counted("trial", "allowed"), h.counted("trial", "dry_run")), (2, 2));
+    assert_eq!(h.remaining("trial", "192.0.2.1").await, 2, "the window admits again, but held: nothing charged");
+    h.advance(secs(210));
+    assert_eq!(h.outcome(&get("/")).await, "proceed");
+    assert!(!h.engine.top("trial", 1).unwrap()[0].limited, "the hold is over");
+    assert_eq!((h.counted("trial", "allowed"), h.counted("trial", "dry_run")), (3, 2));
 }
 
 /// `when_rate_above` with a timeout and `shadow-ban`: 10/s against 5/s is shadow-banned with its
@@ -244,4 +240,84 @@ async fn when_rate_above_mitigates_by_the_measured_rate_for_the_timeout() {
     assert_eq!(h.remaining("fast", "192.0.2.1").await, 1000 - admitted, "mitigated requests charge nothing");
     h.clock.set(banned_at + 10 * SEC);
     assert_eq!(h.outcome(&get("/")).await, "proceed");
+}
+
+/// Without a timeout, a key is held while a request of cost 1 would be refused: a bucket-family
+/// rule refusing a request of cost 2 holds the key's other requests for one unit's wait (20 s),
+/// not the two units that request waits for; a window refusing a cost that does not fit while a
+/// unit is left holds nothing. A rule whose `mitigation.match` is its `match` holds nothing
+/// either: its limit says when its key is over, and no request pays a lookup.
+#[tokio::test]
+async fn without_a_timeout_a_key_is_held_while_a_request_of_cost_1_is_over() {
+    let rules = |algorithm: &str| {
+        format!(
+            "[[rules]]\nname = \"upload\"\nlimit = \"3/1m\"\nalgorithm = \"{algorithm}\"\nkey = [\"client_ip\"]\n\
+             cost_header = \"x-cost\"\nmatch = {{ path = \"/upload\" }}\n[rules.mitigation]\nmatch = {{}}\n"
+        )
+    };
+    let upload = |cost: &str| post("/upload").header("x-cost", cost);
+    let h = harness(&rules("gcra"));
+    assert_eq!(h.outcomes(&upload("3"), 1).await, ["proceed"]);
+    assert_eq!(rejected(&h, &upload("2")).await.decision.retry_after_ns, 40 * SEC);
+    assert_eq!(rejected(&h, &get("/")).await.decision.retry_after_ns, 20 * SEC, "over until one unit is back");
+    h.advance(secs(20));
+    assert_eq!(h.outcome(&get("/")).await, "proceed");
+    assert_eq!(rejected(&h, &upload("2")).await.decision.retry_after_ns, 20 * SEC, "still over for 2");
+    assert_eq!(h.outcome(&get("/")).await, "proceed", "a unit is left: not over");
+
+    let h = harness(&rules("fixed-window"));
+    assert_eq!(h.outcomes(&upload("2"), 2).await, ["proceed", "429:upload"]);
+    assert_eq!(h.outcome(&get("/")).await, "proceed", "a unit is left: not over");
+    assert_eq!(h.outcomes(&upload("1"), 2).await, ["proceed", "429:upload"]);
+    assert_eq!(rejected(&h, &get("/")).await.decision.retry_after_ns, 60 * SEC, "over until the window ends");
+
+    let h = harness("[[rules]]\nname = \"plain\"\nlimit = \"1/1m\"\nkey = [\"client_ip\"]\n");
+    assert_eq!(h.outcomes(&get("/"), 2).await, ["proceed", "429:plain"]);
+    assert_eq!(h.series("tollgate_blocked_keys"), 0, "nothing held: the limit decides every request it mitigates");
+}
+
+/// Without a timeout, the requests a rule counts are decided by its limit, not by the hold: a
+/// login refused while two others were in flight passes once their successes are refunded.
+#[tokio::test]
+async fn without_a_timeout_the_limit_decides_the_requests_it_counts() {
+    let h = harness(
+        "[[rules]]\nname = \"login\"\nlimit = \"2/1m\"\nalgorithm = \"fixed-window\"\nkey = [\"client_ip\"]\n\
+         count_status = [401]\nmatch = { method = \"POST\", path = \"/login\" }\n[rules.mitigation]\nmatch = {}\n",
+    );
+    let in_flight = [h.proceed(&post("/login")).await, h.proceed(&post("/login")).await];
+    assert_eq!(h.outcome(&post("/login")).await, "429:login");
+    assert_eq!(h.outcome(&get("/")).await, "429:login", "over: held");
+    for proceed in in_flight {
+        h.engine.complete(proceed.pending, 200).await;
+    }
+    assert_eq!(h.outcome(&post("/login")).await, "proceed", "refunded: the limit admits it");
+}
+
+/// A dry-run rule over its `when_rate_above` holds the key for its `timeout`, as enforced it
+/// would: reported limited and counted `dry_run` meanwhile, each request once, charging nothing.
+#[tokio::test]
+async fn a_dry_run_rule_over_its_rate_reports_the_timeout_it_would_hold() {
+    let h = harness(
+        "[[rules]]\nname = \"fast\"\nlimit = \"1000/1m\"\nalgorithm = \"fixed-window\"\nkey = [\"client_ip\"]\n\
+         rate_half_life = \"1s\"\nwhen_rate_above = \"5/s\"\n[rules.mitigation]\naction = \"dry-run\"\ntimeout = \"10s\"\n",
+    );
+    let mut sent = 0;
+    let flagged_at = loop {
+        assert_eq!(h.outcome(&get("/")).await, "proceed");
+        sent += 1;
+        if h.counted("fast", "dry_run") == 1 {
+            break h.clock.now_ns();
+        }
+        assert!(sent < 20, "10/s never went over 5/s");
+        h.advance(support::ms(100));
+    };
+    h.advance(secs(3));
+    assert!(h.engine.top("fast", 1).unwrap()[0].rate_per_s < 5.0, "the rate fell back below the threshold");
+    assert_eq!(h.outcome(&get("/")).await, "proceed");
+    assert!(h.engine.top("fast", 1).unwrap()[0].limited, "enforced, the key would be held");
+    assert_eq!((h.counted("fast", "allowed"), h.counted("fast", "dry_run")), (sent - 1, 2));
+    assert_eq!(h.remaining("fast", "192.0.2.1").await, 1000 - sent, "the held request charged nothing");
+    h.clock.set(flagged_at + 10 * SEC);
+    assert_eq!(h.outcome(&get("/")).await, "proceed");
+    assert_eq!((h.counted("fast", "allowed"), h.counted("fast", "dry_run")), (sent, 2));
 }
