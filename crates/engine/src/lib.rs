@@ -37,6 +37,7 @@ pub mod metrics;
 mod mitigation;
 pub mod rates;
 pub mod reload;
+pub mod render;
 mod sharded;
 
 use std::future::Future;

@@ -19,7 +19,7 @@ use std::sync::RwLock;
 use std::time::Duration;
 
 use tollgate_core::Decision;
-use tollgate_engine::{Ask, Engine, Frontend};
+use tollgate_engine::{Ask, Engine, Frontend, render};
 use tollgate_envoy::{Config, Matched, RateLimit, Tuning, Unit};
 use tollgate_rls::RateLimitServiceServer;
 use tollgate_rls::envoy::config::core::v3::HeaderValue;
@@ -103,9 +103,9 @@ fn status(code: Code, shown: Option<&Shown>, decision: Option<&Decision>) -> Des
         code: code.into(),
         current_limit: shown.map(Shown::current),
         limit_remaining: decision.map_or(0, |d| u32::try_from(d.remaining).unwrap_or(u32::MAX)),
-        duration_until_reset: decision.map(|d| prost_types::Duration {
-            seconds: i64::try_from(d.reset_after_ns / 1_000_000_000).unwrap_or(i64::MAX),
-            nanos: i32::try_from(d.reset_after_ns % 1_000_000_000).unwrap_or(0),
+        duration_until_reset: decision.map(|d| {
+            let (seconds, nanos) = render::rls_duration(d.reset_after_ns);
+            prost_types::Duration { seconds, nanos }
         }),
     }
 }
@@ -270,18 +270,14 @@ fn response_headers(statuses: &[DescriptorStatus]) -> Vec<HeaderValue> {
     else {
         return Vec::new();
     };
-    let reset = status.duration_until_reset.as_ref().map_or(0, |d| {
-        let seconds = u64::try_from(d.seconds).unwrap_or(0);
-        if d.nanos > 0 { seconds + 1 } else { seconds }
+    let reset_ns = status.duration_until_reset.as_ref().map_or(0, |d| {
+        let (seconds, nanos) = (u64::try_from(d.seconds).unwrap_or(0), u64::try_from(d.nanos).unwrap_or(0));
+        seconds.saturating_mul(1_000_000_000).saturating_add(nanos)
     });
-    [
-        ("RateLimit-Limit", limit.requests_per_unit.to_string()),
-        ("RateLimit-Remaining", status.limit_remaining.to_string()),
-        ("RateLimit-Reset", reset.to_string()),
-    ]
-    .into_iter()
-    .map(|(key, value)| HeaderValue { key: key.into(), value })
-    .collect()
+    render::envoy_headers(limit.requests_per_unit, status.limit_remaining, reset_ns)
+        .into_iter()
+        .map(|(key, value)| HeaderValue { key: key.into(), value })
+        .collect()
 }
 
 /// Serves the rate-limit service (and `grpc.health.v1.Health`, SERVING) on `listener` until

@@ -129,7 +129,7 @@ pub fn headers(decision: &Decision, limit: &Limit, policy: &str) -> HeaderMap {
     let mut headers = HeaderMap::new();
     tollgate_tower::response::rate_limit_fields(&mut headers, policy, limit, decision, false);
     if !decision.allowed {
-        headers.insert(header::RETRY_AFTER, HeaderValue::from(decision.retry_after_ns.div_ceil(1_000_000_000).max(1)));
+        headers.insert(header::RETRY_AFTER, HeaderValue::from(tollgate_engine::render::retry_after_seconds(decision)));
     }
     headers
 }

@@ -94,7 +94,3 @@ fn at_least(n: i64, name: &str, min: i64) -> Result<u64, String> {
     u64::try_from(n).map_err(|_| format!("ERR {name} must be >= {min}, got {n}"))
 }
 
-/// `ns` in whole `unit`s, rounded up.
-fn ceil_units(ns: u64, unit: u64) -> i64 {
-    i64::try_from(ns.div_ceil(unit)).unwrap_or(i64::MAX)
-}

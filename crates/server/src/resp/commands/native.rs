@@ -8,10 +8,8 @@ use tollgate_core::{Algorithm, Decision, Limit};
 use tollgate_engine::{EngineError, Frontend, Source};
 
 use super::options::{self, Opt, Syntax};
-use super::{ceil_units, integer_arg, reply, text};
+use super::{integer_arg, reply, text};
 use crate::app::App;
-
-const MS: u64 = 1_000_000;
 
 /// `key algorithm count period_ms [options]` under `syntax`: the key, the limit and the cost (1
 /// unless given).
@@ -34,16 +32,7 @@ fn parse<'a>(syntax: &Syntax, args: &[&'a [u8]]) -> Result<(&'a [u8], Limit, u64
 }
 
 fn render(out: &mut BytesMut, d: &Decision) {
-    reply::integers(
-        out,
-        &[
-            i64::from(d.allowed),
-            i64::try_from(d.limit).unwrap_or(i64::MAX),
-            i64::try_from(d.remaining).unwrap_or(i64::MAX),
-            ceil_units(d.retry_after_ns, MS),
-            ceil_units(d.reset_after_ns, MS),
-        ],
-    );
+    reply::integers(out, &tollgate_engine::render::check_reply(d));
 }
 
 /// `TG.CHECK` (or `TG.PEEK` when `peek`).

@@ -12,13 +12,12 @@ use std::time::Duration;
 use bytes::BytesMut;
 use tollgate_core::Limit;
 
-use super::{at_least, ceil_units, integer, reply};
-use tollgate_engine::Source;
+use super::{at_least, integer, reply};
+use tollgate_engine::{Source, render};
 
 use crate::app::App;
 
 const USAGE: &str = "ERR Usage: CL.THROTTLE <key> <max_burst> <count per period> <period> [<quantity>]";
-const SEC: u64 = 1_000_000_000;
 
 pub(super) async fn run(app: &App, args: &[&[u8]], out: &mut BytesMut) {
     match throttle(app, args).await {
@@ -42,17 +41,14 @@ async fn throttle(app: &App, args: &[&[u8]]) -> Result<[i64; 5], String> {
     let burst = max_burst.checked_add(1).ok_or("ERR max_burst is too large")?;
     let limit =
         Limit::builder(per_period, Duration::from_secs(period)).burst(burst).build().map_err(|e| format!("ERR {e}"))?;
-    let capacity = i64::try_from(burst).unwrap_or(i64::MAX);
     if quantity > burst {
-        // redis-cell's answer for a request that can never pass: limited, nothing consumed.
+        // redis-cell's answer for a request that can never pass: limited (a peek is allowed, with
+        // retry_after -1), nothing consumed.
         let peek = app.engine.check_adhoc(Source::Throttle, key, &limit, 0).await.map_err(|e| format!("ERR {e}"))?;
-        return Ok([1, capacity, remaining(peek.remaining), -1, ceil_units(peek.reset_after_ns, SEC)]);
+        let mut reply = render::throttle_reply(&peek, burst);
+        reply[0] = 1;
+        return Ok(reply);
     }
     let d = app.engine.check_adhoc(Source::Throttle, key, &limit, quantity).await.map_err(|e| format!("ERR {e}"))?;
-    let retry = if d.allowed { -1 } else { ceil_units(d.retry_after_ns, SEC) };
-    Ok([i64::from(!d.allowed), capacity, remaining(d.remaining), retry, ceil_units(d.reset_after_ns, SEC)])
-}
-
-fn remaining(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
+    Ok(render::throttle_reply(&d, burst))
 }
