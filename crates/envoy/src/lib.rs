@@ -86,7 +86,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 pub use error::ConfigError;
-pub use limit::{RateLimit, Tuning, Unit, limit_for};
+pub use limit::{DEFAULT_ALGORITHM, RateLimit, Unit, limit_for};
 
 /// The largest configuration file read, in bytes.
 pub const MAX_FILE_BYTES: u64 = 16 << 20;

@@ -5,9 +5,7 @@
 //! on the same epoch, so the default algorithm starts and ends every window at the same second.
 //! The tollgate extensions `algorithm`, `burst` and `slices` inside `rate_limit` choose another.
 
-use std::time::Duration;
-
-use tollgate_core::{Algorithm, Limit, MAX_PERIOD_NS};
+use tollgate_core::{Algorithm, Limit, LimitSpec, MAX_PERIOD_NS};
 
 tollgate_core::words! {
     /// The unit of a `rate_limit`, with envoyproxy/ratelimit's lengths (a month is 30 days, a year
@@ -77,42 +75,31 @@ impl Unit {
     }
 }
 
-/// How a limit is decided: the tollgate algorithm and its parameters. The default is what
-/// envoyproxy/ratelimit does, a fixed window.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Tuning {
-    /// Which algorithm (default fixed-window).
-    pub algorithm: Algorithm,
-    /// The bucket family's burst (default: `requests_per_unit`).
-    pub burst: Option<u64>,
-    /// The sub-window counter's slices (default: tollgate's).
-    pub slices: Option<u64>,
-}
-
-impl Default for Tuning {
-    fn default() -> Tuning {
-        Tuning { algorithm: Algorithm::FixedWindow, burst: None, slices: None }
-    }
-}
+/// The algorithm of a `rate_limit` that names none: envoyproxy/ratelimit's fixed window.
+pub const DEFAULT_ALGORITHM: Algorithm = Algorithm::FixedWindow;
 
 /// The tollgate limit for `requests_per_unit` per `unit`: `None` when `requests_per_unit` is 0
 /// (every request is over the limit, as envoyproxy/ratelimit answers it). Errors are tollgate's
 /// bounds: a year (365 days) is longer than any tollgate period (50 days); a second holds at
 /// most 10^9 requests (one per nanosecond); a sliding log at most 100,000; a burst or slices
 /// where the algorithm takes none.
-pub fn limit_for(requests_per_unit: u32, unit: Unit, tuning: &Tuning) -> Result<Option<Limit>, tollgate_core::Error> {
+///
+/// `tuning` is the `rate_limit`'s tollgate extensions, a [`LimitSpec`] without its `limit` (the
+/// unit and `requests_per_unit` give it); its algorithm defaults to [`DEFAULT_ALGORITHM`].
+pub fn limit_for(
+    requests_per_unit: u32,
+    unit: Unit,
+    tuning: &LimitSpec,
+) -> Result<Option<Limit>, tollgate_core::Error> {
     if requests_per_unit == 0 {
         return Ok(None);
     }
-    let mut builder =
-        Limit::builder(u64::from(requests_per_unit), Duration::from_secs(unit.seconds())).algorithm(tuning.algorithm);
-    if let Some(burst) = tuning.burst {
-        builder = builder.burst(burst);
-    }
-    if let Some(slices) = tuning.slices {
-        builder = builder.slices(slices);
-    }
-    builder.build().map(Some)
+    let spec = LimitSpec {
+        algorithm: Some(tuning.algorithm.unwrap_or(DEFAULT_ALGORITHM)),
+        limit: Some(format!("{requests_per_unit}/{}s", unit.seconds())),
+        ..tuning.clone()
+    };
+    spec.build().map(Some)
 }
 
 /// Whether `unit` is longer than tollgate keeps state for (only [`Unit::Year`]).
@@ -154,7 +141,7 @@ impl RateLimit {
     pub fn from_override(
         requests_per_unit: u32,
         unit: Unit,
-        tuning: &Tuning,
+        tuning: &LimitSpec,
     ) -> Result<RateLimit, tollgate_core::Error> {
         Ok(RateLimit {
             name: None,
@@ -201,16 +188,16 @@ mod tests {
 
     #[test]
     fn default_is_an_epoch_aligned_fixed_window_of_the_unit() {
-        let limit = limit_for(5, Unit::Day, &Tuning::default()).unwrap().unwrap();
+        let limit = limit_for(5, Unit::Day, &LimitSpec::default()).unwrap().unwrap();
         assert_eq!(limit.algorithm(), Algorithm::FixedWindow);
         assert_eq!(limit.count(), 5);
         assert_eq!(limit.period_ns(), 86_400_000_000_000);
-        assert_eq!(limit_for(0, Unit::Second, &Tuning::default()), Ok(None));
-        assert!(limit_for(1, Unit::Year, &Tuning::default()).is_err());
+        assert_eq!(limit_for(0, Unit::Second, &LimitSpec::default()), Ok(None));
+        assert!(limit_for(1, Unit::Year, &LimitSpec::default()).is_err());
         assert!(too_long(Unit::Year) && !too_long(Unit::Month));
-        let gcra = Tuning { algorithm: Algorithm::Gcra, burst: Some(20), slices: None };
+        let gcra = LimitSpec { algorithm: Some(Algorithm::Gcra), burst: Some(20), ..LimitSpec::default() };
         assert_eq!(limit_for(10, Unit::Second, &gcra).unwrap().unwrap().burst(), 20);
-        let bad = Tuning { burst: Some(2), ..Tuning::default() };
+        let bad = LimitSpec { burst: Some(2), ..LimitSpec::default() };
         assert!(limit_for(10, Unit::Second, &bad).is_err());
     }
 }

@@ -12,9 +12,10 @@ use serde_json::Value;
 use smallvec::SmallVec;
 
 use crate::error::{ConfigError, segment};
-use crate::limit::{RateLimit, Tuning, Unit, limit_for, too_long};
+use crate::limit::{RateLimit, Unit, limit_for, too_long};
 use crate::yaml::{RawDescriptor, RawRateLimit};
 use crate::{MAX_DEPTH, MAX_DESCRIPTORS, MAX_REPLACES, MAX_TEXT_BYTES, MAX_WILDCARDS};
+use tollgate_core::LimitSpec;
 
 /// A descriptor node: its limit, its flags and its children by key.
 #[derive(Debug, Default)]
@@ -235,9 +236,10 @@ impl<'o> Builder<'o> {
             )));
         };
         rate_limit.unit = unit;
-        let mut tuning = Tuning { burst: raw.burst, slices: raw.slices, ..Tuning::default() };
+        let mut tuning = LimitSpec { burst: raw.burst, slices: raw.slices, ..LimitSpec::default() };
         if let Some(algorithm) = &raw.algorithm {
-            tuning.algorithm = algorithm.parse().map_err(|e| self.error(format!("rate_limit.algorithm: {e}")))?;
+            let algorithm = algorithm.parse().map_err(|e| self.error(format!("rate_limit.algorithm: {e}")))?;
+            tuning.algorithm = Some(algorithm);
         }
         if requests_per_unit == 0 && (raw.burst.is_some() || raw.slices.is_some()) {
             return Err(self.error(

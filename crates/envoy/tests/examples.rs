@@ -4,7 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use tollgate_core::Algorithm;
-use tollgate_envoy::{Config, Matched, RateLimit, Tuning, Unit};
+use tollgate_core::LimitSpec;
+use tollgate_envoy::{Config, Matched, RateLimit, Unit};
 
 fn data(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name)
@@ -124,7 +125,7 @@ fn replaces_drops_the_named_limit_for_that_request_only() {
     assert_eq!(rates(&[red, blue]), [None, Some(10)]);
     assert_eq!(rates(&[blue, red]), [Some(10), None]);
     // An override of the replacing descriptor takes its place: its `replaces` no longer counts.
-    let over = RateLimit::from_override(7, Unit::Minute, &Tuning::default()).unwrap();
+    let over = RateLimit::from_override(7, Unit::Minute, &LimitSpec::default()).unwrap();
     let with_override = c.limits_for_request("teams", &[red, blue], &[None, Some(&over)]);
     let got: Vec<_> = with_override.iter().map(|m| m.as_ref().map(|m| m.limit.requests_per_unit)).collect();
     assert_eq!(got, [Some(5), Some(7)]);

@@ -19,8 +19,9 @@ use std::sync::RwLock;
 use std::time::Duration;
 
 use tollgate_core::Decision;
+use tollgate_core::LimitSpec;
 use tollgate_engine::{Ask, Engine, Frontend, render};
-use tollgate_envoy::{Config, Matched, RateLimit, Tuning, Unit};
+use tollgate_envoy::{Config, Matched, RateLimit, Unit};
 use tollgate_rls::RateLimitServiceServer;
 use tollgate_rls::envoy::config::core::v3::HeaderValue;
 use tollgate_rls::envoy::service::ratelimit::v3::rate_limit_response::{
@@ -150,7 +151,7 @@ impl tollgate_rls::RateLimitService for RateLimitService {
                 let Some(o) = &d.limit else { return Ok(None) };
                 let unit = Unit::from_proto(o.unit)
                     .ok_or_else(|| Status::invalid_argument(format!("limit override: unknown unit {}", o.unit)))?;
-                RateLimit::from_override(o.requests_per_unit, unit, &Tuning::default())
+                RateLimit::from_override(o.requests_per_unit, unit, &LimitSpec::default())
                     .map(Some)
                     .map_err(|e| Status::invalid_argument(format!("limit override: {e}")))
             })
