@@ -93,4 +93,3 @@ fn at_least(n: i64, name: &str, min: i64) -> Result<u64, String> {
     }
     u64::try_from(n).map_err(|_| format!("ERR {name} must be >= {min}, got {n}"))
 }
-
