@@ -18,7 +18,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 use support::{Tollgate, repo};
-use tollgate_store::testkit::redis_server::{RedisCluster, RedisServer};
+use tollgate_store::testkit::redis_server::RedisServer;
+use tollgate_store::testkit::redis_topology::RedisCluster;
 
 /// What the client and the bootstrap check import.
 const MODULES: &str = "import grpc, grpc_health.v1.health_pb2, envoy.service.ratelimit.v3.rls_pb2";

@@ -3,7 +3,6 @@
 //! refused, for the script.
 
 use crate::algorithms::{self, Algorithm, Params};
-use crate::ffi::{Call, Read};
 use crate::layout::*;
 use crate::sliding_log::{self, List, Stop};
 use crate::time::{BadState, Now};
@@ -12,6 +11,42 @@ use crate::time::{BadState, Now};
 /// tolerance (`burst · T`) and a cost; none may exceed 2^63, so that every product of two fits
 /// the `i128` the algorithms compute in.
 const MAX_VALUE: i128 = 1 << 63;
+
+/// What the command sees of Redis (the module's FFI gives it): its arguments, the key's value,
+/// the writes, the reply.
+pub(crate) trait Host {
+    /// Argument `i` (0: the command's name).
+    fn arg(&self, i: usize) -> &[u8];
+    /// How many arguments.
+    fn argc(&self) -> usize;
+    /// `GET` of the key (argument 1).
+    fn get(&self) -> Read;
+    /// `LLEN` of the key (`None`: Redis's error, answered).
+    fn llen(&self) -> Option<i64>;
+    /// `LINDEX` of the key (`Some(None)`: out of range; `None`: Redis's error, answered).
+    fn lindex(&self, index: i64) -> Option<Option<Vec<u8>>>;
+    /// A write to the key's list, replicated as such; false if Redis refused it (its error
+    /// answered).
+    fn write_list(&self, write: &crate::sliding_log::Write) -> bool;
+    /// The key set to `value` for `px_ms`, replicated as `SET key value PX ms`.
+    fn set(&self, value: &str, px_ms: i64) -> bool;
+    /// Replies with an array of integers.
+    fn reply_integers(&self, values: &[i64]);
+    /// Replies with an error.
+    fn reply_error(&self, message: &str);
+}
+
+/// A value read from the key.
+pub(crate) enum Read {
+    /// No key.
+    Missing,
+    /// Its bytes.
+    Value(Vec<u8>),
+    /// An error Redis answered (a key of another type): already given as the reply.
+    Answered,
+    /// An integer.
+    Integer(i64),
+}
 
 /// A parsed call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,7 +105,7 @@ pub(crate) fn parse(argv: &[&[u8]]) -> Result<Parsed, String> {
     Ok(Parsed { algorithm, params, now })
 }
 
-pub(crate) fn check(call: &Call) {
+pub(crate) fn check(call: &impl Host) {
     match decide(call) {
         Ok(Some(reply)) => call.reply_integers(&reply),
         Ok(None) => {}
@@ -79,7 +114,7 @@ pub(crate) fn check(call: &Call) {
 }
 
 /// The reply, `None` when Redis's own error was answered already.
-fn decide(call: &Call) -> Result<Option<[i64; 9]>, String> {
+fn decide(call: &impl Host) -> Result<Option<[i64; 9]>, String> {
     let argv: Vec<&[u8]> = (2..call.argc()).map(|i| call.arg(i)).collect();
     let Parsed { algorithm, params, now } = parse(&argv)?;
     let now = match now {
@@ -122,9 +157,9 @@ fn decide(call: &Call) -> Result<Option<[i64; 9]>, String> {
 }
 
 /// The key's list, through the call.
-struct CallList<'a>(&'a Call);
+struct CallList<'a, H>(&'a H);
 
-impl List for CallList<'_> {
+impl<H: Host> List for CallList<'_, H> {
     fn length(&mut self) -> Result<i128, Stop> {
         self.0.llen().map(i128::from).ok_or(Stop::Answered)
     }

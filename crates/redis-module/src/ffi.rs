@@ -6,7 +6,7 @@
 use std::ffi::{CStr, c_char, c_int, c_longlong, c_void};
 use std::sync::OnceLock;
 
-use crate::command;
+use crate::command::{self, Host, Read};
 
 /// `REDISMODULE_OK` / `REDISMODULE_ERR`.
 const OK: c_int = 0;
@@ -129,66 +129,10 @@ pub(crate) struct Call {
     api: &'static Api,
 }
 
-/// A value read from the key.
-pub(crate) enum Read {
-    /// No key.
-    Missing,
-    /// Its bytes.
-    Value(Vec<u8>),
-    /// An error Redis answered (a key of another type): already given as the reply.
-    Answered,
-    /// An integer.
-    Integer(i64),
-}
-
 impl Call {
-    /// Argument `i` (0: the command's name).
-    pub(crate) fn arg(&self, i: usize) -> &[u8] {
-        if i >= self.argc {
-            return &[];
-        }
-        let mut len = 0;
-        // SAFETY: `argv` holds `argc` strings that live for the command's call.
-        unsafe {
-            let pointer = (self.api.string_ptr_len)(*self.argv.add(i), &raw mut len);
-            std::slice::from_raw_parts(pointer.cast::<u8>(), len)
-        }
-    }
-
-    pub(crate) fn argc(&self) -> usize {
-        self.argc
-    }
-
-    /// `GET` of the key (argument 1).
-    pub(crate) fn get(&self) -> Read {
-        // SAFETY: the key argument opened for reading, read while open (the bytes copied), closed.
-        unsafe {
-            let key = (self.api.open_key)(self.ctx, self.key(), READ);
-            if key.is_null() {
-                return Read::Missing;
-            }
-            let read = match (self.api.key_type)(key) {
-                KEYTYPE_EMPTY => Read::Missing,
-                KEYTYPE_STRING => {
-                    let mut len = 0;
-                    let pointer = (self.api.string_dma)(key, &raw mut len, READ);
-                    if pointer.is_null() {
-                        Read::Missing
-                    } else {
-                        Read::Value(std::slice::from_raw_parts(pointer.cast::<u8>(), len).to_vec())
-                    }
-                }
-                _ => {
-                    (self.api.reply_with_error)(
-                        self.ctx,
-                        c"WRONGTYPE Operation against a key holding the wrong kind of value".as_ptr(),
-                    );
-                    Read::Answered
-                }
-            };
-            (self.api.close_key)(key);
-            read
-        }
+    fn key(&self) -> *mut RString {
+        // SAFETY: the command has at least its key (its arity is checked before any call).
+        unsafe { *self.argv.add(1) }
     }
 
     /// A reply read: Redis's error answered as the command's reply, `None` then.
@@ -220,9 +164,60 @@ impl Call {
             read
         }
     }
+}
+
+impl Host for Call {
+    /// Argument `i` (0: the command's name).
+    fn arg(&self, i: usize) -> &[u8] {
+        if i >= self.argc {
+            return &[];
+        }
+        let mut len = 0;
+        // SAFETY: `argv` holds `argc` strings that live for the command's call.
+        unsafe {
+            let pointer = (self.api.string_ptr_len)(*self.argv.add(i), &raw mut len);
+            std::slice::from_raw_parts(pointer.cast::<u8>(), len)
+        }
+    }
+
+    fn argc(&self) -> usize {
+        self.argc
+    }
+
+    /// `GET` of the key (argument 1).
+    fn get(&self) -> Read {
+        // SAFETY: the key argument opened for reading, read while open (the bytes copied), closed.
+        unsafe {
+            let key = (self.api.open_key)(self.ctx, self.key(), READ);
+            if key.is_null() {
+                return Read::Missing;
+            }
+            let read = match (self.api.key_type)(key) {
+                KEYTYPE_EMPTY => Read::Missing,
+                KEYTYPE_STRING => {
+                    let mut len = 0;
+                    let pointer = (self.api.string_dma)(key, &raw mut len, READ);
+                    if pointer.is_null() {
+                        Read::Missing
+                    } else {
+                        Read::Value(std::slice::from_raw_parts(pointer.cast::<u8>(), len).to_vec())
+                    }
+                }
+                _ => {
+                    (self.api.reply_with_error)(
+                        self.ctx,
+                        c"WRONGTYPE Operation against a key holding the wrong kind of value".as_ptr(),
+                    );
+                    Read::Answered
+                }
+            };
+            (self.api.close_key)(key);
+            read
+        }
+    }
 
     /// `LLEN` of the key.
-    pub(crate) fn llen(&self) -> Option<i64> {
+    fn llen(&self) -> Option<i64> {
         // SAFETY: format "s": the key argument.
         let reply = unsafe { (self.api.call)(self.ctx, c"LLEN".as_ptr(), c"s".as_ptr(), *self.argv.add(1)) };
         // SAFETY: the reply just returned.
@@ -233,7 +228,7 @@ impl Call {
     }
 
     /// `LINDEX` of the key (`Some(None)`: out of range; `None`: Redis's error, answered).
-    pub(crate) fn lindex(&self, index: i64) -> Option<Option<Vec<u8>>> {
+    fn lindex(&self, index: i64) -> Option<Option<Vec<u8>>> {
         // SAFETY: format "sl": the key argument, a long long.
         let reply = unsafe {
             (self.api.call)(self.ctx, c"LINDEX".as_ptr(), c"sl".as_ptr(), *self.argv.add(1), c_longlong::from(index))
@@ -247,7 +242,7 @@ impl Call {
 
     /// A write to the key's list, replicated as such: `DEL`, `RPUSH value`, `LSET index value`,
     /// `LTRIM start -1`, `PEXPIRE ms`. False if Redis refused it (its error answered).
-    pub(crate) fn write_list(&self, write: &crate::sliding_log::Write) -> bool {
+    fn write_list(&self, write: &crate::sliding_log::Write) -> bool {
         use crate::sliding_log::Write;
         let key = self.key();
         // SAFETY: each format names its arguments: "!" replicate, "s" the key argument, "b" a
@@ -289,14 +284,9 @@ impl Call {
         unsafe { self.read(reply) }.is_some()
     }
 
-    fn key(&self) -> *mut RString {
-        // SAFETY: the command has at least its key (its arity is checked before any call).
-        unsafe { *self.argv.add(1) }
-    }
-
     /// The key set to `value` for `px_ms` (the key API: no command to run), replicated as
     /// `SET key value PX ms` (the module's own reading of the clock is not).
-    pub(crate) fn set(&self, value: &str, px_ms: i64) -> bool {
+    fn set(&self, value: &str, px_ms: i64) -> bool {
         // SAFETY: the key argument opened for writing, a string created for the value and freed
         // after the key holds its copy, the key closed; then the effect replicated, format "sbcl":
         // the key argument, a buffer and its length, a C string, a long long.
@@ -325,7 +315,7 @@ impl Call {
         }
     }
 
-    pub(crate) fn reply_integers(&self, values: &[i64]) {
+    fn reply_integers(&self, values: &[i64]) {
         // SAFETY: an array header of `values.len()` elements, then as many integers.
         unsafe {
             (self.api.reply_with_array)(self.ctx, std::ffi::c_long::try_from(values.len()).unwrap_or(0));
@@ -335,7 +325,7 @@ impl Call {
         }
     }
 
-    pub(crate) fn reply_error(&self, message: &str) {
+    fn reply_error(&self, message: &str) {
         let message = std::ffi::CString::new(message.replace('\0', " ")).unwrap_or_default();
         // SAFETY: a NUL-terminated message, copied by Redis.
         unsafe {

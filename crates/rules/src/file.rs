@@ -95,9 +95,25 @@ fn hint(error: &toml::de::Error, text: &str) -> &'static str {
     }
 }
 
+impl Rules {
+    /// Loads a rules file.
+    pub fn load(path: &Path) -> Result<Rules, RulesError> {
+        let origin = path.display().to_string();
+        let text =
+            std::fs::read_to_string(path).map_err(|e| RulesError { origin: origin.clone(), what: e.to_string() })?;
+        parse(&text, &origin, path.parent().unwrap_or(Path::new("")))
+    }
+
+    /// Parses rules from TOML text; `origin` names it in errors. A relative `asn_db` is read from
+    /// the current directory.
+    pub fn parse(text: &str, origin: &str) -> Result<Rules, RulesError> {
+        parse(text, origin, Path::new(""))
+    }
+}
+
 /// Parses and validates rules from TOML text (`origin` names it in errors), reading a relative
 /// `asn_db` from `dir`.
-pub(crate) fn parse(text: &str, origin: &str, dir: &Path) -> Result<Rules, RulesError> {
+fn parse(text: &str, origin: &str, dir: &Path) -> Result<Rules, RulesError> {
     let fail = |what: String| RulesError { origin: origin.to_string(), what };
     let file: File = toml::from_str(text).map_err(|e| fail(with_hint(&e, text)))?;
     let trusted = file

@@ -31,7 +31,6 @@
 //! burst = 20
 //! ```
 
-use std::path::Path;
 use std::sync::Arc;
 
 use tollgate_core::Limit;
@@ -281,20 +280,6 @@ pub fn check_name(name: &str) -> Result<(), String> {
 }
 
 impl Rules {
-    /// Loads a rules file.
-    pub fn load(path: &Path) -> Result<Rules, RulesError> {
-        let origin = path.display().to_string();
-        let text =
-            std::fs::read_to_string(path).map_err(|e| RulesError { origin: origin.clone(), what: e.to_string() })?;
-        crate::file::parse(&text, &origin, path.parent().unwrap_or(Path::new("")))
-    }
-
-    /// Parses rules from TOML text; `origin` names it in errors. A relative `asn_db` is read from
-    /// the current directory.
-    pub fn parse(text: &str, origin: &str) -> Result<Rules, RulesError> {
-        crate::file::parse(text, origin, Path::new(""))
-    }
-
     /// The (lowercase) names of the headers the rules read, the forwarding header included:
     /// callers need not copy the others.
     #[must_use]

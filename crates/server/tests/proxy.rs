@@ -18,7 +18,7 @@ use tokio::net::TcpListener;
 use tollgate_rules::Rules;
 use tollgate_server::proxy::ProxyConfig;
 use tollgate_server::{Config, StoreConfig};
-use tollgate_store::testkit::redis_server::RedisCluster;
+use tollgate_store::testkit::redis_topology::RedisCluster;
 use tollgate_store::{Check, Limit, RedisOptions, RedisStore, Store};
 
 async fn upstream() -> (SocketAddr, Arc<AtomicU64>) {

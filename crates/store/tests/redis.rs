@@ -13,8 +13,9 @@ use tollgate_store::remote::{Charge, Origin, Remote};
 use tollgate_store::testkit::random::{Rng, random_limit};
 use tollgate_store::testkit::{
     self,
-    redis_server::{RedisCluster, RedisServer, ServerConfig},
+    redis_server::{RedisServer, ServerConfig},
     redis_topology::ClusterConfig,
+    redis_topology::RedisCluster,
 };
 use tollgate_store::{
     Algorithm, Check, Limit, ManualClock, MemoryStore, RedisOptions, RedisStore, Refund, Store, StoreError, TimeSource,

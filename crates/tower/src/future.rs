@@ -15,7 +15,7 @@ use http::Response;
 use pin_project_lite::pin_project;
 use tollgate_engine::Fields;
 
-use crate::layer::Options;
+use crate::options::Options;
 use crate::response;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;

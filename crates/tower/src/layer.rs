@@ -8,24 +8,8 @@ use tollgate_rules::Rules;
 use tollgate_store::Store;
 use tower_layer::Layer;
 
+use crate::options::Options;
 use crate::service::RateLimit;
-
-/// What the middleware writes besides decisions.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Options {
-    /// Also put the `RateLimit` fields on allowed responses.
-    pub headers_on_allowed: bool,
-    /// Also write the legacy `X-RateLimit-Limit/Remaining/Reset` headers.
-    pub legacy_headers: bool,
-    /// Pass requests a `route` rule mitigates to the inner service with a [`Quarantine`]
-    /// extension naming the upstream (`tollgate proxy` forwards them there). Off, they are
-    /// answered 429: an inner service that ignored the extension would serve them. Read when the
-    /// layer builds its engine ([`RateLimitLayer::with_options`]); an engine built elsewhere
-    /// routes as its builder said ([`EngineBuilder::routes`](tollgate_engine::EngineBuilder::routes)).
-    ///
-    /// [`Quarantine`]: crate::Quarantine
-    pub routes: bool,
-}
 
 /// Applies a policy engine to every request of the wrapped service. Cheap to clone.
 pub struct RateLimitLayer<S> {

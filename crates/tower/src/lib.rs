@@ -36,9 +36,11 @@
 
 pub mod future;
 pub mod layer;
+mod options;
 pub mod response;
 pub mod service;
 
-pub use layer::{Options, RateLimitLayer};
+pub use layer::RateLimitLayer;
+pub use options::Options;
 pub use service::{PeerAddr, Quarantine, RateLimit, TlsFingerprint};
 pub use tollgate_engine::Engine;

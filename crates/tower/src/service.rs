@@ -20,7 +20,7 @@ use tollgate_store::Store;
 use tower_service::Service;
 
 use crate::future::{self, ResponseFuture};
-use crate::layer::Options;
+use crate::options::Options;
 use crate::response;
 
 /// The peer address, for servers other than axum (which provides `ConnectInfo<SocketAddr>`):

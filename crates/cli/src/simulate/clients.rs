@@ -1,7 +1,14 @@
 //! Virtual clients on a virtual clock: arrival patterns, replay against one key, and the
 //! measurements the experiments report.
 
-use tollgate_core::{Limit, State};
+use tollgate_core::{Algorithm, Limit, State};
+
+/// One algorithm's run of TestOverGrant, kept for the table and the plot.
+pub(crate) struct Run {
+    pub(crate) algorithm: Algorithm,
+    pub(crate) start: u64,
+    pub(crate) outcomes: Vec<Outcome>,
+}
 
 /// One request of a run: when it arrived and whether it was admitted.
 #[derive(Debug, Clone, Copy)]

@@ -19,7 +19,7 @@ use std::path::Path;
 
 use tollgate_core::{Algorithm, Limit};
 
-use super::clients::{self, Outcome};
+use super::clients::{self, Outcome, Run};
 use super::plot;
 
 const MS: u64 = 1_000_000;
@@ -42,13 +42,6 @@ Sources (the articles tollgate's specification started from):
 [2] \"Rate Limiting Demystified - Part 2: Algorithms Deep Dive\", by Admin
 [3] \"Rate-limiting algorithms for defense: token bucket, sliding window, and GCRA\", author not named
 ";
-
-/// One algorithm's run of TestOverGrant, kept for the table and the plot.
-pub(crate) struct Run {
-    pub(crate) algorithm: Algorithm,
-    pub(crate) start: u64,
-    pub(crate) outcomes: Vec<Outcome>,
-}
 
 /// Prints every experiment; draws TestOverGrant into `plot_path` when given.
 pub(crate) fn run(plot_path: Option<&Path>) -> anyhow::Result<()> {

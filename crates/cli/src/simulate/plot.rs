@@ -12,7 +12,7 @@ use std::path::Path;
 use anyhow::Context;
 use plotters::prelude::*;
 
-use super::over_grant::Run;
+use super::clients::Run;
 
 const BIN_NS: u64 = 100_000_000;
 /// Where an empty bin is drawn: below 1 on the log axis, so "none" sits on the floor.

@@ -24,19 +24,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tollgate_core::{Decision, Limit, Snapshot, State};
 
+use super::merge::{Pending, compact};
 use crate::remote::Reply;
 use crate::table::{Shard, Slot, SlotTable};
 use crate::{Check, StoreError};
-
-/// A charge not yet confirmed by the remote.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Pending {
-    /// When it was admitted (remote's clock).
-    pub(crate) at: u64,
-    pub(crate) cost: u64,
-    /// Increasing per ledger: a reply confirms the charges up to the ones it carried.
-    pub(crate) seq: u64,
-}
 
 /// What the node knew of a key it owes nothing on, for a remote that may have lost it.
 #[derive(Debug, Clone, Copy)]
@@ -356,7 +347,7 @@ impl Ledger {
             });
             debt.limit = check.limit.clone();
             debt.charges.push(Pending { at: now, cost: check.cost, seq });
-            super::merge::compact(check.limit, &mut debt.charges);
+            compact(check.limit, &mut debt.charges);
             let after = entry.heap_bytes();
             shard.heap_bytes -= before;
             self.table.grew(shard, after, now, &fingerprints);

@@ -15,7 +15,15 @@
 
 use tollgate_core::{Algorithm, Limit};
 
-use super::ledger::Pending;
+/// A charge not yet confirmed by the remote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Pending {
+    /// When it was admitted (remote's clock).
+    pub(crate) at: u64,
+    pub(crate) cost: u64,
+    /// Increasing per ledger: a reply confirms the charges up to the ones it carried.
+    pub(crate) seq: u64,
+}
 
 /// Charges kept per key.
 pub(crate) const MAX_CHARGES: usize = 64;

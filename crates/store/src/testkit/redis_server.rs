@@ -283,8 +283,6 @@ impl Drop for RedisServer {
     }
 }
 
-pub use super::redis_topology::RedisCluster;
-
 /// The manual's smallest ACL for tollgate (the `ACL SETUSER tollgate …` line of docs/redis.md,
 /// word for word) for the user `user` with `password`, as a `redis.conf` line (`user …`); the
 /// tests that run with it (`redis_acl.rs`, `redis_sentinel.rs`) are the page's proof.
