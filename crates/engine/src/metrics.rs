@@ -233,11 +233,11 @@ impl Metrics {
             latency.clone(),
         );
         let blocked = Gauge::default();
-        registry.register("blocked_keys", "Keys under a mitigation timeout", blocked.clone());
+        registry.register("blocked_keys", "Keys a rule's mitigation holds (its timeout, or while over)", blocked.clone());
         let blocks_dropped = Counter::default();
         registry.register(
             "blocks_dropped",
-            "Keys whose mitigation timeout ended early to keep the table bounded",
+            "Keys whose mitigation hold ended early to keep the table bounded",
             blocks_dropped.clone(),
         );
         let adhoc_counters = std::array::from_fn(|_| std::array::from_fn(|_| std::array::from_fn(|_| OnceLock::new())));
