@@ -233,7 +233,11 @@ impl Metrics {
             latency.clone(),
         );
         let blocked = Gauge::default();
-        registry.register("blocked_keys", "Keys a rule's mitigation holds (its timeout, or while over)", blocked.clone());
+        registry.register(
+            "blocked_keys",
+            "Keys a rule's mitigation holds (its timeout, or while over)",
+            blocked.clone(),
+        );
         let blocks_dropped = Counter::default();
         registry.register(
             "blocks_dropped",
