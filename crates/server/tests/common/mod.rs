@@ -23,6 +23,18 @@ pub fn manual_config() -> Config {
     Config { clock: std::sync::Arc::new(ManualClock::new(T0)), ..Config::default() }
 }
 
+/// A listener on a free port from 20000 to 31999 (Linux hands out 32768 and up for port 0),
+/// starting at a place that depends on the process, so that two test binaries rarely meet.
+async fn below_ephemeral() -> TcpListener {
+    let start = 20_000 + u16::try_from(std::process::id() % 5_000).unwrap_or(0) * 2;
+    for port in (start..32_000).chain(20_000..start) {
+        if let Ok(listener) = TcpListener::bind(("127.0.0.1", port)).await {
+            return listener;
+        }
+    }
+    panic!("no free port from 20000 to 31999")
+}
+
 pub struct Server {
     pub resp: SocketAddr,
     pub http: SocketAddr,
@@ -42,10 +54,21 @@ impl Server {
         Self::starting(config, true).await
     }
 
+    /// On ports below the kernel's ephemeral range, which no `bind(:0)` of a test running beside
+    /// this one is handed once they close: for a test that checks a closed port stays closed.
+    pub async fn start_below_ephemeral(config: Config) -> Server {
+        let (resp, http) = (below_ephemeral().await, below_ephemeral().await);
+        Self::serving(config, resp, http, None)
+    }
+
     async fn starting(config: Config, with_grpc: bool) -> Server {
         let resp = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let grpc = if with_grpc { Some(TcpListener::bind("127.0.0.1:0").await.unwrap()) } else { None };
+        Self::serving(config, resp, http, grpc)
+    }
+
+    fn serving(config: Config, resp: TcpListener, http: TcpListener, grpc: Option<TcpListener>) -> Server {
         let (resp_addr, http_addr) = (resp.local_addr().unwrap(), http.local_addr().unwrap());
         let grpc_addr = grpc.as_ref().map(|g| g.local_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
