@@ -13,7 +13,7 @@ use crate::ip::{Cidr, ForwardingHeader, TrustedProxies};
 use crate::matcher::Match;
 use crate::rules::{
     Action, ActionKind, Characteristic, Cost, DEFAULT_IPV6_PREFIX, DEFAULT_RATE_HALF_LIFE_NS, FingerprintHeaders,
-    OnBadCost, OnError, OnMissing, Rule, Rules, RulesError, check_name,
+    OnBadCost, OnError, OnMissing, PathMatch, Rule, Rules, RulesError, check_name,
 };
 
 #[derive(Deserialize)]
@@ -52,6 +52,7 @@ struct RuleEntry {
     count_status: Option<Vec<u16>>,
     rate_half_life: Option<String>,
     when_rate_above: Option<String>,
+    path_match: Option<String>,
     #[serde(default, rename = "match")]
     matcher: Match,
     mitigation: Option<MitigationEntry>,
@@ -287,10 +288,17 @@ fn rule(entry: RuleEntry, ipv6_prefix: u8) -> Result<Rule, String> {
         return Err("max_delay applies to action delay only".into());
     }
     let timeout_ns = mitigation.timeout.as_deref().map_or(Ok(0), |t| duration(t, "timeout"))?;
-    let mitigation_matcher = mitigation.matcher.unwrap_or_else(|| entry.matcher.clone());
+    let path_match: PathMatch = word(entry.path_match)?;
+    // Patterns in the form the request's path is compared in (see `route`).
+    let fold = |matcher: Match| match path_match {
+        PathMatch::Routed => matcher.routed(),
+        PathMatch::Exact => matcher,
+    };
+    let mitigation_matcher = fold(mitigation.matcher.unwrap_or_else(|| entry.matcher.clone()));
     Ok(Rule {
         name: entry.name,
-        matcher: entry.matcher,
+        matcher: fold(entry.matcher),
+        path_match,
         key,
         limit,
         cost,
@@ -337,6 +345,7 @@ fn named_limit(name: &str, spec: &LimitSpec) -> Result<Rule, String> {
     Ok(Rule {
         name: name.to_string(),
         matcher: Match::default(),
+        path_match: PathMatch::default(),
         key: vec![Characteristic::Key],
         limit,
         cost: Cost::Fixed(1),

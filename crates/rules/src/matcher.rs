@@ -1,13 +1,18 @@
 //! Request matches: method, path (exact, prefix or glob), host, header present or equal. Every
-//! given condition must hold; an empty match matches everything. Paths are compared after
-//! normalisation (see `normalize`; the rules normalise the request's path once), hosts and
-//! methods in their canonical forms (see `canonical`: `method = "GET"` matches HEAD too).
+//! given condition must hold; an empty match matches everything. Paths are compared as the rule's
+//! `path_match` says: by default in the routing form (see `route`: the patterns folded when the
+//! rules load, the request's path in both its routing and literal forms, each without and with a
+//! trailing slash), or as spelled (`exact`, see `normalize`). Hosts and methods are compared in
+//! their canonical forms (see `canonical`: `method = "GET"` matches HEAD too).
 
 use serde::Deserialize;
 
 use crate::Request;
+use crate::route::{self, Pattern, RequestPath};
+use crate::rules::PathMatch;
 
-/// A request match, as written in the rules file.
+/// A request match, as written in the rules file (its path patterns then folded by
+/// [`routed`](Self::routed) unless its rule says `path_match = "exact"`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Match {
@@ -15,9 +20,9 @@ pub struct Match {
     pub method: Option<String>,
     /// HTTP method, case-insensitive, exactly (`GET` is not HEAD).
     pub method_exact: Option<String>,
-    /// The exact path.
+    /// The path (the whole path, not a prefix).
     pub path: Option<String>,
-    /// A path prefix.
+    /// A path prefix (of bytes: `/api` is a prefix of `/apix`, `/api/` is not).
     pub path_prefix: Option<String>,
     /// A path glob: `*` within one segment, `**` across segments, `?` one character.
     pub path_glob: Option<Glob>,
@@ -40,20 +45,59 @@ pub struct HeaderEquals {
 }
 
 impl Match {
-    /// Whether `request`, whose normalised path is `path`, satisfies every condition.
+    /// Whether `request`, whose path is `path`, satisfies every condition, its paths compared as
+    /// `mode` says.
     #[must_use]
-    pub fn matches(&self, request: &Request<'_>, path: &str) -> bool {
+    pub fn matches(&self, request: &Request<'_>, path: &RequestPath<'_>, mode: PathMatch) -> bool {
         self.method.as_ref().is_none_or(|m| crate::canonical::method_matches(m, request.method))
             && self.method_exact.as_ref().is_none_or(|m| m.eq_ignore_ascii_case(request.method))
-            && self.path.as_ref().is_none_or(|p| p == path)
-            && self.path_prefix.as_ref().is_none_or(|p| path.starts_with(p.as_str()))
-            && self.path_glob.as_ref().is_none_or(|g| g.matches(path))
             && self.host.as_ref().is_none_or(|h| crate::canonical::host(h).eq_ignore_ascii_case(request.host))
             && self.header.as_ref().is_none_or(|h| request.headers_named(h).next().is_some())
             && self
                 .header_equals
                 .as_ref()
                 .is_none_or(|h| request.headers_named(&h.name).any(|v| v == h.value.as_bytes()))
+            && self.path_matches(path, mode)
+    }
+
+    /// Whether the path conditions hold: on the routing or the literal form (`routed`), or on the
+    /// path as spelled (`exact`).
+    fn path_matches(&self, path: &RequestPath<'_>, mode: PathMatch) -> bool {
+        if self.path.is_none() && self.path_prefix.is_none() && self.path_glob.is_none() {
+            return true;
+        }
+        match mode {
+            PathMatch::Exact => self.paths_hold(path.exact(), false),
+            PathMatch::Routed => {
+                self.paths_hold(path.routed(), true)
+                    || path.literal().is_some_and(|literal| self.paths_hold(literal, true))
+            }
+        }
+    }
+
+    /// Whether every path condition holds on `path`; with `either_slash`, on `path` or on `path`
+    /// with a trailing slash (one route to the backends that fold it: the routing form has none).
+    fn paths_hold(&self, path: &str, either_slash: bool) -> bool {
+        let prefixes = |prefix: &str| {
+            path.starts_with(prefix)
+                || either_slash && prefix.len() == path.len() + 1 && prefix.starts_with(path) && prefix.ends_with('/')
+        };
+        self.path.as_ref().is_none_or(|p| p == path)
+            && self.path_prefix.as_ref().is_none_or(|p| prefixes(p))
+            && self
+                .path_glob
+                .as_ref()
+                .is_none_or(|g| if either_slash { g.matches_either_slash(path) } else { g.matches(path) })
+    }
+
+    /// This match with its path patterns in the routing form (`path_match = "routed"`, the
+    /// default: the rules fold their patterns when they load).
+    #[must_use]
+    pub fn routed(mut self) -> Self {
+        self.path = self.path.map(|p| route::pattern(&p, Pattern::Path));
+        self.path_prefix = self.path_prefix.map(|p| route::pattern(&p, Pattern::Prefix));
+        self.path_glob = self.path_glob.map(|g| Glob::compile(route::pattern(g.as_str(), Pattern::Glob)));
+        self
     }
 }
 
@@ -88,6 +132,14 @@ impl TryFrom<String> for Glob {
         if text.len() > MAX_GLOB {
             return Err(format!("path_glob longer than {MAX_GLOB} bytes"));
         }
+        Ok(Glob::compile(text))
+    }
+}
+
+impl Glob {
+    /// `text` compiled (its length checked by the caller: a folded glob is at most three times
+    /// the written one, each byte beyond ASCII becoming `%XX`).
+    fn compile(text: String) -> Glob {
         let bytes = text.as_bytes();
         let mut tokens = Vec::with_capacity(bytes.len());
         let mut i = 0;
@@ -107,7 +159,7 @@ impl TryFrom<String> for Glob {
             }
             i += 1;
         }
-        Ok(Glob { text, tokens })
+        Glob { text, tokens }
     }
 }
 
@@ -118,7 +170,7 @@ impl<'de> Deserialize<'de> for Glob {
 }
 
 impl Glob {
-    /// The glob as written.
+    /// The glob's text (as written, or folded by [`Match::routed`]).
     #[must_use]
     pub fn as_str(&self) -> &str {
         &self.text
@@ -127,41 +179,59 @@ impl Glob {
     /// Whether `path` matches.
     #[must_use]
     pub fn matches(&self, path: &str) -> bool {
-        self.run(path, &mut 0)
+        self.run(path, false, &mut 0)
     }
 
-    /// [`matches`](Self::matches), counting the positions visited in `steps`.
-    fn run(&self, path: &str, steps: &mut u64) -> bool {
+    /// Whether `path`, or `path` with a trailing slash, matches (in one pass).
+    #[must_use]
+    pub fn matches_either_slash(&self, path: &str) -> bool {
+        self.run(path, true, &mut 0)
+    }
+
+    /// [`matches`](Self::matches) (or with `slash_too`,
+    /// [`matches_either_slash`](Self::matches_either_slash)), counting the positions visited in
+    /// `steps`.
+    fn run(&self, path: &str, slash_too: bool, steps: &mut u64) -> bool {
         let n = self.tokens.len();
         let mut now = vec![false; n + 1];
         let mut next = vec![false; n + 1];
         now[0] = true;
         self.close(&mut now);
         for &byte in path.as_bytes() {
-            next.iter_mut().for_each(|s| *s = false);
-            let mut any = false;
-            for (i, token) in self.tokens.iter().enumerate() {
-                if !now[i] {
-                    continue;
-                }
-                *steps += 1;
-                let (stay, advance) = match *token {
-                    Token::Byte(b) => (false, b == byte),
-                    Token::One => (false, byte != b'/'),
-                    Token::Segment => (byte != b'/', false),
-                    Token::Any => (true, false),
-                };
-                next[i] |= stay;
-                next[i + 1] |= advance;
-                any |= stay || advance;
-            }
-            if !any {
+            if !self.step(&mut now, &mut next, byte, steps) {
                 return false;
             }
-            std::mem::swap(&mut now, &mut next);
-            self.close(&mut now);
         }
-        now[n]
+        if now[n] {
+            return true;
+        }
+        // `step` moves `now` on.
+        slash_too && self.step(&mut now, &mut next, b'/', steps) && now[n]
+    }
+
+    /// Moves the positions reached, `now`, over `byte` (`next` is scratch space); false if none is
+    /// left.
+    fn step(&self, now: &mut Vec<bool>, next: &mut Vec<bool>, byte: u8, steps: &mut u64) -> bool {
+        next.iter_mut().for_each(|s| *s = false);
+        let mut any = false;
+        for (i, token) in self.tokens.iter().enumerate() {
+            if !now[i] {
+                continue;
+            }
+            *steps += 1;
+            let (stay, advance) = match *token {
+                Token::Byte(b) => (false, b == byte),
+                Token::One => (false, byte != b'/'),
+                Token::Segment => (byte != b'/', false),
+                Token::Any => (true, false),
+            };
+            next[i] |= stay;
+            next[i + 1] |= advance;
+            any |= stay || advance;
+        }
+        std::mem::swap(now, next);
+        self.close(now);
+        any
     }
 
     /// Adds the positions reachable by skipping stars (they match the empty string).
@@ -194,6 +264,16 @@ mod tests {
         assert!(glob("/a*b*c", "/aXXbYYc") && !glob("/a*b*c", "/aXXbYY"));
     }
 
+    #[test]
+    fn a_glob_holds_on_a_path_with_or_without_a_trailing_slash() {
+        let either =
+            |pattern: &str, path: &str| Glob::try_from(pattern.to_string()).unwrap().matches_either_slash(path);
+        assert!(either("/api/**", "/api") && either("/api/**", "/api/x") && !either("/api/**", "/apix"));
+        assert!(either("/a/*/", "/a/b") && !either("/a/*/", "/a/b/c"));
+        assert!(either("/a", "/a") && !either("/a", "/ab"));
+        assert!(!glob("/api/**", "/api"), "matches alone asks for the path as it is");
+    }
+
     /// Before: `**` globs backtracked, on the order of path^stars steps. A 4 KB path against six
     /// `**` now visits at most path × pattern positions.
     #[test]
@@ -201,7 +281,7 @@ mod tests {
         let pattern = Glob::try_from("/**a**a**a**a**a**b".to_string()).unwrap();
         let path = format!("/{}", "a".repeat(4096));
         let mut steps = 0;
-        assert!(!pattern.run(&path, &mut steps));
+        assert!(!pattern.run(&path, false, &mut steps));
         assert!(steps <= (path.len() as u64 + 1) * (pattern.tokens.len() as u64 + 1), "{steps} steps");
     }
 }

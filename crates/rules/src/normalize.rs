@@ -2,16 +2,17 @@
 //! `/x/../login` all count toward a rule on `/login`, and `?api_key=%61bc` and `?api_key=abc`
 //! are one key.
 //!
-//! **Paths** (before matching and as the `path` characteristic):
+//! **Paths** (with `path_match = "exact"`, before matching and as the `path` characteristic):
 //! - percent-encoded *unreserved* characters are decoded (`ALPHA DIGIT - . _ ~`, RFC 3986 §2.3:
 //!   encoding them changes nothing for the server, so it must change nothing for the rules);
 //!   other escapes stay as they are, uppercased (`%2f` → `%2F`: `/a%2Fb` is one segment, not two);
 //! - repeated slashes become one;
 //! - dot segments are removed (`/a/./b/../c` → `/a/c`, RFC 3986 §5.2.4; never above the root).
 //!
-//! Not normalised: case (paths are case-sensitive), a trailing slash (`/login/` is another path),
-//! `;` parameters, and anything the upstream may resolve differently (a rule meant to cover
-//! `/login/` too should say `path_prefix` or a glob).
+//! Not normalised: case, a trailing slash (`/login/` is another path), `;` parameters, `\`. This
+//! is the path of a rule with `path_match = "exact"`, for a backend on which those differences
+//! name different resources; by default rules compare paths as applications route them, with
+//! all of those folded (see `route`).
 //!
 //! **Query values** (the `query:NAME` characteristic) are fully percent-decoded and `+` is a
 //! space (`application/x-www-form-urlencoded`); invalid escapes are kept as they are.

@@ -8,7 +8,7 @@ use smallvec::SmallVec;
 
 use crate::Request;
 use crate::asn::AsnDb;
-use crate::normalize;
+use crate::route::RequestPath;
 use crate::rules::{Characteristic, Cost, OnBadCost, OnMissing, Rule, Rules};
 
 /// A rule that applies to a request, with the request's key and cost under it.
@@ -104,10 +104,10 @@ impl Rules {
     /// bytes inline, not worth moving on every request.
     pub fn plan(&self, request: &Request<'_>, plan: &mut Plan) -> Result<(), RequestError> {
         plan.clear();
-        let path = normalize::path(request.path);
+        let path = RequestPath::new(request.path);
         let mut asn = Asn::new(self.asn_db.as_deref());
         for (index, rule) in self.rules.iter().enumerate() {
-            if rule.matcher.matches(request, &path) {
+            if rule.matcher.matches(request, &path, rule.path_match) {
                 plan.push_with(index, |keys| rule.key_into(request, &path, &mut asn, keys), || rule.cost_for(request))?;
             }
         }
@@ -138,10 +138,10 @@ impl Rules {
     /// The rules that would mitigate `request` if its key were over, with its key under each.
     pub fn mitigating_plan(&self, request: &Request<'_>, plan: &mut Plan) {
         plan.clear();
-        let path = normalize::path(request.path);
+        let path = RequestPath::new(request.path);
         let mut asn = Asn::new(self.asn_db.as_deref());
         for (index, rule) in self.rules.iter().enumerate() {
-            if rule.mitigation_matcher.matches(request, &path) {
+            if rule.mitigation_matcher.matches(request, &path, rule.path_match) {
                 // A key that cannot be written (on_missing = "reject") has no mitigation either.
                 let _ = plan.push_with(
                     index,
@@ -185,14 +185,14 @@ impl<'d> Asn<'d> {
 }
 
 impl Rule {
-    /// Appends the store key of `request` (whose normalised path is `path`) to `out`: the
+    /// Appends the store key of `request` (whose path is `path`) to `out`: the
     /// characteristics' values, each as `LEN:VALUE` when there are several. False if the rule
     /// does not apply (a missing part under `on_missing = "skip"`); what was appended then is
     /// the caller's to drop. `asn` looks up the client's AS number (once per request).
     pub fn key_into(
         &self,
         request: &Request<'_>,
-        path: &str,
+        path: &RequestPath<'_>,
         asn: &mut Asn<'_>,
         out: &mut KeyBuf,
     ) -> Result<bool, RequestError> {
@@ -208,7 +208,7 @@ impl Rule {
                     text = crate::canonical::method_key(request.method);
                     Some(text.as_bytes())
                 }
-                Characteristic::Path => Some(path.as_bytes()),
+                Characteristic::Path => Some(path.key(self.path_match).as_bytes()),
                 Characteristic::Global => Some(b""),
                 Characteristic::Key => request.key,
                 Characteristic::Ja3 => request.ja3.map(str::as_bytes),

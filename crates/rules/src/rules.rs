@@ -17,6 +17,7 @@
 //!                                      # query:NAME, ja3, ja4, asn
 //! on_missing = "skip"                  # a key part the request lacks: skip | shared | reject
 //! count_status = [401]                 # count only these responses (reserved before, refunded after)
+//! path_match = "routed"                # paths as applications route them (default) | "exact"
 //! rate_half_life = "2s"                # measure each key's rate, with this half-life (default 2 s)
 //! when_rate_above = "50/s"             # also mitigate while the measured rate is above this
 //! match = { method = "POST", path = "/login" }
@@ -107,7 +108,7 @@ pub enum Characteristic {
     ClientIp,
     /// The method.
     Method,
-    /// The normalised path.
+    /// The path: in the routing form, or as `path_match = "exact"` spells it.
     Path,
     /// Nothing: one key for every request (a global limit).
     Global,
@@ -153,6 +154,22 @@ tollgate_core::words! {
 }
 
 tollgate_core::words! {
+    /// How a rule compares and keys paths (`path_match`): its `match.path`, `path_prefix` and
+    /// `path_glob`, its mitigation's, and its `path` key.
+    #[derive(Default)]
+    pub enum PathMatch: "path_match" {
+        /// Every spelling some common backend routes to the same path is that path (the default;
+        /// see [`route`](crate::route)): case, a trailing slash, `%2F`, `\`, `;params`, `//` and
+        /// dot segments folded.
+        #[default]
+        Routed = "routed",
+        /// The path as spelled, normalised only as [`normalize::path`](crate::normalize::path)
+        /// says (unreserved escapes, `//`, dot segments); patterns compared as written.
+        Exact = "exact",
+    }
+}
+
+tollgate_core::words! {
     /// What a rule does with a `cost_header` that is missing, not an integer, 0 or above the
     /// limit's capacity.
     #[derive(Default)]
@@ -184,8 +201,10 @@ pub struct Rule {
     /// Its name (unique): the scope of its state, the policy name in the RateLimit headers, the
     /// metric label.
     pub name: String,
-    /// Which requests it counts.
+    /// Which requests it counts (its path patterns folded as `path_match` says).
     pub matcher: Match,
+    /// How its paths are compared and keyed.
+    pub path_match: PathMatch,
     /// What it keys on.
     pub key: Vec<Characteristic>,
     /// Its limit.

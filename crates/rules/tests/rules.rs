@@ -3,7 +3,7 @@
 use std::net::IpAddr;
 use std::path::Path;
 
-use tollgate_rules::{Action, OnMissing, Request, Rules};
+use tollgate_rules::{Action, OnMissing, PathMatch, Request, Rules};
 
 /// Header lines as a request gives them (values as bytes).
 fn lines<'a>(headers: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a [u8])> {
@@ -137,6 +137,139 @@ fn paths_and_query_values_are_matched_as_meant() {
     let mut b = request("POST", "/login", &[], "192.0.2.1");
     b.query = "api_key=abc";
     assert_eq!(rules.counting(&a).unwrap()[0].key, rules.counting(&b).unwrap()[0].key);
+}
+
+/// The keys of `rules` for each path (POST, one client), as text; `None` where no rule counts it.
+fn path_keys(rules: &Rules, paths: &[&str]) -> Vec<Option<String>> {
+    paths
+        .iter()
+        .map(|path| {
+            let counted = rules.counting(&request("POST", path, &[], "192.0.2.1")).unwrap();
+            counted.first().map(|applied| String::from_utf8(applied.key.clone()).unwrap())
+        })
+        .collect()
+}
+
+/// Before: each spelling below but the first reached a rule on `/admin/login` as another path,
+/// with a fresh budget under a `path` key (`/ADMIN/Login` is one route to Express and ASP.NET,
+/// `/admin%2Flogin` to Flask, Django and Go behind gunicorn, `/admin/login;jsessionid=1` to
+/// Spring, `/admin\login` to IIS, `/admin/login/` to Express).
+#[test]
+fn a_rule_on_a_path_counts_every_spelling_a_backend_routes_to_it() {
+    // The pattern is folded too: written in any spelling, it is the same route.
+    let rules = Rules::parse(
+        "[[rules]]\nname = \"login\"\nlimit = \"5/1m\"\nkey = [\"path\"]\nmatch = { path = \"/Admin/Login/\", method = \"POST\" }\n",
+        "t",
+    )
+    .unwrap();
+    let spellings = [
+        "/admin/login",
+        "/admin%2Flogin",
+        "/admin%2flogin",
+        "/admin\\login",
+        "/admin%5Clogin",
+        "/admin/login;jsessionid=1",
+        "/admin;a=1/login;b=2",
+        "/ADMIN/Login",
+        "/admin/login/",
+        "/admin//login",
+        "/admin/x/..%2Flogin",
+        "/admin/x/..;/login",
+        "/%61dmin/%4Cogin",
+    ];
+    let keys = path_keys(&rules, &spellings);
+    for (spelled, key) in spellings.iter().zip(&keys) {
+        assert_eq!(key.as_deref(), Some("/admin/login"), "{spelled}: one route, one key");
+    }
+    // Other routes stay other routes: an encoded ';' is a character, and a prefix is not the path.
+    let others = ["/admin/login2", "/admin/login%3Bx", "/admin", "/admin/login/x", "/admin/login%25", "/admin/login."];
+    assert_eq!(path_keys(&rules, &others), vec![None; others.len()], "{others:?}");
+}
+
+/// Prefixes and globs are folded as paths, keep the trailing slash they are written with, and
+/// hold on a request's path with or without one; a request whose path a backend that decodes
+/// nothing routes under a prefix (`/public/..%2Fadmin`: Express sees it under `/public/`) is
+/// counted by a rule on that prefix although its routing form (`/admin`) is elsewhere.
+#[test]
+fn prefixes_and_globs_hold_on_every_spelling() {
+    let rules = Rules::parse(
+        "[[rules]]\nname = \"api\"\nlimit = \"5/1m\"\nkey = [\"global\"]\nmatch = { path_prefix = \"/API/\" }\n\
+         [[rules]]\nname = \"v\"\nlimit = \"5/1m\"\nkey = [\"global\"]\nmatch = { path_prefix = \"/v\" }\n\
+         [[rules]]\nname = \"files\"\nlimit = \"5/1m\"\nkey = [\"path\"]\nmatch = { path_glob = \"/Files/*/Download\" }\n\
+         [[rules]]\nname = \"tree\"\nlimit = \"5/1m\"\nkey = [\"global\"]\nmatch = { path_glob = \"/tree/**\" }\n\
+         [[rules]]\nname = \"public\"\nlimit = \"5/1m\"\nkey = [\"path\"]\nmatch = { path_prefix = \"/public/\" }\n",
+        "t",
+    )
+    .unwrap();
+    let names = |path: &str| -> Vec<&str> {
+        let counted = rules.counting(&request("GET", path, &[], "192.0.2.1")).unwrap();
+        counted.iter().map(|applied| rules.rules[applied.rule].name.as_str()).collect()
+    };
+    for (path, wanted) in [
+        ("/api/x", &["api"][..]),
+        ("/Api/X", &["api"]),
+        ("/api", &["api"]),
+        ("/api/", &["api"]),
+        ("/API%2fx", &["api"]),
+        ("/apix", &[]),
+        ("/v1", &["v"]),
+        ("/V", &["v"]),
+        ("/files/a/download", &["files"]),
+        ("/FILES/a/Download/", &["files"]),
+        ("/files%2Fa%2Fdownload", &["files"]),
+        ("/files/a/b/download", &[]),
+        ("/tree", &["tree"]),
+        ("/Tree/", &["tree"]),
+        ("/tree/a/b", &["tree"]),
+        ("/treehouse", &[]),
+        ("/public/..%2Fadmin", &["public"]),
+        ("/public/..;/admin", &["public"]),
+        ("/public/..\\admin", &["public"]),
+        ("/public/../admin", &["public"]),
+        ("/x/../public/a", &["public"]),
+        ("/admin", &[]),
+    ] {
+        assert_eq!(names(path), wanted, "{path}");
+    }
+    // The key is the routing form, whichever form matched.
+    let key = |path: &str| rules.counting(&request("GET", path, &[], "192.0.2.1")).unwrap()[0].key.clone();
+    assert_eq!(key("/FILES/a/Download/"), key("/files%2fa%2Fdownload"));
+    assert_eq!(key("/public/..%2Fadmin"), b"/admin");
+}
+
+/// `path_match = "exact"` keeps a rule's paths as spelled (only unreserved escapes, `//` and dot
+/// segments normalised, patterns compared as written), for a backend on which `/Admin` and
+/// `/admin` are two resources; its `path` key and its mitigation's match follow.
+#[test]
+fn path_match_exact_keeps_a_rules_paths_as_spelled() {
+    let rules = Rules::parse(
+        "[[rules]]\nname = \"exact\"\nlimit = \"5/1m\"\nkey = [\"path\"]\npath_match = \"exact\"\n\
+         match = { path_prefix = \"/Admin\" }\n[rules.mitigation]\nmatch = { path = \"/Other\" }\n",
+        "t",
+    )
+    .unwrap();
+    assert_eq!(rules.rules[0].path_match, PathMatch::Exact);
+    let keys =
+        path_keys(&rules, &["/Admin", "/%41dmin/x", "//Admin/./y/", "/admin", "/ADMIN", "/Admin%2F", "/Admin;x"]);
+    let wanted = [Some("/Admin"), Some("/Admin/x"), Some("/Admin/y/"), None, None, Some("/Admin%2F"), Some("/Admin;x")];
+    assert_eq!(keys, wanted.map(|k| k.map(String::from)));
+    let mitigated = |path: &str| !rules.mitigating(&request("GET", path, &[], "192.0.2.1")).is_empty();
+    assert!(mitigated("/Other") && !mitigated("/other") && !mitigated("/Other/"));
+    // The default folds them: the same rule routed.
+    let routed = Rules::parse(
+        "[[rules]]\nname = \"routed\"\nlimit = \"5/1m\"\nkey = [\"path\"]\n\
+         match = { path_prefix = \"/Admin\" }\n[rules.mitigation]\nmatch = { path = \"/Other\" }\n",
+        "t",
+    )
+    .unwrap();
+    assert_eq!(routed.rules[0].path_match, PathMatch::Routed);
+    assert_eq!(path_keys(&routed, &["/ADMIN", "/admin/x;y"]), [Some("/admin".into()), Some("/admin/x".into())]);
+    assert!(!routed.mitigating(&request("GET", "/OTHER/", &[], "192.0.2.1")).is_empty());
+    let error =
+        Rules::parse("[[rules]]\nname = \"a\"\nlimit = \"1/s\"\nkey = [\"path\"]\npath_match = \"loose\"\n", "t")
+            .unwrap_err()
+            .to_string();
+    assert!(error.contains("path_match") && error.contains("routed") && error.contains("exact"), "{error}");
 }
 
 /// Before: `Forwarded` won whenever present, so behind a proxy writing only X-Forwarded-For a

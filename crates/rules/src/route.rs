@@ -1,0 +1,396 @@
+//! A path as applications route it: the form a rule's paths are compared and keyed in by default
+//! (`path_match = "routed"`), so that a rule on a path counts every request some common backend
+//! routes to that path (docs/rules.md, "Paths as applications route them"). Over-matching is the
+//! safe side for a limiter.
+//!
+//! The **routing form** of a path folds every difference some common backend ignores:
+//! - `;params` are cut from every segment (Tomcat and Spring: `/login;jsessionid=1` is `/login`;
+//!   a `;` that arrives percent-encoded is a character, as it is to Tomcat);
+//! - `\`, `%2F` and `%5C` separate segments (WHATWG URLs and IIS read `\` as `/`; gunicorn, uWSGI
+//!   and Go decode `%2F` before Flask, Django and Go's routers see the path);
+//! - every other escape is decoded: a byte that is printable ASCII (but `%`, `/`, `\`, `;`, `?`,
+//!   `#`) is written as itself, any other byte as `%XX` (uppercase hex), so `/caf%c3%a9`, `/café`
+//!   and `/caf%C3%A9` are one path and the form is ASCII; a `%` that starts no escape is `%25`;
+//! - ASCII letters are lowercased (Express and ASP.NET route case-insensitively; letters beyond
+//!   ASCII keep their case);
+//! - empty segments are dropped (`//`: nginx's `merge_slashes`, Werkzeug, Tomcat);
+//! - `.` and `..` segments are resolved after decoding (`%2e%2e` and `..;` are `..`), never above
+//!   the root (Tomcat, Go, ASP.NET, WHATWG URLs);
+//! - a trailing slash is dropped (Express, ASP.NET and Spring 5 route `/login/` to `/login`).
+//!
+//! A rule's patterns are folded the same way when the rules load (`/Admin/Login/` means the same
+//! route as `/admin/login`); a prefix or glob keeps a trailing slash it is written with, and a
+//! request's path is compared both without and with one (`/api/**` covers `/api/`, which folds to
+//! `/api`). Folding decodes `%2F` and resolves `..` afterwards, which a backend that decodes
+//! nothing does not do (Express sees `/public/..%2Fadmin` under `/public/`): so a request is also
+//! compared in its **literal form** (the same folding but for those structural steps: only a raw
+//! `/` separates, `;` and `\` are characters, dot segments stay), and a rule matches if either form
+//! does. A `path` key is the routing form.
+//!
+//! Work is linear in the path (at most 64 KiB: the `http` crate refuses longer targets), nothing
+//! panics on any input, and both forms are fixed points (folding a form again changes nothing).
+
+use std::borrow::Cow;
+use std::cell::OnceCell;
+
+use crate::rules::PathMatch;
+
+/// The routing form of a request's path (see the module docs).
+#[must_use]
+pub fn path(raw: &str) -> Cow<'_, str> {
+    if is_routed(raw.as_bytes()) { Cow::Borrowed(raw) } else { Cow::Owned(fold(raw, ROUTED)) }
+}
+
+/// The literal form of a request's path (see the module docs): the routing form's folding but
+/// for what changes the path's structure.
+#[must_use]
+pub fn literal(raw: &str) -> Cow<'_, str> {
+    if is_routed(raw.as_bytes()) { Cow::Borrowed(raw) } else { Cow::Owned(fold(raw, LITERAL)) }
+}
+
+/// A rule's pattern in the routing form: a `path` as a request's path, a `path_prefix` or
+/// `path_glob` keeping the trailing slash it is written with (`/api/` is not the prefix `/api`),
+/// and a glob its start as written (`**/admin` stays relative).
+#[must_use]
+pub fn pattern(raw: &str, kind: Pattern) -> String {
+    let how = match kind {
+        Pattern::Path => ROUTED,
+        Pattern::Prefix => Fold { trailing_slash: true, ..ROUTED },
+        Pattern::Glob => Fold { trailing_slash: true, rooted: false, ..ROUTED },
+    };
+    fold(raw, how)
+}
+
+/// Which kind of pattern [`pattern`] folds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pattern {
+    /// `match.path`.
+    Path,
+    /// `match.path_prefix`.
+    Prefix,
+    /// `match.path_glob`.
+    Glob,
+}
+
+/// A request's path in every form a rule may compare or key it in, each computed once, when a
+/// rule first needs it.
+#[derive(Debug)]
+pub struct RequestPath<'a> {
+    raw: &'a str,
+    routed: OnceCell<Cow<'a, str>>,
+    literal: OnceCell<Option<Cow<'a, str>>>,
+    exact: OnceCell<Cow<'a, str>>,
+}
+
+impl<'a> RequestPath<'a> {
+    /// The path `raw` (without the query), as the request gives it.
+    #[must_use]
+    pub fn new(raw: &'a str) -> Self {
+        RequestPath { raw, routed: OnceCell::new(), literal: OnceCell::new(), exact: OnceCell::new() }
+    }
+
+    /// The routing form ([`path`]).
+    pub fn routed(&self) -> &str {
+        self.routed.get_or_init(|| path(self.raw))
+    }
+
+    /// The literal form ([`literal`]), when it differs from the routing form.
+    pub fn literal(&self) -> Option<&str> {
+        self.literal
+            .get_or_init(|| {
+                let literal = literal(self.raw);
+                (literal != self.routed()).then_some(literal)
+            })
+            .as_deref()
+    }
+
+    /// The form of `path_match = "exact"` ([`normalize::path`](crate::normalize::path)).
+    pub fn exact(&self) -> &str {
+        self.exact.get_or_init(|| crate::normalize::path(self.raw))
+    }
+
+    /// The `path` key of a rule whose paths match as `mode` says.
+    pub fn key(&self, mode: PathMatch) -> &str {
+        match mode {
+            PathMatch::Routed => self.routed(),
+            PathMatch::Exact => self.exact(),
+        }
+    }
+}
+
+/// How [`fold`] treats a path.
+#[derive(Debug, Clone, Copy)]
+struct Fold {
+    /// `\`, `%2F` and `%5C` separate segments, `;` starts a segment's parameters, and dot
+    /// segments are resolved (false: only a raw `/` separates, the rest are characters).
+    structural: bool,
+    /// A trailing slash is kept (patterns: a prefix `/api/` is not `/api`).
+    trailing_slash: bool,
+    /// The result starts with `/` (requests; a glob starts as written).
+    rooted: bool,
+}
+
+const ROUTED: Fold = Fold { structural: true, trailing_slash: false, rooted: true };
+const LITERAL: Fold = Fold { structural: false, ..ROUTED };
+
+/// The folded form of `raw` (see the module docs). One pass; `..` truncates what was written.
+fn fold(raw: &str, how: Fold) -> String {
+    let bytes = raw.as_bytes();
+    // A glob that starts at the root keeps it (`/` is not the empty glob).
+    let starts_at_root = match bytes {
+        [b'%', ..] => hex_pair(bytes.get(1..3)).is_some_and(|byte| separates(byte, true, how)),
+        [byte, ..] => separates(*byte, false, how),
+        [] => false,
+    };
+    let how = Fold { rooted: how.rooted || starts_at_root, ..how };
+    let mut out = String::with_capacity(bytes.len() + 1);
+    // Where the current segment starts in `out` (at its '/', if it has one), and its text.
+    let (mut start, mut text) = (0, 0);
+    if how.rooted {
+        out.push('/');
+        text = 1;
+    }
+    let mut in_params = false;
+    let mut i = 0;
+    while i < bytes.len() {
+        let (byte, escaped) = match bytes[i] {
+            b'%' if let Some(byte) = hex_pair(bytes.get(i + 1..i + 3)) => {
+                i += 3;
+                (byte, true)
+            }
+            byte => {
+                i += 1;
+                (byte, false)
+            }
+        };
+        let separator = separates(byte, escaped, how);
+        // Parameters run to the next raw separator (Tomcat parses them before decoding).
+        let raw_separator = separator && !escaped;
+        if in_params && !raw_separator {
+            continue;
+        }
+        if separator {
+            end_segment(&mut out, start, text, how);
+            start = out.len();
+            out.push('/');
+            text = out.len();
+            in_params = false;
+        } else if how.structural && byte == b';' && !escaped {
+            in_params = true;
+        } else {
+            write_byte(&mut out, byte, escaped);
+        }
+    }
+    let dropped = end_segment(&mut out, start, text, how);
+    if how.trailing_slash && dropped && !out.is_empty() && !out.ends_with('/') {
+        out.push('/');
+    }
+    if how.rooted && out.is_empty() {
+        out.push('/');
+    }
+    out
+}
+
+/// Whether `byte` separates segments.
+fn separates(byte: u8, escaped: bool, how: Fold) -> bool {
+    match byte {
+        b'/' => !escaped || how.structural,
+        b'\\' => how.structural,
+        _ => false,
+    }
+}
+
+/// Ends the segment that starts at `start` in `out` (its text at `text`): an empty one is dropped
+/// (a doubled or trailing slash), and with `how.structural` a `.` is dropped and a `..` drops the
+/// segment before it too. Whether the segment was dropped.
+fn end_segment(out: &mut String, start: usize, text: usize, how: Fold) -> bool {
+    match &out[text..] {
+        "" => out.truncate(start),
+        "." if how.structural => out.truncate(start),
+        ".." if how.structural => {
+            let before = out[..start].rfind('/').unwrap_or(0);
+            out.truncate(before);
+        }
+        _ => return false,
+    }
+    true
+}
+
+/// Writes `byte` (decoded from an escape if `escaped`) in its one spelling: printable ASCII as
+/// itself, lowercased (but `%`, `/`, `\` and `;`, and `?` and `#` from an escape), any other byte
+/// as an uppercase `%XX`.
+fn write_byte(out: &mut String, byte: u8, escaped: bool) {
+    if is_plain(byte) && !(escaped && matches!(byte, b'?' | b'#')) {
+        out.push(char::from(byte.to_ascii_lowercase()));
+    } else {
+        const HEX: &[u8; 16] = b"0123456789ABCDEF";
+        out.push('%');
+        out.push(char::from(HEX[usize::from(byte >> 4)]));
+        out.push(char::from(HEX[usize::from(byte & 0x0f)]));
+    }
+}
+
+/// A byte written as itself when it is not from an escape.
+fn is_plain(byte: u8) -> bool {
+    (0x21..=0x7e).contains(&byte) && !matches!(byte, b'%' | b'/' | b'\\' | b';')
+}
+
+fn hex_pair(pair: Option<&[u8]>) -> Option<u8> {
+    let [high, low] = pair? else { return None };
+    let digit = |b: u8| char::from(b).to_digit(16);
+    u8::try_from(digit(*high)? * 16 + digit(*low)?).ok()
+}
+
+/// Whether `path` is already in the routing form (most paths; one pass, as it runs on every
+/// request): it starts with `/`, and has only lowercase plain bytes, escapes as [`write_byte`]
+/// writes them and single slashes, no dot segment and no trailing slash.
+fn is_routed(path: &[u8]) -> bool {
+    if path.first() != Some(&b'/') {
+        return false;
+    }
+    if path.len() == 1 {
+        return true;
+    }
+    let mut segment_start = 1;
+    let mut i = 1;
+    while i < path.len() {
+        match path[i] {
+            b'/' => {
+                if !is_word(&path[segment_start..i]) {
+                    return false;
+                }
+                segment_start = i + 1;
+            }
+            b'%' => {
+                let upper_hex = |b: &u8| b.is_ascii_digit() || (b'A'..=b'F').contains(b);
+                let pair = path.get(i + 1..i + 3).filter(|pair| pair.iter().all(upper_hex));
+                match hex_pair(pair) {
+                    Some(byte) if !is_plain(byte) && byte != b'/' && byte != b'\\' || matches!(byte, b'?' | b'#') => {}
+                    _ => return false,
+                }
+                i += 2;
+            }
+            byte if !is_plain(byte) || byte.is_ascii_uppercase() => return false,
+            _ => {}
+        }
+        i += 1;
+    }
+    is_word(&path[segment_start..])
+}
+
+/// A segment the routing form keeps as it is: not empty, not a dot segment.
+fn is_word(segment: &[u8]) -> bool {
+    !matches!(segment, b"" | b"." | b"..")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Before this module, every spelling but the first two reached a rule on `/admin/login` as
+    /// another path.
+    #[test]
+    fn spellings_backends_route_to_one_path_are_one_path() {
+        for spelled in [
+            "/admin/login",
+            "//admin/./login",
+            "/admin%2Flogin",
+            "/admin%2flogin",
+            "/admin\\login",
+            "/admin%5clogin",
+            "/admin/login;jsessionid=1",
+            "/admin;a=1/login;b=2;c",
+            "/ADMIN/Login",
+            "/admin/login/",
+            "/admin/login%2F",
+            "/admin/x/..%2Flogin",
+            "/admin/x/..;/login",
+            "/admin/x/%2e%2e/login",
+            "/%61dmin/%4Cogin",
+            "//Admin\\x%2F..%2F%4Cogin;jsessionid=1/",
+        ] {
+            assert_eq!(path(spelled), "/admin/login", "{spelled}");
+        }
+    }
+
+    #[test]
+    fn other_bytes_have_one_spelling() {
+        assert_eq!(path("/caf%c3%a9"), "/caf%C3%A9");
+        assert_eq!(path("/café"), "/caf%C3%A9", "raw UTF-8 as its escapes");
+        assert_eq!(path("/a%3Bb"), "/a%3Bb", "an encoded ; is a character, not a parameter");
+        assert_eq!(path("/a%3fb%23c%20d"), "/a%3Fb%23c%20d");
+        assert_eq!(path("/100%25"), "/100%25");
+        assert_eq!(path("/a%2541"), "/a%2541", "decoded once, as servers do");
+        assert_eq!(path("/%zz/%4/%"), "/%25zz/%254/%25", "a % that starts no escape is itself");
+        assert_eq!(path("/a%00b"), "/a%00b");
+        assert_eq!(path("/%7E%2D%5F"), "/~-_");
+    }
+
+    #[test]
+    fn the_root_and_what_climbs_above_it() {
+        for root in ["", "/", "//", "/.", "/..", "/../..", "\\", "%2F", ";x", "/;x/", "/a/.."] {
+            assert_eq!(path(root), "/", "{root:?}");
+        }
+        assert_eq!(path("/../a"), "/a");
+        assert_eq!(path("a/b"), "/a/b", "a path is rooted");
+        assert_eq!(path("*"), "/*");
+    }
+
+    #[test]
+    fn the_literal_form_keeps_structure() {
+        assert_eq!(literal("/public/..%2Fadmin"), "/public/..%2Fadmin");
+        assert_eq!(literal("/public/..;/admin"), "/public/..%3B/admin");
+        assert_eq!(literal("/public/..\\admin"), "/public/..%5Cadmin");
+        assert_eq!(literal("/public/../admin"), "/public/../admin");
+        assert_eq!(literal("/Public//A/"), "/public/a", "case, doubled and trailing slashes fold");
+        assert_eq!(path("/public/..%2Fadmin"), "/admin");
+    }
+
+    #[test]
+    fn patterns_fold_as_paths() {
+        assert_eq!(pattern("/Admin/Login/", Pattern::Path), "/admin/login");
+        assert_eq!(pattern("/API/", Pattern::Prefix), "/api/");
+        assert_eq!(pattern("/API", Pattern::Prefix), "/api");
+        assert_eq!(pattern("", Pattern::Prefix), "/");
+        assert_eq!(pattern("/", Pattern::Prefix), "/");
+        assert_eq!(pattern("/a/./", Pattern::Prefix), "/a/");
+        assert_eq!(pattern("/Files/*/DOWNLOAD", Pattern::Glob), "/files/*/download");
+        assert_eq!(pattern("**/Admin", Pattern::Glob), "**/admin", "a glob starts as written");
+        assert_eq!(pattern("/api/**/", Pattern::Glob), "/api/**/");
+        assert_eq!(pattern("/v?/x", Pattern::Glob), "/v?/x", "a glob's ? is its own");
+    }
+
+    #[test]
+    fn request_forms_are_computed_once_and_compared_only_when_they_differ() {
+        let plain = RequestPath::new("/admin/login");
+        assert_eq!((plain.routed(), plain.literal(), plain.exact()), ("/admin/login", None, "/admin/login"));
+        let disguised = RequestPath::new("/Public/..%2fAdmin/");
+        assert_eq!(disguised.routed(), "/admin");
+        assert_eq!(disguised.literal(), Some("/public/..%2Fadmin"));
+        assert_eq!(disguised.exact(), "/Public/..%2FAdmin/");
+        assert_eq!(disguised.key(PathMatch::Routed), "/admin");
+        assert_eq!(disguised.key(PathMatch::Exact), "/Public/..%2FAdmin/");
+        assert!(matches!(path("/plain/path"), Cow::Borrowed(_)));
+    }
+
+    /// The fast check agrees with the folding it skips, over every path up to 6 bytes of the
+    /// bytes that matter.
+    #[test]
+    fn the_routed_check_agrees_with_the_folding() {
+        let alphabet = [b'/', b'.', b'a', b'A', b'%', b';', b'\\', b'2', b'F'];
+        let (mut paths, mut level) = (vec![Vec::new()], vec![Vec::new()]);
+        for _ in 0..6 {
+            level = level.iter().flat_map(|p| alphabet.iter().map(move |&b| [p.as_slice(), &[b]].concat())).collect();
+            paths.extend(level.iter().cloned());
+        }
+        assert!(paths.len() > 500_000);
+        for bytes in paths {
+            let raw = std::str::from_utf8(&bytes).unwrap();
+            let folded = fold(raw, ROUTED);
+            assert_eq!(is_routed(&bytes), folded == raw, "{raw:?} folds to {folded:?}");
+            assert_eq!(fold(&folded, ROUTED), folded, "{raw:?}");
+            let literal = fold(raw, LITERAL);
+            assert_eq!(fold(&literal, LITERAL), literal, "{raw:?}");
+        }
+    }
+}

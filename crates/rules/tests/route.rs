@@ -1,0 +1,101 @@
+//! The routing form of a path (`tollgate_rules::route`) on arbitrary input: it never panics, it is
+//! a fixed point, it has the shape it promises, its work is bounded, and a rule written as any
+//! spelling matches that spelling (as a path, a prefix and a glob).
+
+use std::net::IpAddr;
+
+use proptest::prelude::*;
+use tollgate_rules::route::{self, Pattern, RequestPath};
+use tollgate_rules::{Glob, Match, PathMatch, Request};
+
+/// Bytes as a path: mostly the bytes the folding treats specially, some arbitrary (as text, the
+/// way a path reaches the rules; bytes that are not UTF-8 become U+FFFD).
+fn path() -> impl Strategy<Value = String> {
+    let special = prop::sample::select(b"/\\%;.?#*2fFcC5eEaA".to_vec());
+    prop::collection::vec(prop_oneof![3 => special, 1 => any::<u8>()], 0..48)
+        .prop_map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+}
+
+fn request(path: &str) -> Request<'_> {
+    Request {
+        method: "GET",
+        path,
+        query: "",
+        host: "example.com",
+        headers: &[],
+        client_ip: IpAddr::from([192, 0, 2, 1]),
+        key: None,
+        ja3: None,
+        ja4: None,
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2048))]
+
+    #[test]
+    fn the_routing_form_is_a_fixed_point_of_the_promised_shape(raw in path()) {
+        let routed = route::path(&raw);
+        prop_assert_eq!(route::path(&routed), routed.clone(), "folded twice");
+        prop_assert!(routed.is_ascii() && routed.starts_with('/'), "{routed:?}");
+        prop_assert!(routed == "/" || !routed.ends_with('/'), "a trailing slash in {routed:?}");
+        prop_assert!(!routed.contains("//") && !routed.contains(['\\', ';']), "{routed:?}");
+        prop_assert!(well_spelled(&routed), "{routed:?}");
+        prop_assert!(routed.split('/').all(|segment| segment != "." && segment != ".."), "{routed:?}");
+        prop_assert!(routed.len() <= 3 * raw.len() + 1, "{} bytes from {}", routed.len(), raw.len());
+        let literal = route::literal(&raw);
+        prop_assert_eq!(route::literal(&literal), literal.clone(), "literal folded twice");
+        prop_assert!(literal.is_ascii() && literal.starts_with('/') && !literal.contains("//"), "{literal:?}");
+        prop_assert_eq!(route::pattern(&raw, Pattern::Path), routed.as_ref());
+    }
+
+    /// A rule written as a spelling matches that spelling, whichever way it is written: what the
+    /// pattern folds to is what the request folds to.
+    #[test]
+    fn a_rule_matches_the_spelling_it_is_written_as(raw in path()) {
+        let raw = format!("/{raw}");
+        let path = RequestPath::new(&raw);
+        let request = request(&raw);
+        let glob = Glob::try_from(raw.clone()).unwrap();
+        for (what, written) in [
+            ("path", Match { path: Some(raw.clone()), ..Match::default() }),
+            ("path_prefix", Match { path_prefix: Some(raw.clone()), ..Match::default() }),
+            ("path_glob", Match { path_glob: Some(glob.clone()), ..Match::default() }),
+        ] {
+            prop_assert!(written.routed().matches(&request, &path, PathMatch::Routed), "{what} {raw:?}");
+        }
+    }
+}
+
+/// Whether `text` is printable ASCII whose only uppercase letters are the hex digits of escapes,
+/// each `%` starting one.
+fn well_spelled(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                let upper_hex = |b: &u8| b.is_ascii_digit() || (b'A'..=b'F').contains(b);
+                if !bytes.get(i + 1..i + 3).is_some_and(|pair| pair.iter().all(upper_hex)) {
+                    return false;
+                }
+                i += 3;
+            }
+            byte if byte.is_ascii_uppercase() || !byte.is_ascii_graphic() => return false,
+            _ => i += 1,
+        }
+    }
+    true
+}
+
+/// The longest paths (64 KiB: the longest target the `http` crate accepts) of `..`, escapes,
+/// parameters, backslashes and slashes fold without a panic, within bounds, to fixed points.
+#[test]
+fn the_longest_paths_fold() {
+    for unit in ["/..", "/a%2F..", "/a;b=c", "/%41%2f", "/x\\..\\", "//"] {
+        let raw = unit.repeat((64 << 10) / unit.len());
+        let routed = route::path(&raw);
+        assert!(routed.len() <= 3 * raw.len() + 1);
+        assert_eq!(route::path(&routed), routed, "{unit}");
+    }
+}
