@@ -129,15 +129,20 @@ pub fn rules_file(data: &[u8]) {
 }
 
 /// Bytes as the parts of a request the rules canonicalise: nothing panics, and each canonical
-/// form is a fixed point (the host, the path; a cookie or query value read back from its
-/// canonical spelling is itself).
+/// form is a fixed point (the host; the path as spelled, in its routing form and in its literal
+/// form; a cookie or query value read back from its canonical spelling is itself).
 pub fn canonical_request(data: &[u8]) {
-    use tollgate_rules::{canonical, normalize};
+    use tollgate_rules::{canonical, normalize, route};
     let text = String::from_utf8_lossy(data);
     let host = canonical::host(&text);
     assert_eq!(canonical::host(host), host, "host {text:?}");
     let path = normalize::path(&text);
     assert_eq!(normalize::path(&path), path, "path {text:?}");
+    let routed = route::path(&text);
+    assert_eq!(route::path(&routed), routed, "routing form of {text:?}");
+    assert!(routed.starts_with('/') && routed.is_ascii() && routed.len() <= 3 * text.len() + 1, "{routed:?}");
+    let literal = route::literal(&text);
+    assert_eq!(route::literal(&literal), literal, "literal form of {text:?}");
     let _ = canonical::method_key(&text);
     let headers: [(&str, &[u8]); 1] = [("cookie", data)];
     let request = Request {

@@ -63,12 +63,25 @@ name = "path"
 limit = "3/1m"
 key = ["header:x-case"]
 match = { path = "/path" }
+
+[[rules]]
+name = "login"
+limit = "3/1m"
+key = ["client_ip"]
+match = { path = "/admin/login", method = "POST" }
+
+[[rules]]
+name = "path-key"
+limit = "3/1m"
+key = ["path", "header:x-case"]
+match = { path_prefix = "/keyed/" }
 "#;
 
-/// The upstream: counts what reaches it, with the `Host` each request carried.
+/// The upstream: counts what reaches it, with the `Host` and the target each request carried.
 #[derive(Default)]
 struct Upstream {
     hosts: Mutex<Vec<String>>,
+    targets: Mutex<Vec<String>>,
 }
 
 async fn upstream() -> (String, Arc<Upstream>) {
@@ -79,6 +92,8 @@ async fn upstream() -> (String, Arc<Upstream>) {
         async move {
             let host = request.headers().get("host").map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned());
             recorder.hosts.lock().unwrap().push(host.unwrap_or_default());
+            let target = request.uri().path_and_query().map(|p| p.as_str().to_owned());
+            recorder.targets.lock().unwrap().push(target.unwrap_or_default());
             "ok"
         }
     });
@@ -148,6 +163,30 @@ fn case(what: &'static str, clean: Vec<u8>, disguised: Vec<u8>, allowed: &'stati
 }
 
 const LIMITED: &[u16] = &[429];
+
+/// `/admin/login` as backends route it: what each spelling is, and the spelling.
+const LOGIN_SPELLINGS: &[(&str, &str)] = &[
+    ("login: %2F (gunicorn and uWSGI decode it; Flask, Django and Go route on the decoded path)", "/admin%2Flogin"),
+    ("login: %2f", "/admin%2flogin"),
+    ("login: backslash (WHATWG URLs and IIS read it as /)", "/admin\\login"),
+    ("login: %5C", "/admin%5Clogin"),
+    ("login: ;jsessionid (Tomcat and Spring strip path parameters)", "/admin/login;jsessionid=1"),
+    ("login: ;params on every segment", "/admin;a=1/login;b=2"),
+    ("login: case (Express and ASP.NET route case-insensitively)", "/ADMIN/Login"),
+    ("login: trailing slash (Express, ASP.NET, Spring 5)", "/admin/login/"),
+    ("login: trailing %2F", "/admin/login%2F"),
+    ("login: %2F then a dot segment (Go cleans the decoded path)", "/admin/x/..%2Flogin"),
+    ("login: ..;/ (Tomcat strips the parameter, then resolves ..)", "/admin/x/..;/login"),
+    ("login: everything at once", "//Admin\\x%2F..%2F%4Cogin;jsessionid=1/"),
+];
+
+/// `/keyed/report` as backends route it, under a rule keyed on the path.
+const KEYED_SPELLINGS: &[(&str, &str)] = &[
+    ("path key: case and trailing slash", "/KEYED/Report/"),
+    ("path key: %2F", "/keyed%2Freport"),
+    ("path key: ;params", "/keyed/report;v=1"),
+    ("path key: backslash", "/keyed\\report"),
+];
 const REFUSED: &[u16] = &[400];
 
 fn cases() -> Vec<Case> {
@@ -251,6 +290,21 @@ fn cases() -> Vec<Case> {
         case("path: encoded", head("GET", "/path", &[]), head("GET", "/%70ath", &[]), LIMITED),
         case("path: dot segments", head("GET", "/path", &[]), head("GET", "/x/../path", &[]), LIMITED),
     ];
+    // Spellings a common backend routes to POST /admin/login (docs/rules.md, "Paths as
+    // applications route them"), each from its own client (the rule keys on client_ip).
+    for (n, spelled) in LOGIN_SPELLINGS.iter().enumerate() {
+        let client = xff(&format!("203.0.113.{}", n + 1));
+        cases.push(case(
+            spelled.0,
+            head("POST", "/admin/login", &[&client]),
+            head("POST", spelled.1, &[&client]),
+            LIMITED,
+        ));
+    }
+    // The `path` key: each spelling of one path is one budget.
+    for (what, spelled) in KEYED_SPELLINGS {
+        cases.push(case(what, head("GET", "/keyed/report", &[]), head("GET", spelled, &[]), LIMITED));
+    }
     let big = vec![b'x'; 5 << 20];
     cases.push(Case {
         body: big.clone(),
@@ -306,5 +360,12 @@ async fn no_disguise_escapes_a_rule() {
     let before = upstream.hosts.lock().unwrap().len();
     assert_eq!(send(&proxy, &head("GET", "http://decoy/host", &[]), b"").await, 200);
     assert_eq!(upstream.hosts.lock().unwrap()[before], "decoy", "forwarded as the rules saw it");
+    // The rules fold a path to match and key it; the upstream gets it as the client spelled it.
+    for spelled in ["/ADMIN/Login;jsessionid=1", "/admin%2flogin/", "/admin\\login"] {
+        let fresh = format!("X-Forwarded-For: 198.51.100.{}", spelled.len());
+        let before = upstream.targets.lock().unwrap().len();
+        assert_eq!(send(&proxy, &head("POST", spelled, &[fresh.as_bytes()]), b"").await, 200, "{spelled}");
+        assert_eq!(upstream.targets.lock().unwrap()[before], spelled, "forwarded as sent");
+    }
     proxy.stop().await;
 }

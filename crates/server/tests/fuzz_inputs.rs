@@ -103,6 +103,8 @@ fn canonical_request_inputs() {
         b"session =\"A\" ; theme=caf\xe9;;=;x",
         b"api_key=junk&api_key=REAL;api_key=%52EAL",
         b"/a/./b/../../..//%2e%2E/c%zz",
+        b"//Admin\\x%2F..%2F%4Cogin;jsessionid=1/;a/..;/%3B%25%00%",
+        b"\\..%5c..\\%2f%2F;;;%",
         b"\"\"",
         &[0xff; 300],
     ];
