@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Tries the known ways around a rule against `tollgate proxy`, as an attacker would, and prints
-# how many requests got through: 40 concurrent failed logins, path spellings of /login, a
-# rotating Forwarded header behind the trusted proxy, and bad cost headers. Runs any build, so
-# that two can be compared (e.g. a release binary of an older commit).
+# how many requests got through: 40 concurrent failed logins, path spellings of /login (as
+# backends route them), a rotating Forwarded header behind the trusted proxy, and bad cost
+# headers. Runs any build, so that two can be compared (e.g. a release binary of an older commit).
 #   bash scripts/proxy-bypasses.sh [TOLLGATE_BINARY]   (default: this tree's release build;
 #                                                       needs python3 and curl)
 set -euo pipefail
@@ -23,12 +23,18 @@ UP=$(free_port 22000); PX=$(free_port 23000); AD=$(free_port 24000)
 DIR=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$DIR"' EXIT
 
-# The protected service: POST /login is 401 unless x-password: right (after 50 ms); it decodes
-# the path and collapses slashes, as many frameworks do. GET /hits: how many logins reached it.
+# The protected service: POST /login is 401 unless x-password: right (after 50 ms); it routes
+# paths as lenient backends do (docs/rules.md, "Paths as applications route them"): ;params cut
+# (Tomcat), \ as / (IIS), %2F decoded (gunicorn), case and a trailing slash ignored (Express,
+# ASP.NET), slashes merged. GET /hits: how many logins reached it.
 cat > "$DIR/upstream.py" <<'PY'
 import re, sys, threading, time, urllib.parse
 from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
 hits, lock = 0, threading.Lock()
+def route(target):
+    path = target.split("?")[0].replace("\\", "/")
+    path = urllib.parse.unquote("/".join(segment.split(";")[0] for segment in path.split("/")))
+    return re.sub("/+", "/", path.replace("\\", "/")).lower().rstrip("/") or "/"
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     def log_message(self, *args): pass
@@ -39,7 +45,7 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         global hits
         if int(self.headers.get("content-length") or 0): self.rfile.read(int(self.headers["content-length"]))
-        if re.sub("/+", "/", urllib.parse.unquote(self.path.split("?")[0])) == "/login":
+        if route(self.path) == "/login":
             with lock: hits += 1
             time.sleep(0.05)
             return self.reply(200 if self.headers.get("x-password") == "right" else 401, "login")
@@ -91,6 +97,11 @@ echo "40 concurrent failed logins from one client: $(hits) reached the service (
 reset
 for _ in $(seq 10); do login //login 198.51.100.20; login /%6Cogin 198.51.100.20; done > "$DIR/b"
 echo "20 failed logins as //login and /%6Cogin: $(hits) reached the service (limit 5); $(statuses < "$DIR/b")"
+reset
+for _ in $(seq 4); do
+  for spelled in /LOGIN /login/ '/login;jsessionid=1' /%2Flogin '/\login'; do login "$spelled" 198.51.100.25 --path-as-is; done
+done > "$DIR/b2"
+echo "20 failed logins as /LOGIN, /login/, /login;jsessionid=1, /%2Flogin and /\\login: $(hits) reached the service (limit 5); $(statuses < "$DIR/b2")"
 reset
 for i in $(seq 10); do login /login 198.51.100.30 -H "forwarded: for=203.0.113.$i"; done > "$DIR/c"
 echo "10 failed logins with a rotating Forwarded: $(hits) reached the service (limit 5); $(statuses < "$DIR/c")"
