@@ -166,7 +166,7 @@ const LIMITED: &[u16] = &[429];
 
 /// `/admin/login` as backends route it: what each spelling is, and the spelling.
 const LOGIN_SPELLINGS: &[(&str, &str)] = &[
-    ("login: %2F (gunicorn and uWSGI decode it; Flask, Django and Go route on the decoded path)", "/admin%2Flogin"),
+    ("login: %2F (gunicorn and uWSGI decode it for Flask and Django; gorilla/mux routes it decoded)", "/admin%2Flogin"),
     ("login: %2f", "/admin%2flogin"),
     ("login: backslash (WHATWG URLs and IIS read it as /)", "/admin\\login"),
     ("login: %5C", "/admin%5Clogin"),
@@ -175,7 +175,7 @@ const LOGIN_SPELLINGS: &[(&str, &str)] = &[
     ("login: case (Express and ASP.NET route case-insensitively)", "/ADMIN/Login"),
     ("login: trailing slash (Express, ASP.NET, Spring 5)", "/admin/login/"),
     ("login: trailing %2F", "/admin/login%2F"),
-    ("login: %2F then a dot segment (Go cleans the decoded path)", "/admin/x/..%2Flogin"),
+    ("login: %2F then a dot segment (gorilla/mux cleans the decoded path)", "/admin/x/..%2Flogin"),
     ("login: ..;/ (Tomcat strips the parameter, then resolves ..)", "/admin/x/..;/login"),
     ("login: everything at once", "//Admin\\x%2F..%2F%4Cogin;jsessionid=1/"),
 ];
