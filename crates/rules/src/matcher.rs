@@ -1,8 +1,8 @@
 //! Request matches: method, path (exact, prefix or glob), host, header present or equal. Every
 //! given condition must hold; an empty match matches everything. Paths are compared as the rule's
-//! `path_match` says: by default in the routing form (see `route`: the patterns folded when the
-//! rules load, the request's path in both its routing and literal forms, each without and with a
-//! trailing slash), or as spelled (`exact`, see `normalize`). Hosts and methods are compared in
+//! `path_match` says: by default as applications route them (see `route`: the patterns folded
+//! when the rules load, the request's path in every form a backend may route it in, each without
+//! and with a trailing slash), or as spelled (`exact`, see `normalize`). Hosts and methods are compared in
 //! their canonical forms (see `canonical`: `method = "GET"` matches HEAD too).
 
 use serde::Deserialize;
@@ -60,18 +60,15 @@ impl Match {
             && self.path_matches(path, mode)
     }
 
-    /// Whether the path conditions hold: on the routing or the literal form (`routed`), or on the
-    /// path as spelled (`exact`).
+    /// Whether the path conditions hold: on any form a backend may route the path in (`routed`),
+    /// or on the path as spelled (`exact`).
     fn path_matches(&self, path: &RequestPath<'_>, mode: PathMatch) -> bool {
         if self.path.is_none() && self.path_prefix.is_none() && self.path_glob.is_none() {
             return true;
         }
         match mode {
             PathMatch::Exact => self.paths_hold(path.exact(), false),
-            PathMatch::Routed => {
-                self.paths_hold(path.routed(), true)
-                    || path.literal().is_some_and(|literal| self.paths_hold(literal, true))
-            }
+            PathMatch::Routed => path.forms().any(|form| self.paths_hold(form, true)),
         }
     }
 

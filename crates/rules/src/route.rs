@@ -21,14 +21,23 @@
 //! A rule's patterns are folded the same way when the rules load (`/Admin/Login/` means the same
 //! route as `/admin/login`); a prefix or glob keeps a trailing slash it is written with, and a
 //! request's path is compared both without and with one (`/api/**` covers `/api/`, which folds to
-//! `/api`). Folding decodes `%2F` and resolves `..` afterwards, which a backend that decodes
-//! nothing does not do (Express sees `/public/..%2Fadmin` under `/public/`): so a request is also
-//! compared in its **literal form** (the same folding but for those structural steps: only a raw
-//! `/` separates, `;` and `\` are characters, dot segments stay), and a rule matches if either form
-//! does. A `path` key is the routing form.
+//! `/api`).
 //!
-//! Work is linear in the path (at most 64 KiB: the `http` crate refuses longer targets), nothing
-//! panics on any input, and both forms are fixed points (folding a form again changes nothing).
+//! Four of these steps change a path's structure (cutting `;params`, `%2F` separating, `\` and
+//! `%5C` separating, resolving dot segments), and backends take some of them, not all:
+//! Express takes none (it sees `/public/..%2Fadmin` under `/public/`), Flask behind gunicorn
+//! decodes `%2F` and resolves nothing, Spring 6 cuts `;params` and resolves nothing, ASP.NET Core
+//! resolves dot segments but keeps `%2F`, `\` and `;` (`/login/x%2Fy/..` is `/login/` to it), nginx
+//! decodes `%2F` and resolves dot segments but keeps `\` and `;`. So a request is compared in
+//! **every form** some combination of those steps gives (the routing form takes all of them, the
+//! **literal form** none), and a rule matches if any form does; combinations that differ only in
+//! a step the path gives no occasion for (no `%2F`, no `\`, no `;`) are one, so a path already in
+//! the routing form is compared once and any path at most 16 times. A `path` key is the routing
+//! form.
+//!
+//! Work is linear in the path (at most 64 KiB: the `http` crate refuses longer targets) for each
+//! form, nothing panics on any input, and every form is a fixed point (folding it again the same
+//! way changes nothing).
 
 use std::borrow::Cow;
 use std::cell::OnceCell;
@@ -78,7 +87,7 @@ pub enum Pattern {
 pub struct RequestPath<'a> {
     raw: &'a str,
     routed: OnceCell<Cow<'a, str>>,
-    literal: OnceCell<Option<Cow<'a, str>>>,
+    others: OnceCell<Vec<String>>,
     exact: OnceCell<Cow<'a, str>>,
 }
 
@@ -86,7 +95,7 @@ impl<'a> RequestPath<'a> {
     /// The path `raw` (without the query), as the request gives it.
     #[must_use]
     pub fn new(raw: &'a str) -> Self {
-        RequestPath { raw, routed: OnceCell::new(), literal: OnceCell::new(), exact: OnceCell::new() }
+        RequestPath { raw, routed: OnceCell::new(), others: OnceCell::new(), exact: OnceCell::new() }
     }
 
     /// The routing form ([`path`]).
@@ -94,14 +103,50 @@ impl<'a> RequestPath<'a> {
         self.routed.get_or_init(|| path(self.raw))
     }
 
-    /// The literal form ([`literal`]), when it differs from the routing form.
-    pub fn literal(&self) -> Option<&str> {
-        self.literal
-            .get_or_init(|| {
-                let literal = literal(self.raw);
-                (literal != self.routed()).then_some(literal)
-            })
-            .as_deref()
+    /// Every form a backend may route the path in, each once: the routing form first, then the
+    /// path folded with each other combination of the structural steps (see the module docs).
+    pub fn forms(&self) -> impl Iterator<Item = &str> {
+        // The others only when the routing form did not match.
+        let others = std::iter::once_with(|| self.others().iter().map(String::as_str)).flatten();
+        std::iter::once(self.routed()).chain(others)
+    }
+
+    /// The forms but the routing form, without repeats (none for a path already in the routing
+    /// form, at most 15).
+    fn others(&self) -> &[String] {
+        self.others.get_or_init(|| {
+            let bytes = self.raw.as_bytes();
+            if is_routed(bytes) {
+                return Vec::new();
+            }
+            let escape = |pair: &[u8]| bytes.windows(3).any(|w| w[0] == b'%' && w[1..].eq_ignore_ascii_case(pair));
+            // A step the path gives no occasion for changes nothing: its combinations are skipped.
+            let (slash_escapes, backslashes, params) =
+                (escape(b"2f"), bytes.contains(&b'\\') || escape(b"5c"), bytes.contains(&b';'));
+            let routed = self.routed();
+            let mut others: Vec<String> = Vec::new();
+            for steps in 0..16u8 {
+                let how = Fold {
+                    slash_escapes: steps & 1 != 0,
+                    backslashes: steps & 2 != 0,
+                    params: steps & 4 != 0,
+                    dots: steps & 8 != 0,
+                    ..ROUTED
+                };
+                let occasions = (slash_escapes, backslashes, params, true);
+                if (how.slash_escapes, how.backslashes, how.params, how.dots) == occasions {
+                    continue; // The routing form.
+                }
+                if how.slash_escapes && !slash_escapes || how.backslashes && !backslashes || how.params && !params {
+                    continue;
+                }
+                let form = fold(self.raw, how);
+                if form != routed && !others.contains(&form) {
+                    others.push(form);
+                }
+            }
+            others
+        })
     }
 
     /// The form of `path_match = "exact"` ([`normalize::path`](crate::normalize::path)).
@@ -118,20 +163,28 @@ impl<'a> RequestPath<'a> {
     }
 }
 
-/// How [`fold`] treats a path.
+/// How [`fold`] treats a path: which structural steps it takes (the routing form all, the literal
+/// form none; each backend some).
 #[derive(Debug, Clone, Copy)]
 struct Fold {
-    /// `\`, `%2F` and `%5C` separate segments, `;` starts a segment's parameters, and dot
-    /// segments are resolved (false: only a raw `/` separates, the rest are characters).
-    structural: bool,
+    /// `%2F` separates segments (gunicorn, uWSGI, nginx, IIS; else it is a character, as to
+    /// Express, Kestrel and Go).
+    slash_escapes: bool,
+    /// `\` and `%5C` separate segments (IIS, WHATWG URLs, Tomcat's `allowBackslash`).
+    backslashes: bool,
+    /// `;` starts a segment's parameters (Tomcat, Spring).
+    params: bool,
+    /// Dot segments are resolved (Tomcat, Kestrel, nginx, IIS, WHATWG URLs).
+    dots: bool,
     /// A trailing slash is kept (patterns: a prefix `/api/` is not `/api`).
     trailing_slash: bool,
     /// The result starts with `/` (requests; a glob starts as written).
     rooted: bool,
 }
 
-const ROUTED: Fold = Fold { structural: true, trailing_slash: false, rooted: true };
-const LITERAL: Fold = Fold { structural: false, ..ROUTED };
+const ROUTED: Fold =
+    Fold { slash_escapes: true, backslashes: true, params: true, dots: true, trailing_slash: false, rooted: true };
+const LITERAL: Fold = Fold { slash_escapes: false, backslashes: false, params: false, dots: false, ..ROUTED };
 
 /// The folded form of `raw` (see the module docs). One pass; `..` truncates what was written.
 fn fold(raw: &str, how: Fold) -> String {
@@ -175,7 +228,7 @@ fn fold(raw: &str, how: Fold) -> String {
             out.push('/');
             text = out.len();
             in_params = false;
-        } else if how.structural && byte == b';' && !escaped {
+        } else if how.params && byte == b';' && !escaped {
             in_params = true;
         } else {
             write_byte(&mut out, byte, escaped);
@@ -194,20 +247,20 @@ fn fold(raw: &str, how: Fold) -> String {
 /// Whether `byte` separates segments.
 fn separates(byte: u8, escaped: bool, how: Fold) -> bool {
     match byte {
-        b'/' => !escaped || how.structural,
-        b'\\' => how.structural,
+        b'/' => !escaped || how.slash_escapes,
+        b'\\' => how.backslashes,
         _ => false,
     }
 }
 
 /// Ends the segment that starts at `start` in `out` (its text at `text`): an empty one is dropped
-/// (a doubled or trailing slash), and with `how.structural` a `.` is dropped and a `..` drops the
+/// (a doubled or trailing slash), and with `how.dots` a `.` is dropped and a `..` drops the
 /// segment before it too. Whether the segment was dropped.
 fn end_segment(out: &mut String, start: usize, text: usize, how: Fold) -> bool {
     match &out[text..] {
         "" => out.truncate(start),
-        "." if how.structural => out.truncate(start),
-        ".." if how.structural => {
+        "." if how.dots => out.truncate(start),
+        ".." if how.dots => {
             let before = out[..start].rfind('/').unwrap_or(0);
             out.truncate(before);
         }
@@ -363,14 +416,30 @@ mod tests {
     #[test]
     fn request_forms_are_computed_once_and_compared_only_when_they_differ() {
         let plain = RequestPath::new("/admin/login");
-        assert_eq!((plain.routed(), plain.literal(), plain.exact()), ("/admin/login", None, "/admin/login"));
+        assert_eq!(plain.forms().collect::<Vec<_>>(), ["/admin/login"]);
+        assert_eq!(plain.exact(), "/admin/login");
         let disguised = RequestPath::new("/Public/..%2fAdmin/");
         assert_eq!(disguised.routed(), "/admin");
-        assert_eq!(disguised.literal(), Some("/public/..%2Fadmin"));
+        // %2F a character (Express, Kestrel) or a separator left unresolved (Flask).
+        assert_eq!(disguised.forms().collect::<Vec<_>>(), ["/admin", "/public/..%2Fadmin", "/public/../admin"]);
         assert_eq!(disguised.exact(), "/Public/..%2FAdmin/");
         assert_eq!(disguised.key(PathMatch::Routed), "/admin");
         assert_eq!(disguised.key(PathMatch::Exact), "/Public/..%2FAdmin/");
         assert!(matches!(path("/plain/path"), Cow::Borrowed(_)));
+        // Every step a path gives occasion for, on or off: at most 16 forms, each once.
+        let everything = RequestPath::new("/a/b;c\\d%2Fe/..");
+        let forms: Vec<_> = everything.forms().collect();
+        assert!(forms.len() <= 16 && forms.iter().enumerate().all(|(i, f)| !forms[..i].contains(f)), "{forms:?}");
+        for (backend, form) in [
+            ("all steps", "/a/b/d"),
+            ("Express: none", "/a/b%3Bc%5Cd%2Fe/.."),
+            ("Flask: %2F", "/a/b%3Bc%5Cd/e/.."),
+            ("Spring 6: ;params", "/a/b/.."),
+            ("Kestrel: dot segments", "/a"),
+            ("nginx: %2F, dot segments", "/a/b%3Bc%5Cd"),
+        ] {
+            assert!(forms.contains(&form), "{backend}: {form} in {forms:?}");
+        }
     }
 
     /// The fast check agrees with the folding it skips, over every path up to 6 bytes of the

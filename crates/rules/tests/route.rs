@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use proptest::prelude::*;
 use tollgate_rules::route::{self, Pattern, RequestPath};
-use tollgate_rules::{Glob, Match, PathMatch, Request};
+use tollgate_rules::{Glob, Match, PathMatch, Request, Rules};
 
 /// Bytes as a path: mostly the bytes the folding treats specially, some arbitrary (as text, the
 /// way a path reaches the rules; bytes that are not UTF-8 become U+FFFD).
@@ -47,6 +47,15 @@ proptest! {
         prop_assert_eq!(route::literal(&literal), literal.clone(), "literal folded twice");
         prop_assert!(literal.is_ascii() && literal.starts_with('/') && !literal.contains("//"), "{literal:?}");
         prop_assert_eq!(route::pattern(&raw, Pattern::Path), routed.as_ref());
+        // Every form a backend may route it in: the routing form first, each once, at most 16.
+        let request = RequestPath::new(&raw);
+        let forms: Vec<&str> = request.forms().collect();
+        prop_assert!(forms[0] == routed.as_ref() && forms.len() <= 16, "{forms:?}");
+        for (i, form) in forms.iter().enumerate() {
+            prop_assert!(!forms[..i].contains(form), "{form:?} twice");
+            prop_assert!(form.is_ascii() && form.starts_with('/') && !form.contains("//"), "{form:?}");
+            prop_assert!(form.len() <= 3 * raw.len() + 1 && well_spelled(form), "{form:?}");
+        }
     }
 
     /// A rule written as a spelling matches that spelling, whichever way it is written: what the
@@ -92,10 +101,55 @@ fn well_spelled(text: &str) -> bool {
 /// parameters, backslashes and slashes fold without a panic, within bounds, to fixed points.
 #[test]
 fn the_longest_paths_fold() {
-    for unit in ["/..", "/a%2F..", "/a;b=c", "/%41%2f", "/x\\..\\", "//"] {
+    for unit in ["/..", "/a%2F..", "/a;b=c", "/%41%2f", "/x\\..\\", "//", "/a;b\\c%2F../é"] {
         let raw = unit.repeat((64 << 10) / unit.len());
         let routed = route::path(&raw);
         assert!(routed.len() <= 3 * raw.len() + 1);
         assert_eq!(route::path(&routed), routed, "{unit}");
+        assert!(RequestPath::new(&raw).forms().count() <= 16, "{unit}");
     }
+}
+
+/// The names of the rules of `rules` that count `path` (GET).
+fn counting<'r>(rules: &'r Rules, path: &str) -> Vec<&'r str> {
+    let counted = rules.counting(&request(path)).unwrap();
+    counted.iter().map(|applied| rules.rules[applied.rule].name.as_str()).collect()
+}
+
+/// Backends take some of the structural steps, not all or none: ASP.NET Core (Kestrel, and IIS
+/// in-process) resolves dot segments but keeps `%2F`, `\` and `;` as characters; nginx decodes
+/// `%2F` and resolves dot segments but keeps `\` and `;`; Flask and Django behind gunicorn decode
+/// `%2F` but resolve nothing; Spring 6 strips `;params` from the raw path and resolves nothing.
+/// Before: each spelling below reached its route uncounted, as neither the routing form (every
+/// step) nor the literal form (none) is what that backend routes.
+#[test]
+fn a_backend_taking_some_structural_steps_is_counted_too() {
+    let rules = Rules::parse(
+        "[[rules]]\nname = \"login\"\nlimit = \"5/1m\"\nkey = [\"global\"]\nmatch = { path = \"/admin/login\" }\n\
+         [[rules]]\nname = \"public\"\nlimit = \"5/1m\"\nkey = [\"global\"]\nmatch = { path_prefix = \"/public/\" }\n\
+         [[rules]]\nname = \"files\"\nlimit = \"5/1m\"\nkey = [\"global\"]\nmatch = { path_glob = \"/files/*\" }\n",
+        "t",
+    )
+    .unwrap();
+    let mut escaped = Vec::new();
+    for (backend, path, rule) in [
+        ("Kestrel: /admin/login/", "/admin/login/x%2Fy/..", "login"),
+        ("Kestrel, nginx: /admin/login/", "/admin/login/x\\y/..", "login"),
+        ("Kestrel, nginx, IIS: /admin/login/", "/admin/login/..;/..", "login"),
+        ("Kestrel: /admin/login/", "/admin/login/x%5Cy/..", "login"),
+        ("nginx: /admin/login/", "/admin/login/x\\y%2F..", "login"),
+        ("Tomcat, allowBackslash: /admin/login", "/admin/login;x\\y", "login"),
+        ("Flask: /public/../admin", "/public%2F..%2Fadmin", "public"),
+        ("Spring 6: /public/..", "/public;x/..", "public"),
+        ("Kestrel: /files/x/", "/files/x/y%2Fz/..", "files"),
+        ("Flask: /files/..", "/files%2F..", "files"),
+    ] {
+        if !counting(&rules, path).contains(&rule) {
+            escaped.push(format!("{path} ({backend}) escaped {rule}"));
+        }
+    }
+    assert!(escaped.is_empty(), "{}", escaped.join("\n"));
+    // A path whose spellings all agree is compared once.
+    // A path whose spellings all agree is compared once.
+    assert_eq!(RequestPath::new("/Admin/Login").forms().count(), 1);
 }

@@ -71,6 +71,12 @@ key = ["client_ip"]
 match = { path = "/admin/login", method = "POST" }
 
 [[rules]]
+name = "public"
+limit = "3/1m"
+key = ["header:x-case"]
+match = { path_prefix = "/public/" }
+
+[[rules]]
 name = "path-key"
 limit = "3/1m"
 key = ["path", "header:x-case"]
@@ -178,6 +184,17 @@ const LOGIN_SPELLINGS: &[(&str, &str)] = &[
     ("login: %2F then a dot segment (gorilla/mux cleans the decoded path)", "/admin/x/..%2Flogin"),
     ("login: ..;/ (Tomcat strips the parameter, then resolves ..)", "/admin/x/..;/login"),
     ("login: everything at once", "//Admin\\x%2F..%2F%4Cogin;jsessionid=1/"),
+    ("login: a dot segment over %2F (Kestrel keeps %2F, then resolves: /admin/login/)", "/admin/login/x%2Fy/.."),
+    ("login: a dot segment over \\ (Kestrel and nginx keep it: /admin/login/)", "/admin/login/x\\y/.."),
+    ("login: a dot segment over ..; (Kestrel, nginx and IIS keep the ;: /admin/login/)", "/admin/login/..;/.."),
+    ("login: %2F then a dot segment over \\ (nginx: /admin/login/)", "/admin/login/x\\y%2F.."),
+];
+
+/// `/public/...` as backends route it, under a rule on the prefix: spellings that fold elsewhere.
+const PUBLIC_SPELLINGS: &[(&str, &str)] = &[
+    ("prefix: %2F then .. (Flask behind gunicorn: /public/../admin, under /public/)", "/public%2F..%2Fadmin"),
+    ("prefix: ;params then .. (Spring 6: /public/.., under /public/)", "/public;x/.."),
+    ("prefix: .. over %2F (Express: /public/..%2Fadmin, under /public/)", "/public/..%2Fadmin"),
 ];
 
 /// `/keyed/report` as backends route it, under a rule keyed on the path.
@@ -301,6 +318,10 @@ fn cases() -> Vec<Case> {
             LIMITED,
         ));
     }
+    // A prefix: each spelling a backend routes under it.
+    for (what, spelled) in PUBLIC_SPELLINGS {
+        cases.push(case(what, head("GET", "/public/report", &[]), head("GET", spelled, &[]), LIMITED));
+    }
     // The `path` key: each spelling of one path is one budget.
     for (what, spelled) in KEYED_SPELLINGS {
         cases.push(case(what, head("GET", "/keyed/report", &[]), head("GET", spelled, &[]), LIMITED));
@@ -334,7 +355,10 @@ fn cases() -> Vec<Case> {
 /// Before (6f0ba26): every disguise above but the path spellings reached the upstream as a fresh
 /// client (the cookie and header cases because a byte that is not text dropped the whole line,
 /// the client case because the proxy became the client, the host case through the Host header the
-/// proxy forwarded, HEAD as another method), and the proxy forwarded a 5 MB body.
+/// proxy forwarded, HEAD as another method), and the proxy forwarded a 5 MB body. At 775bd0e
+/// (before every form was compared), the login spellings with a dot segment over `%2F`, `\` or
+/// `..;` and the prefix spellings over `%2F` or `;x` reached the upstream: neither the routing nor
+/// the literal form is what Kestrel, nginx, Flask or Spring 6 route.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_disguise_escapes_a_rule() {
     let (address, upstream) = upstream().await;

@@ -105,6 +105,7 @@ fn canonical_request_inputs() {
         b"/a/./b/../../..//%2e%2E/c%zz",
         b"//Admin\\x%2F..%2F%4Cogin;jsessionid=1/;a/..;/%3B%25%00%",
         b"\\..%5c..\\%2f%2F;;;%",
+        b"/admin/login/x%2Fy\\z;p/..;/..%2F..\\..",
         b"\"\"",
         &[0xff; 300],
     ];
