@@ -113,7 +113,7 @@ enum Token {
 /// A path glob, compiled: `*` matches within one segment, `**` across segments, `?` one non-`/`
 /// byte. Matching simulates the pattern as an automaton whose reachable positions are a bit set
 /// (64 positions to a word), so a path costs O(path × pattern / 64) word operations whatever the
-/// stars: no backtracking. A request is compared in up to 16 forms (see `route`), each up to three
+/// stars: no backtracking. A request is compared in up to 18 forms (see `route`), each up to three
 /// times its 64 KiB: one word a byte (a glob of up to 63 tokens) keeps that to milliseconds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Glob {

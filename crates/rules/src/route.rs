@@ -10,7 +10,9 @@
 //!   and Go decode `%2F` before Flask, Django and Go's routers see the path);
 //! - every other escape is decoded: a byte that is printable ASCII (but `%`, `/`, `\`, `;`, `?`,
 //!   `#`) is written as itself, any other byte as `%XX` (uppercase hex), so `/caf%c3%a9`, `/café`
-//!   and `/caf%C3%A9` are one path and the form is ASCII; a `%` that starts no escape is `%25`;
+//!   and `/caf%C3%A9` are one path and the form is ASCII; `%uHHHH` is the character's UTF-8 bytes
+//!   (IIS decodes it: `/%u0061dmin` is `/admin` to classic ASP.NET); a `%` that starts no escape
+//!   is `%25`;
 //! - ASCII letters are lowercased (Express and ASP.NET route case-insensitively; letters beyond
 //!   ASCII keep their case);
 //! - empty segments are dropped (`//`: nginx's `merge_slashes`, Werkzeug, Tomcat);
@@ -29,11 +31,12 @@
 //! decodes `%2F` and resolves nothing, Spring 6 cuts `;params` and resolves nothing, ASP.NET Core
 //! resolves dot segments but keeps `%2F`, `\` and `;` (`/login/x%2Fy/..` is `/login/` to it), nginx
 //! decodes `%2F` and resolves dot segments but keeps `\` and `;`. So a request is compared in
-//! **every form** some combination of those steps gives (the routing form takes all of them, the
-//! **literal form** none), and a rule matches if any form does; combinations that differ only in
-//! a step the path gives no occasion for (no `%2F`, no `\`, no `;`) are one, so a path already in
-//! the routing form is compared once and any path at most 16 times. A `path` key is the routing
-//! form.
+//! **every form** some combination of those steps gives, `%uHHHH` left as it is (the routing form
+//! takes all of them, the **literal form** none), and in IIS's (`%uHHHH`, `%2F` and `\` decoded,
+//! dot segments resolved, `;` kept), and a rule matches if any form does; combinations that differ
+//! only in a step the path gives no occasion for (no `%2F`, no `\`, no `;`, no `%u`) are one, so
+//! a path already in the routing form is compared once and any path at most 18 times. A `path`
+//! key is the routing form.
 //!
 //! Work is linear in the path (at most 64 KiB: the `http` crate refuses longer targets) for each
 //! form, nothing panics on any input, and every form is a fixed point (folding it again the same
@@ -112,32 +115,36 @@ impl<'a> RequestPath<'a> {
     }
 
     /// The forms but the routing form, without repeats (none for a path already in the routing
-    /// form, at most 15).
+    /// form, at most 17: 16 combinations and IIS's).
     fn others(&self) -> &[String] {
         self.others.get_or_init(|| {
-            let bytes = self.raw.as_bytes();
-            if is_routed(bytes) {
+            if is_routed(self.raw.as_bytes()) {
                 return Vec::new();
             }
-            let escape = |pair: &[u8]| bytes.windows(3).any(|w| w[0] == b'%' && w[1..].eq_ignore_ascii_case(pair));
             // A step the path gives no occasion for changes nothing: its combinations are skipped.
-            let (slash_escapes, backslashes, params) =
-                (escape(b"2f"), bytes.contains(&b'\\') || escape(b"5c"), bytes.contains(&b';'));
+            let mut occasions = [false, false, false, self.raw.contains("%u") || self.raw.contains("%U")];
+            for (byte, escaped) in Decoded::new(self.raw, true) {
+                occasions[0] |= byte == b'/' && escaped;
+                occasions[1] |= byte == b'\\';
+                occasions[2] |= byte == b';' && !escaped;
+            }
             let routed = self.routed();
             let mut others: Vec<String> = Vec::new();
-            for steps in 0..16u8 {
-                let how = Fold {
-                    slash_escapes: steps & 1 != 0,
-                    backslashes: steps & 2 != 0,
-                    params: steps & 4 != 0,
-                    dots: steps & 8 != 0,
-                    ..ROUTED
-                };
-                let occasions = (slash_escapes, backslashes, params, true);
-                if (how.slash_escapes, how.backslashes, how.params, how.dots) == occasions {
-                    continue; // The routing form.
-                }
-                if how.slash_escapes && !slash_escapes || how.backslashes && !backslashes || how.params && !params {
+            // Every combination of the structural steps, `%uHHHH` left as it is (only IIS decodes
+            // it), and IIS's own: `%uHHHH`, `%2F` and `\` decoded, dot segments resolved.
+            let combinations = (0..16u8).map(|steps| Fold {
+                slash_escapes: steps & 1 != 0,
+                backslashes: steps & 2 != 0,
+                params: steps & 4 != 0,
+                dots: steps & 8 != 0,
+                percent_u: false,
+                ..ROUTED
+            });
+            for how in combinations.chain([Fold { params: false, ..ROUTED }]) {
+                let steps = [how.slash_escapes, how.backslashes, how.params, how.percent_u];
+                let pointless = steps.iter().zip(occasions).any(|(&step, occasion)| step && !occasion);
+                // The routing form takes every step there is an occasion for.
+                if pointless || how.dots && steps == occasions {
                     continue;
                 }
                 let form = fold(self.raw, how);
@@ -176,27 +183,33 @@ struct Fold {
     params: bool,
     /// Dot segments are resolved (Tomcat, Kestrel, nginx, IIS, WHATWG URLs).
     dots: bool,
+    /// `%uHHHH` is an escape (IIS); else it is itself.
+    percent_u: bool,
     /// A trailing slash is kept (patterns: a prefix `/api/` is not `/api`).
     trailing_slash: bool,
     /// The result starts with `/` (requests; a glob starts as written).
     rooted: bool,
 }
 
-const ROUTED: Fold =
-    Fold { slash_escapes: true, backslashes: true, params: true, dots: true, trailing_slash: false, rooted: true };
-const LITERAL: Fold = Fold { slash_escapes: false, backslashes: false, params: false, dots: false, ..ROUTED };
+const ROUTED: Fold = Fold {
+    slash_escapes: true,
+    backslashes: true,
+    params: true,
+    dots: true,
+    percent_u: true,
+    trailing_slash: false,
+    rooted: true,
+};
+const LITERAL: Fold =
+    Fold { slash_escapes: false, backslashes: false, params: false, dots: false, percent_u: false, ..ROUTED };
 
 /// The folded form of `raw` (see the module docs). One pass; `..` truncates what was written.
 fn fold(raw: &str, how: Fold) -> String {
-    let bytes = raw.as_bytes();
     // A glob that starts at the root keeps it (`/` is not the empty glob).
-    let starts_at_root = match bytes {
-        [b'%', ..] => hex_pair(bytes.get(1..3)).is_some_and(|byte| separates(byte, true, how)),
-        [byte, ..] => separates(*byte, false, how),
-        [] => false,
-    };
+    let starts_at_root =
+        Decoded::new(raw, how.percent_u).next().is_some_and(|(byte, escaped)| separates(byte, escaped, how));
     let how = Fold { rooted: how.rooted || starts_at_root, ..how };
-    let mut out = String::with_capacity(bytes.len() + 1);
+    let mut out = String::with_capacity(raw.len() + 1);
     // Where the current segment starts in `out` (at its '/', if it has one), and its text.
     let (mut start, mut text) = (0, 0);
     if how.rooted {
@@ -204,18 +217,7 @@ fn fold(raw: &str, how: Fold) -> String {
         text = 1;
     }
     let mut in_params = false;
-    let mut i = 0;
-    while i < bytes.len() {
-        let (byte, escaped) = match bytes[i] {
-            b'%' if let Some(byte) = hex_pair(bytes.get(i + 1..i + 3)) => {
-                i += 3;
-                (byte, true)
-            }
-            byte => {
-                i += 1;
-                (byte, false)
-            }
-        };
+    for (byte, escaped) in Decoded::new(raw, how.percent_u) {
         let separator = separates(byte, escaped, how);
         // Parameters run to the next raw separator (Tomcat parses them before decoding).
         let raw_separator = separator && !escaped;
@@ -242,6 +244,55 @@ fn fold(raw: &str, how: Fold) -> String {
         out.push('/');
     }
     out
+}
+
+/// The bytes of a path, each with whether it came from an escape: `%XX`, or (with `percent_u`)
+/// `%uHHHH`, whose character gives its UTF-8 bytes (IIS decodes it: http.sys's `PercentUAllowed`,
+/// on by default); a `%` that starts neither is itself.
+struct Decoded<'a> {
+    bytes: &'a [u8],
+    /// Whether `%uHHHH` is an escape.
+    percent_u: bool,
+    /// A `%uHHHH` escape's UTF-8 bytes, and the range of them still to give.
+    pending: ([u8; 4], std::ops::Range<usize>),
+}
+
+impl<'a> Decoded<'a> {
+    fn new(raw: &'a str, percent_u: bool) -> Self {
+        Decoded { bytes: raw.as_bytes(), percent_u, pending: ([0; 4], 0..0) }
+    }
+}
+
+impl Iterator for Decoded<'_> {
+    type Item = (u8, bool);
+
+    fn next(&mut self) -> Option<(u8, bool)> {
+        let (utf8, left) = &mut self.pending;
+        if let Some(at) = left.next() {
+            return Some((utf8[at], true));
+        }
+        let (&first, rest) = self.bytes.split_first()?;
+        if first == b'%' {
+            if let Some(byte) = hex_pair(rest.get(..2)) {
+                self.bytes = &rest[2..];
+                return Some((byte, true));
+            }
+            if let Some(character) = percent_u(rest).filter(|_| self.percent_u) {
+                self.bytes = &rest[5..];
+                *left = 1..character.encode_utf8(utf8).len();
+                return Some((utf8[0], true));
+            }
+        }
+        self.bytes = rest;
+        Some((first, false))
+    }
+}
+
+/// The character of a `%uHHHH` escape, given what follows its `%` (none for a surrogate).
+fn percent_u(rest: &[u8]) -> Option<char> {
+    let [b'u' | b'U', digits @ ..] = rest.get(..5)? else { return None };
+    let digits = std::str::from_utf8(digits).ok().filter(|d| d.bytes().all(|b| b.is_ascii_hexdigit()))?;
+    char::from_u32(u32::from_str_radix(digits, 16).ok()?)
 }
 
 /// Whether `byte` separates segments.
@@ -379,6 +430,25 @@ mod tests {
         assert_eq!(path("/%7E%2D%5F"), "/~-_");
     }
 
+    /// IIS decodes `%uHHHH` (http.sys's `PercentUAllowed`, on by default) before classic ASP.NET
+    /// routes the path. Before: `/%u0061dmin%u002Flogin` was `/%25u0061dmin%25u002flogin`, another
+    /// path than `/admin/login`.
+    #[test]
+    fn percent_u_escapes_are_decoded_as_iis_decodes_them() {
+        assert_eq!(path("/%u0061dmin%u002Flogin"), "/admin/login");
+        assert_eq!(path("/%U0041DMIN/%u004c%u006F%u0067%u0069%u006e"), "/admin/login");
+        assert_eq!(path("/caf%u00e9"), "/caf%C3%A9", "as its UTF-8 escapes");
+        assert_eq!(path("/a%u005Cb/x/%u002e%u002E"), "/a/b");
+        assert_eq!(path("/a%u003Bb"), "/a%3Bb", "an encoded ; is a character");
+        assert_eq!(literal("/a%u002Fb"), "/a%25u002fb", "the literal form decodes no %u");
+        // Only IIS decodes them: to Kestrel `%u002E%u002E` is a name, which the `..` after it
+        // drops, so a form leaves them as they are.
+        let kestrel = RequestPath::new("/admin/login/%u002E%u002E/..");
+        assert_eq!(kestrel.routed(), "/");
+        assert!(kestrel.forms().any(|form| form == "/admin/login"), "{:?}", kestrel.forms().collect::<Vec<_>>());
+        assert_eq!(path("/%uD800/%u12/%u"), "/%25ud800/%25u12/%25u", "no character: kept");
+    }
+
     #[test]
     fn the_root_and_what_climbs_above_it() {
         for root in ["", "/", "//", "/.", "/..", "/../..", "\\", "%2F", ";x", "/;x/", "/a/.."] {
@@ -426,10 +496,10 @@ mod tests {
         assert_eq!(disguised.key(PathMatch::Routed), "/admin");
         assert_eq!(disguised.key(PathMatch::Exact), "/Public/..%2FAdmin/");
         assert!(matches!(path("/plain/path"), Cow::Borrowed(_)));
-        // Every step a path gives occasion for, on or off: at most 16 forms, each once.
+        // Every step a path gives occasion for, on or off: at most 18 forms, each once.
         let everything = RequestPath::new("/a/b;c\\d%2Fe/..");
         let forms: Vec<_> = everything.forms().collect();
-        assert!(forms.len() <= 16 && forms.iter().enumerate().all(|(i, f)| !forms[..i].contains(f)), "{forms:?}");
+        assert!(forms.len() <= 18 && forms.iter().enumerate().all(|(i, f)| !forms[..i].contains(f)), "{forms:?}");
         for (backend, form) in [
             ("all steps", "/a/b/d"),
             ("Express: none", "/a/b%3Bc%5Cd%2Fe/.."),
@@ -440,6 +510,8 @@ mod tests {
         ] {
             assert!(forms.contains(&form), "{backend}: {form} in {forms:?}");
         }
+        // `%u002F` is an escaped slash too: Kestrel keeps it (and does not decode it).
+        assert!(RequestPath::new("/a/b%u002Fc/..").forms().any(|form| form == "/a"));
     }
 
     /// The fast check agrees with the folding it skips, over every path up to 6 bytes of the

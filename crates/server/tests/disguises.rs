@@ -188,6 +188,7 @@ const LOGIN_SPELLINGS: &[(&str, &str)] = &[
     ("login: a dot segment over \\ (Kestrel and nginx keep it: /admin/login/)", "/admin/login/x\\y/.."),
     ("login: a dot segment over ..; (Kestrel, nginx and IIS keep the ;: /admin/login/)", "/admin/login/..;/.."),
     ("login: %2F then a dot segment over \\ (nginx: /admin/login/)", "/admin/login/x\\y%2F.."),
+    ("login: %u escapes (IIS decodes them for classic ASP.NET)", "/%u0061dmin%u002Flogin"),
 ];
 
 /// `/public/...` as backends route it, under a rule on the prefix: spellings that fold elsewhere.
