@@ -36,16 +36,18 @@
 //! dot segments resolved, `;` kept), and a rule matches if any form does; combinations that differ
 //! only in a step the path gives no occasion for (no `%2F`, no `\`, no `;`, no `%u`) are one, so
 //! a path already in the routing form is compared once and any path at most 18 times. A `path`
-//! key is the routing form.
+//! key is the routing form, but where the forms resolve dot segments differently (see
+//! [`RequestPath::key`]).
 //!
 //! Work is linear in the path (at most 64 KiB: the `http` crate refuses longer targets) for each
 //! form, nothing panics on any input, and every form is a fixed point (folding it again the same
 //! way changes nothing).
 
-use std::borrow::Cow;
-use std::cell::OnceCell;
+mod forms;
 
-use crate::rules::PathMatch;
+use std::borrow::Cow;
+
+pub use forms::RequestPath;
 
 /// The routing form of a request's path (see the module docs).
 #[must_use]
@@ -82,92 +84,6 @@ pub enum Pattern {
     Prefix,
     /// `match.path_glob`.
     Glob,
-}
-
-/// A request's path in every form a rule may compare or key it in, each computed once, when a
-/// rule first needs it.
-#[derive(Debug)]
-pub struct RequestPath<'a> {
-    raw: &'a str,
-    routed: OnceCell<Cow<'a, str>>,
-    others: OnceCell<Vec<String>>,
-    exact: OnceCell<Cow<'a, str>>,
-}
-
-impl<'a> RequestPath<'a> {
-    /// The path `raw` (without the query), as the request gives it.
-    #[must_use]
-    pub fn new(raw: &'a str) -> Self {
-        RequestPath { raw, routed: OnceCell::new(), others: OnceCell::new(), exact: OnceCell::new() }
-    }
-
-    /// The routing form ([`path`]).
-    pub fn routed(&self) -> &str {
-        self.routed.get_or_init(|| path(self.raw))
-    }
-
-    /// Every form a backend may route the path in, each once: the routing form first, then the
-    /// path folded with each other combination of the structural steps (see the module docs).
-    pub fn forms(&self) -> impl Iterator<Item = &str> {
-        // The others only when the routing form did not match.
-        let others = std::iter::once_with(|| self.others().iter().map(String::as_str)).flatten();
-        std::iter::once(self.routed()).chain(others)
-    }
-
-    /// The forms but the routing form, without repeats (none for a path already in the routing
-    /// form, at most 17: 16 combinations and IIS's).
-    fn others(&self) -> &[String] {
-        self.others.get_or_init(|| {
-            if is_routed(self.raw.as_bytes()) {
-                return Vec::new();
-            }
-            // A step the path gives no occasion for changes nothing: its combinations are skipped.
-            let mut occasions = [false, false, false, self.raw.contains("%u") || self.raw.contains("%U")];
-            for (byte, escaped) in Decoded::new(self.raw, true) {
-                occasions[0] |= byte == b'/' && escaped;
-                occasions[1] |= byte == b'\\';
-                occasions[2] |= byte == b';' && !escaped;
-            }
-            let routed = self.routed();
-            let mut others: Vec<String> = Vec::new();
-            // Every combination of the structural steps, `%uHHHH` left as it is (only IIS decodes
-            // it), and IIS's own: `%uHHHH`, `%2F` and `\` decoded, dot segments resolved.
-            let combinations = (0..16u8).map(|steps| Fold {
-                slash_escapes: steps & 1 != 0,
-                backslashes: steps & 2 != 0,
-                params: steps & 4 != 0,
-                dots: steps & 8 != 0,
-                percent_u: false,
-                ..ROUTED
-            });
-            for how in combinations.chain([Fold { params: false, ..ROUTED }]) {
-                let steps = [how.slash_escapes, how.backslashes, how.params, how.percent_u];
-                let pointless = steps.iter().zip(occasions).any(|(&step, occasion)| step && !occasion);
-                // The routing form takes every step there is an occasion for.
-                if pointless || how.dots && steps == occasions {
-                    continue;
-                }
-                let form = fold(self.raw, how);
-                if form != routed && !others.contains(&form) {
-                    others.push(form);
-                }
-            }
-            others
-        })
-    }
-
-    /// The form of `path_match = "exact"` ([`normalize::path`](crate::normalize::path)).
-    pub fn exact(&self) -> &str {
-        self.exact.get_or_init(|| crate::normalize::path(self.raw))
-    }
-
-    /// The `path` key of a rule whose paths match as `mode` says.
-    pub fn key(&self, mode: PathMatch) -> &str {
-        match mode {
-            PathMatch::Routed => self.routed(),
-            PathMatch::Exact => self.exact(),
-        }
-    }
 }
 
 /// How [`fold`] treats a path: which structural steps it takes (the routing form all, the literal
@@ -481,37 +397,6 @@ mod tests {
         assert_eq!(pattern("**/Admin", Pattern::Glob), "**/admin", "a glob starts as written");
         assert_eq!(pattern("/api/**/", Pattern::Glob), "/api/**/");
         assert_eq!(pattern("/v?/x", Pattern::Glob), "/v?/x", "a glob's ? is its own");
-    }
-
-    #[test]
-    fn request_forms_are_computed_once_and_compared_only_when_they_differ() {
-        let plain = RequestPath::new("/admin/login");
-        assert_eq!(plain.forms().collect::<Vec<_>>(), ["/admin/login"]);
-        assert_eq!(plain.exact(), "/admin/login");
-        let disguised = RequestPath::new("/Public/..%2fAdmin/");
-        assert_eq!(disguised.routed(), "/admin");
-        // %2F a character (Express, Kestrel) or a separator left unresolved (Flask).
-        assert_eq!(disguised.forms().collect::<Vec<_>>(), ["/admin", "/public/..%2Fadmin", "/public/../admin"]);
-        assert_eq!(disguised.exact(), "/Public/..%2FAdmin/");
-        assert_eq!(disguised.key(PathMatch::Routed), "/admin");
-        assert_eq!(disguised.key(PathMatch::Exact), "/Public/..%2FAdmin/");
-        assert!(matches!(path("/plain/path"), Cow::Borrowed(_)));
-        // Every step a path gives occasion for, on or off: at most 18 forms, each once.
-        let everything = RequestPath::new("/a/b;c\\d%2Fe/..");
-        let forms: Vec<_> = everything.forms().collect();
-        assert!(forms.len() <= 18 && forms.iter().enumerate().all(|(i, f)| !forms[..i].contains(f)), "{forms:?}");
-        for (backend, form) in [
-            ("all steps", "/a/b/d"),
-            ("Express: none", "/a/b%3Bc%5Cd%2Fe/.."),
-            ("Flask: %2F", "/a/b%3Bc%5Cd/e/.."),
-            ("Spring 6: ;params", "/a/b/.."),
-            ("Kestrel: dot segments", "/a"),
-            ("nginx: %2F, dot segments", "/a/b%3Bc%5Cd"),
-        ] {
-            assert!(forms.contains(&form), "{backend}: {form} in {forms:?}");
-        }
-        // `%u002F` is an escaped slash too: Kestrel keeps it (and does not decode it).
-        assert!(RequestPath::new("/a/b%u002Fc/..").forms().any(|form| form == "/a"));
     }
 
     /// The fast check agrees with the folding it skips, over every path up to 6 bytes of the

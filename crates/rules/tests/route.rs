@@ -56,6 +56,10 @@ proptest! {
             prop_assert!(form.is_ascii() && form.starts_with('/') && !form.contains("//"), "{form:?}");
             prop_assert!(form.len() <= 3 * raw.len() + 1 && well_spelled(form), "{form:?}");
         }
+        // The key is the routing form, or segments every form starts with.
+        let key = request.key(PathMatch::Routed);
+        let starts = |form: &str| key == "/" || form == key || form.starts_with(&format!("{key}/"));
+        prop_assert!(key == forms[0] || forms.iter().all(|form| starts(form)), "{key:?} of {forms:?}");
     }
 
     /// A rule written as a spelling matches that spelling, whichever way it is written: what the
@@ -152,4 +156,35 @@ fn a_backend_taking_some_structural_steps_is_counted_too() {
     // A path whose spellings all agree is compared once.
     // A path whose spellings all agree is compared once.
     assert_eq!(RequestPath::new("/Admin/Login").forms().count(), 1);
+}
+
+/// A `path` key cannot be varied at will for one route: to Kestrel `/keyed/report/jN%2Fk/..` is
+/// `/keyed/report/` whatever `jN`, but its routing form is `/keyed/report/jN`. Where forms resolve
+/// dot segments differently, the key is what every form agrees on (their common segments), which
+/// the route's own form starts with: at most one key a segment of the route. Before: every `jN`
+/// was a fresh budget.
+#[test]
+fn a_path_key_cannot_be_varied_by_a_dot_segment_over_another_separator() {
+    let rules = Rules::parse(
+        "[[rules]]\nname = \"keyed\"\nlimit = \"5/1m\"\nkey = [\"path\"]\nmatch = { path_prefix = \"/keyed/\" }\n",
+        "t",
+    )
+    .unwrap();
+    let key = |path: &str| String::from_utf8(rules.counting(&request(path)).unwrap()[0].key.clone()).unwrap();
+    let mut keys: Vec<String> = (0..20)
+        .flat_map(|n| {
+            [
+                format!("/keyed/report/j{n}%2Fk/.."),
+                format!("/keyed/report/j{n}\\k/.."),
+                format!("/keyed/report/j{n}%u002Fk/.."),
+            ]
+        })
+        .map(|path| key(&path))
+        .collect();
+    keys.sort();
+    keys.dedup();
+    assert!(keys.len() <= 3, "{} keys for /keyed/report: {keys:?}", keys.len());
+    // Spellings whose forms agree on the dot segments keep their routing form.
+    assert_eq!(key("/keyed/x/../report"), "/keyed/report");
+    assert_eq!(key("/Keyed%2Freport;v=1"), "/keyed/report");
 }

@@ -204,6 +204,7 @@ const KEYED_SPELLINGS: &[(&str, &str)] = &[
     ("path key: %2F", "/keyed%2Freport"),
     ("path key: ;params", "/keyed/report;v=1"),
     ("path key: backslash", "/keyed\\report"),
+    ("path key: a dot segment over %2F (Kestrel: /keyed/report/)", "/keyed/report/x%2Fy/.."),
 ];
 const REFUSED: &[u16] = &[400];
 
