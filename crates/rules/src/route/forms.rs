@@ -19,8 +19,9 @@ pub struct RequestPath<'a> {
     exact: OnceCell<Cow<'a, str>>,
 }
 
-/// The forms of a path but its routing form, and whether they resolve its dot segments
-/// differently (a dot segment in a form that does not resolve them, while the forms differ).
+/// The forms of a path but its routing form, and whether they may resolve its dot segments
+/// differently: a form that does not resolve them has one, and the path gives occasion for a
+/// step that moves segment boundaries (`%2F`, `\`, `;`, `%u`).
 #[derive(Debug, Default)]
 struct Others {
     forms: Vec<String>,
