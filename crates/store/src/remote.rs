@@ -9,6 +9,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tollgate_core::{Decision, Snapshot};
 
@@ -24,8 +25,10 @@ pub struct Charge<'a> {
     pub age_ns: u64,
     /// Who made it, for exactly-once application: the remote keeps, per key, the highest sequence
     /// it applied from each node, and skips a charge at or below it (one riding on several calls
-    /// in flight, or sent again after a lost reply). A node sends a key's charges in increasing
-    /// sequence, each call every charge not yet confirmed. `None`: applied whenever sent.
+    /// in flight, or sent again after a lost reply), for [`CHARGES_REMEMBERED`] after applying
+    /// one. A node sends a key's charges in increasing sequence, each call the charges it sent
+    /// before and not yet confirmed, and sends a charge under its origin for at most
+    /// [`RESEND_HORIZON`] after it first sent it. `None`: applied whenever sent.
     pub origin: Option<Origin>,
     /// What the sender's decisions relied on: the key's remaining at the remote's now, as the
     /// sender follows it (the state it last saw, this charge and its earlier ones included).
@@ -45,6 +48,21 @@ pub struct Charge<'a> {
     /// sub-window counter, which this keeps from lowering a key the remote holds whole.
     pub view: bool,
 }
+
+/// How long a node sends a charge again under its [`Origin`] after it first sent it, at most: 10
+/// minutes. A charge no reply confirmed by then (every call that carried it failed, and one of them
+/// may have run) is sent as a new charge, under a new origin: the remote may have forgotten the old
+/// one (see `fallback`'s ledger).
+pub const RESEND_HORIZON: Duration = Duration::from_secs(600);
+
+/// How long a remote remembers, at least, what it applied from a node (per key: the highest
+/// sequence), counted from each time it applies one: 11 minutes, [`RESEND_HORIZON`] and a minute
+/// for the drift between the node's reading of the remote's clock and the remote's (the node dates
+/// its resends by its own reading). Whatever the key's state meanwhile: a charge dated in a window
+/// long over still lands in the live one (the window family counts a late charge where the state
+/// is), and a bucket busy again takes it whole, so a marker living only while the key is busy
+/// let a resend count twice.
+pub const CHARGES_REMEMBERED: Duration = Duration::from_secs(660);
 
 /// The node and sequence number of a [`Charge`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

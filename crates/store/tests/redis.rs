@@ -215,6 +215,11 @@ async fn differential(server: &RedisServer, module: bool) {
         let memory = MemoryStore::builder().clock(clock.clone()).build();
         let mut pending = None;
         let mut seq = 0;
+        // Charges applied with an origin, to send again later (a lost reply's resend): the charge,
+        // its instant, when it was sent.
+        let mut sent: Vec<(Charge<'_>, u64, u64)> = Vec::new();
+        let horizon = u64::try_from(tollgate_store::remote::RESEND_HORIZON.as_nanos()).unwrap();
+        let mut latest = 0;
         for step in 0..60 {
             let limit = if rng.below(6) == 0 { &limits[1 + step % 2] } else { &limits[0] };
             let period = limit.period_ns();
@@ -251,13 +256,16 @@ async fn differential(server: &RedisServer, module: bool) {
                 seq += 2;
                 first.origin = Some(Origin { node: 1 + rng.below(2), seq });
                 first.known_remaining = (rng.below(3) == 0).then(|| rng.below(limit.capacity() + 1));
-                // Now and then a view: what the node saw within the last period.
+                // Now and then a view: what the node saw within the last period (the round's
+                // shortest: a refund's stamp after it then lives in both stores, each on its own
+                // clock, as long as any of the round's limits says).
                 if first.known_remaining.is_some() && rng.below(2) == 0 {
                     let bucket = limit.algorithm().is_bucket();
                     let most =
                         if bucket { limit.tolerance_ns() + limit.emission_interval_ns() } else { limit.capacity() };
                     let previous = if limit.algorithm() == Algorithm::SlidingWindow { rng.below(most + 1) } else { 0 };
-                    let at = now - rng.below(period.min(now - T0) + 1);
+                    let shortest = limits.iter().map(Limit::period_ns).min().unwrap_or(period);
+                    let at = now - rng.below(shortest.min(now - T0) + 1);
                     first.seen = Some(Snapshot { at, used: rng.below(most + 1), previous });
                     first.view = rng.below(2) == 0;
                 }
@@ -270,9 +278,25 @@ async fn differential(server: &RedisServer, module: bool) {
                     _ => {}
                 }
             }
+            // Now and then one of them sent again, as a node does until a reply confirms it: for
+            // up to the node's resend horizon, however long the key was idle meanwhile. First in
+            // the call, so that only the marker can recognise it. (The memory store's markers
+            // expire on its manual clock, Redis's on real time: both remember the charge while
+            // the clock never went past the horizon since it was sent.)
+            let now = tollgate_store::Clock::now_ns(&*clock);
+            latest = latest.max(now);
+            let new_charge = charges.first().filter(|c| c.origin.is_some()).copied();
+            let resend: Vec<_> = sent.iter().filter(|s| s.2 + horizon >= latest && s.1 <= now).copied().collect();
+            if !resend.is_empty() && rng.below(4) == 0 {
+                let (charge, at, _) = resend[usize::try_from(rng.below(resend.len() as u64)).unwrap()];
+                charges.insert(0, Charge { origin: charge.origin, ..Charge::new(charge.check, now - at) });
+            }
             let want = memory.decide(&check, &charges).await.unwrap();
             let got = redis.decide(&check, &charges).await.unwrap();
             assert_eq!(got, want, "{limit} round {round} step {step}: key {key:?} cost {cost} charges {charges:?}");
+            if let Some(c) = new_charge {
+                sent.push((c, now - c.age_ns, now));
+            }
             // Now and then the admission is withdrawn, at once or after a few more steps.
             if got.decisions[0].allowed && cost > 0 {
                 let refund = Refund { check: check[0], at: got.now_ns, decision: got.decisions[0] };

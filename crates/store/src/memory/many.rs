@@ -15,7 +15,7 @@ use tollgate_core::{Algorithm, Decision, Limit, Snapshot, State, algorithm::Gcra
 
 use super::MemoryStore;
 use super::slots::{GcraSlot, StateSlot};
-use crate::remote::Charge;
+use crate::remote::{CHARGES_REMEMBERED, Charge};
 use crate::table::Shard;
 use crate::{Check, StoreError};
 
@@ -163,10 +163,10 @@ impl MemoryStore {
             }
             key.charged = Some(state);
         }
+        // Remembered as long as the Redis script's marker (see `remote::CHARGES_REMEMBERED`).
+        let until = now.saturating_add(u64::try_from(CHARGES_REMEMBERED.as_nanos()).unwrap_or(u64::MAX));
         for &(i, node, seq) in &applied {
-            let key = &keys[i];
-            let until = key.charged.as_ref().map_or(now, |s| s.snapshot(now, key.limit).idle_at(key.limit));
-            self.applied.remember(key.fingerprint, node, seq, until.max(now.saturating_add(1)), now);
+            self.applied.remember(keys[i].fingerprint, node, seq, until, now);
         }
         // 2. Checks, in order.
         let mut decisions = Vec::with_capacity(checks.len());

@@ -40,11 +40,15 @@ pub(crate) struct Script {
 
 impl Script {
     pub(crate) fn new() -> Self {
-        let eval = format!("{LAYOUT_LUA}{BODY}return decide(KEYS, ARGV)\n");
+        // How long a charge's marker lives (see `remote::CHARGES_REMEMBERED`), said once.
+        let remembered = crate::remote::CHARGES_REMEMBERED.as_millis();
+        let eval = format!("{LAYOUT_LUA}local REMEMBERED_MS = {remembered}\n{BODY}return decide(KEYS, ARGV)\n");
         let sha1 = redis::Script::new(&eval).get_hash().to_string();
         let name = format!("tollgate_{}", &sha1[..12]);
         let function = format!("{name}_decide");
-        let library = format!("#!lua name={name}\n{LAYOUT_LUA}{BODY}redis.register_function('{function}', decide)\n");
+        let library = format!(
+            "#!lua name={name}\n{LAYOUT_LUA}local REMEMBERED_MS = {remembered}\n{BODY}redis.register_function('{function}', decide)\n"
+        );
         Script { library, function, eval, sha1 }
     }
 

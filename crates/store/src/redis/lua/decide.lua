@@ -153,7 +153,7 @@ local function decide(KEYS, ARGV)
       local id = marker .. ' ' .. node
       if marks[id] == nil then
         marks[id] = tonumber(redis.call('HGET', marker, node) or '0') or 0
-        marked[#marked + 1] = { id = id, marker = marker, node = node, key = key, seq = marks[id] }
+        marked[#marked + 1] = { id = id, marker = marker, node = node, seq = marks[id] }
       end
       fresh = seq > marks[id]
       if fresh then marks[id] = seq end
@@ -245,14 +245,15 @@ local function decide(KEYS, ARGV)
     out[#out + 1] = redis.call('ZCARD', lessees)
   end
 
-  -- 5. Write; a marker lives as long as its key's charges count (sent again after that, a charge
-  -- changes no decision).
+  -- 5. Write; a marker lives REMEMBERED_MS after each charge it records, longer than its node
+  -- sends the charge again, whatever the key's state meanwhile (a charge dated in a window long
+  -- over lands in the live one; a bucket busy again takes it whole).
   for key, st in pairs(state) do ALGS[algs[key]].store(key, st, idle[key]) end
   for _, m in ipairs(marked) do
     if marks[m.id] > m.seq then
       redis.call('HSET', m.marker, m.node, string.format('%d', marks[m.id]))
       -- Never shortened: it may hold a refund's or a reset's stamp.
-      local ms = px(charged[m.key] and charged[m.key][2] or 0)
+      local ms = REMEMBERED_MS + MARGIN
       if redis.call('PTTL', m.marker) < ms then redis.call('PEXPIRE', m.marker, ms) end
     end
   end
