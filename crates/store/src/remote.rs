@@ -23,12 +23,15 @@ pub struct Charge<'a> {
     /// How long ago the admission was made (relative, so that clock skew between the node and the
     /// remote does not move it).
     pub age_ns: u64,
-    /// Who made it, for exactly-once application: the remote keeps, per key, the highest sequence
-    /// it applied from each node, and skips a charge at or below it (one riding on several calls
-    /// in flight, or sent again after a lost reply), for [`CHARGES_REMEMBERED`] after applying
-    /// one. A node sends a key's charges in increasing sequence, each call the charges it sent
-    /// before and not yet confirmed, and sends a charge under its origin for at most
-    /// [`RESEND_HORIZON`] after it first sent it. `None`: applied whenever sent.
+    /// Who made it, for exactly-once application: a node numbers its charges to a key by their
+    /// running total ([`Origin::total`]); the remote keeps, per key, the highest total it applied
+    /// from each node, for [`CHARGES_REMEMBERED`] after applying one, and applies of a charge only
+    /// what lies above it: all of it, none for a charge sent again (riding on several calls in
+    /// flight, or after a lost reply), or a part for charges the node merged after some of them
+    /// were applied (counted at the remote's now: never before its own instant). A node sends a
+    /// key's charges in increasing total, each call every one not yet confirmed, and sends a charge
+    /// under one origin for at most [`RESEND_HORIZON`] after it first sent it. `None`: applied
+    /// whenever sent.
     pub origin: Option<Origin>,
     /// What the sender's decisions relied on: the key's remaining at the remote's now, as the
     /// sender follows it (the state it last saw, this charge and its earlier ones included).
@@ -51,12 +54,12 @@ pub struct Charge<'a> {
 
 /// How long a node sends a charge again under its [`Origin`] after it first sent it, at most: 10
 /// minutes. A charge no reply confirmed by then (every call that carried it failed, and one of them
-/// may have run) is sent as a new charge, under a new origin: the remote may have forgotten the old
-/// one (see `fallback`'s ledger).
+/// may have run) is sent as a new charge, under another origin: the remote may have forgotten the
+/// old one (see `fallback`'s ledger).
 pub const RESEND_HORIZON: Duration = Duration::from_secs(600);
 
 /// How long a remote remembers, at least, what it applied from a node (per key: the highest
-/// sequence), counted from each time it applies one: 11 minutes, [`RESEND_HORIZON`] and a minute
+/// running total), counted from each time it applies one: 11 minutes, [`RESEND_HORIZON`] and a minute
 /// for the drift between the node's reading of the remote's clock and the remote's (the node dates
 /// its resends by its own reading). Whatever the key's state meanwhile: a charge dated in a window
 /// long over still lands in the live one (the window family counts a late charge where the state
@@ -64,13 +67,30 @@ pub const RESEND_HORIZON: Duration = Duration::from_secs(600);
 /// let a resend count twice.
 pub const CHARGES_REMEMBERED: Duration = Duration::from_secs(660);
 
-/// The node and sequence number of a [`Charge`].
+/// The largest [`Origin::total`] a charge may carry: `2^53 − 1` (the script counts in Lua's
+/// doubles, exact below `2^53`).
+pub const MAX_CHARGE_TOTAL: u64 = (1 << 53) - 1;
+
+/// Who made a [`Charge`], and where it stands among the sender's charges to the key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Origin {
-    /// The node's id, random per process (so that a restarted node starts a new sequence).
+    /// The sender's id for the key's charges, random per process (so that a restarted node starts
+    /// its totals anew); a node may use another id for a key later (see `fallback`'s ledger).
     pub node: u64,
-    /// Increasing per node.
-    pub seq: u64,
+    /// The running total of the sender's charges to the key under this id, this charge's cost
+    /// included: increasing, at most [`MAX_CHARGE_TOTAL`].
+    pub total: u64,
+}
+
+/// Refuses charges whose total a remote cannot count exactly.
+pub(crate) fn check_totals(charges: &[Charge<'_>]) -> Result<(), StoreError> {
+    match charges.iter().filter_map(|c| c.origin).find(|o| o.total > MAX_CHARGE_TOTAL) {
+        Some(origin) => Err(StoreError::Unsupported(format!(
+            "a charge's running total of {} is above {MAX_CHARGE_TOTAL}",
+            origin.total
+        ))),
+        None => Ok(()),
+    }
 }
 
 impl<'a> Charge<'a> {

@@ -6,9 +6,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use tollgate_store::fallback::FallbackOptions;
 use tollgate_store::remote::{Charge, Origin, Remote};
+use tollgate_store::testkit::faults::{Fault, Faulty};
 use tollgate_store::testkit::redis_server::RedisServer;
-use tollgate_store::{Algorithm, Check, Limit, ManualClock, MemoryStore, RedisOptions, RedisStore, TimeSource};
+use tollgate_store::{
+    Algorithm, Breaker, Check, FailurePolicy, Fallback, Limit, ManualClock, MemoryStore, RedisOptions, RedisStore,
+    Store, TimeSource,
+};
 
 const SEC: u64 = 1_000_000_000;
 const T0: u64 = 1_700_000_000 * SEC;
@@ -24,6 +29,97 @@ fn options(time: TimeSource, timeout: Duration) -> RedisOptions {
     }
 }
 
+/// A `local` node whose breaker never opens (every call tries the remote: the faults decide).
+fn patient<R: Remote>(remote: &Arc<Faulty<R>>, clock: &Arc<ManualClock>) -> Fallback<Arc<Faulty<R>>> {
+    let breaker = Breaker::new(u32::MAX, Duration::from_millis(100));
+    let options = FallbackOptions { clock: clock.clone(), breaker, ..FallbackOptions::default() };
+    Fallback::with_options(remote.clone(), FailurePolicy::Local, options)
+}
+
+/// Peeks at `keys` until the node owes nothing: each call carries its key's debt, and its reply
+/// confirms it.
+async fn pay<R: Remote>(node: &Fallback<R>, keys: &[&[u8]], limit: &Limit) {
+    for _ in 0..20 {
+        if node.stats().debts == 0 {
+            return;
+        }
+        for key in keys {
+            node.check(key, limit, 0).await.unwrap();
+        }
+    }
+    panic!("debts not paid: {:?}", node.stats());
+}
+
+/// Ten local admissions ride on a call that reaches the remote and loses its reply (the remote
+/// applied them: its marker says 10), then 64 more admissions overflow the ledger's 64 charges per
+/// key. Before: the oldest pairs merged, the ten with the 11th, whose sequence (11) is above the
+/// marker: the remote applied all eleven again once it answered, 85 counted for 75 admissions.
+async fn compacted_charges_after_a_lost_reply_count_once<R: Remote>(remote: Arc<Faulty<R>>, clock: &Arc<ManualClock>) {
+    let node = patient(&remote, clock);
+    let limit = Limit::per_hour(1_000).build().unwrap();
+    let admit = async |n: usize| {
+        for _ in 0..n {
+            assert!(node.check(b"k", &limit, 1).await.unwrap().allowed);
+        }
+    };
+    remote.set(Fault::Refuse);
+    admit(10).await;
+    // The remote applies the ten charges and admits the call itself; the node never hears of it
+    // and admits the call locally (that one call counts twice: the documented cost of a lost reply).
+    remote.set(Fault::LoseReply);
+    admit(1).await;
+    remote.set(Fault::Refuse);
+    admit(63).await;
+    remote.set(Fault::None);
+    pay(&node, &[b"k"], &limit).await;
+    let used = 1_000 - remote.inner().check(b"k", &limit, 0).await.unwrap().remaining;
+    assert_eq!(used, 74 + 1, "74 local admissions and the lost reply's own admission, each once");
+}
+
+#[tokio::test]
+async fn compacted_charges_after_a_lost_reply_count_once_on_the_memory_remote() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let remote = Arc::new(Faulty::new(MemoryStore::builder().clock(clock.clone()).build()));
+    compacted_charges_after_a_lost_reply_count_once(remote, &clock).await;
+}
+
+#[tokio::test]
+async fn compacted_charges_after_a_lost_reply_count_once_on_redis() {
+    let server = RedisServer::start();
+    let clock = Arc::new(ManualClock::new(T0));
+    let redis = RedisStore::open(&server.url(), options(TimeSource::Clock(clock.clone()), Duration::from_secs(2)));
+    compacted_charges_after_a_lost_reply_count_once(Arc::new(Faulty::new(redis.unwrap())), &clock).await;
+}
+
+/// The bound of exactly-once: a node sends a charge under its identity for at most the resend
+/// horizon (10 minutes) after it first sent it, which the remote outlives (it remembers 11
+/// minutes). Charges applied by a call whose reply was lost, then unconfirmed 9 minutes on (every
+/// call failing), count once when sent again; 10.5 minutes on, they are sent anew and count again
+/// (an under-grant of those charges, never an over-grant), though the remote still remembers them.
+#[tokio::test]
+async fn charges_unconfirmed_past_the_resend_horizon_are_sent_anew() {
+    for (minutes, counted) in [(9.0, 3 + 1 + 1), (10.5, 3 + 3 + 1 + 1)] {
+        let clock = Arc::new(ManualClock::new(T0));
+        let remote = Arc::new(Faulty::new(MemoryStore::builder().clock(clock.clone()).build()));
+        let node = patient(&remote, &clock);
+        // Counted in one window (a day's, hours from its end) whatever the minutes.
+        let limit = Limit::per_day(1_000).algorithm(Algorithm::FixedWindow).build().unwrap();
+        remote.set(Fault::Refuse);
+        for _ in 0..3 {
+            assert!(node.check(b"k", &limit, 1).await.unwrap().allowed);
+        }
+        // The three applied, and the call itself: the node admits it locally too (a fourth charge).
+        remote.set(Fault::LoseReply);
+        assert!(node.check(b"k", &limit, 1).await.unwrap().allowed);
+        remote.set(Fault::Refuse);
+        clock.advance(Duration::from_secs_f64(minutes * 60.0));
+        remote.set(Fault::None);
+        pay(&node, &[b"k"], &limit).await;
+        let used = 1_000 - remote.inner().check(b"k", &limit, 0).await.unwrap().remaining;
+        assert_eq!(used, counted, "{minutes} minutes on");
+    }
+}
+
 /// Every algorithm: a node's charge applied, its key idle again (a second limit, the longest state
 /// two windows), then busy again; the charge sent again (a lost reply's resend, dated as sent) is
 /// recognised. Before: its marker lived only until the key was idle, and the charge, dated in a
@@ -32,7 +128,7 @@ async fn a_charge_sent_again_after_its_key_was_idle_counts_once<R: Remote>(store
     let limits: Vec<Limit> =
         Algorithm::ALL.iter().map(|&a| Limit::per_second(10).algorithm(a).build().unwrap()).collect();
     let charge =
-        |limit| Charge { origin: Some(Origin { node: 5, seq: 1 }), ..Charge::new(Check::new(b"late", limit, 3), 0) };
+        |limit| Charge { origin: Some(Origin { node: 5, total: 3 }), ..Charge::new(Check::new(b"late", limit, 3), 0) };
     let mut applied_at = Vec::new();
     for limit in &limits {
         let reply = store.decide(&[Check::new(b"late", limit, 0)], &[charge(limit)]).await.unwrap();

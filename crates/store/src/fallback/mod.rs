@@ -31,6 +31,7 @@ mod breaker;
 mod ledger;
 mod lessor;
 mod merge;
+mod pending;
 mod store;
 mod timer;
 
@@ -213,9 +214,9 @@ impl<R: Remote> Fallback<R> {
     }
 }
 
-/// The charges of `debts` (this node's, `node`), dated relative to `now`; each key's last charge
-/// carries what the node knows of the key.
-fn charges_of(debts: &[Debt], node: u64, now: u64) -> Vec<Charge<'_>> {
+/// The charges of `debts`, dated relative to `now`; each key's last charge carries what the node
+/// knows of the key.
+fn charges_of(debts: &[Debt], now: u64) -> Vec<Charge<'_>> {
     debts
         .iter()
         .flat_map(|d| {
@@ -223,7 +224,7 @@ fn charges_of(debts: &[Debt], node: u64, now: u64) -> Vec<Charge<'_>> {
             d.charges.iter().enumerate().map(move |(i, c)| Charge {
                 check: Check { scope: &d.scope, key: &d.key, limit: &d.limit, cost: c.cost },
                 age_ns: now.saturating_sub(c.at),
-                origin: Some(Origin { node, seq: c.seq }),
+                origin: Some(Origin { node: d.origin, total: c.total }),
                 known_remaining: if i == last { d.known_remaining } else { None },
                 seen: if i == last { d.seen } else { None },
                 view: false,
@@ -383,16 +384,16 @@ impl<R: Remote> Shared<R> {
         for debt in self.ledger.debts(self.now()) {
             let now = self.now();
             let epoch = self.epoch();
-            // Taken again now: what the node knows is dated at the call, not at the flush's start.
             let peek = Check { scope: &debt.scope, key: &debt.key, limit: &debt.limit, cost: 0 };
-            let Some(debt) = self.ledger.outgoing(&[peek], now, 0).0.pop() else { continue };
-            let sent = [debt];
-            let charges = charges_of(&sent, self.ledger.node(), now);
-            let peek = Check { scope: &sent[0].scope, key: &sent[0].key, limit: &sent[0].limit, cost: 0 };
             let breakers = self.breakers_of(&[peek]);
             if breakers.iter().any(|(_, b)| b.is_open()) {
                 continue;
             }
+            // Taken again now: what the node knows is dated at the call, not at the flush's start.
+            let Some(debt) = self.ledger.outgoing(&[peek], now, 0).0.pop() else { continue };
+            let sent = [debt];
+            let charges = charges_of(&sent, now);
+            let peek = Check { scope: &sent[0].scope, key: &sent[0].key, limit: &sent[0].limit, cost: 0 };
             match self.remote.decide(&[peek], &charges).await {
                 Ok(reply) => self.answered(&[peek], &sent, &reply, &breakers, epoch),
                 Err(error) if error.is_backend() => self.failed(&error, &breakers),

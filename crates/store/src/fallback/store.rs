@@ -44,7 +44,7 @@ impl<R: Remote> Fallback<R> {
         let now = sh.now();
         let epoch = sh.epoch();
         let (debts, views) = if local { sh.ledger.outgoing(checks, now, epoch) } else { Default::default() };
-        let mut charges = charges_of(&debts, sh.ledger.node(), now);
+        let mut charges = charges_of(&debts, now);
         // Keys seen busy before a failure: what the node knew, for a Redis that lost them.
         charges.extend(views.into_iter().map(|view| Charge {
             check: Check { cost: 0, ..checks[view.check] },

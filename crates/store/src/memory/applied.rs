@@ -1,7 +1,8 @@
 //! What a memory store acting as a [`Remote`](crate::Remote) remembers of the charges it applied:
-//! per key, a marker as the Redis script's (a hash: per sending node the highest sequence, and the
-//! instants of the key's latest reset and refund), so that a charge delivered twice is applied
-//! once, and what a node knew of the key from before a reset or refund is not given back to it.
+//! per key, a marker as the Redis script's (a hash: per sending node the highest running total of
+//! its charges applied, and the instants of the key's latest reset and refund), so that a charge
+//! delivered twice counts once, and what a node knew of the key from before a reset or refund is
+//! not given back to it.
 //! A marker lives [`CHARGES_REMEMBERED`](crate::remote::CHARGES_REMEMBERED) after the latest
 //! charge it records (longer than a node sends a charge again, whatever the key's state meanwhile:
 //! a charge sent again to a key busy again would count again), a stamp as long as a node's view can
@@ -12,7 +13,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-/// The node ids whose "sequence" is the instant of the key's latest reset and refund (the Redis
+/// The node ids whose "total" is the instant of the key's latest reset and refund (the Redis
 /// marker's `reset` and `refunded` fields).
 const RESET: u64 = u64::MAX;
 const REFUNDED: u64 = u64::MAX - 1;
@@ -21,7 +22,7 @@ const REFUNDED: u64 = u64::MAX - 1;
 /// marker expires at once, as a Redis key does).
 struct Marker {
     until: u64,
-    /// Node → the highest sequence applied from it (and the stamps, under their ids).
+    /// Node → the highest total applied from it (and the stamps, under their ids).
     fields: Vec<(u64, u64)>,
 }
 
@@ -36,16 +37,16 @@ impl Applied {
         Applied { map: Mutex::new(HashMap::new()), cap }
     }
 
-    /// The highest sequence applied to `key` from `node` and still remembered at `now` (0: none).
+    /// The highest total applied to `key` from `node` and still remembered at `now` (0: none).
     pub(crate) fn highest(&self, key: u64, node: u64, now: u64) -> u64 {
         let map = self.map.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let marker = map.get(&key).filter(|m| m.until > now);
-        marker.and_then(|m| m.fields.iter().find(|(n, _)| *n == node)).map_or(0, |(_, seq)| *seq)
+        marker.and_then(|m| m.fields.iter().find(|(n, _)| *n == node)).map_or(0, |(_, total)| *total)
     }
 
-    /// `seq` from `node` was applied to `key`; remember the key's marker until `until` at least
-    /// (never shortened, as the script's `PEXPIRE` only lengthens it).
-    pub(crate) fn remember(&self, key: u64, node: u64, seq: u64, until: u64, now: u64) {
+    /// `node`'s charges to `key` up to `total` were applied; remember the key's marker until `until`
+    /// at least (never shortened, as the script's `PEXPIRE` only lengthens it).
+    pub(crate) fn remember(&self, key: u64, node: u64, total: u64, until: u64, now: u64) {
         let mut map = self.map.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if map.len() >= self.cap && !map.contains_key(&key) {
             map.retain(|_, m| m.until > now);
@@ -58,8 +59,8 @@ impl Applied {
             *marker = Marker { until: 0, fields: Vec::new() };
         }
         match marker.fields.iter_mut().find(|(n, _)| *n == node) {
-            Some((_, highest)) => *highest = (*highest).max(seq),
-            None => marker.fields.push((node, seq)),
+            Some((_, highest)) => *highest = (*highest).max(total),
+            None => marker.fields.push((node, total)),
         }
         marker.until = marker.until.max(until);
     }

@@ -224,6 +224,7 @@ impl RedisStore {
         if let Some(c) = checks.iter().find(|c| c.cost > c.limit.capacity()) {
             return Err(tollgate_core::Error::CostExceedsCapacity { cost: c.cost, capacity: c.limit.capacity() }.into());
         }
+        crate::remote::check_totals(charges)?;
         let mut keys = checks
             .iter()
             .chain(charges.iter().map(|c| &c.check))
@@ -278,8 +279,8 @@ impl RedisStore {
         for charge in charges {
             call.part(CHARGE_ARGS).limit(charge.check.limit, charge.check.cost).put(CHARGE_AGE, charge.age_ns);
             match charge.origin {
-                Some(origin) => call.put(CHARGE_NODE, format!("{:016x}", origin.node)).put(CHARGE_SEQ, origin.seq),
-                None => call.put(CHARGE_NODE, "").put(CHARGE_SEQ, 0),
+                Some(origin) => call.put(CHARGE_NODE, format!("{:016x}", origin.node)).put(CHARGE_TOTAL, origin.total),
+                None => call.put(CHARGE_NODE, "").put(CHARGE_TOTAL, 0),
             };
             match charge.known_remaining {
                 Some(known) => call.put(CHARGE_KNOWN, known),
