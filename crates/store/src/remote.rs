@@ -101,6 +101,40 @@ impl<'a> Charge<'a> {
     }
 }
 
+/// A call across several servers that failed part way ([`StoreError::Partial`]): one server
+/// failed (its call may have run) after others answered, or while what they admitted was being
+/// given back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Partial {
+    /// Per check of the call: what its server answered (`None`: its server failed, or was not
+    /// asked).
+    pub decided: Vec<Option<Decided>>,
+    /// The checks whose server failed.
+    pub failed: Vec<usize>,
+    /// The failure.
+    pub error: StoreError,
+}
+
+impl std::fmt::Display for Partial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let answered = self.decided.iter().flatten().count();
+        write!(f, "{} (after the servers of {answered} of {} checks answered)", self.error, self.decided.len())
+    }
+}
+
+/// What one server answered to a check of a call that failed part way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decided {
+    /// Its decision (a peek's if its server denied, or gave back what it admitted).
+    pub decision: Decision,
+    /// Its key after the call, at its server's instant (a refund's `at`).
+    pub snapshot: Snapshot,
+    /// Whether its cost stays counted there: admitted, and neither given back nor tried to be (a
+    /// give-back that failed may have run: it is not tried again). The caller's to keep, or to
+    /// give back with a refund.
+    pub consumed: bool,
+}
+
 /// What a remote answers to [`Remote::decide`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reply {
@@ -119,8 +153,9 @@ pub type Domain = Arc<str>;
 /// A store in another process, with what a failure policy needs besides deciding.
 pub trait Remote: Store + 'static {
     /// Records `charges`, then decides `checks` all or nothing (as [`Store::check_all`]), in one
-    /// atomic call. `checks` may be empty (a call that only records charges); keys of one call must
-    /// be able to meet (on Redis Cluster: one hash slot).
+    /// atomic call; a remote of several servers that cannot (keys on several Redis Cluster
+    /// servers) decides server by server and fails part way with [`StoreError::Partial`]. `checks`
+    /// may be empty (a call that only records charges).
     fn decide(
         &self,
         checks: &[Check<'_>],

@@ -10,6 +10,7 @@ use tollgate_store::fallback::FallbackOptions;
 use tollgate_store::remote::{Charge, Origin, Remote};
 use tollgate_store::testkit::faults::{Fault, Faulty};
 use tollgate_store::testkit::redis_server::RedisServer;
+use tollgate_store::testkit::redis_topology::{ClusterConfig, RedisCluster};
 use tollgate_store::{
     Algorithm, Breaker, Check, FailurePolicy, Fallback, Limit, ManualClock, MemoryStore, RedisOptions, RedisStore,
     Store, TimeSource,
@@ -36,16 +37,17 @@ fn patient<R: Remote>(remote: &Arc<Faulty<R>>, clock: &Arc<ManualClock>) -> Fall
     Fallback::with_options(remote.clone(), FailurePolicy::Local, options)
 }
 
-/// Peeks at `keys` until the node owes nothing: each call carries its key's debt, and its reply
-/// confirms it.
+/// Peeks at `keys` until the node owes nothing (within 10 s): each call carries its key's debt,
+/// and its reply confirms it.
 async fn pay<R: Remote>(node: &Fallback<R>, keys: &[&[u8]], limit: &Limit) {
-    for _ in 0..20 {
-        if node.stats().debts == 0 {
-            return;
-        }
+    for _ in 0..500 {
         for key in keys {
             node.check(key, limit, 0).await.unwrap();
         }
+        if node.stats().debts == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     panic!("debts not paid: {:?}", node.stats());
 }
@@ -153,4 +155,73 @@ async fn a_charge_sent_again_after_its_key_was_idle_counts_once_on_redis_and_mem
     let clock = Arc::new(ManualClock::new(T0));
     let memory = MemoryStore::builder().clock(clock.clone()).build();
     a_charge_sent_again_after_its_key_was_idle_counts_once(&memory, async |d| clock.advance(d)).await;
+}
+
+/// Two keys on two primaries of a real cluster, checked together (one request): the first's
+/// server admits, the second's is frozen (its call times out; the server is then killed, so the
+/// call never runs) and restarted. Before: the first key's admission stayed on Redis whatever
+/// the outcome, so a plain store's error and `closed`'s denial consumed it (9 left of 10), and
+/// `local` charged it again as debt (8 left). Now: all or nothing, each key counted once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_across_servers_one_of_which_fails_is_all_or_nothing() {
+    // A node frozen for seconds is not declared failed meanwhile (the cluster stays up).
+    let config = ClusterConfig { node_timeout_ms: 20_000, ..ClusterConfig::default() };
+    let mut cluster = tokio::task::spawn_blocking(move || RedisCluster::start_with(config)).await.unwrap();
+    let base = RedisStore::open_cluster(&cluster.urls(), options(TimeSource::Server, Duration::from_millis(500)))
+        .await
+        .unwrap();
+    let limit = Limit::per_hour(10).build().unwrap();
+    let node_of = |key: &[u8]| {
+        let state = base.state_key("", key, &limit).unwrap();
+        cluster.primary_of(cluster.slot_of(&state)).unwrap()
+    };
+    // The first key's server answers, the second's freezes.
+    let first = b"first".as_slice();
+    let second = (0..100).map(|i| format!("second{i}")).find(|k| node_of(k.as_bytes()) != node_of(first)).unwrap();
+    let second = second.as_bytes();
+    let frozen = node_of(second);
+    let checks = [Check::new(first, &limit, 1), Check::new(second, &limit, 1)];
+    let fallback = |policy| {
+        let store = base.with_options(options(TimeSource::Server, Duration::from_millis(500))).unwrap();
+        let breaker = Breaker::new(u32::MAX, Duration::from_millis(100));
+        let options = FallbackOptions { breaker, ..FallbackOptions::default() };
+        Fallback::with_options(store, policy, options)
+    };
+    let (plain, closed, local) = (
+        base.with_options(options(TimeSource::Server, Duration::from_millis(500))).unwrap(),
+        fallback(FailurePolicy::Closed),
+        fallback(FailurePolicy::Local),
+    );
+    // Every server known and connected before the freeze.
+    for store in [&plain, closed.inner(), local.inner()] {
+        store.check_all(&[Check::new(first, &limit, 0), Check::new(second, &limit, 0)]).await.unwrap();
+    }
+
+    cluster.nodes()[frozen].freeze();
+    let (plain_result, closed_result, local_result) =
+        tokio::join!(plain.check_all(&checks), closed.check_all(&checks), local.check_all(&checks));
+    cluster.nodes_mut()[frozen].kill();
+    cluster.nodes_mut()[frozen].restart();
+    let cluster = tokio::task::spawn_blocking(move || {
+        cluster.wait_healthy(Duration::from_secs(30));
+        cluster
+    })
+    .await
+    .unwrap();
+
+    assert!(plain_result.is_err(), "{plain_result:?}");
+    assert!(closed_result.unwrap().iter().all(|d| !d.allowed), "closed denies");
+    assert!(local_result.unwrap().iter().all(|d| d.allowed), "local admits");
+    pay(&local, &[first, second], &limit).await;
+    let left = async |store: &RedisStore| {
+        let mut left = Vec::new();
+        for key in [first, second] {
+            left.push(store.check(key, &limit, 0).await.unwrap().remaining);
+        }
+        left
+    };
+    assert_eq!(left(&plain).await, [10, 10], "a plain store's failed request consumed nothing");
+    assert_eq!(left(closed.inner()).await, [10, 10], "closed's denied request consumed nothing");
+    assert_eq!(left(local.inner()).await, [9, 9], "local's admitted request counted once on each key");
+    drop(cluster);
 }

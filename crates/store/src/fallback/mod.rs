@@ -17,7 +17,8 @@
 //!   background task probes that server and closes its breaker when it answers, or forgets it when
 //!   the topology no longer has it (a failover moved its keys). A dead or frozen server costs no
 //!   timeout per call. A request whose keys live on several servers is answered by the policy
-//!   whole when any of them is failing.
+//!   whole when any of them is failing; when one fails during the request, what the others
+//!   answered stands and the policy answers the rest, all or nothing (see `across`).
 //!
 //! **The bound.** One node never admits more than the limit across a slow, paused or failing
 //! backend: its local decisions start from the backend's state as of its latest reply (every
@@ -27,6 +28,7 @@
 //! and once the backend is back every node's debt is charged, so the key is denied until the
 //! excess is paid back. `Open` has no bound; `Closed` never over-grants.
 
+mod across;
 mod breaker;
 mod ledger;
 mod lessor;

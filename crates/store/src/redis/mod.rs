@@ -334,7 +334,15 @@ impl Store for RedisStore {
         if checks.is_empty() {
             return Err(StoreError::NoChecks);
         }
-        let reply = self.decide_across(checks, &[]).await?;
+        let reply = match self.decide_across(checks, &[]).await {
+            Ok(reply) => reply,
+            Err(StoreError::Partial(partial)) => {
+                // All or nothing: what the servers that answered admitted is given back.
+                self.give_back(checks, &partial.decided).await;
+                return Err(partial.error);
+            }
+            Err(error) => return Err(error),
+        };
         let per_check = if reply.snapshots.iter().all(|s| s.at == reply.now_ns) {
             Vec::new()
         } else {

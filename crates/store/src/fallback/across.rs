@@ -1,0 +1,117 @@
+//! A request across several servers that failed part way ([`StoreError::Partial`]): what the
+//! servers that answered decided stands, and the failure policy answers the rest, all or nothing.
+//!
+//! - The answered keys' admissions are counted on the remote already: a request the policy
+//!   admits keeps them (they never become this node's debt), a request it denies gives them back
+//!   (a refund; one that fails may have run and is not tried again: the admission may stay
+//!   counted, an under-grant). So under `closed` a denied request consumes nothing, and under
+//!   `local` the debt holds only what the remote did not admit. Before, the whole request became
+//!   the policy's: the answered keys were charged twice under `local`, and kept under `closed`.
+//! - A server that denied denies the request, whatever the failed server would have said.
+//! - The failed server's call may have run: if it admitted, that admission counts besides the
+//!   policy's answer, as for any call whose reply is lost (an under-grant of that call).
+//! - The failure counts against the failed servers' breakers only.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use tollgate_core::{Decision, Snapshot};
+
+use super::{FailurePolicy, Shared, closed, open};
+use crate::remote::{Decided, Partial, Remote, Reply};
+use crate::{Check, Refund, Reserved, StoreError};
+
+impl<R: Remote> Shared<R> {
+    /// Answers `checks`, whose call (sent when `epoch` calls had failed) failed part way as
+    /// `partial` says (see the module docs).
+    pub(super) async fn fall_back_partly(
+        self: &Arc<Self>,
+        checks: &[Check<'_>],
+        partial: &Partial,
+        epoch: u64,
+    ) -> Result<Reserved, StoreError> {
+        let decided = &partial.decided;
+        if decided.len() != checks.len() {
+            return Err(StoreError::Backend(format!(
+                "a remote answered {} of a call's {} checks",
+                decided.len(),
+                checks.len()
+            )));
+        }
+        let failed: Vec<Check<'_>> = partial.failed.iter().filter_map(|&i| checks.get(i).copied()).collect();
+        let failing = self.breakers_of(&failed);
+        let answered: Vec<Check<'_>> = (0..checks.len())
+            .filter(|i| decided[*i].is_some() && !partial.failed.contains(i))
+            .map(|i| checks[i])
+            .collect();
+        for (domain, breaker) in self.breakers_of(&answered) {
+            if !failing.iter().any(|(d, _)| *d == domain) {
+                breaker.success();
+            }
+        }
+        self.failed(&partial.error, &failing);
+        self.fallbacks.fetch_add(1, Ordering::Relaxed);
+
+        let at = self.now();
+        if self.policy == FailurePolicy::Local {
+            let (seen, snapshots): (Vec<Check<'_>>, Vec<Snapshot>) =
+                checks.iter().zip(decided).filter_map(|(c, d)| Some((*c, d.as_ref()?.snapshot))).unzip();
+            self.ledger.record(&seen, &Reply { decisions: Vec::new(), snapshots, now_ns: at }, at, epoch);
+        }
+        let denied = decided.iter().flatten().any(|d| !d.decision.allowed);
+        // The policy decides the checks no server answered; the answered ones it only peeks (what
+        // they admitted is the remote's, never this node's debt); after a denial, it only peeks.
+        let rest: Vec<Check<'_>> = checks
+            .iter()
+            .zip(decided)
+            .map(|(c, d)| if denied || d.is_some() { Check { cost: 0, ..*c } } else { *c })
+            .collect();
+        let policy: Vec<Decision> = match self.policy {
+            FailurePolicy::Open => rest.iter().map(|c| open(c.limit, c.cost)).collect(),
+            FailurePolicy::Closed => rest.iter().map(|c| closed(c.limit)).collect(),
+            FailurePolicy::Local => self.ledger.decide(&rest, at)?,
+        };
+        let admitted = !denied && policy.iter().all(|d| d.allowed);
+        if !admitted {
+            self.give_back(checks, decided).await;
+        } else if self.policy == FailurePolicy::Local && rest.iter().any(|c| c.cost > 0) {
+            self.start_flusher();
+            self.flush.notify_one();
+        }
+        // An answered check reports what its server said while the request stands as it was
+        // answered there (admitted, or denied there); otherwise what the policy says.
+        let decisions = decided
+            .iter()
+            .zip(policy)
+            .map(|(d, policy)| match d {
+                Some(d) if admitted || denied => d.decision,
+                _ => policy,
+            })
+            .collect();
+        let per_check = decided.iter().map(|d| d.map_or(at, |d| d.snapshot.at)).collect();
+        Ok(Reserved { decisions, at, per_check })
+    }
+
+    /// Gives back on the remote what `decided` says stays counted there, unless its server's
+    /// breaker is open (then it stays counted: an under-grant).
+    async fn give_back(self: &Arc<Self>, checks: &[Check<'_>], decided: &[Option<Decided>]) {
+        let refunds: Vec<Refund<'_>> = checks
+            .iter()
+            .zip(decided)
+            .filter_map(|(c, d)| {
+                let d = d.filter(|d| d.consumed)?;
+                Some(Refund { check: *c, at: d.snapshot.at, decision: d.decision })
+            })
+            .collect();
+        let refunded: Vec<Check<'_>> = refunds.iter().map(|r| r.check).collect();
+        let breakers = self.breakers_of(&refunded);
+        if refunds.is_empty() || breakers.iter().any(|(_, b)| b.is_open()) {
+            return;
+        }
+        if let Err(error) = self.remote.refund(&refunds).await
+            && error.is_backend()
+        {
+            self.failed(&error, &breakers);
+        }
+    }
+}
