@@ -7,7 +7,9 @@
 //!   counted, an under-grant). So under `closed` a denied request consumes nothing, and under
 //!   `local` the debt holds only what the remote did not admit. Before, the whole request became
 //!   the policy's: the answered keys were charged twice under `local`, and kept under `closed`.
-//! - A server that denied denies the request, whatever the failed server would have said.
+//! - The policy decides only the checks no server answered, all or nothing; a server that denied
+//!   denies the request, whatever the failed server would have said; every check answered (a
+//!   server failed with charges only), the answers stand.
 //! - The failed server's call may have run: if it admitted, that admission counts besides the
 //!   policy's answer, as for any call whose reply is lost (an under-grant of that call).
 //! - The failure counts against the failed servers' breakers only.
@@ -17,7 +19,7 @@ use std::sync::atomic::Ordering;
 
 use tollgate_core::{Decision, Snapshot};
 
-use super::{FailurePolicy, Shared, closed, open};
+use super::{FailurePolicy, Shared};
 use crate::remote::{Decided, Partial, Remote, Reply};
 use crate::{Check, Refund, Reserved, StoreError};
 
@@ -40,11 +42,11 @@ impl<R: Remote> Shared<R> {
         }
         let failed: Vec<Check<'_>> = partial.failed.iter().filter_map(|&i| checks.get(i).copied()).collect();
         let failing = self.breakers_of(&failed);
-        let answered: Vec<Check<'_>> = (0..checks.len())
+        let reached: Vec<Check<'_>> = (0..checks.len())
             .filter(|i| decided[*i].is_some() && !partial.failed.contains(i))
             .map(|i| checks[i])
             .collect();
-        for (domain, breaker) in self.breakers_of(&answered) {
+        for (domain, breaker) in self.breakers_of(&reached) {
             if !failing.iter().any(|(d, _)| *d == domain) {
                 breaker.success();
             }
@@ -58,36 +60,35 @@ impl<R: Remote> Shared<R> {
                 checks.iter().zip(decided).filter_map(|(c, d)| Some((*c, d.as_ref()?.snapshot))).unzip();
             self.ledger.record(&seen, &Reply { decisions: Vec::new(), snapshots, now_ns: at }, at, epoch);
         }
+        // The policy decides the checks no server answered (after a denial, it only peeks).
         let denied = decided.iter().flatten().any(|d| !d.decision.allowed);
-        // The policy decides the checks no server answered; the answered ones it only peeks (what
-        // they admitted is the remote's, never this node's debt); after a denial, it only peeks.
-        let rest: Vec<Check<'_>> = checks
-            .iter()
-            .zip(decided)
-            .map(|(c, d)| if denied || d.is_some() { Check { cost: 0, ..*c } } else { *c })
-            .collect();
-        let policy: Vec<Decision> = match self.policy {
-            FailurePolicy::Open => rest.iter().map(|c| open(c.limit, c.cost)).collect(),
-            FailurePolicy::Closed => rest.iter().map(|c| closed(c.limit)).collect(),
-            FailurePolicy::Local => self.ledger.decide(&rest, at)?,
-        };
-        let admitted = !denied && policy.iter().all(|d| d.allowed);
-        if !admitted {
+        let unanswered: Vec<usize> = (0..checks.len()).filter(|&i| decided[i].is_none()).collect();
+        let asked: Vec<Check<'_>> =
+            unanswered.iter().map(|&i| if denied { peek(&checks[i]) } else { checks[i] }).collect();
+        let mut policy = self.by_policy(&asked, at)?.into_iter();
+        let admitted = !denied && policy.len() == asked.len() && policy.as_slice().iter().all(|d| d.allowed);
+        if !admitted && !denied {
             self.give_back(checks, decided).await;
-        } else if self.policy == FailurePolicy::Local && rest.iter().any(|c| c.cost > 0) {
-            self.start_flusher();
-            self.flush.notify_one();
         }
-        // An answered check reports what its server said while the request stands as it was
-        // answered there (admitted, or denied there); otherwise what the policy says.
+        // An answered check reports what its server said while the request stands as answered
+        // there (admitted, or denied there), else what the policy sees of it.
+        let seen_by_policy = if admitted || denied {
+            Vec::new()
+        } else {
+            let peeks: Vec<Check<'_>> =
+                (0..checks.len()).filter(|&i| decided[i].is_some()).map(|i| peek(&checks[i])).collect();
+            self.by_policy(&peeks, at)?
+        };
+        let mut seen_by_policy = seen_by_policy.into_iter();
         let decisions = decided
             .iter()
-            .zip(policy)
-            .map(|(d, policy)| match d {
-                Some(d) if admitted || denied => d.decision,
-                _ => policy,
+            .map(|d| match d {
+                Some(d) if admitted || denied => Some(d.decision),
+                Some(_) => seen_by_policy.next(),
+                None => policy.next(),
             })
-            .collect();
+            .collect::<Option<Vec<Decision>>>()
+            .ok_or(StoreError::NoChecks)?;
         let per_check = decided.iter().map(|d| d.map_or(at, |d| d.snapshot.at)).collect();
         Ok(Reserved { decisions, at, per_check })
     }
@@ -114,4 +115,9 @@ impl<R: Remote> Shared<R> {
             self.failed(&error, &breakers);
         }
     }
+}
+
+/// `check` as a peek.
+fn peek<'a>(check: &Check<'a>) -> Check<'a> {
+    Check { cost: 0, ..*check }
 }

@@ -303,7 +303,12 @@ impl<R: Remote> Shared<R> {
     fn fall_back(self: &Arc<Self>, checks: &[Check<'_>]) -> Result<Reserved, StoreError> {
         self.fallbacks.fetch_add(1, Ordering::Relaxed);
         let at = self.now();
-        let decisions = match self.policy {
+        Ok(Reserved::at(self.by_policy(checks, at)?, at))
+    }
+
+    /// `checks` decided by the policy at `at`, all or nothing (`local`'s admissions become debt).
+    fn by_policy(self: &Arc<Self>, checks: &[Check<'_>], at: u64) -> Result<Vec<Decision>, StoreError> {
+        Ok(match self.policy {
             FailurePolicy::Open => checks.iter().map(|c| open(c.limit, c.cost)).collect(),
             FailurePolicy::Closed => checks.iter().map(|c| closed(c.limit)).collect(),
             FailurePolicy::Local => {
@@ -314,8 +319,7 @@ impl<R: Remote> Shared<R> {
                 }
                 decisions
             }
-        };
-        Ok(Reserved::at(decisions, at))
+        })
     }
 
     /// A call to the servers of `breakers` failed: count it against each, and start probing the

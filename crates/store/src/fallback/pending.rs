@@ -46,8 +46,8 @@ pub(crate) struct Pending {
 /// Charges kept per key.
 pub(crate) const MAX_CHARGES: usize = 64;
 
-/// The running total past which a key's charges are numbered anew (far below what the remote can
-/// count, [`MAX_CHARGE_TOTAL`]).
+/// The running total past which a key's charges are numbered anew, as past the resend horizon
+/// (half what the remote can count, [`MAX_CHARGE_TOTAL`]: 2^52 units charged to one key).
 const RENUMBER_ABOVE: u64 = MAX_CHARGE_TOTAL / 2;
 
 /// How a key's charges are numbered: kept while the ledger follows the key (past its debts: the
