@@ -234,7 +234,7 @@ impl RedisStore {
         if keys.is_empty() {
             return Err(StoreError::NoChecks);
         }
-        // Each charge's and each refund's marker (what the key was given: nodes' sequences, its
+        // Each charge's and each refund's marker (what the key was given: nodes' running totals, its
         // latest refund, a recent reset).
         let applied: Vec<Vec<u8>> =
             keys[checks.len()..].iter().map(|k| keys::applied_key(&self.options.prefix, k)).collect();
