@@ -2,18 +2,20 @@
 //! real Redis: pending charges compacted after a lost reply, a charge sent again long after its
 //! key was idle, and a request across Redis Cluster servers one of which fails part way.
 
+mod support;
+
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tollgate_store::fallback::FallbackOptions;
-use tollgate_store::remote::{Charge, Origin, Remote};
+use tollgate_store::remote::{Charge, Origin, Remote, Reply};
 use tollgate_store::testkit::faults::{Fault, Faulty};
 use tollgate_store::testkit::redis_server::RedisServer;
 use tollgate_store::testkit::redis_topology::{ClusterConfig, RedisCluster};
 use tollgate_store::{
     Algorithm, Breaker, Check, FailurePolicy, Fallback, Limit, ManualClock, MemoryStore, RedisOptions, RedisStore,
-    Store, TimeSource,
+    Store, StoreError, TimeSource, all_allowed,
 };
 
 const SEC: u64 = 1_000_000_000;
@@ -224,4 +226,75 @@ async fn a_request_across_servers_one_of_which_fails_is_all_or_nothing() {
     assert_eq!(left(closed.inner()).await, [10, 10], "closed's denied request consumed nothing");
     assert_eq!(left(local.inner()).await, [9, 9], "local's admitted request counted once on each key");
     drop(cluster);
+}
+
+/// A memory remote whose calls are refused on demand, and whose next call of several checks can be
+/// held at its door until released (a slow call, which then runs and answers; the background flush
+/// sends one check a call).
+struct Held {
+    inner: MemoryStore,
+    refuse: AtomicBool,
+    hold: AtomicBool,
+    arrived: tokio::sync::Notify,
+    release: tokio::sync::Notify,
+}
+
+store_by_decide!(Held);
+
+impl Remote for Held {
+    async fn decide(&self, checks: &[Check<'_>], charges: &[Charge<'_>]) -> Result<Reply, StoreError> {
+        if checks.len() > 1 && self.hold.swap(false, Ordering::SeqCst) {
+            self.arrived.notify_one();
+            self.release.notified().await;
+        } else if self.refuse.load(Ordering::SeqCst) {
+            return Err(StoreError::Backend("refused".into()));
+        }
+        self.inner.decide(checks, charges).await
+    }
+
+    async fn probe(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+}
+
+/// Five local admissions ride on a slow call; meanwhile 64 more overflow the ledger's 64 charges
+/// per key, and the oldest pairs merge: the five with the sixth. The slow call then answers (the
+/// five applied). Before: the merged charge survived the reply whole (its sequence is the sixth's),
+/// so the node's view of the key counted the five twice (the snapshot, and the merged charge), and
+/// the next call lowered the remote's key to that view: 74 counted for 69 admissions.
+#[tokio::test]
+async fn charges_merged_while_a_call_carrying_some_of_them_is_in_flight_count_once() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let inner = MemoryStore::builder().clock(clock.clone()).build();
+    let remote = Arc::new(Held {
+        inner,
+        refuse: AtomicBool::new(true),
+        hold: AtomicBool::new(false),
+        arrived: tokio::sync::Notify::new(),
+        release: tokio::sync::Notify::new(),
+    });
+    let breaker = Breaker::new(u32::MAX, Duration::from_millis(100));
+    let options = FallbackOptions { clock: clock.clone(), breaker, ..FallbackOptions::default() };
+    let node = Fallback::with_options(remote.clone(), FailurePolicy::Local, options);
+    let limit = Limit::per_hour(1_000).build().unwrap();
+    let admit = async |n: usize| {
+        for _ in 0..n {
+            assert!(node.check(b"k", &limit, 1).await.unwrap().allowed);
+        }
+    };
+    admit(5).await;
+    remote.hold.store(true, Ordering::SeqCst);
+    let slow = {
+        let (node, limit) = (node.clone(), limit.clone());
+        tokio::spawn(async move { node.check_all(&[Check::new(b"k", &limit, 0), Check::new(b"j", &limit, 0)]).await })
+    };
+    remote.arrived.notified().await;
+    admit(64).await;
+    remote.release.notify_one();
+    assert!(all_allowed(&slow.await.unwrap().unwrap()));
+    assert_eq!(1_000 - remote.inner.check(b"k", &limit, 0).await.unwrap().remaining, 5, "the slow call's five");
+    remote.refuse.store(false, Ordering::SeqCst);
+    pay(&node, &[b"k"], &limit).await;
+    let used = 1_000 - remote.inner.check(b"k", &limit, 0).await.unwrap().remaining;
+    assert_eq!(used, 69, "69 local admissions, each once");
 }

@@ -235,14 +235,16 @@ impl Ledger {
             .collect()
     }
 
-    /// A reply confirmed these debts' charges: drop them.
-    pub(crate) fn settle(&self, sent: &[Debt], now: u64) {
+    /// A reply confirmed these debts' charges: drop them (see `Charges::confirm`).
+    pub(crate) fn settle<'d>(&self, sent: impl IntoIterator<Item = &'d Debt>, now: u64) {
         for debt in sent {
-            let Some(last) = debt.charges.iter().map(|c| c.seq).max() else { continue };
+            // In sequence order, and so of total: the last is the latest.
+            let Some(last) = debt.charges.last() else { continue };
             let check = Check { scope: &debt.scope, key: &debt.key, limit: &debt.limit, cost: 0 };
             self.with(&check, now, false, |e| {
                 if let Some(mine) = e.debt.as_mut() {
-                    mine.charges.retain(|c| c.seq > last);
+                    let mut charges = Charges { list: &mut mine.charges, numbering: &mut e.numbering };
+                    charges.confirm(&debt.limit, debt.origin, last.seq, last.total);
                     if mine.charges.is_empty() {
                         e.debt = None;
                     }

@@ -40,6 +40,21 @@ pub(crate) fn merge(limit: &Limit, first: Pending, second: Pending) -> (Pending,
     }
 }
 
+/// The last `cost` units of `charge`, a merge whose earlier charges the remote applied (a reply
+/// confirmed them after the merge): for the bucket family exactly what the later charges do once
+/// the earlier ones are applied (the merge's instant moved by the earlier ones' cost: one charge of
+/// `c1 + c2` at `m` is `c1` at `a1` then `c2` at `m + c1·T`); for the window family at the merge's
+/// instant, the latest of its charges' (exact within a window, stricter across).
+pub(crate) fn later_part(limit: &Limit, charge: Pending, cost: u64) -> Pending {
+    let cost = cost.min(charge.cost);
+    let at = if limit.algorithm().is_bucket() {
+        charge.at.saturating_add((charge.cost - cost).saturating_mul(limit.emission_interval_ns()))
+    } else {
+        charge.at
+    };
+    Pending { at, cost, ..charge }
+}
+
 #[cfg(test)]
 mod tests {
     use tollgate_core::State;
@@ -117,6 +132,57 @@ mod tests {
                 }
             }
             assert!(exact > 50, "{algorithm}: {exact} exact merges tried");
+        }
+    }
+
+    /// A merged pair whose first charge the remote applied (at its instant), then the merge's later
+    /// part: the same decisions as the pair for the bucket family, never more capacity for the
+    /// window family.
+    #[test]
+    fn the_later_part_of_a_merge_decides_as_the_pair_or_stricter() {
+        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+        for algorithm in Algorithm::ALL {
+            for round in 0..400 {
+                let count = 1 + rng.below(30);
+                let period = SEC * (1 + rng.below(60));
+                let mut builder = Limit::builder(count, std::time::Duration::from_nanos(period)).algorithm(algorithm);
+                if algorithm.is_bucket() {
+                    builder = builder.burst(1 + rng.below(count + 5));
+                }
+                if algorithm == Algorithm::SubWindow {
+                    builder = builder.slices(rng.pick(&[1, 2, 4, 5, 8, 10]));
+                }
+                let limit = builder.build().unwrap();
+                let mut base = State::idle(&limit);
+                let mut at = T0 + rng.below(period);
+                for _ in 0..rng.below(6) {
+                    at += rng.below(period);
+                    base.charge(at, &limit, 1 + rng.below(count)).unwrap();
+                }
+                let spread = rng.pick(&[0, 1, limit.emission_interval_ns(), period / 3, 2 * period]);
+                let a1 = at + rng.below(period);
+                let a2 = a1 + rng.below(spread + 1);
+                let (c1, c2) = (1 + rng.below(count), 1 + rng.below(count));
+                let first = Pending { at: a1, cost: c1, seq: 1, total: c1, sent_at: 0 };
+                let second = Pending { at: a2, cost: c2, seq: 2, total: c1 + c2, sent_at: 0 };
+                let mut pair = base.clone();
+                pair.charge(first.at, &limit, first.cost).unwrap();
+                pair.charge(second.at, &limit, second.cost).unwrap();
+                let later = later_part(&limit, merge(&limit, first, second).0, c2);
+                assert_eq!((later.cost, later.seq, later.total), (c2, 2, c1 + c2));
+                let mut split = base.clone();
+                split.charge(first.at, &limit, first.cost).unwrap();
+                split.charge(later.at, &limit, later.cost).unwrap();
+                for step in 0..12 {
+                    let t = a2 + step * (period / 4 + limit.emission_interval_ns() / 3);
+                    let (want, got) = (remaining(&pair, &limit, t), remaining(&split, &limit, t));
+                    if algorithm.is_bucket() {
+                        assert_eq!(got, want, "{limit} round {round} at +{}: {first:?} {second:?}", t - a2);
+                    } else {
+                        assert!(got <= want, "{limit} round {round} at +{}: {got} > {want}", t - a2);
+                    }
+                }
+            }
         }
     }
 }

@@ -26,7 +26,7 @@
 
 use tollgate_core::Limit;
 
-use super::merge::merge;
+use super::merge::{later_part, merge};
 use crate::remote::MAX_CHARGE_TOTAL;
 
 /// A charge not yet confirmed by the remote.
@@ -104,6 +104,27 @@ impl Charges<'_> {
         if self.list[i].cost == 0 {
             self.list.remove(i);
         }
+    }
+
+    /// A reply confirmed the charges of a call, the latest of them charge `seq`, with running total
+    /// `total` under `origin`: the remote holds every unit of `origin` up to `total`. Those charges
+    /// go, and of a charge merged since from some of them and later ones only the later part stays
+    /// (see `merge::later_part`): kept whole, the node would count the confirmed part twice (in
+    /// the remote's snapshot and in its debt), and tell the remote so ([`known_remaining`]), which
+    /// would charge it again. Renumbered since (the totals no longer compare), by sequence alone.
+    ///
+    /// [`known_remaining`]: crate::remote::Charge::known_remaining
+    pub(crate) fn confirm(&mut self, limit: &Limit, origin: u64, seq: u64, total: u64) {
+        let comparable = self.numbering.origin == origin;
+        self.list.retain_mut(|charge| {
+            if charge.seq <= seq || (comparable && charge.total <= total) {
+                return false;
+            }
+            if comparable && charge.total - charge.cost < total {
+                *charge = later_part(limit, *charge, charge.total - total);
+            }
+            true
+        });
     }
 
     /// Every charge numbered anew under `origin`, as never sent.
