@@ -107,7 +107,7 @@ impl<'a> Charge<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Partial {
     /// Per check of the call: what its server answered (`None`: its server failed, or was not
-    /// asked).
+    /// asked). A server that answered recorded the call's charges to its checks' keys.
     pub decided: Vec<Option<Decided>>,
     /// The checks whose server failed.
     pub failed: Vec<usize>,

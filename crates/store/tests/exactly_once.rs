@@ -1,6 +1,7 @@
 //! Every charge applied exactly once (ARCHITECTURE.md, principle 11), on the memory remote and on
-//! real Redis: pending charges compacted after a lost reply, a charge sent again long after its
-//! key was idle, and a request across Redis Cluster servers one of which fails part way.
+//! real Redis: pending charges compacted after a lost reply or while a call carrying some of them
+//! is in flight, a charge sent again long after its key was idle, and a request across Redis
+//! Cluster servers one of which fails part way (what it admitted, and the charges it carried).
 
 mod support;
 
@@ -9,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tollgate_store::fallback::FallbackOptions;
-use tollgate_store::remote::{Charge, Origin, Remote, Reply};
+use tollgate_store::remote::{Charge, Decided, Origin, Partial, Remote, Reply};
 use tollgate_store::testkit::faults::{Fault, Faulty};
 use tollgate_store::testkit::redis_server::RedisServer;
 use tollgate_store::testkit::redis_topology::{ClusterConfig, RedisCluster};
@@ -226,6 +227,59 @@ async fn a_request_across_servers_one_of_which_fails_is_all_or_nothing() {
     assert_eq!(left(closed.inner()).await, [10, 10], "closed's denied request consumed nothing");
     assert_eq!(left(local.inner()).await, [9, 9], "local's admitted request counted once on each key");
     drop(cluster);
+}
+
+/// A remote of two servers: the first check's key on the first, every other on the second, which
+/// fails every call of several checks that reaches it (the first server's answer stands: its
+/// key's charges were applied).
+struct FirstAnswers {
+    inner: MemoryStore,
+}
+
+store_by_decide!(FirstAnswers);
+
+impl Remote for FirstAnswers {
+    async fn decide(&self, checks: &[Check<'_>], charges: &[Charge<'_>]) -> Result<Reply, StoreError> {
+        if checks.len() < 2 {
+            return self.inner.decide(checks, charges).await;
+        }
+        let first: Vec<Charge<'_>> = charges.iter().filter(|c| c.check.key == checks[0].key).copied().collect();
+        let reply = self.inner.decide(&checks[..1], &first).await?;
+        let (decision, snapshot) = (reply.decisions[0], reply.snapshots[0]);
+        let mut decided = vec![None; checks.len()];
+        decided[0] = Some(Decided { decision, snapshot, consumed: decision.allowed && checks[0].cost > 0 });
+        let error = StoreError::Timeout(Duration::from_millis(50));
+        Err(StoreError::Partial(Box::new(Partial { decided, failed: (1..checks.len()).collect(), error })))
+    }
+
+    async fn probe(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+}
+
+/// A request across two servers, the second failing: the first server's key `b` owes one local
+/// admission, which rides on the call and is applied there with the request's own unit (2 used).
+/// Before: the node kept that server's snapshot (2 used) but not that the charge was paid, so the
+/// next call told the remote the key had 3 used (the snapshot and the charge again), and the remote
+/// lowered it to that: the local admission counted twice.
+#[tokio::test]
+async fn charges_applied_by_a_server_that_answered_a_request_failing_elsewhere_count_once() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let remote = Arc::new(FirstAnswers { inner: MemoryStore::builder().clock(clock.clone()).build() });
+    let breaker = Breaker::new(u32::MAX, Duration::from_millis(100));
+    let options = FallbackOptions { clock: clock.clone(), breaker, ..FallbackOptions::default() };
+    let node = Fallback::with_options(remote.clone(), FailurePolicy::Local, options);
+    let limit = Limit::per_hour(10).build().unwrap();
+    let (a, b) = (b"a".as_slice(), b"b".as_slice());
+    // `a` on the server that answers, `b` admitted locally: one unit owed.
+    assert!(all_allowed(&node.check_all(&[Check::new(a, &limit, 1), Check::new(b, &limit, 1)]).await.unwrap()));
+    // `b`'s server answers (its charge and its unit applied), `a`'s fails (admitted locally).
+    assert!(all_allowed(&node.check_all(&[Check::new(b, &limit, 1), Check::new(a, &limit, 1)]).await.unwrap()));
+    pay(&node, &[a, b], &limit).await;
+    for key in [a, b] {
+        let used = 10 - remote.inner.check(key, &limit, 0).await.unwrap().remaining;
+        assert_eq!(used, 2, "{}: one unit decided there, one locally", String::from_utf8_lossy(key));
+    }
 }
 
 /// A memory remote whose calls are refused on demand, and whose next call of several checks can be

@@ -12,6 +12,9 @@
 //!   server failed with charges only), the answers stand.
 //! - The failed server's call may have run: if it admitted, that admission counts besides the
 //!   policy's answer, as for any call whose reply is lost (an under-grant of that call).
+//! - The charges that rode on an answered server's call are paid, as its snapshot (kept) holds
+//!   them; the failed server's are sent again (its call may have run: the remote applies each
+//!   unit once).
 //! - The failure counts against the failed servers' breakers only.
 
 use std::sync::Arc;
@@ -19,17 +22,19 @@ use std::sync::atomic::Ordering;
 
 use tollgate_core::{Decision, Snapshot};
 
+use super::ledger::Debt;
 use super::{FailurePolicy, Shared};
 use crate::remote::{Decided, Partial, Remote, Reply};
 use crate::{Check, Refund, Reserved, StoreError};
 
 impl<R: Remote> Shared<R> {
-    /// Answers `checks`, whose call (sent when `epoch` calls had failed) failed part way as
-    /// `partial` says (see the module docs).
+    /// Answers `checks`, whose call (sent with `debts`' charges when `epoch` calls had failed)
+    /// failed part way as `partial` says (see the module docs).
     pub(super) async fn fall_back_partly(
         self: &Arc<Self>,
         checks: &[Check<'_>],
         partial: &Partial,
+        debts: &[Debt],
         epoch: u64,
     ) -> Result<Reserved, StoreError> {
         let decided = &partial.decided;
@@ -59,6 +64,17 @@ impl<R: Remote> Shared<R> {
             let (seen, snapshots): (Vec<Check<'_>>, Vec<Snapshot>) =
                 checks.iter().zip(decided).filter_map(|(c, d)| Some((*c, d.as_ref()?.snapshot))).unzip();
             self.ledger.record(&seen, &Reply { decisions: Vec::new(), snapshots, now_ns: at }, at, epoch);
+            // An answered key's charges rode on its server's call: paid (else counted twice, in its
+            // snapshot and in the debt, and the next call would tell the remote so).
+            let answered = |d: &Debt| {
+                checks.iter().zip(decided).any(|(c, decided)| {
+                    decided.is_some()
+                        && c.scope == &*d.scope
+                        && c.key == &*d.key
+                        && c.limit.algorithm() == d.limit.algorithm()
+                })
+            };
+            self.paid(debts.iter().filter(|d| answered(d)), at);
         }
         // The policy decides the checks no server answered (after a denial, it only peeks).
         let denied = decided.iter().flatten().any(|d| !d.decision.allowed);

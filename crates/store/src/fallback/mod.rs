@@ -293,10 +293,15 @@ impl<R: Remote> Shared<R> {
             // Record before settling: in between, a local decision counts the charges twice
             // (stricter), never zero times.
             self.ledger.record(checks, reply, now, epoch);
-            self.ledger.settle(debts, now);
-            let paid: usize = debts.iter().map(|d| d.charges.len()).sum();
-            self.charges_paid.fetch_add(paid as u64, Ordering::Relaxed);
+            self.paid(debts, now);
         }
+    }
+
+    /// A reply confirmed `debts`' charges.
+    fn paid<'d>(&self, debts: impl IntoIterator<Item = &'d Debt> + Clone, now: u64) {
+        self.ledger.settle(debts.clone(), now);
+        let paid: usize = debts.into_iter().map(|d| d.charges.len()).sum();
+        self.charges_paid.fetch_add(paid as u64, Ordering::Relaxed);
     }
 
     /// Answers `checks` by the policy.

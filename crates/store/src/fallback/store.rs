@@ -70,7 +70,7 @@ impl<R: Remote> Fallback<R> {
                 };
                 Ok(Reserved { decisions: reply.decisions, at: reply.now_ns, per_check })
             }
-            Err(StoreError::Partial(partial)) => sh.fall_back_partly(checks, &partial, epoch).await,
+            Err(StoreError::Partial(partial)) => sh.fall_back_partly(checks, &partial, &debts, epoch).await,
             Err(error) if error.is_backend() => {
                 sh.failed(&error, &breakers);
                 sh.fall_back(checks)
