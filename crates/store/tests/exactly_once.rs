@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tollgate_store::fallback::FallbackOptions;
+use tollgate_store::lease::{Grant, Lessor};
 use tollgate_store::remote::{Charge, Decided, Origin, Partial, Remote, Reply};
 use tollgate_store::testkit::faults::{Fault, Faulty};
 use tollgate_store::testkit::redis_server::RedisServer;
@@ -282,15 +283,30 @@ async fn charges_applied_by_a_server_that_answered_a_request_failing_elsewhere_c
     }
 }
 
-/// A memory remote whose calls are refused on demand, and whose next call of several checks can be
-/// held at its door until released (a slow call, which then runs and answers; the background flush
-/// sends one check a call).
+/// A memory remote whose calls of one check (the background flush's, the test's own) are refused
+/// on demand, whose calls run and lose their reply on demand, and whose next call of several checks
+/// can be held at its door until released (a slow call, which then runs and answers). It lends as
+/// Redis does: a lease is a call of its own, with no charges.
 struct Held {
     inner: MemoryStore,
     refuse: AtomicBool,
+    lose: AtomicBool,
     hold: AtomicBool,
     arrived: tokio::sync::Notify,
     release: tokio::sync::Notify,
+}
+
+impl Held {
+    fn new(clock: &Arc<ManualClock>) -> Self {
+        Held {
+            inner: MemoryStore::builder().clock(clock.clone()).build(),
+            refuse: AtomicBool::new(false),
+            lose: AtomicBool::new(false),
+            hold: AtomicBool::new(false),
+            arrived: tokio::sync::Notify::new(),
+            release: tokio::sync::Notify::new(),
+        }
+    }
 }
 
 store_by_decide!(Held);
@@ -300,14 +316,27 @@ impl Remote for Held {
         if checks.len() > 1 && self.hold.swap(false, Ordering::SeqCst) {
             self.arrived.notify_one();
             self.release.notified().await;
-        } else if self.refuse.load(Ordering::SeqCst) {
+        } else if checks.len() == 1 && self.refuse.load(Ordering::SeqCst) {
             return Err(StoreError::Backend("refused".into()));
         }
-        self.inner.decide(checks, charges).await
+        let reply = self.inner.decide(checks, charges).await;
+        if self.lose.load(Ordering::SeqCst) {
+            return Err(StoreError::Timeout(Duration::from_millis(50)));
+        }
+        reply
     }
 
     async fn probe(&self) -> Result<(), StoreError> {
         Ok(())
+    }
+}
+
+impl Lessor for Held {
+    async fn lease(&self, check: Check<'_>, want: u64, _lessee: u64, _lifetime: Duration) -> Result<Grant, StoreError> {
+        let reply = self.decide(&[Check { cost: want, ..check }], &[]).await?;
+        let decision = reply.decisions[0];
+        let granted = if decision.allowed { want } else { 0 };
+        Ok(Grant { decision, granted, lessees: 1, snapshot: reply.snapshots[0], at: reply.now_ns })
     }
 }
 
@@ -319,14 +348,8 @@ impl Remote for Held {
 #[tokio::test]
 async fn charges_merged_while_a_call_carrying_some_of_them_is_in_flight_count_once() {
     let clock = Arc::new(ManualClock::new(T0));
-    let inner = MemoryStore::builder().clock(clock.clone()).build();
-    let remote = Arc::new(Held {
-        inner,
-        refuse: AtomicBool::new(true),
-        hold: AtomicBool::new(false),
-        arrived: tokio::sync::Notify::new(),
-        release: tokio::sync::Notify::new(),
-    });
+    let remote = Arc::new(Held::new(&clock));
+    remote.refuse.store(true, Ordering::SeqCst);
     let breaker = Breaker::new(u32::MAX, Duration::from_millis(100));
     let options = FallbackOptions { clock: clock.clone(), breaker, ..FallbackOptions::default() };
     let node = Fallback::with_options(remote.clone(), FailurePolicy::Local, options);
@@ -351,4 +374,69 @@ async fn charges_merged_while_a_call_carrying_some_of_them_is_in_flight_count_on
     pay(&node, &[b"k"], &limit).await;
     let used = 1_000 - remote.inner.check(b"k", &limit, 0).await.unwrap().remaining;
     assert_eq!(used, 69, "69 local admissions, each once");
+}
+
+/// Five local admissions ride on a call that runs and loses its reply; then a lease (a call of its
+/// own, without the charges) debits three and answers the key's state, which holds the five.
+/// Before: the node kept that state and the five as still owed, and the next call told the remote
+/// the key had 13 used (the state and the five again), and the remote lowered it to that.
+#[tokio::test]
+async fn charges_a_lease_finds_applied_count_once() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let remote = Arc::new(Held::new(&clock));
+    let breaker = Breaker::new(u32::MAX, Duration::from_millis(100));
+    let options = FallbackOptions { clock: clock.clone(), breaker, ..FallbackOptions::default() };
+    let node = Fallback::with_options(remote.clone(), FailurePolicy::Local, options);
+    let limit = Limit::per_hour(100).build().unwrap();
+    remote.refuse.store(true, Ordering::SeqCst);
+    for _ in 0..5 {
+        assert!(node.check(b"k", &limit, 1).await.unwrap().allowed);
+    }
+    remote.refuse.store(false, Ordering::SeqCst);
+    remote.lose.store(true, Ordering::SeqCst);
+    assert!(node.check(b"k", &limit, 0).await.unwrap().allowed);
+    remote.lose.store(false, Ordering::SeqCst);
+    let grant = node.lease(Check::new(b"k", &limit, 1), 3, 7, Duration::from_millis(100)).await.unwrap();
+    assert_eq!(grant.granted, 3);
+    pay(&node, &[b"k"], &limit).await;
+    let used = 100 - remote.inner.check(b"k", &limit, 0).await.unwrap().remaining;
+    assert_eq!(used, 5 + 3, "five local admissions and the lease's three, each once");
+}
+
+/// A slow call carries five local admissions; two more follow, and a second call carries all seven,
+/// overtakes the slow one (it runs first, and loses its reply); the slow one then answers with the
+/// key's state, which holds the seven, and confirms its five. Before: the node kept that state and
+/// the two as still owed, and the next call lowered the remote's key by the two once more (9 used).
+#[tokio::test]
+async fn charges_of_a_call_overtaken_by_another_count_once() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let remote = Arc::new(Held::new(&clock));
+    let breaker = Breaker::new(u32::MAX, Duration::from_millis(100));
+    let options = FallbackOptions { clock: clock.clone(), breaker, ..FallbackOptions::default() };
+    let node = Fallback::with_options(remote.clone(), FailurePolicy::Local, options);
+    let limit = Limit::per_hour(100).build().unwrap();
+    let admit = async |n: usize| {
+        for _ in 0..n {
+            assert!(node.check(b"k", &limit, 1).await.unwrap().allowed);
+        }
+    };
+    remote.refuse.store(true, Ordering::SeqCst);
+    admit(5).await;
+    remote.hold.store(true, Ordering::SeqCst);
+    let slow = {
+        let (node, limit) = (node.clone(), limit.clone());
+        tokio::spawn(async move { node.check_all(&[Check::new(b"k", &limit, 0), Check::new(b"j", &limit, 0)]).await })
+    };
+    remote.arrived.notified().await;
+    admit(2).await;
+    remote.lose.store(true, Ordering::SeqCst);
+    assert!(all_allowed(&node.check_all(&[Check::new(b"k", &limit, 0), Check::new(b"i", &limit, 0)]).await.unwrap()));
+    remote.lose.store(false, Ordering::SeqCst);
+    assert_eq!(100 - remote.inner.check(b"k", &limit, 0).await.unwrap().remaining, 7, "the second call's seven");
+    remote.release.notify_one();
+    assert!(all_allowed(&slow.await.unwrap().unwrap()));
+    remote.refuse.store(false, Ordering::SeqCst);
+    pay(&node, &[b"k"], &limit).await;
+    let used = 100 - remote.inner.check(b"k", &limit, 0).await.unwrap().remaining;
+    assert_eq!(used, 7, "seven local admissions, each once");
 }

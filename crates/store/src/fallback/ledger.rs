@@ -10,7 +10,7 @@
 //!   confirms them. The remote applies each unit once (the node numbers its charges to the key by
 //!   their running total, and the remote keeps the highest total it applied from the node: see
 //!   [`Origin`] and `pending`), then lowers the key to what the node knows of it, debt
-//!   included ([`Charge::known_remaining`]), so a remote that lost the key (expired while the node
+//!   included but for what the remote may hold already ([`Charge::known_remaining`]), so a remote that lost the key (expired while the node
 //!   decided alone, restarted empty, a replica promoted without the last writes) is given back what
 //!   the node's decisions relied on.
 //!
@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tollgate_core::{Decision, Limit, Snapshot, State};
 
+use super::merge::later_part;
 use super::pending::{Charges, Numbering, Pending};
 use crate::remote::{RESEND_HORIZON, Reply};
 use crate::table::{Shard, Slot, SlotTable};
@@ -64,6 +65,10 @@ struct Entry {
     /// How many calls had failed when the call that brought `seen` was sent: a failure since
     /// (a restart, a failover) may have lost the key on the remote.
     seen_epoch: u64,
+    /// The highest running total of the key's charges sent when `seen` came (under its origin
+    /// id): `seen` may hold them (a call that carried them may have run before, its reply lost or
+    /// not yet in), and holds none sent after.
+    seen_sent: Option<(u64, u64)>,
     in_flight: u64,
     debt: Option<Box<Debt>>,
     /// How the key's charges are numbered, past each debt (see `pending`).
@@ -72,7 +77,15 @@ struct Entry {
 
 impl Entry {
     fn new(fingerprint: u64) -> Self {
-        Entry { fingerprint, seen: None, seen_epoch: 0, in_flight: 0, debt: None, numbering: Numbering::default() }
+        Entry {
+            fingerprint,
+            seen: None,
+            seen_epoch: 0,
+            seen_sent: None,
+            in_flight: 0,
+            debt: None,
+            numbering: Numbering::default(),
+        }
     }
 }
 
@@ -94,14 +107,20 @@ impl Slot for Entry {
 }
 
 /// `entry`'s debt, with what the node knows of the key at `now` (the remote's clock): the state
-/// it last saw, charged with the debt (not with calls in flight: the remote may deny those).
+/// it last saw, charged with the debt (not with calls in flight: the remote may deny those), but
+/// for what was sent before that state came, which it may hold already: counted twice, the remote
+/// would be told the key is lower than it is, and lower it so (a local decision counts it, stricter).
 fn owed(entry: &Entry, now: u64) -> Option<Debt> {
     let mut debt = entry.debt.as_deref()?.clone();
     debt.origin = entry.numbering.origin;
     let limit = &debt.limit;
     let mut state =
         entry.seen.map_or_else(|| State::idle(limit), |(snapshot, _)| State::from_snapshot(limit, &snapshot));
-    let charged = debt.charges.iter().try_for_each(|c| state.charge(c.at, limit, c.cost));
+    let held = entry.seen_sent.filter(|&(origin, _)| origin == debt.origin).map_or(0, |(_, total)| total);
+    let charged = debt.charges.iter().filter(|c| c.total > held).try_for_each(|c| {
+        let c = if c.total.saturating_sub(c.cost) < held { later_part(limit, *c, c.total - held) } else { *c };
+        state.charge(c.at, limit, c.cost)
+    });
     debt.known_remaining = charged.ok().and_then(|()| state.check(now, limit, 0).ok()).map(|d| d.remaining);
     debt.seen = entry.seen.map(|(snapshot, _)| snapshot);
     Some(debt)
@@ -254,7 +273,9 @@ impl Ledger {
     }
 
     /// Keeps the snapshots of a reply to `checks` (newer than what is kept), from a call sent
-    /// when `epoch` calls had failed.
+    /// when `epoch` calls had failed, with how far the key's charges were sent then (the snapshot
+    /// may hold them: the call carried them, or another that may have run before; a lease carries
+    /// none).
     pub(crate) fn record(&self, checks: &[Check<'_>], reply: &Reply, now: u64, epoch: u64) {
         for (check, snapshot) in checks.iter().zip(&reply.snapshots) {
             let idle = snapshot.idle_at(check.limit);
@@ -263,6 +284,9 @@ impl Ledger {
                 if e.seen.is_none_or(|(seen, _)| seen.at <= snapshot.at) {
                     e.seen = Some((*snapshot, idle));
                     e.seen_epoch = epoch;
+                    let charges = e.debt.iter().flat_map(|d| &d.charges);
+                    let sent = charges.filter(|c| c.sent_at != 0).map(|c| c.total).max();
+                    e.seen_sent = sent.map(|total| (e.numbering.origin, total));
                 }
             });
         }
