@@ -1,5 +1,6 @@
 //! A model check of "every charge applied exactly once" (ARCHITECTURE.md, principle 11): random
-//! interleavings, from seeds, of requests and leases against a memory remote whose calls are
+//! interleavings, from seeds, of requests and leases against a remote (the memory store, and a
+//! real redis-server for a few seeds) whose calls are
 //! refused, run and lose their reply, wait and answer late (out of order), or fail part way across
 //! two servers, while a `local` node decides what the remote does not answer, merges its pending
 //! charges and sends them with every call. Once every call is answered and every debt paid, the
@@ -16,9 +17,10 @@ use tollgate_store::fallback::FallbackOptions;
 use tollgate_store::lease::{Grant, Lessor};
 use tollgate_store::remote::{Charge, Decided, Partial, Remote, Reply};
 use tollgate_store::testkit::random::Rng;
+use tollgate_store::testkit::redis_server::RedisServer;
 use tollgate_store::{
-    Algorithm, Breaker, Check, Clock, FailurePolicy, Fallback, Limit, ManualClock, MemoryStore, Store, StoreError,
-    all_allowed,
+    Algorithm, Breaker, Check, Clock, FailurePolicy, Fallback, Limit, ManualClock, MemoryStore, RedisOptions,
+    RedisStore, Store, StoreError, TimeSource, all_allowed,
 };
 
 const SEC: u64 = 1_000_000_000;
@@ -41,8 +43,8 @@ enum Fate {
 
 /// The memory remote, with a fate per call drawn from a seed while chaos lasts (in storms, every
 /// call fails).
-struct Chaos {
-    inner: MemoryStore,
+struct Chaos<R> {
+    inner: R,
     rng: Mutex<Rng>,
     chaos: AtomicBool,
     /// Every call fails (some run).
@@ -55,9 +57,10 @@ struct Chaos {
     leased: AtomicU64,
 }
 
-store_by_decide!(Chaos);
+store_by_decide!(Chaos<MemoryStore>);
+store_by_decide!(Chaos<RedisStore>);
 
-impl Chaos {
+impl<R> Chaos<R> {
     fn fate(&self, checks: usize) -> Fate {
         if !self.chaos.load(Ordering::SeqCst) {
             return Fate::Pass;
@@ -75,6 +78,18 @@ impl Chaos {
         }
     }
 
+    /// Releases every call waiting, in an order drawn from the seed.
+    fn release_some(&self, all: bool) {
+        let mut waiting = self.waiting.lock().unwrap();
+        let mut rng = self.rng.lock().unwrap();
+        while !waiting.is_empty() && (all || rng.chance(50)) {
+            let i = usize::try_from(rng.below(waiting.len() as u64)).unwrap();
+            let _ = waiting.swap_remove(i).send(());
+        }
+    }
+}
+
+impl<R: Remote> Chaos<R> {
     /// Runs the call on the inner store, counting what it admitted.
     async fn run(&self, checks: &[Check<'_>], charges: &[Charge<'_>]) -> Result<Reply, StoreError> {
         let reply = self.inner.decide(checks, charges).await?;
@@ -89,19 +104,12 @@ impl Chaos {
             self.delivered.fetch_add(checks.iter().map(|c| c.cost).sum(), Ordering::SeqCst);
         }
     }
-
-    /// Releases every call waiting, in an order drawn from the seed.
-    fn release_some(&self, all: bool) {
-        let mut waiting = self.waiting.lock().unwrap();
-        let mut rng = self.rng.lock().unwrap();
-        while !waiting.is_empty() && (all || rng.chance(50)) {
-            let i = usize::try_from(rng.below(waiting.len() as u64)).unwrap();
-            let _ = waiting.swap_remove(i).send(());
-        }
-    }
 }
 
-impl Remote for Chaos {
+impl<R: Remote> Remote for Chaos<R>
+where
+    Chaos<R>: Store,
+{
     async fn decide(&self, checks: &[Check<'_>], charges: &[Charge<'_>]) -> Result<Reply, StoreError> {
         let lost = || Err(StoreError::Timeout(Duration::from_millis(50)));
         match self.fate(checks.len()) {
@@ -145,7 +153,10 @@ impl Remote for Chaos {
 }
 
 /// A lease is a call of its own, without the charges (as on Redis).
-impl Lessor for Chaos {
+impl<R: Remote> Lessor for Chaos<R>
+where
+    Chaos<R>: Store,
+{
     async fn lease(&self, check: Check<'_>, want: u64, _lessee: u64, _lifetime: Duration) -> Result<Grant, StoreError> {
         let reply = self.decide(&[Check { cost: want, ..check }], &[]).await?;
         let decision = reply.decisions[0];
@@ -160,10 +171,18 @@ impl Lessor for Chaos {
 /// minutes at most (under a limit of a day's window, from the start of one): past the resend
 /// horizon (10 minutes), a charge a lost reply's call applied may be sent anew and count twice
 /// (documented), never lost.
-async fn run(algorithm: Algorithm, seed: u64, minutes: u64, until: u64) {
+async fn run<R: Remote>(
+    inner: impl FnOnce(&Arc<ManualClock>) -> R,
+    algorithm: Algorithm,
+    seed: u64,
+    minutes: u64,
+    until: u64,
+) where
+    Chaos<R>: Store,
+{
     let clock = Arc::new(ManualClock::new(if minutes > 0 { DAY_START } else { T0 }));
     let remote = Arc::new(Chaos {
-        inner: MemoryStore::builder().clock(clock.clone()).build(),
+        inner: inner(&clock),
         rng: Mutex::new(Rng(seed)),
         chaos: true.into(),
         storm: false.into(),
@@ -261,11 +280,35 @@ async fn run(algorithm: Algorithm, seed: u64, minutes: u64, until: u64) {
     }
 }
 
+fn memory(clock: &Arc<ManualClock>) -> MemoryStore {
+    MemoryStore::builder().clock(clock.clone()).build()
+}
+
 #[tokio::test]
 async fn every_admission_counts_once_across_random_interleavings_of_faults() {
     for algorithm in Algorithm::ALL {
         for seed in 1..=40u64 {
-            run(algorithm, seed.wrapping_mul(0x9e37_79b9_7f4a_7c15), 0, 0).await;
+            run(memory, algorithm, seed.wrapping_mul(0x9e37_79b9_7f4a_7c15), 0, 0).await;
+        }
+    }
+}
+
+/// The same on a real redis-server (the script's charges, markers and lowering), fewer seeds.
+#[tokio::test]
+async fn every_admission_counts_once_across_random_interleavings_of_faults_on_redis() {
+    let server = RedisServer::start();
+    for algorithm in Algorithm::ALL {
+        for seed in 1..=3u64 {
+            let redis = |clock: &Arc<ManualClock>| {
+                let options = RedisOptions {
+                    prefix: format!("m{}{seed}", algorithm.as_str()),
+                    time: TimeSource::Clock(clock.clone()),
+                    timeout: Duration::from_secs(5),
+                    ..RedisOptions::default()
+                };
+                RedisStore::open(&server.url(), options).unwrap()
+            };
+            run(redis, algorithm, seed.wrapping_mul(0x9e37_79b9_7f4a_7c15), 0, 0).await;
         }
     }
 }
@@ -276,7 +319,7 @@ async fn every_admission_counts_once_across_random_interleavings_of_faults() {
 async fn no_admission_is_lost_across_random_interleavings_of_faults_and_time() {
     for seed in 1..=40u64 {
         let seed = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        run(Algorithm::FixedWindow, seed, 2, 9).await;
-        run(Algorithm::FixedWindow, seed, 4, 120).await;
+        run(memory, Algorithm::FixedWindow, seed, 2, 9).await;
+        run(memory, Algorithm::FixedWindow, seed, 4, 120).await;
     }
 }
