@@ -1,7 +1,9 @@
 //! Every charge applied exactly once (ARCHITECTURE.md, principle 11), on the memory remote and on
 //! real Redis: pending charges compacted after a lost reply or while a call carrying some of them
 //! is in flight, a charge sent again long after its key was idle, and a request across Redis
-//! Cluster servers one of which fails part way (what it admitted, and the charges it carried).
+//! Cluster servers one of which fails part way (what it admitted, and the charges it carried), a
+//! lease or another call answering with charges applied that the node still owes, and a key whose
+//! state Redis lost while keeping its marker.
 
 mod support;
 
@@ -439,4 +441,34 @@ async fn charges_of_a_call_overtaken_by_another_count_once() {
     pay(&node, &[b"k"], &limit).await;
     let used = 100 - remote.inner.check(b"k", &limit, 0).await.unwrap().remaining;
     assert_eq!(used, 7, "seven local admissions, each once");
+}
+
+/// Redis loses a key's state but keeps its marker (the state evicted alone): the node's charges,
+/// which a call whose reply was lost applied, are recognised when sent again (not applied twice),
+/// and what the node knew of the key is given back: the key is as the node left it (3 decided by
+/// Redis, 5 locally).
+#[tokio::test]
+async fn a_key_lost_without_its_marker_gets_back_what_the_node_knew_once() {
+    let server = RedisServer::start();
+    let clock = Arc::new(ManualClock::new(T0));
+    let redis = RedisStore::open(&server.url(), options(TimeSource::Clock(clock.clone()), Duration::from_secs(2)));
+    let redis = redis.unwrap();
+    let limit = Limit::per_hour(100).build().unwrap();
+    let state = String::from_utf8(redis.state_key("", b"k", &limit).unwrap()).unwrap();
+    let remote = Arc::new(Faulty::new(redis));
+    let node = patient(&remote, &clock);
+    remote.set(Fault::None);
+    for _ in 0..3 {
+        assert!(node.check(b"k", &limit, 1).await.unwrap().allowed);
+    }
+    remote.set(Fault::Refuse);
+    for _ in 0..5 {
+        assert!(node.check(b"k", &limit, 1).await.unwrap().allowed);
+    }
+    remote.set(Fault::LoseReply);
+    assert!(node.check(b"k", &limit, 0).await.unwrap().allowed);
+    assert_eq!(server.cli(&["DEL", &state]).trim(), "1", "the state, not its marker");
+    remote.set(Fault::None);
+    pay(&node, &[b"k"], &limit).await;
+    assert_eq!(100 - remote.inner().check(b"k", &limit, 0).await.unwrap().remaining, 8);
 }
