@@ -191,7 +191,9 @@ async fn run<R: Remote>(
         delivered: AtomicU64::new(0),
         leased: AtomicU64::new(0),
     });
-    let breaker = Breaker::new(u32::MAX, Duration::from_millis(100));
+    // Every other seed, a breaker that opens after 3 failures (its calls then answered by the
+    // policy at once, nothing sent) and probes every millisecond.
+    let breaker = Breaker::new(if seed.is_multiple_of(2) { u32::MAX } else { 3 }, Duration::from_millis(1));
     let options = FallbackOptions { clock: clock.clone(), breaker, ..FallbackOptions::default() };
     let node = Fallback::with_options(remote.clone(), FailurePolicy::Local, options);
     // Never binding (the clock stands still, or within one window): every request is admitted,
