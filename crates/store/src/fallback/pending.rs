@@ -120,7 +120,7 @@ impl Charges<'_> {
             if charge.seq <= seq || (comparable && charge.total <= total) {
                 return false;
             }
-            if comparable && charge.total - charge.cost < total {
+            if comparable && charge.total.saturating_sub(charge.cost) < total {
                 *charge = later_part(limit, *charge, charge.total - total);
             }
             true
@@ -192,5 +192,33 @@ mod tests {
         let sent: Vec<(u64, u64)> = list.iter().map(|c| (c.total, c.sent_at)).collect();
         let at = T0 + 2 * SEC;
         assert_eq!((sent, numbering.origin, numbering.total), (vec![(1, at), (4, at), (7, at)], 8, 7));
+    }
+
+    #[test]
+    fn a_reply_confirms_up_to_its_running_total_and_by_sequence_once_renumbered() {
+        let limit = Limit::per_hour(100).build().unwrap();
+        let t = limit.emission_interval_ns();
+        let (mut list, mut numbering) = (Vec::new(), Numbering::default());
+        let mut charges = Charges { list: &mut list, numbering: &mut numbering };
+        // Three sent (totals 1, 3, 6), then a fourth merged with the third (seq 4, total 10).
+        charges.push(&limit, T0, 1, 1, || 7);
+        charges.push(&limit, T0, 2, 2, || unreachable!("an origin already"));
+        charges.push(&limit, T0, 3, 3, || unreachable!("an origin already"));
+        charges.send(T0, SEC, || unreachable!("within the horizon"));
+        charges.push(&limit, T0, 4, 4, || unreachable!("an origin already"));
+        let merged = merge(&limit, charges.list[2], charges.list[3]).0;
+        charges.list.truncate(2);
+        charges.list.push(merged);
+        // The call carried the three: the first two go, of the merged one its last 4 units stay, at
+        // the instant they count from once the 3 before them are applied.
+        charges.confirm(&limit, 7, 3, 6);
+        let left: Vec<(u64, u64, u64)> = charges.list.iter().map(|c| (c.cost, c.total, c.at)).collect();
+        assert_eq!(left, vec![(4, 10, T0 + 3 * t)]);
+        // Renumbered since: totals no longer compare, sequences do.
+        charges.push(&limit, T0, 5, 5, || unreachable!("an origin already"));
+        charges.renumber(8);
+        charges.confirm(&limit, 7, 4, 1_000);
+        let left: Vec<(u64, u64)> = charges.list.iter().map(|c| (c.cost, c.seq)).collect();
+        assert_eq!(left, vec![(5, 5)]);
     }
 }
