@@ -9,10 +9,10 @@
 //!   `(at, cost)` sent with every call for the key (and by the background flush) until a reply
 //!   confirms them. The remote applies each unit once (the node numbers its charges to the key by
 //!   their running total, and the remote keeps the highest total it applied from the node: see
-//!   [`Origin`] and `pending`), then lowers the key to what the node knows of it, debt
-//!   included but for what the remote may hold already ([`Charge::known_remaining`]), so a remote that lost the key (expired while the node
-//!   decided alone, restarted empty, a replica promoted without the last writes) is given back what
-//!   the node's decisions relied on.
+//!   [`Origin`] and `pending`), then lowers the key to what the node knows of it, debt included
+//!   but for what the remote may hold already ([`Charge::known_remaining`]), so a remote that lost
+//!   the key (expired while the node decided alone, restarted empty, a replica promoted without
+//!   the last writes) is given back what the node's decisions relied on.
 //!
 //! [`Origin`]: crate::remote::Origin
 //! [`Charge::known_remaining`]: crate::remote::Charge::known_remaining
@@ -109,7 +109,8 @@ impl Slot for Entry {
 /// `entry`'s debt, with what the node knows of the key at `now` (the remote's clock): the state
 /// it last saw, charged with the debt (not with calls in flight: the remote may deny those), but
 /// for what was sent before that state came, which it may hold already: counted twice, the remote
-/// would be told the key is lower than it is, and lower it so (a local decision counts it, stricter).
+/// would be told the key is lower than it is, and lower it so (a local decision counts it:
+/// stricter).
 fn owed(entry: &Entry, now: u64) -> Option<Debt> {
     let mut debt = entry.debt.as_deref()?.clone();
     debt.origin = entry.numbering.origin;
