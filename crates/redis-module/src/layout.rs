@@ -47,11 +47,11 @@ layout! {
     LIMIT_COST = 8;
     /// A check is its limit and cost.
     CHECK_ARGS = 8;
-    /// A charge: its limit and cost, then its age, origin (node, sequence), what the sender knew
+    /// A charge: its limit and cost, then its age, origin (node, running total), what the sender knew
     /// (remaining, the snapshot it follows from: instant, used, previous) and whether that is a view.
     CHARGE_AGE = 9;
     CHARGE_NODE = 10;
-    CHARGE_SEQ = 11;
+    CHARGE_TOTAL = 11;
     CHARGE_KNOWN = 12;
     CHARGE_SEEN_AT = 13;
     CHARGE_SEEN_USED = 14;

@@ -29,6 +29,12 @@ pub enum StoreError {
     /// This store cannot decide this limit.
     #[error("unsupported: {0}")]
     Unsupported(String),
+    /// A call across several servers (keys in several Redis Cluster slots) failed part way: what
+    /// the servers that answered decided, so that a failure policy neither counts their admissions
+    /// twice nor leaves them counted for a request it denies. A [`Remote`](crate::Remote)'s answer
+    /// to its failure policy; a store's own callers get the failure itself.
+    #[error("{}", .0)]
+    Partial(Box<crate::remote::Partial>),
 }
 
 impl StoreError {
@@ -36,6 +42,6 @@ impl StoreError {
     /// the errors a failure policy answers for.
     #[must_use]
     pub fn is_backend(&self) -> bool {
-        matches!(self, StoreError::Backend(_) | StoreError::Timeout(_))
+        matches!(self, StoreError::Backend(_) | StoreError::Timeout(_) | StoreError::Partial(_))
     }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use support::{T0, backend, hourly, node, until_settled};
 use tollgate_store::fallback::FallbackOptions;
-use tollgate_store::remote::{Charge, Remote, Reply};
+use tollgate_store::remote::{Charge, Decided, Partial, Remote, Reply};
 use tollgate_store::testkit::faults::Fault;
 use tollgate_store::{
     Breaker, Check, FailurePolicy, Fallback, Limit, ManualClock, MemoryStore, Refund, Store, StoreError, all_allowed,
@@ -414,4 +414,63 @@ async fn a_lease_refill_in_flight_counts_against_local_decisions() {
     assert_eq!(granted, 5);
     assert!(local as u64 + granted <= 10, "{local} admitted locally + {granted} leased under a limit of 10");
     assert_eq!(local, 5, "the 5 the refill does not take");
+}
+
+/// A remote of two servers whose second fails every call that reaches it (may have run): a call
+/// of several checks has its first decided by the first server, and fails part way.
+struct SecondFails {
+    inner: MemoryStore,
+}
+
+store_by_decide!(SecondFails);
+
+impl Remote for SecondFails {
+    async fn decide(&self, checks: &[Check<'_>], charges: &[Charge<'_>]) -> Result<Reply, StoreError> {
+        if checks.len() < 2 {
+            return self.inner.decide(checks, charges).await;
+        }
+        let reply = self.inner.decide(&checks[..1], charges).await?;
+        let (decision, snapshot) = (reply.decisions[0], reply.snapshots[0]);
+        let mut decided = vec![None; checks.len()];
+        decided[0] = Some(Decided { decision, snapshot, consumed: decision.allowed && checks[0].cost > 0 });
+        let error = StoreError::Timeout(Duration::from_millis(50));
+        Err(StoreError::Partial(Box::new(Partial { decided, failed: (1..checks.len()).collect(), error })))
+    }
+
+    async fn probe(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+}
+
+/// Before: a request whose second server failed after the first admitted became the policy's
+/// whole, the first server's admission kept: `local` charged it again as its own (the first key
+/// counted twice), and a request denied (by `closed`, or by `local` for the second key) kept it.
+/// Now the first server's admission stands if the policy admits, and is given back if it denies;
+/// a first server that denied denies the request.
+#[tokio::test(start_paused = true)]
+async fn a_request_whose_second_server_fails_keeps_or_gives_back_what_the_first_admitted() {
+    let (a, b) = (hourly(3), hourly(1));
+    let checks = |cost| [Check::new(b"a", &a, cost), Check::new(b"b", &b, cost)];
+    let used_a = |remote: &SecondFails| 3 - remote.inner.check_sync(b"a", &a, 0).unwrap().remaining;
+    for policy in [FailurePolicy::Local, FailurePolicy::Closed, FailurePolicy::Open] {
+        let clock = Arc::new(ManualClock::new(T0));
+        let remote = Arc::new(SecondFails { inner: MemoryStore::builder().clock(clock.clone()).build() });
+        let options = FallbackOptions { clock: clock.clone(), ..FallbackOptions::default() };
+        let node = Fallback::with_options(remote.clone(), policy, options);
+        let first = node.check_all(&checks(1)).await.unwrap();
+        let admitted = policy != FailurePolicy::Closed;
+        assert_eq!(all_allowed(&first), admitted, "{policy:?}");
+        assert_eq!(used_a(&remote), u64::from(admitted), "{policy:?}: the first key counted once, or given back");
+        let debts = node.stats().debts;
+        assert_eq!(debts, usize::from(policy == FailurePolicy::Local), "{policy:?}: only the second key is owed");
+        if policy == FailurePolicy::Local {
+            // The second key's one unit is spent locally: denied, and the first's admission given back.
+            assert!(!all_allowed(&node.check_all(&checks(1)).await.unwrap()));
+            assert_eq!(used_a(&remote), 1, "given back");
+            // The first server denies (its key spent): denied, nothing owed for the second key.
+            remote.inner.check_sync(b"a", &a, 2).unwrap();
+            assert!(!all_allowed(&node.check_all(&checks(1)).await.unwrap()));
+            assert_eq!((used_a(&remote), node.stats().debts), (3, 1), "nothing more owed");
+        }
+    }
 }

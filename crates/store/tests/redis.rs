@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tollgate_core::{MAX_PERIOD_NS, Snapshot};
-use tollgate_store::remote::{Charge, Origin, Remote};
+use tollgate_store::remote::{Charge, MAX_CHARGE_TOTAL, Origin, Remote};
 use tollgate_store::testkit::random::{Rng, random_limit};
 use tollgate_store::testkit::{
     self,
@@ -214,7 +214,13 @@ async fn differential(server: &RedisServer, module: bool) {
         let redis = RedisStore::open(&server.url(), RedisOptions { module, ..options(Some(clock.clone())) }).unwrap();
         let memory = MemoryStore::builder().clock(clock.clone()).build();
         let mut pending = None;
-        let mut seq = 0;
+        // Per key and node, the running total of its charges and when it was last raised.
+        let mut totals: std::collections::HashMap<(&[u8], u64), (u64, u64)> = std::collections::HashMap::new();
+        // Charges applied with an origin, to send again later (a lost reply's resend): the charge,
+        // its instant, when it was sent.
+        let mut sent: Vec<(Charge<'_>, u64, u64)> = Vec::new();
+        let horizon = u64::try_from(tollgate_store::remote::RESEND_HORIZON.as_nanos()).unwrap();
+        let mut latest = 0;
         for step in 0..60 {
             let limit = if rng.below(6) == 0 { &limits[1 + step % 2] } else { &limits[0] };
             let period = limit.period_ns();
@@ -237,42 +243,73 @@ async fn differential(server: &RedisServer, module: bool) {
                 _ => 1,
             };
             let check = [Check::new(key, limit, cost)];
+            let now = tollgate_store::Clock::now_ns(&*clock);
+            latest = latest.max(now);
             let charge_cost = if rng.below(4) == 0 { u64::MAX / 4 } else { 1 + rng.below(limit.capacity()) };
             let mut charges: Vec<Charge<'_>> = if rng.below(6) == 0 {
                 vec![Charge::new(Check::new(key, limit, charge_cost), rng.below(2 * period))]
             } else {
                 Vec::new()
             };
-            // A node's charges: what it knew of the key, and its sequence, sent twice in one call
-            // now and then (applied once) or followed by an older one (skipped). Across calls the
-            // stores' markers expire on different clocks (Redis's real time, the memory store's
-            // manual clock): each call's sequences are new.
-            if let Some(first) = charges.first_mut().filter(|_| rng.below(2) == 0) {
-                seq += 2;
-                first.origin = Some(Origin { node: 1 + rng.below(2), seq });
+            // A node's charges: what it knew of the key, and its running total, sent twice in one
+            // call now and then (applied once) or followed by an older one (skipped). The stores'
+            // markers expire on different clocks (Redis's real time, the memory store's manual
+            // clock): a charge's total is the whole of its cost above the last one's, or, while
+            // both stores remember that one (the clock never past the horizon since), a part (the
+            // rest applied before: what a node's merged charges are).
+            let node = 1 + rng.below(2);
+            let (last, raised) = totals.get(&(key, node)).copied().unwrap_or((0, 0));
+            let remembered = last > 0 && latest <= raised + horizon;
+            let total = charges.first().and_then(|first| {
+                let whole = last.checked_add(first.check.cost).filter(|&t| t <= MAX_CHARGE_TOTAL);
+                match whole {
+                    Some(whole) if !remembered || rng.below(2) == 0 => Some(whole),
+                    _ if remembered => Some(last + 1 + rng.below(first.check.cost.min(1_000))),
+                    _ => None,
+                }
+                .filter(|&t| t <= MAX_CHARGE_TOTAL)
+            });
+            if let Some((first, total)) = charges.first_mut().zip(total).filter(|_| rng.below(2) == 0) {
+                totals.insert((key, node), (total, now));
+                first.origin = Some(Origin { node, total });
                 first.known_remaining = (rng.below(3) == 0).then(|| rng.below(limit.capacity() + 1));
-                // Now and then a view: what the node saw within the last period.
+                // Now and then a view: what the node saw within the last period (the round's
+                // shortest: a refund's stamp after it then lives in both stores, each on its own
+                // clock, as long as any of the round's limits says).
                 if first.known_remaining.is_some() && rng.below(2) == 0 {
                     let bucket = limit.algorithm().is_bucket();
                     let most =
                         if bucket { limit.tolerance_ns() + limit.emission_interval_ns() } else { limit.capacity() };
                     let previous = if limit.algorithm() == Algorithm::SlidingWindow { rng.below(most + 1) } else { 0 };
-                    let at = now - rng.below(period.min(now - T0) + 1);
+                    let shortest = limits.iter().map(Limit::period_ns).min().unwrap_or(period);
+                    let at = now - rng.below(shortest.min(now - T0) + 1);
                     first.seen = Some(Snapshot { at, used: rng.below(most + 1), previous });
                     first.view = rng.below(2) == 0;
                 }
                 let again = *first;
                 match rng.below(3) {
                     0 => charges.push(Charge { known_remaining: None, ..again }),
-                    1 => {
-                        charges.push(Charge { origin: Some(Origin { seq: seq - 1, ..again.origin.unwrap() }), ..again })
-                    }
+                    1 => charges.push(Charge { origin: Some(Origin { node, total: total - 1 }), ..again }),
                     _ => {}
                 }
+            }
+            // Now and then one of them sent again, as a node does until a reply confirms it: for
+            // up to the node's resend horizon, however long the key was idle meanwhile. First in
+            // the call, so that only the marker can recognise it. (The memory store's markers
+            // expire on its manual clock, Redis's on real time: both remember the charge while
+            // the clock never went past the horizon since it was sent.)
+            let new_charge = charges.first().filter(|c| c.origin.is_some()).copied();
+            let resend: Vec<_> = sent.iter().filter(|s| s.2 + horizon >= latest && s.1 <= now).copied().collect();
+            if !resend.is_empty() && rng.below(4) == 0 {
+                let (charge, at, _) = resend[usize::try_from(rng.below(resend.len() as u64)).unwrap()];
+                charges.insert(0, Charge { origin: charge.origin, ..Charge::new(charge.check, now - at) });
             }
             let want = memory.decide(&check, &charges).await.unwrap();
             let got = redis.decide(&check, &charges).await.unwrap();
             assert_eq!(got, want, "{limit} round {round} step {step}: key {key:?} cost {cost} charges {charges:?}");
+            if let Some(c) = new_charge {
+                sent.push((c, now - c.age_ns, now));
+            }
             // Now and then the admission is withdrawn, at once or after a few more steps.
             if got.decisions[0].allowed && cost > 0 {
                 let refund = Refund { check: check[0], at: got.now_ns, decision: got.decisions[0] };

@@ -41,7 +41,7 @@ async fn every_path(store: &RedisStore, flush_scripts: impl Fn()) {
     let reply = store.decide(&[check], &[charge]).await.unwrap();
     assert_eq!(reply.decisions[0].remaining, 7, "charged 2, then admitted 1");
     // A node's charge (remembered in the key's marker hash), with what the node knew of the key.
-    let from_node = Charge { origin: Some(Origin { node: 7, seq: 1 }), known_remaining: Some(4), ..charge };
+    let from_node = Charge { origin: Some(Origin { node: 7, total: 2 }), known_remaining: Some(4), ..charge };
     let reply = store.decide(&[check], &[from_node, from_node]).await.unwrap();
     assert_eq!(reply.decisions[0].remaining, 3, "charged 2 once, lowered to 4, then admitted 1");
     let grant = store.lease(Check::new(b"{acl}:a", &limit, 1), 3, 42, Duration::from_millis(100)).await.unwrap();

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tollgate_core::Snapshot;
-use tollgate_store::remote::{Charge, Origin, Remote, Reply};
+use tollgate_store::remote::{CHARGES_REMEMBERED, Charge, Origin, RESEND_HORIZON, Remote, Reply};
 use tollgate_store::testkit::redis_server::RedisServer;
 use tollgate_store::{Algorithm, Check, Limit, MemoryStore, RedisOptions, RedisStore, Refund};
 
@@ -32,10 +32,11 @@ async fn charges_apply_once_and_restore_a_lost_key<R: Remote>(store: &R, lose: i
         let key: &[u8] = b"{once}";
         let peek = [Check::new(key, &limit, 0)];
         let remaining = |reply: Reply| reply.decisions[0].remaining;
-        let charge = |node: u64, seq: u64, cost: u64, known_remaining: Option<u64>| Charge {
+        // A node's charge: its running total (this one's cost included), its cost.
+        let charge = |node: u64, total: u64, cost: u64, known_remaining: Option<u64>| Charge {
             check: Check::new(key, &limit, cost),
             age_ns: 0,
-            origin: Some(Origin { node, seq }),
+            origin: Some(Origin { node, total }),
             known_remaining,
             seen: None,
             view: false,
@@ -48,14 +49,16 @@ async fn charges_apply_once_and_restore_a_lost_key<R: Remote>(store: &R, lose: i
             view: true,
             ..Charge::new(Check::new(key, &limit, 0), 0)
         };
-        let (first, second) = (charge(9, 1, 3, Some(20)), charge(9, 2, 2, Some(15)));
+        let (first, second) = (charge(9, 3, 3, Some(20)), charge(9, 5, 2, Some(15)));
         assert_eq!(remaining(store.decide(&peek, &[first]).await.unwrap()), 17, "{algorithm}");
         assert_eq!(remaining(store.decide(&peek, &[first]).await.unwrap()), 17, "{algorithm}: sent again");
         assert_eq!(remaining(store.decide(&peek, &[first, second]).await.unwrap()), 15, "{algorithm}: the newer one");
         assert_eq!(remaining(store.decide(&peek, &[charge(9, 1, 1, None)]).await.unwrap()), 15, "{algorithm}: older");
+        // The second and a third merged (as a node keeps its charges few): only the third counts.
+        assert_eq!(remaining(store.decide(&peek, &[charge(9, 6, 3, None)]).await.unwrap()), 14, "{algorithm}: merged");
         assert_eq!(
             remaining(store.decide(&peek, &[charge(10, 1, 1, None)]).await.unwrap()),
-            14,
+            13,
             "{algorithm}: another node"
         );
         // The key is lost; the node's next charge says it knows 13 left, the charge included:
@@ -63,12 +66,12 @@ async fn charges_apply_once_and_restore_a_lost_key<R: Remote>(store: &R, lose: i
         lose();
         assert_eq!(remaining(store.decide(&peek, &[]).await.unwrap()), 20, "{algorithm}: lost");
         assert_eq!(
-            remaining(store.decide(&peek, &[charge(9, 3, 1, Some(13))]).await.unwrap()),
+            remaining(store.decide(&peek, &[charge(9, 7, 1, Some(13))]).await.unwrap()),
             13,
             "{algorithm}: restored"
         );
         // Known remaining above the store's: nothing is given back.
-        assert_eq!(remaining(store.decide(&peek, &[charge(9, 4, 1, Some(20))]).await.unwrap()), 12, "{algorithm}");
+        assert_eq!(remaining(store.decide(&peek, &[charge(9, 8, 1, Some(20))]).await.unwrap()), 12, "{algorithm}");
         // A view: a key the store holds as the node saw it is left as is.
         let seen = store.decide(&peek, &[]).await.unwrap().snapshots[0];
         assert_eq!(remaining(store.decide(&peek, &[view(2, seen)]).await.unwrap()), 12, "{algorithm}: held");
@@ -93,7 +96,7 @@ async fn charges_apply_once_and_restore_a_lost_key<R: Remote>(store: &R, lose: i
         store.reset("", key, &limit).await.unwrap();
         assert_eq!(remaining(store.decide(&peek, &[view(2, seen)]).await.unwrap()), 20, "{algorithm}: reset");
         // Nor what a node owing charges knew from before the reset: its charge counts, no more.
-        let owed = Charge { seen: Some(seen), ..charge(9, 5, 1, Some(2)) };
+        let owed = Charge { seen: Some(seen), ..charge(9, 9, 1, Some(2)) };
         assert_eq!(remaining(store.decide(&peek, &[owed]).await.unwrap()), 19, "{algorithm}: reset, then charged");
         lose();
     }
@@ -111,11 +114,14 @@ async fn a_nodes_charges_apply_once_and_restore_a_lost_key() {
         }
     };
     charges_apply_once_and_restore_a_lost_key(&memory, lose).await;
-    // A marker lives no longer than its key's state.
+    // A marker outlives its key's state, for as long as a node may send the charge again, and no
+    // longer than the charges are remembered.
     let limit = Limit::per_second(20).build().unwrap();
-    let charge = Charge { origin: Some(Origin { node: 3, seq: 1 }), ..Charge::new(Check::new(b"short", &limit, 2), 0) };
+    let charge =
+        Charge { origin: Some(Origin { node: 3, total: 2 }), ..Charge::new(Check::new(b"short", &limit, 2), 0) };
     redis.decide(&[], &[charge]).await.unwrap();
     let marker = format!("{}:applied:gcra:{{short}}", redis.options().prefix);
-    let ttl: i64 = server.cli(&["PTTL", &marker]).trim().parse().unwrap();
-    assert!((1..=1_000).contains(&ttl), "{marker}: PTTL {ttl}");
+    let ttl: u128 = server.cli(&["PTTL", &marker]).trim().parse().unwrap();
+    let (resend, remembered) = (RESEND_HORIZON.as_millis(), CHARGES_REMEMBERED.as_millis());
+    assert!(resend < ttl && ttl <= remembered, "{marker}: PTTL {ttl}");
 }

@@ -6,12 +6,13 @@
 //!   every node's admissions included, as of that reply);
 //! - the **in-flight** cost: calls sent and not answered yet, which the remote may still admit;
 //! - the **debt**: what this node admitted locally and the remote has not recorded yet, as charges
-//!   `(at, cost, seq)` sent with every call for the key (and by the background flush) until a
-//!   reply confirms them. The remote applies each once (it keeps the highest `seq` it applied from
-//!   this node, per key: see [`Origin`]), then lowers the key to what the node knows of it, debt
-//!   included ([`Charge::known_remaining`]), so a remote that lost the key (expired while the node
-//!   decided alone, restarted empty, a replica promoted without the last writes) is given back what
-//!   the node's decisions relied on.
+//!   `(at, cost)` sent with every call for the key (and by the background flush) until a reply
+//!   confirms them. The remote applies each unit once (the node numbers its charges to the key by
+//!   their running total, and the remote keeps the highest total it applied from the node: see
+//!   [`Origin`] and `pending`), then lowers the key to what the node knows of it, debt included
+//!   but for what the remote may hold already ([`Charge::known_remaining`]), so a remote that lost
+//!   the key (expired while the node decided alone, restarted empty, a replica promoted without
+//!   the last writes) is given back what the node's decisions relied on.
 //!
 //! [`Origin`]: crate::remote::Origin
 //! [`Charge::known_remaining`]: crate::remote::Charge::known_remaining
@@ -24,8 +25,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tollgate_core::{Decision, Limit, Snapshot, State};
 
-use super::merge::{Pending, compact};
-use crate::remote::Reply;
+use super::merge::later_part;
+use super::pending::{Charges, Numbering, Pending};
+use crate::remote::{RESEND_HORIZON, Reply};
 use crate::table::{Shard, Slot, SlotTable};
 use crate::{Check, StoreError};
 
@@ -47,6 +49,8 @@ pub(crate) struct Debt {
     pub(crate) key: Box<[u8]>,
     pub(crate) limit: Limit,
     pub(crate) charges: Vec<Pending>,
+    /// The origin id its charges are sent under (see `pending`).
+    pub(crate) origin: u64,
     /// The key's remaining as this node follows it (the latest snapshot charged with the debt),
     /// when the debt was taken to be sent.
     pub(crate) known_remaining: Option<u64>,
@@ -61,8 +65,28 @@ struct Entry {
     /// How many calls had failed when the call that brought `seen` was sent: a failure since
     /// (a restart, a failover) may have lost the key on the remote.
     seen_epoch: u64,
+    /// The highest running total of the key's charges sent when `seen` came (under its origin
+    /// id): `seen` may hold them (a call that carried them may have run before, its reply lost or
+    /// not yet in), and holds none sent after.
+    seen_sent: Option<(u64, u64)>,
     in_flight: u64,
     debt: Option<Box<Debt>>,
+    /// How the key's charges are numbered, past each debt (see `pending`).
+    numbering: Numbering,
+}
+
+impl Entry {
+    fn new(fingerprint: u64) -> Self {
+        Entry {
+            fingerprint,
+            seen: None,
+            seen_epoch: 0,
+            seen_sent: None,
+            in_flight: 0,
+            debt: None,
+            numbering: Numbering::default(),
+        }
+    }
 }
 
 impl Slot for Entry {
@@ -75,20 +99,29 @@ impl Slot for Entry {
     }
 
     fn heap_bytes(&self) -> usize {
-        self.debt
-            .as_ref()
-            .map_or(0, |d| std::mem::size_of::<Debt>() + d.scope.len() + d.key.len() + d.charges.capacity() * 24)
+        self.debt.as_ref().map_or(0, |d| {
+            let charges = d.charges.capacity() * std::mem::size_of::<Pending>();
+            std::mem::size_of::<Debt>() + d.scope.len() + d.key.len() + charges
+        })
     }
 }
 
 /// `entry`'s debt, with what the node knows of the key at `now` (the remote's clock): the state
-/// it last saw, charged with the debt (not with calls in flight: the remote may deny those).
+/// it last saw, charged with the debt (not with calls in flight: the remote may deny those), but
+/// for what was sent before that state came, which it may hold already: counted twice, the remote
+/// would be told the key is lower than it is, and lower it so (a local decision counts it:
+/// stricter).
 fn owed(entry: &Entry, now: u64) -> Option<Debt> {
     let mut debt = entry.debt.as_deref()?.clone();
+    debt.origin = entry.numbering.origin;
     let limit = &debt.limit;
     let mut state =
         entry.seen.map_or_else(|| State::idle(limit), |(snapshot, _)| State::from_snapshot(limit, &snapshot));
-    let charged = debt.charges.iter().try_for_each(|c| state.charge(c.at, limit, c.cost));
+    let held = entry.seen_sent.filter(|&(origin, _)| origin == debt.origin).map_or(0, |(_, total)| total);
+    let charged = debt.charges.iter().filter(|c| c.total > held).try_for_each(|c| {
+        let c = if c.total.saturating_sub(c.cost) < held { later_part(limit, *c, c.total - held) } else { *c };
+        state.charge(c.at, limit, c.cost)
+    });
     debt.known_remaining = charged.ok().and_then(|()| state.check(now, limit, 0).ok()).map(|d| d.remaining);
     debt.seen = entry.seen.map(|(snapshot, _)| snapshot);
     Some(debt)
@@ -98,9 +131,11 @@ fn owed(entry: &Entry, now: u64) -> Option<Debt> {
 pub(crate) struct Ledger {
     table: SlotTable<Entry>,
     hasher: foldhash::quality::RandomState,
-    /// This node's id in its charges' [`Origin`](crate::remote::Origin).
+    /// This node's id, the first of its charges' origin ids (see `pending`).
     node: u64,
     seq: AtomicU64,
+    /// Origin ids given out so far.
+    origins: AtomicU64,
 }
 
 impl Ledger {
@@ -112,12 +147,23 @@ impl Ledger {
             use std::hash::BuildHasher;
             hasher.hash_one(std::time::SystemTime::now())
         };
-        Ledger { table: SlotTable::new(shards, max_keys, max_bytes), hasher, node, seq: AtomicU64::new(1) }
+        Ledger {
+            table: SlotTable::new(shards, max_keys, max_bytes),
+            hasher,
+            node,
+            seq: AtomicU64::new(1),
+            origins: AtomicU64::new(0),
+        }
     }
 
-    /// This node's id in its charges.
-    pub(crate) fn node(&self) -> u64 {
-        self.node
+    /// A new origin id for a key's charges: random per process (as the node's id), never 0.
+    fn new_origin(&self) -> u64 {
+        loop {
+            let origin = self.node.wrapping_add(self.origins.fetch_add(1, Ordering::Relaxed));
+            if origin != 0 {
+                return origin;
+            }
+        }
     }
 
     fn fingerprint(&self, check: &Check<'_>) -> u64 {
@@ -133,7 +179,7 @@ impl Ledger {
             if !create {
                 return None;
             }
-            let entry = Entry { fingerprint, seen: None, seen_epoch: 0, in_flight: 0, debt: None };
+            let entry = Entry::new(fingerprint);
             self.table.insert(&mut shard, entry, now, &[]);
         }
         let entry = shard.slots.find_mut(fingerprint, |e| e.fingerprint == fingerprint)?;
@@ -164,8 +210,9 @@ impl Ledger {
     /// before a call failed (`epoch` failed calls now; 0: none wanted) their remaining at `now` as
     /// the node knows it, with the snapshot it comes from (a [`View`]). The remote may have lost
     /// those (restarted empty, failed over to a replica that missed the last writes): the call
-    /// tells it what the node knew, for a key it lost.
+    /// tells it what the node knew, for a key it lost. The call is sent at `now` (see `pending`).
     pub(crate) fn outgoing(&self, checks: &[Check<'_>], now: u64, epoch: u64) -> (Vec<Debt>, Vec<View>) {
+        let horizon = u64::try_from(RESEND_HORIZON.as_nanos()).unwrap_or(u64::MAX);
         let mut seen: Vec<u64> = Vec::with_capacity(checks.len());
         let (mut debts, mut views) = (Vec::new(), Vec::new());
         for (i, check) in checks.iter().enumerate() {
@@ -175,6 +222,10 @@ impl Ledger {
             }
             seen.push(fingerprint);
             let found = self.with(check, now, false, |e| {
+                if let Some(debt) = e.debt.as_deref_mut() {
+                    let mut charges = Charges { list: &mut debt.charges, numbering: &mut e.numbering };
+                    charges.send(now, horizon, || self.new_origin());
+                }
                 if let Some(debt) = owed(e, now) {
                     return Some(Ok(debt));
                 }
@@ -204,14 +255,16 @@ impl Ledger {
             .collect()
     }
 
-    /// A reply confirmed these debts' charges: drop them.
-    pub(crate) fn settle(&self, sent: &[Debt], now: u64) {
+    /// A reply confirmed these debts' charges: drop them (see `Charges::confirm`).
+    pub(crate) fn settle<'d>(&self, sent: impl IntoIterator<Item = &'d Debt>, now: u64) {
         for debt in sent {
-            let Some(last) = debt.charges.iter().map(|c| c.seq).max() else { continue };
+            // In sequence order, and so of total: the last is the latest.
+            let Some(last) = debt.charges.last() else { continue };
             let check = Check { scope: &debt.scope, key: &debt.key, limit: &debt.limit, cost: 0 };
             self.with(&check, now, false, |e| {
                 if let Some(mine) = e.debt.as_mut() {
-                    mine.charges.retain(|c| c.seq > last);
+                    let mut charges = Charges { list: &mut mine.charges, numbering: &mut e.numbering };
+                    charges.confirm(&debt.limit, debt.origin, last.seq, last.total);
                     if mine.charges.is_empty() {
                         e.debt = None;
                     }
@@ -221,7 +274,9 @@ impl Ledger {
     }
 
     /// Keeps the snapshots of a reply to `checks` (newer than what is kept), from a call sent
-    /// when `epoch` calls had failed.
+    /// when `epoch` calls had failed, with how far the key's charges were sent then (the snapshot
+    /// may hold them: the call carried them, or another that may have run before; a lease carries
+    /// none).
     pub(crate) fn record(&self, checks: &[Check<'_>], reply: &Reply, now: u64, epoch: u64) {
         for (check, snapshot) in checks.iter().zip(&reply.snapshots) {
             let idle = snapshot.idle_at(check.limit);
@@ -230,6 +285,9 @@ impl Ledger {
                 if e.seen.is_none_or(|(seen, _)| seen.at <= snapshot.at) {
                     e.seen = Some((*snapshot, idle));
                     e.seen_epoch = epoch;
+                    let charges = e.debt.iter().flat_map(|d| &d.charges);
+                    let sent = charges.filter(|c| c.sent_at != 0).map(|c| c.total).max();
+                    e.seen_sent = sent.map(|total| (e.numbering.origin, total));
                 }
             });
         }
@@ -243,10 +301,7 @@ impl Ledger {
             let Some(i) = debt.charges.iter().position(|c| c.at == refund.at && c.cost >= refund.check.cost) else {
                 return false;
             };
-            debt.charges[i].cost -= refund.check.cost;
-            if debt.charges[i].cost == 0 {
-                debt.charges.remove(i);
-            }
+            Charges { list: &mut debt.charges, numbering: &mut e.numbering }.withdraw(i, refund.check.cost);
             if debt.charges.is_empty() {
                 e.debt = None;
             }
@@ -330,7 +385,7 @@ impl Ledger {
             let g = shard_of(&mut guards, fp);
             let shard = &mut *guards[g].1;
             if shard.slots.find(fp, |e| e.fingerprint == fp).is_none() {
-                let entry = Entry { fingerprint: fp, seen: None, seen_epoch: 0, in_flight: 0, debt: None };
+                let entry = Entry::new(fp);
                 self.table.insert(shard, entry, now, &fingerprints);
             }
             let Some(entry) = shard.slots.find_mut(fp, |e| e.fingerprint == fp) else { continue };
@@ -341,13 +396,14 @@ impl Ledger {
                     key: check.key.into(),
                     limit: check.limit.clone(),
                     charges: Vec::new(),
+                    origin: 0,
                     known_remaining: None,
                     seen: None,
                 })
             });
             debt.limit = check.limit.clone();
-            debt.charges.push(Pending { at: now, cost: check.cost, seq });
-            compact(check.limit, &mut debt.charges);
+            let mut charges = Charges { list: &mut debt.charges, numbering: &mut entry.numbering };
+            charges.push(check.limit, now, check.cost, seq, || self.new_origin());
             let after = entry.heap_bytes();
             shard.heap_bytes -= before;
             self.table.grew(shard, after, now, &fingerprints);

@@ -1,43 +1,38 @@
-//! Two of a key's pending charges as one: the ledger keeps at most [`MAX_CHARGES`] per key, so
-//! that a long outage costs bounded memory, and merges the oldest pair that composes exactly.
-//!
-//! Exact (the merged charge leaves every state exactly as the pair does, so `local` keeps the
-//! limit's rate through an outage of any length):
+//! Two of a key's pending charges as one (the ledger keeps a bounded number per key, merging the
+//! oldest pair past that: see `pending`), exactly where that composes:
 //! - the bucket family, always: charging `c1` at `a1` then `c2` at `a2` ends the schedule at
 //!   `max(tat, a1, a2 − c1·T) + (c1 + c2)·T`, which is one charge of `c1 + c2` at
 //!   `max(a1, a2 − c1·T)`;
 //! - the window family, when both fall where the algorithm counts them together: one window (fixed
 //!   and sliding window counters), one slice (sub-window counter), one instant (sliding log).
 //!
-//! Otherwise the pair is merged at the later instant, which frees capacity no earlier (an
-//! under-grant, never an over-grant); with the exact merges that takes more than
-//! [`MAX_CHARGES`] windows (slices, instants) of local admissions in one outage.
+//! Exact, the merged charge leaves every state exactly as the pair does, so `local` keeps the
+//! limit's rate through an outage of any length. Otherwise the pair is merged at the later
+//! instant, which frees capacity no earlier (an under-grant, never an over-grant); with the exact
+//! merges that takes more than `MAX_CHARGES` windows (slices, instants) of local admissions in one
+//! outage. The merged charge carries the later one's running total, so the remote applies of it
+//! only what it had not applied of the pair (see `pending`).
 
 use tollgate_core::{Algorithm, Limit};
 
-/// A charge not yet confirmed by the remote.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Pending {
-    /// When it was admitted (remote's clock).
-    pub(crate) at: u64,
-    pub(crate) cost: u64,
-    /// Increasing per ledger: a reply confirms the charges up to the ones it carried.
-    pub(crate) seq: u64,
-}
+use super::pending::Pending;
 
-/// Charges kept per key.
-pub(crate) const MAX_CHARGES: usize = 64;
-
-/// `first` then `second` (in the order sent) as one charge, and whether exactly.
+/// `first` then `second` (in sequence order) as one charge, and whether exactly.
 pub(crate) fn merge(limit: &Limit, first: Pending, second: Pending) -> (Pending, bool) {
     let cost = first.cost.saturating_add(second.cost);
-    let seq = first.seq.max(second.seq);
-    let later = Pending { at: first.at.max(second.at), cost, seq };
+    // The running total and sequence of the later; sent when either was, first sent when the
+    // earlier of them was.
+    let (seq, total) = (first.seq.max(second.seq), first.total.max(second.total));
+    let sent_at = match (first.sent_at, second.sent_at) {
+        (0, at) | (at, 0) => at,
+        (a, b) => a.min(b),
+    };
+    let later = Pending { at: first.at.max(second.at), cost, seq, total, sent_at };
     let same = |len: u64| len > 0 && first.at / len == second.at / len;
     match limit.algorithm() {
         Algorithm::Gcra | Algorithm::TokenBucket | Algorithm::LeakyBucket => {
             let lead = first.cost.saturating_mul(limit.emission_interval_ns());
-            (Pending { at: first.at.max(second.at.saturating_sub(lead)), cost, seq }, true)
+            (Pending { at: first.at.max(second.at.saturating_sub(lead)), ..later }, true)
         }
         Algorithm::FixedWindow | Algorithm::SlidingWindow => (later, same(limit.period_ns())),
         Algorithm::SubWindow => (later, same(limit.period_ns() / limit.slices().max(1))),
@@ -45,15 +40,19 @@ pub(crate) fn merge(limit: &Limit, first: Pending, second: Pending) -> (Pending,
     }
 }
 
-/// Brings `charges` back to [`MAX_CHARGES`] by merging the oldest pair that merges exactly, or
-/// else the oldest pair.
-pub(crate) fn compact(limit: &Limit, charges: &mut Vec<Pending>) {
-    while charges.len() > MAX_CHARGES {
-        let pick = (0..charges.len() - 1).find(|&i| merge(limit, charges[i], charges[i + 1]).1).unwrap_or(0);
-        let (merged, _) = merge(limit, charges[pick], charges[pick + 1]);
-        charges[pick] = merged;
-        charges.remove(pick + 1);
-    }
+/// The last `cost` units of `charge`, a merge whose earlier charges the remote applied (a reply
+/// confirmed them after the merge): for the bucket family exactly what the later charges do once
+/// the earlier ones are applied (the merge's instant moved by the earlier ones' cost: one charge of
+/// `c1 + c2` at `m` is `c1` at `a1` then `c2` at `m + c1·T`); for the window family at the merge's
+/// instant, the latest of its charges' (exact within a window, stricter across).
+pub(crate) fn later_part(limit: &Limit, charge: Pending, cost: u64) -> Pending {
+    let cost = cost.min(charge.cost);
+    let at = if limit.algorithm().is_bucket() {
+        charge.at.saturating_add((charge.cost - cost).saturating_mul(limit.emission_interval_ns()))
+    } else {
+        charge.at
+    };
+    Pending { at, cost, ..charge }
 }
 
 #[cfg(test)]
@@ -111,13 +110,14 @@ mod tests {
                 let spread = rng.pick(&[0, 1, limit.emission_interval_ns(), period / 3, 2 * period]);
                 let a1 = at + rng.below(period);
                 let a2 = a1 + rng.below(spread + 1);
-                let first = Pending { at: a1, cost: 1 + rng.below(count), seq: 1 };
-                let second = Pending { at: a2, cost: 1 + rng.below(count), seq: 2 };
+                let (c1, c2) = (1 + rng.below(count), 1 + rng.below(count));
+                let first = Pending { at: a1, cost: c1, seq: 1, total: c1, sent_at: 0 };
+                let second = Pending { at: a2, cost: c2, seq: 2, total: c1 + c2, sent_at: 0 };
                 let mut pair = base.clone();
                 pair.charge(first.at, &limit, first.cost).unwrap();
                 pair.charge(second.at, &limit, second.cost).unwrap();
                 let (merged, is_exact) = merge(&limit, first, second);
-                assert_eq!((merged.cost, merged.seq), (first.cost + second.cost, 2));
+                assert_eq!((merged.cost, merged.seq, merged.total), (c1 + c2, 2, c1 + c2));
                 let mut one = base.clone();
                 one.charge(merged.at, &limit, merged.cost).unwrap();
                 exact += usize::from(is_exact);
@@ -135,15 +135,54 @@ mod tests {
         }
     }
 
+    /// A merged pair whose first charge the remote applied (at its instant), then the merge's later
+    /// part: the same decisions as the pair for the bucket family, never more capacity for the
+    /// window family.
     #[test]
-    fn compacting_keeps_the_cost_and_merges_within_a_window_first() {
-        let limit = Limit::per_minute(100).algorithm(Algorithm::FixedWindow).build().unwrap();
-        // Two windows' worth: the oldest window's charges merge among themselves first.
-        let mut charges: Vec<Pending> =
-            (0..MAX_CHARGES as u64 + 10).map(|i| Pending { at: T0 + i * SEC, cost: 1, seq: i + 1 }).collect();
-        compact(&limit, &mut charges);
-        assert_eq!(charges.len(), MAX_CHARGES);
-        assert_eq!(charges.iter().map(|c| c.cost).sum::<u64>(), MAX_CHARGES as u64 + 10);
-        assert!(charges.windows(2).all(|w| w[0].seq < w[1].seq), "in sequence order");
+    fn the_later_part_of_a_merge_decides_as_the_pair_or_stricter() {
+        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+        for algorithm in Algorithm::ALL {
+            for round in 0..400 {
+                let count = 1 + rng.below(30);
+                let period = SEC * (1 + rng.below(60));
+                let mut builder = Limit::builder(count, std::time::Duration::from_nanos(period)).algorithm(algorithm);
+                if algorithm.is_bucket() {
+                    builder = builder.burst(1 + rng.below(count + 5));
+                }
+                if algorithm == Algorithm::SubWindow {
+                    builder = builder.slices(rng.pick(&[1, 2, 4, 5, 8, 10]));
+                }
+                let limit = builder.build().unwrap();
+                let mut base = State::idle(&limit);
+                let mut at = T0 + rng.below(period);
+                for _ in 0..rng.below(6) {
+                    at += rng.below(period);
+                    base.charge(at, &limit, 1 + rng.below(count)).unwrap();
+                }
+                let spread = rng.pick(&[0, 1, limit.emission_interval_ns(), period / 3, 2 * period]);
+                let a1 = at + rng.below(period);
+                let a2 = a1 + rng.below(spread + 1);
+                let (c1, c2) = (1 + rng.below(count), 1 + rng.below(count));
+                let first = Pending { at: a1, cost: c1, seq: 1, total: c1, sent_at: 0 };
+                let second = Pending { at: a2, cost: c2, seq: 2, total: c1 + c2, sent_at: 0 };
+                let mut pair = base.clone();
+                pair.charge(first.at, &limit, first.cost).unwrap();
+                pair.charge(second.at, &limit, second.cost).unwrap();
+                let later = later_part(&limit, merge(&limit, first, second).0, c2);
+                assert_eq!((later.cost, later.seq, later.total), (c2, 2, c1 + c2));
+                let mut split = base.clone();
+                split.charge(first.at, &limit, first.cost).unwrap();
+                split.charge(later.at, &limit, later.cost).unwrap();
+                for step in 0..12 {
+                    let t = a2 + step * (period / 4 + limit.emission_interval_ns() / 3);
+                    let (want, got) = (remaining(&pair, &limit, t), remaining(&split, &limit, t));
+                    if algorithm.is_bucket() {
+                        assert_eq!(got, want, "{limit} round {round} at +{}: {first:?} {second:?}", t - a2);
+                    } else {
+                        assert!(got <= want, "{limit} round {round} at +{}: {got} > {want}", t - a2);
+                    }
+                }
+            }
+        }
     }
 }

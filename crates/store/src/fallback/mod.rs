@@ -17,7 +17,8 @@
 //!   background task probes that server and closes its breaker when it answers, or forgets it when
 //!   the topology no longer has it (a failover moved its keys). A dead or frozen server costs no
 //!   timeout per call. A request whose keys live on several servers is answered by the policy
-//!   whole when any of them is failing.
+//!   whole when any of them is failing; when one fails during the request, what the others
+//!   answered stands and the policy answers the rest, all or nothing (see `across`).
 //!
 //! **The bound.** One node never admits more than the limit across a slow, paused or failing
 //! backend: its local decisions start from the backend's state as of its latest reply (every
@@ -27,10 +28,12 @@
 //! and once the backend is back every node's debt is charged, so the key is denied until the
 //! excess is paid back. `Open` has no bound; `Closed` never over-grants.
 
+mod across;
 mod breaker;
 mod ledger;
 mod lessor;
 mod merge;
+mod pending;
 mod store;
 mod timer;
 
@@ -213,9 +216,9 @@ impl<R: Remote> Fallback<R> {
     }
 }
 
-/// The charges of `debts` (this node's, `node`), dated relative to `now`; each key's last charge
-/// carries what the node knows of the key.
-fn charges_of(debts: &[Debt], node: u64, now: u64) -> Vec<Charge<'_>> {
+/// The charges of `debts`, dated relative to `now`; each key's last charge carries what the node
+/// knows of the key.
+fn charges_of(debts: &[Debt], now: u64) -> Vec<Charge<'_>> {
     debts
         .iter()
         .flat_map(|d| {
@@ -223,7 +226,7 @@ fn charges_of(debts: &[Debt], node: u64, now: u64) -> Vec<Charge<'_>> {
             d.charges.iter().enumerate().map(move |(i, c)| Charge {
                 check: Check { scope: &d.scope, key: &d.key, limit: &d.limit, cost: c.cost },
                 age_ns: now.saturating_sub(c.at),
-                origin: Some(Origin { node, seq: c.seq }),
+                origin: Some(Origin { node: d.origin, total: c.total }),
                 known_remaining: if i == last { d.known_remaining } else { None },
                 seen: if i == last { d.seen } else { None },
                 view: false,
@@ -290,17 +293,27 @@ impl<R: Remote> Shared<R> {
             // Record before settling: in between, a local decision counts the charges twice
             // (stricter), never zero times.
             self.ledger.record(checks, reply, now, epoch);
-            self.ledger.settle(debts, now);
-            let paid: usize = debts.iter().map(|d| d.charges.len()).sum();
-            self.charges_paid.fetch_add(paid as u64, Ordering::Relaxed);
+            self.paid(debts, now);
         }
+    }
+
+    /// A reply confirmed `debts`' charges.
+    fn paid<'d>(&self, debts: impl IntoIterator<Item = &'d Debt> + Clone, now: u64) {
+        self.ledger.settle(debts.clone(), now);
+        let paid: usize = debts.into_iter().map(|d| d.charges.len()).sum();
+        self.charges_paid.fetch_add(paid as u64, Ordering::Relaxed);
     }
 
     /// Answers `checks` by the policy.
     fn fall_back(self: &Arc<Self>, checks: &[Check<'_>]) -> Result<Reserved, StoreError> {
         self.fallbacks.fetch_add(1, Ordering::Relaxed);
         let at = self.now();
-        let decisions = match self.policy {
+        Ok(Reserved::at(self.by_policy(checks, at)?, at))
+    }
+
+    /// `checks` decided by the policy at `at`, all or nothing (`local`'s admissions become debt).
+    fn by_policy(self: &Arc<Self>, checks: &[Check<'_>], at: u64) -> Result<Vec<Decision>, StoreError> {
+        Ok(match self.policy {
             FailurePolicy::Open => checks.iter().map(|c| open(c.limit, c.cost)).collect(),
             FailurePolicy::Closed => checks.iter().map(|c| closed(c.limit)).collect(),
             FailurePolicy::Local => {
@@ -311,8 +324,7 @@ impl<R: Remote> Shared<R> {
                 }
                 decisions
             }
-        };
-        Ok(Reserved::at(decisions, at))
+        })
     }
 
     /// A call to the servers of `breakers` failed: count it against each, and start probing the
@@ -383,16 +395,16 @@ impl<R: Remote> Shared<R> {
         for debt in self.ledger.debts(self.now()) {
             let now = self.now();
             let epoch = self.epoch();
-            // Taken again now: what the node knows is dated at the call, not at the flush's start.
             let peek = Check { scope: &debt.scope, key: &debt.key, limit: &debt.limit, cost: 0 };
-            let Some(debt) = self.ledger.outgoing(&[peek], now, 0).0.pop() else { continue };
-            let sent = [debt];
-            let charges = charges_of(&sent, self.ledger.node(), now);
-            let peek = Check { scope: &sent[0].scope, key: &sent[0].key, limit: &sent[0].limit, cost: 0 };
             let breakers = self.breakers_of(&[peek]);
             if breakers.iter().any(|(_, b)| b.is_open()) {
                 continue;
             }
+            // Taken again now: what the node knows is dated at the call, not at the flush's start.
+            let Some(debt) = self.ledger.outgoing(&[peek], now, 0).0.pop() else { continue };
+            let sent = [debt];
+            let charges = charges_of(&sent, now);
+            let peek = Check { scope: &sent[0].scope, key: &sent[0].key, limit: &sent[0].limit, cost: 0 };
             match self.remote.decide(&[peek], &charges).await {
                 Ok(reply) => self.answered(&[peek], &sent, &reply, &breakers, epoch),
                 Err(error) if error.is_backend() => self.failed(&error, &breakers),

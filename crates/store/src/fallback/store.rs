@@ -44,7 +44,7 @@ impl<R: Remote> Fallback<R> {
         let now = sh.now();
         let epoch = sh.epoch();
         let (debts, views) = if local { sh.ledger.outgoing(checks, now, epoch) } else { Default::default() };
-        let mut charges = charges_of(&debts, sh.ledger.node(), now);
+        let mut charges = charges_of(&debts, now);
         // Keys seen busy before a failure: what the node knew, for a Redis that lost them.
         charges.extend(views.into_iter().map(|view| Charge {
             check: Check { cost: 0, ..checks[view.check] },
@@ -70,6 +70,7 @@ impl<R: Remote> Fallback<R> {
                 };
                 Ok(Reserved { decisions: reply.decisions, at: reply.now_ns, per_check })
             }
+            Err(StoreError::Partial(partial)) => sh.fall_back_partly(checks, &partial, &debts, epoch).await,
             Err(error) if error.is_backend() => {
                 sh.failed(&error, &breakers);
                 sh.fall_back(checks)

@@ -15,7 +15,7 @@ use tollgate_core::{Algorithm, Decision, Limit, Snapshot, State, algorithm::Gcra
 
 use super::MemoryStore;
 use super::slots::{GcraSlot, StateSlot};
-use crate::remote::Charge;
+use crate::remote::{CHARGES_REMEMBERED, Charge};
 use crate::table::Shard;
 use crate::{Check, StoreError};
 
@@ -72,8 +72,8 @@ struct Key<'a> {
 type Guards<'l, S> = Vec<(usize, RwLockWriteGuard<'l, Shard<S>>)>;
 
 impl MemoryStore {
-    /// Records `charges` (`(charge, at)`: `charge.check.cost` at instant `at`, each at most once
-    /// per origin, then the key's remaining lowered to what the charge says its sender knew),
+    /// Records `charges` (`(charge, at)`: `charge.check.cost` at instant `at`, each unit at most
+    /// once per origin, then the key's remaining lowered to what the charge says its sender knew),
     /// then decides `checks` all or nothing; returns the decisions, if `snapshots` each check's
     /// snapshot, and now.
     pub(crate) fn check_many(
@@ -125,26 +125,29 @@ impl MemoryStore {
             keys.iter().position(|k| k.fingerprint == fp).unwrap_or(0)
         };
 
-        // 1. Charges, whatever the limits say, each once per origin.
+        // 1. Charges, whatever the limits say, each unit once per origin: of a charge, what lies
+        // above the highest running total applied from its origin (see `Charge::origin`; a part
+        // counts at now).
         let mut applied: Vec<(usize, u64, u64)> = Vec::new();
         for (charge, at) in charges {
             let check = &charge.check;
             let i = index(&keys, check);
             let key = &mut keys[i];
             let mut state = key.charged.take().or_else(|| key.stored.clone()).unwrap_or_else(|| fresh(check.limit));
-            let fresh_charge = match charge.origin {
-                None => true,
+            let (part, at) = match charge.origin {
+                None => (check.cost, *at),
                 Some(origin) => {
                     let done = applied.iter().filter(|(k, n, _)| *k == i && *n == origin.node).map(|a| a.2).max();
                     let done = done.unwrap_or_else(|| self.applied.highest(key.fingerprint, origin.node, now));
-                    origin.seq > done && {
-                        applied.push((i, origin.node, origin.seq));
-                        true
+                    if origin.total > done {
+                        applied.push((i, origin.node, origin.total));
                     }
+                    let part = check.cost.min(origin.total.saturating_sub(done));
+                    (part, if part < check.cost { now } else { *at })
                 }
             };
-            if fresh_charge {
-                state.charge(*at, check.limit, check.cost)?;
+            if part > 0 {
+                state.charge(at, check.limit, part)?;
             }
             // Not over a reset or refund since the sender's view, and a view only for a key this
             // store lost (see `Charge::seen` and `Charge::view`).
@@ -163,10 +166,10 @@ impl MemoryStore {
             }
             key.charged = Some(state);
         }
-        for &(i, node, seq) in &applied {
-            let key = &keys[i];
-            let until = key.charged.as_ref().map_or(now, |s| s.snapshot(now, key.limit).idle_at(key.limit));
-            self.applied.remember(key.fingerprint, node, seq, until.max(now.saturating_add(1)), now);
+        // Remembered as long as the Redis script's marker (see `remote::CHARGES_REMEMBERED`).
+        let until = now.saturating_add(u64::try_from(CHARGES_REMEMBERED.as_nanos()).unwrap_or(u64::MAX));
+        for &(i, node, total) in &applied {
+            self.applied.remember(keys[i].fingerprint, node, total, until, now);
         }
         // 2. Checks, in order.
         let mut decisions = Vec::with_capacity(checks.len());

@@ -389,7 +389,7 @@ impl Store for MemoryStore {
 }
 
 /// How long a node's view of a key can matter after a reset or refund of it (as the Redis
-/// script's marker stamps): as long as a full bucket or two windows.
+/// script's marker stamps): as long as a full bucket or two windows, and a second.
 fn view_horizon(limit: &Limit) -> u64 {
-    limit.tolerance_ns().max(limit.period_ns().saturating_mul(2))
+    limit.tolerance_ns().max(limit.period_ns().saturating_mul(2)).saturating_add(1_000_000_000)
 }

@@ -7,6 +7,7 @@ use crate::{Check, MemoryStore, StoreError};
 
 impl Remote for MemoryStore {
     async fn decide(&self, checks: &[Check<'_>], charges: &[Charge<'_>]) -> Result<Reply, StoreError> {
+        crate::remote::check_totals(charges)?;
         self.as_remote.store(true, std::sync::atomic::Ordering::Relaxed);
         let now = self.clock.now_ns();
         let charges: Vec<(Charge<'_>, u64)> = charges.iter().map(|c| (*c, now.saturating_sub(c.age_ns))).collect();

@@ -55,8 +55,9 @@ pub(super) fn lessees_key(prefix: &str, state_key: &[u8]) -> Vec<u8> {
 }
 
 /// The Redis key remembering which nodes' charges `state_key` received (a hash: node id, highest
-/// sequence applied; `reset` while a reset is recent): `PREFIX:applied:` then the state key after
-/// its prefix, in the state key's slot, as [`lessees_key`].
+/// running total applied; `refunded`, the latest refund's instant; `reset` while a reset is
+/// recent): `PREFIX:applied:` then the state key after its prefix, in the state key's slot, as
+/// [`lessees_key`].
 pub(super) fn applied_key(prefix: &str, state_key: &[u8]) -> Vec<u8> {
     beside(prefix, state_key, b"applied")
 }

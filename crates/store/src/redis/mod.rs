@@ -224,6 +224,7 @@ impl RedisStore {
         if let Some(c) = checks.iter().find(|c| c.cost > c.limit.capacity()) {
             return Err(tollgate_core::Error::CostExceedsCapacity { cost: c.cost, capacity: c.limit.capacity() }.into());
         }
+        crate::remote::check_totals(charges)?;
         let mut keys = checks
             .iter()
             .chain(charges.iter().map(|c| &c.check))
@@ -233,7 +234,7 @@ impl RedisStore {
         if keys.is_empty() {
             return Err(StoreError::NoChecks);
         }
-        // Each charge's and each refund's marker (what the key was given: nodes' sequences, its
+        // Each charge's and each refund's marker (what the key was given: nodes' running totals, its
         // latest refund, a recent reset).
         let applied: Vec<Vec<u8>> =
             keys[checks.len()..].iter().map(|k| keys::applied_key(&self.options.prefix, k)).collect();
@@ -278,8 +279,8 @@ impl RedisStore {
         for charge in charges {
             call.part(CHARGE_ARGS).limit(charge.check.limit, charge.check.cost).put(CHARGE_AGE, charge.age_ns);
             match charge.origin {
-                Some(origin) => call.put(CHARGE_NODE, format!("{:016x}", origin.node)).put(CHARGE_SEQ, origin.seq),
-                None => call.put(CHARGE_NODE, "").put(CHARGE_SEQ, 0),
+                Some(origin) => call.put(CHARGE_NODE, format!("{:016x}", origin.node)).put(CHARGE_TOTAL, origin.total),
+                None => call.put(CHARGE_NODE, "").put(CHARGE_TOTAL, 0),
             };
             match charge.known_remaining {
                 Some(known) => call.put(CHARGE_KNOWN, known),
@@ -333,7 +334,15 @@ impl Store for RedisStore {
         if checks.is_empty() {
             return Err(StoreError::NoChecks);
         }
-        let reply = self.decide_across(checks, &[]).await?;
+        let reply = match self.decide_across(checks, &[]).await {
+            Ok(reply) => reply,
+            Err(StoreError::Partial(partial)) => {
+                // All or nothing: what the servers that answered admitted is given back.
+                self.give_back(checks, &partial.decided).await;
+                return Err(partial.error);
+            }
+            Err(error) => return Err(error),
+        };
         let per_check = if reply.snapshots.iter().all(|s| s.at == reply.now_ns) {
             Vec::new()
         } else {

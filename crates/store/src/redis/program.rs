@@ -40,11 +40,19 @@ pub(crate) struct Script {
 
 impl Script {
     pub(crate) fn new() -> Self {
-        let eval = format!("{LAYOUT_LUA}{BODY}return decide(KEYS, ARGV)\n");
+        // What the script shares with the Rust side besides the layout, said once: how long a
+        // charge's marker lives, and the largest running total a charge may carry.
+        let protocol = format!(
+            "local REMEMBERED_MS = {}\nlocal MAX_TOTAL = {}\n",
+            crate::remote::CHARGES_REMEMBERED.as_millis(),
+            crate::remote::MAX_CHARGE_TOTAL
+        );
+        let eval = format!("{LAYOUT_LUA}{protocol}{BODY}return decide(KEYS, ARGV)\n");
         let sha1 = redis::Script::new(&eval).get_hash().to_string();
         let name = format!("tollgate_{}", &sha1[..12]);
         let function = format!("{name}_decide");
-        let library = format!("#!lua name={name}\n{LAYOUT_LUA}{BODY}redis.register_function('{function}', decide)\n");
+        let library =
+            format!("#!lua name={name}\n{LAYOUT_LUA}{protocol}{BODY}redis.register_function('{function}', decide)\n");
         Script { library, function, eval, sha1 }
     }
 

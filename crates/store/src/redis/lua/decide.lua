@@ -2,12 +2,12 @@
 --
 -- KEYS: the state key of each check, then of each charge, then of each refund, then the marker
 --       key of each charge and of each refund (its state key's `applied` hash: sending node ->
---       highest sequence applied; `refunded`: the instant of its latest refund; `reset` while a
---       reset is recent), then with a lease the key counting its lessees.
+--       highest running total applied; `refunded`: the instant of its latest refund; `reset` while
+--       a reset is recent), then with a lease the key counting its lessees.
 -- ARGV: a header (ARG_*: the layout's version, now as seconds and nanoseconds, both '' to use the
 --       server's TIME, the TTL margin in ms, how many checks, charges and refunds), then
 --       CHECK_ARGS per check (LIMIT_*: the limit, the cost), CHARGE_ARGS per charge (the same,
---       then CHARGE_*: its age in ns, the sending node ('': none), its sequence, the key's
+--       then CHARGE_*: its age in ns, the sending node ('': none), its running total, the key's
 --       remaining as the sender knows it, this charge included (-1: nothing known), the snapshot
 --       that follows from (its instant in decimal ns since the epoch, '': none; used; previous),
 --       and 1 if the remaining is a view, else 0), REFUND_ARGS per refund (the same 8, then
@@ -17,8 +17,9 @@
 -- Refunds (admissions withdrawn: a reservation that did not count) are applied first, each exactly
 -- where its admission was counted if the state still holds it (see tollgate-core's refund).
 -- Charges (admissions made elsewhere, e.g. by a node's fallback while Redis was unreachable) are
--- recorded next, whatever the limit says, dated `age` ns before now, each at most once per node
--- (one riding on several calls, or sent again after a lost reply, is skipped); then the key's
+-- recorded next, whatever the limit says, dated `age` ns before now, each unit at most once per
+-- node (one riding on several calls, sent again after a lost reply, or merged with charges applied
+-- before, counts only what the key's marker has not recorded); then the key's
 -- remaining is lowered to what the sender knew (a no-op unless this server lost what the sender
 -- saw: the key expired early, restarted empty, promoted without the last writes), unless the key
 -- was reset or refunded since the sender's snapshot; a view only if the key's state at the
@@ -57,11 +58,13 @@ local function params(argv, b, key)
   return p, tonumber(argv[b + LIMIT_COST])
 end
 
--- A refund that applied stamps the key's marker, for as long as a node's view of the key can
--- matter (so that a view from before it is not given back: see the charges' views).
+-- A refund that applied stamps the key's marker with its instant (the latest: on a clock gone
+-- backwards, the one there stays), for as long as a node's view of the key can matter (so that a
+-- view from before it is not given back: see the charges' views).
 local function stamp(marker, field, value, p)
   local ms = math.ceil(math.max(p.tol, 2 * p.period) / 1000000) + 1000
-  redis.call('HSET', marker, field, value)
+  local old = redis.call('HGET', marker, field)
+  if not old or rel(marker, old) < rel(marker, value) then redis.call('HSET', marker, field, value) end
   if redis.call('PTTL', marker) < ms then redis.call('PEXPIRE', marker, ms) end
 end
 
@@ -140,26 +143,34 @@ local function decide(KEYS, ARGV)
     if applied then stamp(KEYS[refund_marker + k], 'refunded', abs(0), p) end
   end
 
-  -- 1. Charges, recorded whatever the limit says, each once per node.
+  -- 1. Charges, recorded whatever the limit says, each unit once per node: a node numbers its
+  -- charges to a key by their running total, and the marker keeps the highest total applied from
+  -- it; of a charge only what lies above that counts (all of it; none, sent again; a part, when
+  -- charges merged after some of them were applied: counted at now, never before its instant).
   local marks, marked = {}, {}
   for j = 1, charges do
     local b = charges_at + (j - 1) * CHARGE_ARGS
     local key = KEYS[charge_key + j]
     local p, cost = params(ARGV, b, key)
     local A = ALGS[p.alg]
-    local node, seq, fresh = ARGV[b + CHARGE_NODE], tonumber(ARGV[b + CHARGE_SEQ]), true
+    local node, part, at = ARGV[b + CHARGE_NODE], cost, -tonumber(ARGV[b + CHARGE_AGE])
     local marker = KEYS[charge_marker + j]
     if node ~= '' then
+      local total = tonumber(ARGV[b + CHARGE_TOTAL])
+      if not total or total < 0 or total > MAX_TOTAL or total ~= math.floor(total) then
+        error({ err = 'TOLLGATE_ARGS a charge total of ' .. tostring(ARGV[b + CHARGE_TOTAL]) })
+      end
       local id = marker .. ' ' .. node
       if marks[id] == nil then
         marks[id] = tonumber(redis.call('HGET', marker, node) or '0') or 0
-        marked[#marked + 1] = { id = id, marker = marker, node = node, key = key, seq = marks[id] }
+        marked[#marked + 1] = { id = id, marker = marker, node = node, total = marks[id] }
       end
-      fresh = seq > marks[id]
-      if fresh then marks[id] = seq end
+      part = math.min(cost, total - marks[id])
+      if part < cost then at = 0 end
+      if total > marks[id] then marks[id] = total end
     end
-    if fresh and cost > 0 then
-      local new, at_idle = A.charge(current(key, p), p, cost, -tonumber(ARGV[b + CHARGE_AGE]))
+    if part > 0 then
+      local new, at_idle = A.charge(current(key, p), p, part, at)
       state[key], idle[key] = new, at_idle
     end
     local known = tonumber(ARGV[b + CHARGE_KNOWN])
@@ -245,14 +256,15 @@ local function decide(KEYS, ARGV)
     out[#out + 1] = redis.call('ZCARD', lessees)
   end
 
-  -- 5. Write; a marker lives as long as its key's charges count (sent again after that, a charge
-  -- changes no decision).
+  -- 5. Write; a marker lives REMEMBERED_MS after each charge it records, longer than its node
+  -- sends the charge again, whatever the key's state meanwhile (a charge dated in a window long
+  -- over lands in the live one; a bucket busy again takes it whole).
   for key, st in pairs(state) do ALGS[algs[key]].store(key, st, idle[key]) end
   for _, m in ipairs(marked) do
-    if marks[m.id] > m.seq then
+    if marks[m.id] > m.total then
       redis.call('HSET', m.marker, m.node, string.format('%d', marks[m.id]))
       -- Never shortened: it may hold a refund's or a reset's stamp.
-      local ms = px(charged[m.key] and charged[m.key][2] or 0)
+      local ms = REMEMBERED_MS + MARGIN
       if redis.call('PTTL', m.marker) < ms then redis.call('PEXPIRE', m.marker, ms) end
     end
   end
