@@ -1,8 +1,9 @@
 //! One Redis server: its connection (multiplexed, made on first use, remade after a failure, TLS
 //! and ACL user as the target says), the script call (`FCALL`, the library loaded where it is
 //! missing; `EVALSHA` on a server without functions, `NOSCRIPT` handled) and `ASKING` when a
-//! migration asks for it, and its errors read: redirects, a demoted primary, and every failure to
-//! connect said in tollgate's words (which server, which name, which CA).
+//! migration asks for it, and its errors read: a demoted primary, a cluster settling, and every
+//! failure to connect said in tollgate's words (which server, which name, which CA). Redirects
+//! are read in `topology.rs`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -266,29 +267,6 @@ fn are_functions_unavailable(error: &RedisError) -> bool {
     let text = error.to_string().to_ascii_lowercase();
     text.contains("unknown command")
         || (text.contains("noperm") && (text.contains("'fcall'") || text.contains("'function")))
-}
-
-/// Where a `MOVED` or `ASK` reply sends a slot.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Redirect {
-    /// The slot has a new owner.
-    Moved(u16, Address),
-    /// The slot is being migrated and this key is already at the address: ask there, once.
-    Ask(u16, Address),
-}
-
-/// The redirect in `error`, if it is one.
-pub(super) fn redirect(error: &RedisError) -> Option<Redirect> {
-    let moved = match error.kind() {
-        ErrorKind::Server(ServerErrorKind::Moved) => true,
-        ErrorKind::Server(ServerErrorKind::Ask) => false,
-        _ => return None,
-    };
-    let (address, slot) = error.redirect_node()?;
-    let (host, port) = address.rsplit_once(':')?;
-    let address =
-        Address { host: host.trim_start_matches('[').trim_end_matches(']').to_string(), port: port.parse().ok()? };
-    Some(if moved { Redirect::Moved(slot, address) } else { Redirect::Ask(slot, address) })
 }
 
 /// Whether `error` says the server is a replica now (a demoted primary): the command did not run.

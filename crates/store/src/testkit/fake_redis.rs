@@ -230,9 +230,13 @@ pub fn admitted() -> Answer {
 pub fn role(role: &str) -> Answer {
     Answer::Raw(match role {
         "master" => resp::array(&[resp::bulk("master"), resp::int(0), resp::array(&[])]),
-        other => {
-            resp::array(&[resp::bulk(other), resp::bulk("127.0.0.1"), resp::int(1), resp::bulk("connected"), resp::int(0)])
-        }
+        other => resp::array(&[
+            resp::bulk(other),
+            resp::bulk("127.0.0.1"),
+            resp::int(1),
+            resp::bulk("connected"),
+            resp::int(0),
+        ]),
     })
 }
 
