@@ -27,6 +27,8 @@ mod across;
 mod cluster;
 mod connection;
 mod follow;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod keys;
 mod lease;
 mod node;
