@@ -519,3 +519,22 @@ async fn a_lease_granting_more_than_asked_fails() {
     let grant = store.lease(check(&limit), 5, 1, Duration::from_secs(1)).await.unwrap();
     assert_eq!((grant.granted, grant.lessees), (5, 1));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_error_text_reaches_messages_bounded() {
+    // A server's error line is its own choice of length: it reaches the logs and, for a key's
+    // bad state, the client's error reply, at most a thousand characters of it.
+    let long = "x".repeat(100_000);
+    for (code, bad_state) in [("ERR", false), ("TOLLGATE_BADSTATE", true)] {
+        let line = format!("{code} {long}");
+        let server = FakeRedis::start(move |command| {
+            if is(command, &["FCALL"]) { Answer::Raw(resp::error(&line)) } else { Answer::Raw(resp::simple("OK")) }
+        });
+        let store =
+            RedisStore::open(&format!("redis://{}", server.address()), options(Duration::from_secs(2))).unwrap();
+        let error = store.check(b"k", &limit(), 1).await.unwrap_err();
+        assert_eq!(matches!(error, StoreError::BadState(_)), bad_state, "{code}");
+        let text = error.to_string();
+        assert!(text.len() < 1_100 && text.contains("xxxx") && text.ends_with('…'), "{code}: {} bytes", text.len());
+    }
+}

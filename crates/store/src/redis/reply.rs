@@ -21,6 +21,7 @@ pub(super) fn check_prefix(prefix: &str) -> Result<(), StoreError> {
 
 /// A failed call as a [`StoreError`]: a key holding what tollgate did not write is the call's own
 /// `BadState`; anything else is the backend's, said in tollgate's words with the server's address.
+/// Either says at most [`MAX_MESSAGE`] characters.
 pub(super) fn script_error(failure: &Failure, keys: &[Vec<u8>]) -> StoreError {
     let (error, node) = failure;
     match error.code() {
@@ -30,9 +31,21 @@ pub(super) fn script_error(failure: &Failure, keys: &[Vec<u8>]) -> StoreError {
                 "one of {keys:?} holds a Redis type tollgate does not write (another program uses the key)"
             ))
         }
-        Some("TOLLGATE_BADSTATE") => StoreError::BadState(error.detail().unwrap_or("").to_string()),
-        _ if error.to_string().contains("TOLLGATE_BADSTATE") => StoreError::BadState(error.to_string()),
-        _ => StoreError::Backend(node.as_ref().map_or_else(|| error.to_string(), |node| node.explain(error))),
+        Some("TOLLGATE_BADSTATE") => StoreError::BadState(bounded(error.detail().unwrap_or(""))),
+        _ if error.to_string().contains("TOLLGATE_BADSTATE") => StoreError::BadState(bounded(&error.to_string())),
+        _ => StoreError::Backend(bounded(&node.as_ref().map_or_else(|| error.to_string(), |node| node.explain(error)))),
+    }
+}
+
+/// The most characters of a message that carries a server's words (its error line is its own
+/// choice of length, and reaches logs and clients).
+const MAX_MESSAGE: usize = 1_000;
+
+/// `text`, cut after [`MAX_MESSAGE`] characters (marked `…`).
+fn bounded(text: &str) -> String {
+    match text.char_indices().nth(MAX_MESSAGE) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_string(),
     }
 }
 
@@ -159,6 +172,13 @@ mod tests {
         assert!(parse_lease_reply(&denied, 5).is_err(), "a grant with a denial");
         assert!(parse_lease_reply(&[1], 5).is_err());
         assert!(parse_lease_reply(&[], 5).is_err());
+    }
+
+    #[test]
+    fn messages_are_bounded_on_a_character_boundary() {
+        assert_eq!(bounded("short"), "short");
+        let long = "é".repeat(MAX_MESSAGE + 1);
+        assert_eq!(bounded(&long), format!("{}…", "é".repeat(MAX_MESSAGE)));
     }
 
     #[test]
