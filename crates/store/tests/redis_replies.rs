@@ -390,6 +390,21 @@ async fn a_refresh_asks_its_candidates_in_parallel() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refresh_asks_the_known_nodes_first() {
+    let primary = whole_cluster();
+    let seed = FakeRedis::silent();
+    seed.script(node_of(vec![(0, 16_383, primary.port())]));
+    let store = cluster(&[&seed]);
+    assert!(store.check(b"k", &limit(), 1).await.unwrap().allowed);
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(120)).await;
+        store.probe().await.unwrap();
+    }
+    assert!(primary.count(&["CLUSTER", "SLOTS"]) >= 3, "the map's own primary is asked first");
+    assert_eq!(seed.count(&["CLUSTER", "SLOTS"]), 1, "the seed is asked only while no known node answers");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn addresses_the_topology_no_longer_names_are_forgotten() {
     let (old, new) = (whole_cluster(), FakeRedis::silent());
     new.script(node_of(vec![(0, 16_383, new.port())]));

@@ -18,8 +18,8 @@
 //!   call's; see `topology.rs`) fails its call as a backend error naming the value and the
 //!   server: the map is unchanged.
 //!
-//! **Reading the map.** A refresh asks the nodes the current map names (the one it came from and
-//! the primaries first, then the replicas), then the URL's seeds, in parallel (see
+//! **Reading the map.** A refresh asks the nodes the current map names (its primaries first, then
+//! its replicas), then the URL's seeds, in parallel (see
 //! [`ask_in_turn`]): within one query timeout, however many are dead or silent. A map that covers
 //! all 16,384 slots ends the search; a map that covers fewer (a node with `cluster-enabled yes`
 //! in no cluster answers none: a pod restarted without its `nodes.conf`, a node removed but still
@@ -270,12 +270,12 @@ impl Cluster {
         self.refresh.run(wait, || self.read_map()).await
     }
 
-    /// The nodes to ask for the map, known-good first: the one the current map came from, its
-    /// primaries, its replicas, then the seeds.
+    /// The nodes to ask for the map, known-good first: the current map's primaries (calls go to
+    /// them), its replicas, then the seeds.
     fn candidates(&self) -> Vec<Address> {
         let map = self.map();
         let mut candidates: Vec<Address> = Vec::new();
-        let known = map.source.iter().chain(map.primaries.iter().map(|p| &p.address)).chain(&map.replicas);
+        let known = map.primaries.iter().map(|p| &p.address).chain(&map.replicas);
         for address in known.chain(&self.seeds) {
             if !candidates.contains(address) {
                 candidates.push(address.clone());
