@@ -404,6 +404,42 @@ async fn a_refresh_asks_the_known_nodes_first() {
     assert_eq!(seed.count(&["CLUSTER", "SLOTS"]), 1, "the seed is asked only while no known node answers");
 }
 
+/// A map of 16,384 one-slot ranges, each with 16 replicas of its own: 262,144 replica addresses
+/// (a broken or hostile node: Redis Cluster is designed for about 1,000 nodes). Before: every
+/// replica was kept as a candidate for the next refresh, which deduplicated them pair by pair,
+/// blocking a runtime thread for minutes (`tollgate serve` stopped answering anyone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_map_naming_a_quarter_million_replicas_does_not_stall_a_refresh() {
+    let node = FakeRedis::silent();
+    let port = i64::from(node.port());
+    let at = |host: &str, port: i64| resp::array(&[resp::bulk(host), resp::int(port), resp::bulk("id")]);
+    let ranges: Vec<Vec<u8>> = (0..16_384_i64)
+        .map(|slot| {
+            let mut fields = vec![resp::int(slot), resp::int(slot), at("127.0.0.1", port)];
+            fields.extend((0..16).map(|r| {
+                let n = slot * 16 + r;
+                at(&format!("10.{}.{}.{}", n >> 16, (n >> 8) & 255, n & 255), 6379)
+            }));
+            resp::array(&fields)
+        })
+        .collect();
+    let map = Arc::new(resp::array(&ranges));
+    let serving = node_of(Vec::new());
+    node.script(
+        move |command| {
+            if is(command, &["CLUSTER", "SLOTS"]) { Answer::Raw(map.to_vec()) } else { serving(command) }
+        },
+    );
+    let store = cluster_with(&[&node], Duration::from_secs(5));
+    assert!(store.check(b"k", &limit(), 1).await.unwrap().allowed);
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    // On a task of its own: a refresh that stalls its thread cannot stall the deadline too.
+    let probe = tokio::spawn(async move { store.probe().await });
+    let probed = tokio::time::timeout(DEADLINE, probe).await;
+    assert!(matches!(probed, Ok(Ok(Ok(())))), "the refresh did not end within {DEADLINE:?}: {probed:?}");
+    assert!(node.count(&["CLUSTER", "SLOTS"]) >= 2, "the refresh asked the map's primary");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn addresses_the_topology_no_longer_names_are_forgotten() {
     let (old, new) = (whole_cluster(), FakeRedis::silent());

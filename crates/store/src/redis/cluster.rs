@@ -19,7 +19,7 @@
 //!   server: the map is unchanged.
 //!
 //! **Reading the map.** A refresh asks the nodes the current map names (its primaries first, then
-//! its replicas), then the URL's seeds, in parallel (see
+//! up to 1,000 of its replicas), then the URL's seeds, in parallel (see
 //! [`ask_in_turn`]): within one query timeout, however many are dead or silent. A map that covers
 //! all 16,384 slots ends the search; a map that covers fewer (a node with `cluster-enabled yes`
 //! in no cluster answers none: a pod restarted without its `nodes.conf`, a node removed but still
@@ -47,13 +47,19 @@ const MAX_ATTEMPTS: usize = 5;
 /// Of those, tries after `TRYAGAIN`, `CLUSTERDOWN` or `READONLY` (the topology settling).
 const MAX_SETTLES: usize = 2;
 
+/// The most replicas a map keeps as candidates for reading it again (its primaries are asked
+/// first; a map of 16,384 ranges could name 16 replicas each, and each one kept costs every
+/// refresh).
+const MAX_REPLICAS_KEPT: usize = MAX_PRIMARIES;
+
 /// Slot → primary.
 #[derive(Clone)]
 struct SlotMap {
     /// Index into `primaries` per slot; `u16::MAX`: no owner known.
     owners: Box<[u16]>,
     primaries: Vec<Arc<Node>>,
-    /// The replicas the map names (candidates for reading it again).
+    /// The replicas the map names (candidates for reading it again), at most
+    /// [`MAX_REPLICAS_KEPT`], none of them a primary.
     replicas: Vec<Address>,
     /// Slots with an owner.
     covered: usize,
@@ -93,11 +99,6 @@ impl SlotMap {
             self.covered += 1;
         }
         self.owners[usize::from(slot)] = index;
-    }
-
-    /// Whether the map names `address` (as a primary or a replica).
-    fn names(&self, address: &Address) -> bool {
-        self.primaries.iter().any(|p| p.address == *address) || self.replicas.contains(address)
     }
 }
 
@@ -274,21 +275,18 @@ impl Cluster {
     /// them), its replicas, then the seeds.
     fn candidates(&self) -> Vec<Address> {
         let map = self.map();
-        let mut candidates: Vec<Address> = Vec::new();
         let known = map.primaries.iter().map(|p| &p.address).chain(&map.replicas);
-        for address in known.chain(&self.seeds) {
-            if !candidates.contains(address) {
-                candidates.push(address.clone());
-            }
-        }
-        candidates
+        let mut seen = HashSet::new();
+        known.chain(&self.seeds).filter(|address| seen.insert(*address)).cloned().collect()
     }
 
     async fn read_map(&self) -> RedisResult<()> {
         let read = self.read_map_once().await;
         // Forget the nodes neither the map nor the URL names (any more).
         let map = self.map();
-        self.nodes.retain(|address| map.names(address) || self.seeds.contains(address));
+        let named: HashSet<&Address> =
+            map.primaries.iter().map(|p| &p.address).chain(&map.replicas).chain(&self.seeds).collect();
+        self.nodes.retain(|address| named.contains(address));
         read
     }
 
@@ -335,15 +333,19 @@ impl Cluster {
             tracing::warn!(node = %source, "the best slot map read covers {covered} of {SLOTS} slots: calls for the others fail");
         }
         let mut map = SlotMap::empty();
-        let mut replicas = HashSet::new();
-        for range in ranges {
+        let primaries: HashSet<&Address> = ranges.iter().map(|r| &r.primary).collect();
+        let mut seen = HashSet::new();
+        map.replicas = (ranges.iter().flat_map(|r| &r.replicas))
+            .filter(|r| !primaries.contains(r) && seen.insert(*r))
+            .take(MAX_REPLICAS_KEPT)
+            .cloned()
+            .collect();
+        for range in &ranges {
             let node = self.nodes.get(&range.primary)?;
             for slot in range.start..=range.end {
                 map.set(slot, node.clone());
             }
-            replicas.extend(range.replicas);
         }
-        map.replicas = replicas.into_iter().filter(|r| !map.primaries.iter().any(|p| p.address == *r)).collect();
         map.source = Some(source);
         *self.map.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(map);
         Ok(())
