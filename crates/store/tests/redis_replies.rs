@@ -274,6 +274,50 @@ async fn an_impossible_slot_map_is_refused_and_the_next_seed_asked() {
     }
 }
 
+/// A node whose `CLUSTER SLOTS` answer never ends, in three ways: a string announced as 10 GB,
+/// a line that goes on, an array of two billion values that keep coming. tollgate
+/// reads at most one reply's bound of each (16 MiB, 2,097,152 values), then hangs up, and
+/// connects again for the next call. Before: it read on as fast as the node sent (3 GB in 10 s
+/// under `tollgate serve`, idle), its memory growing until the process was killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_that_never_ends_is_cut_at_its_bound() {
+    /// Far more than one reply may take, socket buffers included.
+    const TOO_MUCH: u64 = 256 << 20;
+    for (head, chunk) in [
+        ("$9999999999\r\n", "x".repeat(1 << 16)),
+        ("+", "x".repeat(1 << 16)),
+        ("*2147483647\r\n", ":1\r\n".repeat(1 << 14)),
+    ] {
+        let node = FakeRedis::silent();
+        let (head_bytes, chunk_bytes) = (head.as_bytes().to_vec(), chunk.into_bytes());
+        node.script(move |command| {
+            if is(command, &["CLUSTER", "SLOTS"]) {
+                Answer::Endless { head: head_bytes.clone(), chunk: chunk_bytes.clone() }
+            } else {
+                Answer::Raw(resp::error("ERR unknown command"))
+            }
+        });
+        let store = cluster(&[&node]);
+        let decision = store.check(b"k", &limit(), 1).await;
+        assert!(decision.is_err(), "{head:?}: a call answered without a slot map: {decision:?}");
+        let start = Instant::now();
+        loop {
+            let (streamed, hung_up) = node.streamed();
+            if hung_up == 1 {
+                break;
+            }
+            assert!(streamed < TOO_MUCH, "{head:?}: tollgate read {streamed} bytes of one reply and reads on");
+            assert!(start.elapsed() < DEADLINE, "{head:?}: tollgate neither read on nor hung up");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // The node answers again: the next call connects anew.
+        node.script(node_of(vec![(0, 16_383, node.port())]));
+        tokio::time::sleep(Duration::from_millis(120)).await;
+        let decision = store.check(b"k", &limit(), 1).await;
+        assert!(matches!(decision, Ok(ref d) if d.allowed), "{head:?}: {decision:?}");
+    }
+}
+
 // --- Item 7: Sentinel. -----------------------------------------------------------------------
 
 /// A fake Sentinel that names, for `tollgate`, the server at the port `named` holds.

@@ -24,6 +24,7 @@
 //!   server's time, which [`Fallback`](crate::Fallback) uses.
 
 mod across;
+mod bounded;
 mod cluster;
 mod connection;
 mod follow;
@@ -31,6 +32,7 @@ mod follow;
 pub mod fuzzing;
 mod keys;
 mod lease;
+mod link;
 mod node;
 pub mod program;
 mod reply;

@@ -1,7 +1,7 @@
 //! A fake Redis server on a loopback port whose answers a test scripts (features `testkit` +
 //! `redis`): what a real server sends only when it is broken, compromised or being replaced (a
 //! `CLUSTER SLOTS` of no slots, `-MOVED 20000 …`, a `ROLE` of `slave` for a server the Sentinels
-//! name, a Sentinel naming another server, a server that never answers).
+//! name, a Sentinel naming another server, a server that never answers, a reply that never ends).
 //!
 //! It runs on threads of its own (blocking sockets), so it serves whatever runtime the test uses.
 //! Every command it receives is recorded, so a test can count what the store asked and where.
@@ -9,7 +9,7 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::redis::program::{REPLY_CHECK, REPLY_NOW};
@@ -21,6 +21,14 @@ pub enum Answer {
     Raw(Vec<u8>),
     /// Nothing, ever: the connection stays open, as a frozen server's or a black hole's.
     Silent,
+    /// A reply that never ends: `head`, then `chunk` again and again, as fast as the client
+    /// reads, until it hangs up (counted in [`FakeRedis::streamed`]).
+    Endless {
+        /// The start of the reply (`$9999999999\r\n`, `*2147483647\r\n`, `+`).
+        head: Vec<u8>,
+        /// What follows, forever.
+        chunk: Vec<u8>,
+    },
 }
 
 type Script = Box<dyn Fn(&[Vec<u8>]) -> Answer + Send + Sync>;
@@ -30,6 +38,9 @@ struct Shared {
     script: Mutex<Script>,
     received: Mutex<Vec<Vec<Vec<u8>>>>,
     stopped: AtomicBool,
+    /// Bytes sent in endless replies, and how many of those the client ended by hanging up.
+    streamed: AtomicU64,
+    hung_up: AtomicU64,
 }
 
 /// A fake Redis server (see the module docs).
@@ -55,6 +66,8 @@ impl FakeRedis {
             script: Mutex::new(Box::new(script)),
             received: Mutex::new(Vec::new()),
             stopped: AtomicBool::new(false),
+            streamed: AtomicU64::new(0),
+            hung_up: AtomicU64::new(0),
         });
         let accepting = shared.clone();
         std::thread::spawn(move || {
@@ -93,6 +106,13 @@ impl FakeRedis {
         format!("127.0.0.1:{}", self.port)
     }
 
+    /// Bytes sent so far in endless replies ([`Answer::Endless`]), and how many of those ended
+    /// because the client hung up.
+    #[must_use]
+    pub fn streamed(&self) -> (u64, u64) {
+        (self.shared.streamed.load(Ordering::Relaxed), self.shared.hung_up.load(Ordering::Relaxed))
+    }
+
     /// Every command received so far, in order.
     #[must_use]
     pub fn received(&self) -> Vec<Vec<Vec<u8>>> {
@@ -124,10 +144,20 @@ fn serve(mut stream: TcpStream, shared: &Shared) {
             buffer.drain(..used);
             shared.received.lock().unwrap_or_else(PoisonError::into_inner).push(command.clone());
             let answer = (shared.script.lock().unwrap_or_else(PoisonError::into_inner))(&command);
-            if let Answer::Raw(bytes) = answer
-                && stream.write_all(&bytes).is_err()
-            {
-                return;
+            match answer {
+                Answer::Raw(bytes) if stream.write_all(&bytes).is_err() => return,
+                Answer::Raw(_) | Answer::Silent => {}
+                Answer::Endless { head, chunk } => {
+                    let mut sent = stream.write_all(&head);
+                    while sent.is_ok() && !shared.stopped.load(Ordering::Relaxed) {
+                        shared.streamed.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                        sent = stream.write_all(&chunk);
+                    }
+                    if sent.is_err() {
+                        shared.hung_up.fetch_add(1, Ordering::Relaxed);
+                    }
+                    return;
+                }
             }
         }
         match stream.read(&mut chunk) {
