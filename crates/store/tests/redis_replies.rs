@@ -448,6 +448,39 @@ async fn a_refresh_asks_the_known_nodes_first() {
     assert_eq!(seed.count(&["CLUSTER", "SLOTS"]), 1, "the seed is asked only while no known node answers");
 }
 
+/// A primary cut off from its cluster's majority but not from tollgate: the majority promotes
+/// its replica, while the old primary still answers its stale map (every slot its own) and, once
+/// it sees its cluster fail, `CLUSTERDOWN` to every call. A refresh asks the map's primaries
+/// first, and the old primary answers at once. Before: its stale map won every refresh, and every
+/// call went on failing `CLUSTERDOWN` for as long as the partition lasted; a node that answered
+/// `CLUSTERDOWN` is now asked after the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_cut_off_from_its_cluster_does_not_keep_tollgate_with_it() {
+    let (old, promoted) = (whole_cluster(), whole_cluster());
+    let seed = FakeRedis::silent();
+    seed.script(node_of(vec![(0, 16_383, old.port())]));
+    let store = cluster(&[&seed]);
+    assert!(store.check(b"k", &limit(), 1).await.unwrap().allowed);
+    let (old_port, promoted_port) = (old.port(), promoted.port());
+    old.script(move |command| {
+        if is(command, &["CLUSTER", "SLOTS"]) {
+            fake_redis::cluster_slots(&[(0, 16_383, old_port)])
+        } else {
+            Answer::Raw(resp::error("CLUSTERDOWN The cluster is down"))
+        }
+    });
+    seed.script(node_of(vec![(0, 16_383, promoted_port)]));
+    let start = Instant::now();
+    let mut last = None;
+    while promoted.count(&["FCALL"]) == 0 {
+        assert!(start.elapsed() < DEADLINE, "every call still goes to the cut-off primary: {last:?}");
+        last = Some(store.check(b"k", &limit(), 1).await);
+        tokio::time::sleep(Duration::from_millis(120)).await;
+    }
+    let decision = store.check(b"k", &limit(), 1).await;
+    assert!(matches!(decision, Ok(ref d) if d.allowed), "{decision:?}");
+}
+
 /// A map of 16,384 one-slot ranges, each with 16 replicas of its own: 262,144 replica addresses
 /// (a broken or hostile node: Redis Cluster is designed for about 1,000 nodes). Before: every
 /// replica was kept as a candidate for the next refresh, which deduplicated them pair by pair,

@@ -19,7 +19,9 @@
 //!   server: the map is unchanged.
 //!
 //! **Reading the map.** A refresh asks the nodes the current map names (its primaries first, then
-//! up to 1,000 of its replicas), then the URL's seeds, in parallel (see
+//! up to 1,000 of its replicas), then the URL's seeds, and last the nodes that answered
+//! `CLUSTERDOWN` within 10 s (a primary cut off from its cluster's majority answers its own
+//! stale map at once), in parallel (see
 //! [`ask_in_turn`]): within one query timeout, however many are dead or silent. A map that covers
 //! all 16,384 slots ends the search; a map that covers fewer (a node with `cluster-enabled yes`
 //! in no cluster answers none: a pod restarted without its `nodes.conf`, a node removed but still
@@ -29,11 +31,11 @@
 //! asks (a call that finds no owner included: an incomplete map cannot turn every call into a
 //! refresh). Connections are kept per address while the map or the URL names it.
 
-use std::collections::HashSet;
-use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
-use redis::{Cmd, ErrorKind, RedisError, RedisResult, Value};
+use redis::{Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 
 use super::follow::{Nodes, Refresh, ask_in_turn, in_background};
 use super::node::{self, Node, Settings};
@@ -46,6 +48,11 @@ const MAX_ATTEMPTS: usize = 5;
 
 /// Of those, tries after `TRYAGAIN`, `CLUSTERDOWN` or `READONLY` (the topology settling).
 const MAX_SETTLES: usize = 2;
+
+/// How long a node that answered `CLUSTERDOWN` is asked for the map after the others: a primary
+/// cut off from its cluster's majority (which promotes its replica) still answers its own map,
+/// where it owns its slots, and would be the first to answer every refresh.
+const DOWN_ASKED_LAST: Duration = Duration::from_secs(10);
 
 /// The most replicas a map keeps as candidates for reading it again (its primaries are asked
 /// first; a map of 16,384 ranges could name 16 replicas each, and each one kept costs every
@@ -109,6 +116,8 @@ pub(super) struct Cluster {
     /// The nodes connected now: the map's and the seeds' (see `follow.rs`).
     nodes: Nodes,
     refresh: Refresh,
+    /// The nodes that answered `CLUSTERDOWN` within [`DOWN_ASKED_LAST`], and when.
+    down: Mutex<HashMap<Address, Instant>>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -133,6 +142,7 @@ impl Cluster {
             map: RwLock::new(Arc::new(SlotMap::empty())),
             nodes: Nodes::new(settings),
             refresh: Refresh::default(),
+            down: Mutex::new(HashMap::new()),
         }
     }
 
@@ -200,6 +210,9 @@ impl Cluster {
                 Ok(value) => return Ok(value),
                 Err(error) => error,
             };
+            if error.kind() == ErrorKind::Server(ServerErrorKind::ClusterDown) {
+                self.went_down(&node.address);
+            }
             let redirected = match topology::redirect(&error) {
                 Ok(Some(Redirect::Moved(to, _) | Redirect::Ask(to, _))) if to != slot => {
                     Err(format!("a redirect to another slot than the call's: {to} for a call in slot {slot} ({error})"))
@@ -272,12 +285,23 @@ impl Cluster {
     }
 
     /// The nodes to ask for the map, known-good first: the current map's primaries (calls go to
-    /// them), its replicas, then the seeds.
+    /// them), its replicas, then the seeds; last, those that answered `CLUSTERDOWN` lately.
     fn candidates(&self) -> Vec<Address> {
         let map = self.map();
         let known = map.primaries.iter().map(|p| &p.address).chain(&map.replicas);
         let mut seen = HashSet::new();
-        known.chain(&self.seeds).filter(|address| seen.insert(*address)).cloned().collect()
+        let mut candidates: Vec<Address> =
+            known.chain(&self.seeds).filter(|address| seen.insert(*address)).cloned().collect();
+        let down = self.down.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        candidates.sort_by_key(|address| down.get(address).is_some_and(|at| at.elapsed() < DOWN_ASKED_LAST));
+        candidates
+    }
+
+    /// Notes that the node at `address` answered `CLUSTERDOWN` (see [`DOWN_ASKED_LAST`]).
+    fn went_down(&self, address: &Address) {
+        let mut down = self.down.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        down.retain(|_, at| at.elapsed() < DOWN_ASKED_LAST);
+        down.insert(address.clone(), Instant::now());
     }
 
     async fn read_map(&self) -> RedisResult<()> {
