@@ -8,10 +8,11 @@
 //!   no`, and lose them) gets no more calls, even while a Sentinel that has not seen the switch
 //!   still names it.
 //! - **Re-read while calls succeed.** A call made [`REREAD_EVERY`] or more after the last
-//!   discovery starts another in the background: a primary cut off from the Sentinels (which
-//!   promote a replica) but not from this node stops getting this node's calls within
-//!   [`REREAD_EVERY`] and one query timeout of the Sentinels' switch, as long as calls keep
-//!   coming (docs/failure.md states the bound).
+//!   discovery ended starts another in the background: a primary cut off from the Sentinels
+//!   (which promote a replica) but not from this node stops getting this node's calls within
+//!   [`REREAD_EVERY`] and two query timeouts of the Sentinels' switch (a discovery under way at
+//!   the switch may have heard the old answer), as long as calls keep coming (docs/failure.md
+//!   states the bound).
 //! - **Following a switch.** A `READONLY` reply (the primary was demoted: the call did not run) asks
 //!   the Sentinels again (as soon as the last discovery is [`REFRESH_EVERY`](super::follow::REFRESH_EVERY) old) and retries the
 //!   call on the new primary, within its deadline. A primary that does not answer fails the call
