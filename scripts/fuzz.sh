@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 RUNS="${1:-10000000}"
-TARGETS="${TARGETS:-resp_frame resp_command http_json rules_file client_hello}"
+TARGETS="${TARGETS:-resp_frame resp_command http_json rules_file client_hello canonical_request redis_reply}"
 export RUSTC_BOOTSTRAP=1
 
 if ! cargo fuzz --version >/dev/null 2>&1; then

@@ -1,8 +1,8 @@
 //! The fuzz targets' bodies (`fuzz/fuzz_targets/*` call these), kept in the library so that the
 //! workspace compiles them on every build and `tests/fuzz_inputs.rs` replays inputs through
 //! exactly what the fuzzer runs: the RESP framer, the RESP command layer, the HTTP API's JSON, the
-//! rules file and the TLS ClientHello reader. Each one panics on a broken invariant; anything else
-//! it is fed is fine.
+//! rules file, the TLS ClientHello reader and the Redis store's reading of server replies. Each
+//! one panics on a broken invariant; anything else it is fed is fine.
 
 use bytes::BytesMut;
 use tollgate_rules::{Request, Rules};
@@ -240,4 +240,11 @@ pub fn client_hello(data: &[u8]) {
     assert!(raw_parts.get(3).is_none_or(|sigs| !sigs.is_empty()), "ja4_r {raw:?}");
     assert_eq!(raw_parts[1].is_empty(), b == "000000000000", "ja4 {ja4:?} of ja4_r {raw:?}");
     assert_eq!(raw_parts[2].is_empty(), c == "000000000000", "ja4 {ja4:?} of ja4_r {raw:?}");
+}
+
+/// Bytes as a Redis server's reply to the store: `CLUSTER SLOTS`, `MOVED` / `ASK`, a Sentinel's
+/// answer, `ROLE`, the decision script's reply, a lease's, `TIME` (see
+/// `tollgate_store::redis::fuzzing`): nothing panics, and nothing impossible is accepted.
+pub fn redis_reply(data: &[u8]) {
+    tollgate_store::redis::fuzzing::replies(data);
 }

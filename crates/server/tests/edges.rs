@@ -1,7 +1,8 @@
 //! The edges of `tollgate serve`, each one a way a single client could hurt the server or the
 //! other clients before: a request that aborted the process, keys that were not bytes, named
 //! limits sharing state, unbounded inline commands and buffers, slow or silent clients holding a
-//! shutdown or a connection forever, and a Redis outage invisible in the metrics.
+//! shutdown or a connection forever, a Redis outage invisible in the metrics, and a Redis reply
+//! with an impossible value (`-MOVED 20000 …`) that killed the call's task.
 
 mod common;
 
@@ -242,5 +243,45 @@ async fn the_memory_store_reports_keys_bytes_and_evictions() {
     assert!(metrics.contains("tollgate_store_keys 64"), "{metrics}");
     assert!(metrics.contains("tollgate_store_evictions_total{kind=\"live\"} 136"), "{metrics}");
     assert!(metrics.contains("tollgate_store_bytes "), "{metrics}");
+    server.stop().await;
+}
+
+/// A cluster node that serves every slot itself and answers every script call `-MOVED 20000 …`
+/// (a compromised server, or anyone on the path of a plain link). Before: the slot indexed the
+/// slot map out of its bounds, the call's task panicked and the client's connection was closed
+/// without a reply, on every request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_impossible_redirect_is_a_store_error_and_the_server_lives_on() {
+    use tollgate_store::testkit::fake_redis::{self, Answer, FakeRedis, is, resp};
+    let node = FakeRedis::silent();
+    let port = node.port();
+    node.script(move |command| {
+        if is(command, &["CLUSTER", "SLOTS"]) {
+            fake_redis::cluster_slots(&[(0, 16_383, port)])
+        } else if is(command, &["FCALL"]) {
+            Answer::Raw(resp::error("MOVED 20000 127.0.0.1:1"))
+        } else if is(command, &["CLUSTER", "INFO"]) {
+            Answer::Raw(resp::bulk("cluster_state:ok"))
+        } else {
+            Answer::Raw(resp::simple("PONG"))
+        }
+    });
+    let store = StoreConfig::redis(&format!("redis+cluster://{}", node.address()));
+    let server = Server::start(Config { store, ..common::manual_config() }).await;
+    let mut con = server.client().get_multiplexed_async_connection().await.unwrap();
+    for i in 0..6 {
+        let mut throttle = redis::cmd("CL.THROTTLE");
+        throttle.arg(format!("k{i}")).arg(9).arg(10).arg(60);
+        // `local` (the default policy) answers while the server misbehaves.
+        let reply = throttle.query_async::<Vec<i64>>(&mut con).await;
+        assert!(matches!(reply.as_deref(), Ok([0, 10, 9, ..])), "request {i}: {reply:?}");
+    }
+    assert!(node.count(&["FCALL"]) > 0, "the calls reached the fake node");
+    let metrics = server.curl(&["HTTP/metrics"]);
+    let errors = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("tollgate_store_backend_errors_total "))
+        .and_then(|n| n.trim().parse::<u64>().ok());
+    assert!(errors.is_some_and(|n| n > 0), "no backend error counted:\n{metrics}");
     server.stop().await;
 }

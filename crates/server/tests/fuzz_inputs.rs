@@ -1,6 +1,7 @@
 //! Inputs through the fuzz targets' own bodies (`tollgate_server::fuzzing`): every crashing input
 //! ever committed to `fuzz/regressions/TARGET/`, and inputs written by hand at the edges each
-//! target guards (a panic or a broken invariant fails the test).
+//! target guards (a panic or a broken invariant fails the test); for the Redis store's replies,
+//! also replies shaped like real ones with hostile values, generated.
 
 use std::path::Path;
 
@@ -179,4 +180,97 @@ fn client_hello_inputs() {
             fuzzing::client_hello(&bytes[..len.min(bytes.len())]);
         }
     }
+}
+
+/// `value` as RESP, for the inputs below.
+fn resp(value: &redis::Value) -> Vec<u8> {
+    use redis::Value;
+    match value {
+        Value::Nil => b"$-1\r\n".to_vec(),
+        Value::Int(n) => format!(":{n}\r\n").into_bytes(),
+        Value::BulkString(bytes) => [format!("${}\r\n", bytes.len()).as_bytes(), bytes, b"\r\n"].concat(),
+        Value::SimpleString(text) => format!("+{text}\r\n").into_bytes(),
+        Value::Array(items) => {
+            let mut out = format!("*{}\r\n", items.len()).into_bytes();
+            items.iter().for_each(|item| out.extend(resp(item)));
+            out
+        }
+        other => panic!("not written here: {other:?}"),
+    }
+}
+
+#[test]
+fn redis_reply_inputs() {
+    let by_hand: &[&[u8]] = &[
+        b"",
+        b"*0\r\n",
+        b"-MOVED 20000 127.0.0.1:1\r\n",
+        b"-ASK 16384 127.0.0.1:1\r\n",
+        b"-MOVED 1 127.0.0.1:0\r\n",
+        b"-MOVED -1 [::1]:7000\r\n",
+        b"-MOVED 1\r\n",
+        b"-MOVED\r\n",
+        b"*99999999999999\r\n",
+        b"*1\r\n*3\r\n:0\r\n:16384\r\n*2\r\n$1\r\nh\r\n:1\r\n",
+        b"*1\r\n*3\r\n:5\r\n:1\r\n*2\r\n$1\r\nh\r\n:1\r\n",
+        b"*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$0\r\n\r\n:65536\r\n",
+        b"*2\r\n*3\r\n:0\r\n:9\r\n*2\r\n$1\r\nh\r\n:1\r\n*3\r\n:9\r\n:16383\r\n*2\r\n$1\r\nh\r\n:2\r\n",
+        b"*2\r\n$9\r\n127.0.0.1\r\n$1\r\n0\r\n",
+        b"*2\r\n$9\r\n127.0.0.1\r\n$20\r\n18446744073709551616\r\n",
+        b"*1\r\n$5\r\nslave\r\n",
+        b"*0\r\n",
+        b"*2\r\n$20\r\n18446744073709551615\r\n$1\r\n0\r\n",
+        b"*9\r\n:7\r\n:10\r\n:11\r\n:0\r\n:0\r\n:1\r\n:0\r\n:9223372036854775807\r\n:1000000000\r\n",
+        b"*11\r\n:1\r\n:10\r\n:9\r\n:0\r\n:0\r\n:1\r\n:0\r\n:1\r\n:0\r\n:9223372036854775807\r\n:0\r\n",
+    ];
+    each("redis_reply", by_hand, fuzzing::redis_reply);
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(10_000))]
+
+    /// Replies shaped like the real ones (arrays of integers and strings, a few levels deep),
+    /// with the values a hostile server would pick: every slot and port edge, the words the
+    /// store looks for, extreme integers.
+    #[test]
+    fn redis_reply_shaped_inputs(value in redis_value(), error in "(MOVED|ASK|READONLY|ERR) ?(-?[0-9]{1,6})? ?([a-z0-9.:\\[\\]]{0,12})?") {
+        fuzzing::redis_reply(&resp(&value));
+        fuzzing::redis_reply(format!("-{error}\r\n").as_bytes());
+    }
+}
+
+fn redis_value() -> impl proptest::strategy::Strategy<Value = redis::Value> {
+    use proptest::prelude::*;
+    use redis::Value;
+    let int = prop_oneof![
+        Just(0i64),
+        Just(1),
+        Just(16_383),
+        Just(16_384),
+        Just(65_535),
+        Just(65_536),
+        Just(-1),
+        Just(i64::MAX),
+        Just(i64::MIN),
+        Just(1_000_000_000),
+        0..20i64,
+        any::<i64>(),
+    ];
+    let text = prop_oneof![
+        Just(String::new()),
+        Just("?".to_string()),
+        Just("master".to_string()),
+        Just("slave".to_string()),
+        Just("127.0.0.1".to_string()),
+        Just("::1".to_string()),
+        "[0-9]{1,20}",
+        "[a-z .:@/]{0,12}",
+    ];
+    let leaf = prop_oneof![
+        int.prop_map(Value::Int),
+        text.clone().prop_map(|t| Value::BulkString(t.into_bytes())),
+        text.prop_map(Value::SimpleString),
+        Just(Value::Nil),
+    ];
+    leaf.prop_recursive(3, 64, 12, |inner| proptest::collection::vec(inner, 0..12).prop_map(Value::Array))
 }

@@ -1,5 +1,6 @@
 //! `GET /healthz` tells the truth about the store: a real redis-server killed and restarted under
-//! a running server, and a database the server does not have. No wall-clock assertion: each
+//! a running server, a database the server does not have, and a cluster whose slot map covers
+//! part of the slots (the best map read, its coverage stated). No wall-clock assertion: each
 //! change must show within a generous deadline (the store is probed every second).
 
 mod common;
@@ -67,6 +68,39 @@ async fn a_database_the_server_lacks_is_named() {
     let server = Server::start(Config { store, ..common::manual_config() }).await;
     let down = health_until(&server, r#""state":"down""#).await;
     assert!(down.contains("the URL's database does not exist on that server"), "{down}");
+    server.stop().await;
+}
+
+/// A seed outside any cluster (`CLUSTER SLOTS` answers no slot) and a node serving half the
+/// slots: the half map is used, and `/healthz` says how much of the cluster it covers. Before:
+/// whichever map was read first was used, and `/healthz` said `up` while the other half of the
+/// keys failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_map_covering_part_of_the_slots_is_stated() {
+    use tollgate_store::testkit::fake_redis::{self, Answer, FakeRedis, is, resp};
+    let lone = FakeRedis::start(|command| {
+        if is(command, &["CLUSTER", "SLOTS"]) {
+            Answer::Raw(resp::array(&[]))
+        } else {
+            Answer::Raw(resp::simple("PONG"))
+        }
+    });
+    let half = FakeRedis::silent();
+    let port = half.port();
+    half.script(move |command| {
+        if is(command, &["CLUSTER", "SLOTS"]) {
+            fake_redis::cluster_slots(&[(0, 8_191, port)])
+        } else if is(command, &["CLUSTER", "INFO"]) {
+            Answer::Raw(resp::bulk("cluster_state:ok"))
+        } else {
+            Answer::Raw(resp::simple("PONG"))
+        }
+    });
+    let store = StoreConfig::redis(&format!("redis+cluster://{},{}", lone.address(), half.address()));
+    let server = Server::start(Config { store, ..common::manual_config() }).await;
+    let wanted = format!("covers 8192 of 16384 slots (the map read from {})", half.address());
+    let down = health_until(&server, &wanted).await;
+    assert!(down.contains(r#""status":"degraded""#), "{down}");
     server.stop().await;
 }
 

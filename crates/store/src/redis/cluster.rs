@@ -14,23 +14,34 @@
 //!   which is never sent again (it may have run), and triggers a refresh: once Redis has
 //!   promoted a replica, the next refresh finds it, within [`REFRESH_EVERY`](super::follow::REFRESH_EVERY) of the first call
 //!   after the promotion. The probe refreshes too, so an idle or breaker-skipped store follows.
+//! - **An impossible reply** (a redirect to slot 20000, to port 0, for another slot than the
+//!   call's; see `topology.rs`) fails its call as a backend error naming the value and the
+//!   server: the map is unchanged.
 //!
-//! A refresh asks the nodes it knows (primaries first, then the ones the URL gave) until one
-//! answers; refreshes are serialized and at most one per [`REFRESH_EVERY`](super::follow::REFRESH_EVERY) unless the map lacks
-//! the slot a call needs. Connections are kept per address across refreshes.
+//! **Reading the map.** A refresh asks the nodes the current map names (its primaries first, then
+//! up to 1,000 of its replicas), then the URL's seeds, and last the nodes that answered
+//! `CLUSTERDOWN` within 10 s (a primary cut off from its cluster's majority answers its own
+//! stale map at once), in parallel (see
+//! [`ask_in_turn`]): within one query timeout, however many are dead or silent. A map that covers
+//! all 16,384 slots ends the search; a map that covers fewer (a node with `cluster-enabled yes`
+//! in no cluster answers none: a pod restarted without its `nodes.conf`, a node removed but still
+//! in the URL) is kept only if no node answers a complete one, and never replaces a map that
+//! covers more. An incomplete map is said by the probe (and so `/healthz`) and by every call
+//! for a slot it lacks. Refreshes are serialized and at most one per [`REFRESH_EVERY`](super::follow::REFRESH_EVERY), whatever
+//! asks (a call that finds no owner included: an incomplete map cannot turn every call into a
+//! refresh). Connections are kept per address while the map or the URL names it.
 
-use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
-use redis::{Cmd, ErrorKind, RedisError, RedisResult, Value};
+use redis::{Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 
-use super::follow::{Nodes, Refresh, in_background};
-use super::node::{self, Node, Redirect, Settings};
+use super::follow::{Nodes, Refresh, ask_in_turn, in_background};
+use super::node::{self, Node, Settings};
 use super::program::Script;
 use super::target::Address;
-
-/// Slots in a Redis Cluster.
-pub(super) const SLOTS: usize = 16_384;
+use super::topology::{self, MAX_PRIMARIES, Range, Redirect, SLOTS};
 
 /// Redirects and retries one call may follow before it fails.
 const MAX_ATTEMPTS: usize = 5;
@@ -38,32 +49,63 @@ const MAX_ATTEMPTS: usize = 5;
 /// Of those, tries after `TRYAGAIN`, `CLUSTERDOWN` or `READONLY` (the topology settling).
 const MAX_SETTLES: usize = 2;
 
+/// How long a node that answered `CLUSTERDOWN` is asked for the map after the others: a primary
+/// cut off from its cluster's majority (which promotes its replica) still answers its own map,
+/// where it owns its slots, and would be the first to answer every refresh.
+const DOWN_ASKED_LAST: Duration = Duration::from_secs(10);
+
+/// The most replicas a map keeps as candidates for reading it again (its primaries are asked
+/// first; a map of 16,384 ranges could name 16 replicas each, and each one kept costs every
+/// refresh).
+const MAX_REPLICAS_KEPT: usize = MAX_PRIMARIES;
+
 /// Slot → primary.
 #[derive(Clone)]
 struct SlotMap {
     /// Index into `primaries` per slot; `u16::MAX`: no owner known.
     owners: Box<[u16]>,
     primaries: Vec<Arc<Node>>,
+    /// The replicas the map names (candidates for reading it again), at most
+    /// [`MAX_REPLICAS_KEPT`], none of them a primary.
+    replicas: Vec<Address>,
+    /// Slots with an owner.
+    covered: usize,
+    /// The node whose answer this map is (`None`: none read yet).
+    source: Option<Address>,
 }
 
 impl SlotMap {
     fn empty() -> Self {
-        SlotMap { owners: vec![u16::MAX; SLOTS].into_boxed_slice(), primaries: Vec::new() }
+        SlotMap {
+            owners: vec![u16::MAX; SLOTS].into_boxed_slice(),
+            primaries: Vec::new(),
+            replicas: Vec::new(),
+            covered: 0,
+            source: None,
+        }
     }
 
     fn owner(&self, slot: u16) -> Option<Arc<Node>> {
-        self.primaries.get(usize::from(self.owners[usize::from(slot)])).cloned()
+        self.primaries.get(usize::from(*self.owners.get(usize::from(slot))?)).cloned()
     }
 
+    /// Sets `slot`'s owner (a slot beyond the map is ignored: [`topology`] refuses them; so is a
+    /// primary beyond [`MAX_PRIMARIES`], which only redirects can name).
     fn set(&mut self, slot: u16, node: Arc<Node>) {
+        let Some(owner) = self.owners.get(usize::from(slot)).copied() else { return };
         let index = match self.primaries.iter().position(|p| p.address == node.address) {
             Some(i) => i,
+            None if self.primaries.len() >= MAX_PRIMARIES => return,
             None => {
                 self.primaries.push(node);
                 self.primaries.len() - 1
             }
         };
-        self.owners[usize::from(slot)] = u16::try_from(index).unwrap_or(u16::MAX);
+        let index = u16::try_from(index).unwrap_or(u16::MAX);
+        if owner == u16::MAX && index != u16::MAX {
+            self.covered += 1;
+        }
+        self.owners[usize::from(slot)] = index;
     }
 }
 
@@ -71,15 +113,25 @@ impl SlotMap {
 pub(super) struct Cluster {
     seeds: Vec<Address>,
     map: RwLock<Arc<SlotMap>>,
-    /// Every node connected so far (kept across refreshes).
+    /// The nodes connected now: the map's and the seeds' (see `follow.rs`).
     nodes: Nodes,
     refresh: Refresh,
+    /// The nodes that answered `CLUSTERDOWN` within [`DOWN_ASKED_LAST`], and when.
+    down: Mutex<HashMap<Address, Instant>>,
 }
 
 impl std::fmt::Debug for Cluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Cluster").field("seeds", &self.seeds).finish_non_exhaustive()
     }
+}
+
+/// A node's answer to `CLUSTER SLOTS` that did not settle the search.
+struct Unsettled {
+    /// Why, in tollgate's words.
+    problem: String,
+    /// An incomplete map it answered: its ranges, the slots they cover, and the node.
+    partial: Option<(Vec<Range>, usize, Address)>,
 }
 
 impl Cluster {
@@ -90,6 +142,7 @@ impl Cluster {
             map: RwLock::new(Arc::new(SlotMap::empty())),
             nodes: Nodes::new(settings),
             refresh: Refresh::default(),
+            down: Mutex::new(HashMap::new()),
         }
     }
 
@@ -114,6 +167,19 @@ impl Cluster {
         map.primaries.iter().zip(used).filter(|(_, u)| *u).map(|(p, _)| p.clone()).collect()
     }
 
+    /// What the map lacks, if it lacks slots: how many it covers, and where it was read.
+    pub(super) fn coverage_problem(&self) -> Option<String> {
+        let map = self.map();
+        let source = map.source.as_ref()?;
+        (map.covered < SLOTS).then(|| {
+            format!(
+                "the slot map covers {} of {SLOTS} slots (the map read from {source}): no node answered a complete \
+                 one, and calls for the other slots fail",
+                map.covered
+            )
+        })
+    }
+
     /// Runs `cmd` (whose keys are all in `slot`) on the slot's primary, following redirects and
     /// topology changes (see the module docs).
     pub(super) async fn run(
@@ -131,10 +197,11 @@ impl Cluster {
                 None => match self.map().owner(slot) {
                     Some(node) => (node, false),
                     None => {
-                        self.refresh(true).await.map_err(|e| (e, None))?;
+                        // At most one read per REFRESH_EVERY: within it, the last read's answer.
+                        self.refresh(false).await.map_err(|e| (e, None))?;
                         match self.map().owner(slot) {
                             Some(node) => (node, false),
-                            None => return Err((no_owner(slot), None)),
+                            None => return Err((self.no_owner(slot), None)),
                         }
                     }
                 },
@@ -143,17 +210,31 @@ impl Cluster {
                 Ok(value) => return Ok(value),
                 Err(error) => error,
             };
-            match node::redirect(&error) {
-                Some(Redirect::Moved(moved, address)) => {
+            if error.kind() == ErrorKind::Server(ServerErrorKind::ClusterDown) {
+                self.went_down(&node.address);
+            }
+            let redirected = match topology::redirect(&error) {
+                Ok(Some(Redirect::Moved(to, _) | Redirect::Ask(to, _))) if to != slot => {
+                    Err(format!("a redirect to another slot than the call's: {to} for a call in slot {slot} ({error})"))
+                }
+                Ok(redirected) => Ok(redirected),
+                Err(what) => Err(what),
+            };
+            match redirected {
+                Err(what) => {
+                    tracing::warn!(server = %node.address, "an impossible reply from a Redis server: {what}");
+                    return Err((topology::impossible(what), Some(node)));
+                }
+                Ok(Some(Redirect::Moved(moved, address))) => {
                     let target = self.nodes.get(&address).map_err(|e| (e, None))?;
                     self.set_owner(moved, target.clone());
                     self.refresh_soon();
                     redirect = Some((target, false));
                 }
-                Some(Redirect::Ask(_, address)) => {
+                Ok(Some(Redirect::Ask(_, address))) => {
                     redirect = Some((self.nodes.get(&address).map_err(|e| (e, None))?, true))
                 }
-                None if (node::is_cluster_down(&error) || node::is_readonly(&error)) && settles < MAX_SETTLES => {
+                Ok(None) if (node::is_cluster_down(&error) || node::is_readonly(&error)) && settles < MAX_SETTLES => {
                     // Nothing ran: wait for the topology to settle a little, and try again (a
                     // migration's TRYAGAIN passes in milliseconds; a node that stays CLUSTERDOWN
                     // is failed after two tries, not held for the call's whole timeout).
@@ -161,15 +242,24 @@ impl Cluster {
                     tokio::time::sleep(Duration::from_millis(5)).await;
                     let _ = self.refresh(false).await;
                 }
-                None if node::is_unreachable(&error) => {
+                Ok(None) if node::is_unreachable(&error) => {
                     self.refresh_soon();
                     return Err((error, Some(node)));
                 }
-                None => return Err((error, Some(node))),
+                Ok(None) => return Err((error, Some(node))),
             }
             last = Some((error, node));
         }
-        Err(last.map_or_else(|| (no_owner(slot), None), |(e, n)| (e, Some(n))))
+        Err(last.map_or_else(|| (self.no_owner(slot), None), |(e, n)| (e, Some(n))))
+    }
+
+    fn no_owner(&self, slot: u16) -> RedisError {
+        let why = self.coverage_problem().unwrap_or_else(|| "no slot map has been read".into());
+        RedisError::from((
+            ErrorKind::ClusterConnectionNotFound,
+            "no primary serves the slot",
+            format!("slot {slot}: {why}"),
+        ))
     }
 
     fn set_owner(&self, slot: u16, node: Arc<Node>) {
@@ -189,126 +279,118 @@ impl Cluster {
         }
     }
 
-    /// Reads the map from the first node that answers `CLUSTER SLOTS` (see [`Refresh::run`];
-    /// `needed`: a call found no owner).
-    pub(super) async fn refresh(&self, needed: bool) -> RedisResult<()> {
-        self.refresh.run(needed, || self.read_map()).await
+    /// Reads the map again (see the module docs and [`Refresh::run`]).
+    pub(super) async fn refresh(&self, wait: bool) -> RedisResult<()> {
+        self.refresh.run(wait, || self.read_map()).await
+    }
+
+    /// The nodes to ask for the map, known-good first: the current map's primaries (calls go to
+    /// them), its replicas, then the seeds; last, those that answered `CLUSTERDOWN` lately.
+    fn candidates(&self) -> Vec<Address> {
+        let map = self.map();
+        let known = map.primaries.iter().map(|p| &p.address).chain(&map.replicas);
+        let mut seen = HashSet::new();
+        let mut candidates: Vec<Address> =
+            known.chain(&self.seeds).filter(|address| seen.insert(*address)).cloned().collect();
+        let down = self.down.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        candidates.sort_by_key(|address| down.get(address).is_some_and(|at| at.elapsed() < DOWN_ASKED_LAST));
+        candidates
+    }
+
+    /// Notes that the node at `address` answered `CLUSTERDOWN` (see [`DOWN_ASKED_LAST`]).
+    fn went_down(&self, address: &Address) {
+        let mut down = self.down.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        down.retain(|_, at| at.elapsed() < DOWN_ASKED_LAST);
+        down.insert(address.clone(), Instant::now());
     }
 
     async fn read_map(&self) -> RedisResult<()> {
-        let mut candidates: Vec<Address> = self.map().primaries.iter().map(|p| p.address.clone()).collect();
-        for seed in &self.seeds {
-            if !candidates.contains(seed) {
-                candidates.push(seed.clone());
-            }
-        }
-        for address in self.nodes.addresses() {
-            if !candidates.contains(&address) {
-                candidates.push(address);
-            }
-        }
-        let mut last = None;
-        for address in candidates {
-            let node = self.nodes.get(&address)?;
-            let mut slots = redis::cmd("CLUSTER");
-            slots.arg("SLOTS");
-            let reply = tokio::time::timeout(self.nodes.query_timeout(), node.query::<Value>(&slots));
-            let ranges = match reply.await {
-                Ok(Ok(value)) => parse_slots(value, &address.host),
-                Ok(Err(error)) => Err(error),
-                Err(_) => Err(RedisError::from((ErrorKind::Io, "no answer to CLUSTER SLOTS"))),
-            };
-            match ranges {
-                Ok(ranges) => {
-                    let mut map = SlotMap::empty();
-                    for (start, end, owner) in ranges {
-                        let node = self.nodes.get(&owner)?;
-                        for slot in start..=end {
-                            map.set(slot, node.clone());
-                        }
+        let read = self.read_map_once().await;
+        // Forget the nodes neither the map nor the URL names (any more).
+        let map = self.map();
+        let named: HashSet<&Address> =
+            map.primaries.iter().map(|p| &p.address).chain(&map.replicas).chain(&self.seeds).collect();
+        self.nodes.retain(|address| named.contains(address));
+        read
+    }
+
+    async fn read_map_once(&self) -> RedisResult<()> {
+        let within = self.nodes.query_timeout();
+        let asked = ask_in_turn(self.candidates(), within, |address| self.ask_slots(address)).await;
+        let (ranges, covered, source) = match asked {
+            Ok(complete) => complete,
+            Err(refused) => {
+                let mut problems: Vec<String> = Vec::new();
+                let mut best: Option<(Vec<Range>, usize, Address)> = None;
+                for unsettled in refused.failures {
+                    problems.push(unsettled.problem);
+                    if let Some(partial) = unsettled.partial
+                        && best.as_ref().is_none_or(|b| partial.1 > b.1)
+                    {
+                        best = Some(partial);
                     }
-                    *self.map.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(map);
-                    return Ok(());
                 }
-                Err(error) => last = Some(node.explain(&error)),
+                problems.extend(refused.unanswered.iter().map(|a| format!("{a}: no answer within {within:?}")));
+                match best {
+                    Some(best) => best,
+                    None => {
+                        return Err(RedisError::from((
+                            ErrorKind::ClusterConnectionNotFound,
+                            "no cluster node answered CLUSTER SLOTS",
+                            problems.join("; "),
+                        )));
+                    }
+                }
+            }
+        };
+        let current = self.map();
+        if covered < current.covered {
+            tracing::warn!(
+                node = %source,
+                "a slot map covering {covered} of {SLOTS} slots was read; the one read before, from {}, covers {}: it is kept",
+                current.source.as_ref().map_or_else(String::new, ToString::to_string),
+                current.covered
+            );
+            return Ok(());
+        }
+        if covered < SLOTS {
+            tracing::warn!(node = %source, "the best slot map read covers {covered} of {SLOTS} slots: calls for the others fail");
+        }
+        let mut map = SlotMap::empty();
+        let primaries: HashSet<&Address> = ranges.iter().map(|r| &r.primary).collect();
+        let mut seen = HashSet::new();
+        map.replicas = (ranges.iter().flat_map(|r| &r.replicas))
+            .filter(|r| !primaries.contains(r) && seen.insert(*r))
+            .take(MAX_REPLICAS_KEPT)
+            .cloned()
+            .collect();
+        for range in &ranges {
+            let node = self.nodes.get(&range.primary)?;
+            for slot in range.start..=range.end {
+                map.set(slot, node.clone());
             }
         }
-        Err(RedisError::from((
-            ErrorKind::ClusterConnectionNotFound,
-            "no cluster node answered CLUSTER SLOTS",
-            last.unwrap_or_default(),
-        )))
+        map.source = Some(source);
+        *self.map.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(map);
+        Ok(())
     }
-}
 
-fn no_owner(slot: u16) -> RedisError {
-    RedisError::from((ErrorKind::ClusterConnectionNotFound, "no primary serves the slot", slot.to_string()))
-}
-
-/// `CLUSTER SLOTS`' reply as (first slot, last slot, primary); an empty host is the node asked.
-fn parse_slots(value: Value, asked: &str) -> RedisResult<Vec<(u16, u16, Address)>> {
-    let bad =
-        |what: &'static str| RedisError::from((ErrorKind::Parse, "unexpected CLUSTER SLOTS reply", what.to_string()));
-    let Value::Array(ranges) = value else { return Err(bad("not an array")) };
-    let mut out = Vec::with_capacity(ranges.len());
-    for range in ranges {
-        let Value::Array(fields) = range else { return Err(bad("a range is not an array")) };
-        let (Some(Value::Int(start)), Some(Value::Int(end)), Some(Value::Array(primary))) =
-            (fields.first(), fields.get(1), fields.get(2))
-        else {
-            return Err(bad("a range lacks its slots or its primary"));
-        };
-        let host = match primary.first() {
-            Some(Value::BulkString(host)) => String::from_utf8_lossy(host).into_owned(),
-            Some(Value::SimpleString(host)) => host.clone(),
-            _ => return Err(bad("a primary without a host")),
-        };
-        let Some(Value::Int(port)) = primary.get(1) else { return Err(bad("a primary without a port")) };
-        let host = if host.is_empty() || host == "?" { asked.to_string() } else { host };
-        let (Ok(start), Ok(end), Ok(port)) = (u16::try_from(*start), u16::try_from(*end), u16::try_from(*port)) else {
-            return Err(bad("a slot or port out of range"));
-        };
-        if usize::from(end) >= SLOTS || start > end {
-            return Err(bad("a slot out of range"));
+    /// `CLUSTER SLOTS` at `address`: a map of all the slots settles the search.
+    async fn ask_slots(&self, address: Address) -> Result<(Vec<Range>, usize, Address), Unsettled> {
+        let unsettled = |problem: String| Unsettled { problem, partial: None };
+        let node = self.nodes.get(&address).map_err(|e| unsettled(format!("{address}: {e}")))?;
+        let mut slots = redis::cmd("CLUSTER");
+        slots.arg("SLOTS");
+        let reply = node.query::<Value>(&slots).await.map_err(|e| unsettled(node.explain(&e)))?;
+        let ranges = topology::cluster_slots(reply, &address).map_err(|what| {
+            tracing::warn!(server = %address, "an impossible CLUSTER SLOTS answer: {what}");
+            unsettled(format!("{address}: an impossible CLUSTER SLOTS answer: {what}"))
+        })?;
+        let covered = topology::coverage(&ranges);
+        if covered < SLOTS {
+            let problem = format!("{address}: its slot map covers {covered} of {SLOTS} slots");
+            return Err(Unsettled { problem, partial: Some((ranges, covered, address)) });
         }
-        out.push((start, end, Address { host, port }));
-    }
-    Ok(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn int(v: i64) -> Value {
-        Value::Int(v)
-    }
-
-    fn node(host: &str, port: i64) -> Value {
-        Value::Array(vec![Value::BulkString(host.as_bytes().to_vec()), int(port), Value::BulkString(b"id".to_vec())])
-    }
-
-    #[test]
-    fn reads_cluster_slots() {
-        let reply = Value::Array(vec![
-            Value::Array(vec![int(0), int(5460), node("10.0.0.1", 7000), node("10.0.0.4", 7003)]),
-            Value::Array(vec![int(5461), int(16383), node("", 7001)]),
-        ]);
-        let ranges = parse_slots(reply, "10.0.0.9").unwrap();
-        assert_eq!(ranges[0], (0, 5460, Address { host: "10.0.0.1".into(), port: 7000 }));
-        assert_eq!(
-            ranges[1],
-            (5461, 16383, Address { host: "10.0.0.9".into(), port: 7001 }),
-            "an empty host is the node asked"
-        );
-        for bad in [
-            Value::Int(1),
-            Value::Array(vec![Value::Array(vec![int(0), int(16384), node("h", 1)])]),
-            Value::Array(vec![Value::Array(vec![int(5), int(1), node("h", 1)])]),
-            Value::Array(vec![Value::Array(vec![int(0), int(1), node("h", 70000)])]),
-            Value::Array(vec![Value::Array(vec![int(0), int(1)])]),
-        ] {
-            assert!(parse_slots(bad, "h").is_err());
-        }
+        Ok((ranges, covered, address))
     }
 }

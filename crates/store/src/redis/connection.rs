@@ -115,12 +115,16 @@ impl Connection {
     }
 
     /// Whether Redis answers now: the topology is read again (a cluster's slot map, the
-    /// Sentinels' primary) and a `PING` answered (by any primary of a cluster).
+    /// Sentinels' primary) and a `PING` answered (by any primary of a cluster); a cluster whose
+    /// map lacks slots does not (its keys there fail), and the error says how many it covers.
     pub(super) async fn probe(&self) -> Result<(), StoreError> {
         let primaries = match self {
             Connection::Server(node) => vec![node.clone()],
             Connection::Cluster(cluster) => {
                 cluster.refresh(false).await.map_err(|e| StoreError::Backend(e.to_string()))?;
+                if let Some(problem) = cluster.coverage_problem() {
+                    return Err(StoreError::Backend(problem));
+                }
                 cluster.primaries()
             }
             Connection::Sentinel(sentinel) => {
@@ -139,13 +143,17 @@ impl Connection {
     }
 
     /// What fails, in tollgate's words, if anything does: each server calls go to is tried on a
-    /// connection of its own (every primary of a cluster; the Sentinels, then their primary).
+    /// connection of its own (every primary of a cluster; the Sentinels, then their primary); a
+    /// cluster's map that lacks slots is said first.
     pub(super) async fn diagnose(&self) -> Option<String> {
         match self {
             Connection::Server(node) => node.diagnose().await,
             Connection::Cluster(cluster) => {
                 if let Err(error) = cluster.refresh(false).await {
                     return Some(error.to_string());
+                }
+                if let Some(problem) = cluster.coverage_problem() {
+                    return Some(problem);
                 }
                 for node in cluster.primaries() {
                     if let Some(problem) = node.diagnose().await {

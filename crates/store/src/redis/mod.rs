@@ -24,16 +24,21 @@
 //!   server's time, which [`Fallback`](crate::Fallback) uses.
 
 mod across;
+mod bounded;
 mod cluster;
 mod connection;
 mod follow;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod keys;
 mod lease;
+mod link;
 mod node;
 pub mod program;
 mod reply;
 mod sentinel;
 pub mod target;
+mod topology;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,7 +50,7 @@ use crate::{Check, Refund, Reserved, Store, StoreError};
 use connection::Connection;
 pub use keys::slot as hash_slot;
 use program::*;
-use reply::{check_prefix, parse_reply, script_error};
+use reply::{check_prefix, parse_lease_reply, parse_reply, script_error, server_time_ns};
 pub use target::{Address, RedisTarget, TlsConfig, Topology};
 use tollgate_redis_module::algorithms::decided_natively;
 
@@ -313,17 +318,13 @@ impl RedisStore {
             .map_err(|failure| script_error(&failure, &keys))?;
         let reply: Vec<i64> = redis::from_redis_value(reply)
             .map_err(|e| StoreError::Backend(format!("the script answered something else than integers: {e}")))?;
-        match lease {
-            None => Ok((parse_reply(&reply, checks.len())?, None)),
-            Some(_) => {
-                let (reply, granted) = reply.split_at(reply.len().saturating_sub(LEASE_REPLY));
-                let field = |v: i64| u64::try_from(v).map_err(|_| StoreError::Backend(format!("bad lease reply {v}")));
-                let granted = match granted {
-                    [units, lessees] => (field(*units)?, field(*lessees)?),
-                    _ => return Err(StoreError::Backend("the script answered no lease".into())),
-                };
-                Ok((parse_reply(reply, checks.len())?, Some(granted)))
+        match (lease, checks) {
+            (None, _) => Ok((parse_reply(&reply, checks.len())?, None)),
+            (Some(_), [check]) => {
+                let (reply, granted, lessees) = parse_lease_reply(&reply, check.cost)?;
+                Ok((reply, Some((granted, lessees))))
             }
+            (Some(_), _) => Err(StoreError::Backend("a lease is of one check".into())),
         }
     }
 }
@@ -378,11 +379,7 @@ impl Store for RedisStore {
         // the state, and the caller an error.
         let now_ns = match &self.options.time {
             TimeSource::Clock(clock) => clock.now_ns(),
-            TimeSource::Server => {
-                let time: (u64, u64) = redis::from_redis_value(run(redis::cmd("TIME")).await?)
-                    .map_err(|e| StoreError::Backend(format!("TIME answered something else: {e}")))?;
-                time.0 * 1_000_000_000 + time.1 * 1_000
-            }
+            TimeSource::Server => server_time_ns(run(redis::cmd("TIME")).await?)?,
         };
         let mut stamp = redis::cmd("HSET");
         stamp.arg(marker.as_slice()).arg("reset").arg(now_ns);

@@ -1,16 +1,18 @@
 //! One Redis server: its connection (multiplexed, made on first use, remade after a failure, TLS
-//! and ACL user as the target says), the script call (`FCALL`, the library loaded where it is
-//! missing; `EVALSHA` on a server without functions, `NOSCRIPT` handled) and `ASKING` when a
-//! migration asks for it, and its errors read: redirects, a demoted primary, and every failure to
-//! connect said in tollgate's words (which server, which name, which CA).
+//! and ACL user as the target says, every reply bounded: see `link.rs`), the script call
+//! (`FCALL`, the library loaded where it is missing; `EVALSHA` on a server without functions,
+//! `NOSCRIPT` handled) and `ASKING` when a migration asks for it, and its errors read: a demoted
+//! primary, a cluster settling, and every failure to connect said in tollgate's words (which
+//! server, which name, which CA). Redirects are read in `topology.rs`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 
+use super::link::Link;
 use super::program::{Script, is_module_call};
 use super::target::{Address, RedisTarget, TlsConfig};
 use crate::remote::Domain;
@@ -89,7 +91,7 @@ pub(super) struct Node {
     pub(super) address: Address,
     /// Its address as a fault domain (the failure policy's breaker, health and metrics).
     pub(super) domain: Domain,
-    connection: ConnectionManager,
+    link: Link,
     settings: Arc<Settings>,
     /// The server has no Redis Functions, or its ACL user may not call or load them: the script
     /// goes by `EVALSHA`.
@@ -108,21 +110,14 @@ impl std::fmt::Debug for Node {
 impl Node {
     /// The server at `address`; returns at once (the connection is made on first use).
     pub(super) fn open(address: Address, settings: Arc<Settings>) -> Result<Arc<Node>, RedisError> {
-        let client = settings.client(&address)?;
-        // One connection attempt per call that finds the connection broken: a server that is
-        // down fails its calls at once (the failure policy answers), rather than after retries.
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(settings.timeout))
-            .set_response_timeout(Some(settings.timeout))
-            .set_number_of_retries(0)
-            .set_min_delay(Duration::from_millis(10))
-            .set_max_delay(Duration::from_millis(100));
-        let connection = ConnectionManager::new_lazy_with_config(client, config)?;
+        // The user, password and database, as the driver's client reads them.
+        let redis = settings.client(&address)?.get_connection_info().redis_settings().clone();
+        let link = Link::new(address.clone(), redis, settings.clone());
         let domain = Domain::from(address.to_string());
         Ok(Arc::new(Node {
             address,
             domain,
-            connection,
+            link,
             settings,
             eval_only: AtomicBool::new(false),
             no_module: AtomicBool::new(false),
@@ -134,7 +129,24 @@ impl Node {
     /// without functions (or whose ACL user may not use them) it goes as `EVALSHA` from then on,
     /// the script loaded after `NOSCRIPT`.
     pub(super) async fn run(&self, cmd: &Cmd, script: Option<&Script>, asking: bool) -> RedisResult<Value> {
-        let mut connection = self.connection.clone();
+        let (generation, connected) = self.link.get().await?;
+        let reply = self.run_on(connected.connection.clone(), cmd, script, asking).await;
+        if let Err(error) = &reply
+            && error.is_unrecoverable_error()
+        {
+            // Lost, or ended by a reply past its bounds: the next call connects again.
+            self.link.broken(generation);
+        }
+        reply
+    }
+
+    async fn run_on(
+        &self,
+        mut connection: MultiplexedConnection,
+        cmd: &Cmd,
+        script: Option<&Script>,
+        asking: bool,
+    ) -> RedisResult<Value> {
         let Some(script) = script else { return send(&mut connection, cmd, asking).await };
         let fcall;
         let cmd = if is_module_call(cmd) {
@@ -200,12 +212,8 @@ impl Node {
     /// own, within the timeout): the shared connection may only say that it is reconnecting.
     pub(super) async fn diagnose(&self) -> Option<String> {
         let attempt = async {
-            let client = self.settings.client(&self.address)?;
-            let config = redis::AsyncConnectionConfig::new()
-                .set_connection_timeout(Some(self.settings.timeout.max(Duration::from_millis(500))))
-                .set_response_timeout(Some(self.settings.timeout.max(Duration::from_millis(500))));
-            let mut connection = client.get_multiplexed_async_connection_with_config(&config).await?;
-            redis::cmd("PING").query_async::<()>(&mut connection).await
+            let connected = self.link.connect(self.settings.timeout.max(Duration::from_millis(500))).await?;
+            redis::cmd("PING").query_async::<()>(&mut connected.connection.clone()).await
         };
         match tokio::time::timeout(Duration::from_secs(2), attempt).await {
             Ok(Ok(())) => None,
@@ -227,7 +235,7 @@ impl Node {
     }
 }
 
-async fn send(connection: &mut ConnectionManager, cmd: &Cmd, asking: bool) -> RedisResult<Value> {
+async fn send(connection: &mut MultiplexedConnection, cmd: &Cmd, asking: bool) -> RedisResult<Value> {
     if !asking {
         return connection.req_packed_command(cmd).await?.extract_error();
     }
@@ -266,29 +274,6 @@ fn are_functions_unavailable(error: &RedisError) -> bool {
     let text = error.to_string().to_ascii_lowercase();
     text.contains("unknown command")
         || (text.contains("noperm") && (text.contains("'fcall'") || text.contains("'function")))
-}
-
-/// Where a `MOVED` or `ASK` reply sends a slot.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Redirect {
-    /// The slot has a new owner.
-    Moved(u16, Address),
-    /// The slot is being migrated and this key is already at the address: ask there, once.
-    Ask(u16, Address),
-}
-
-/// The redirect in `error`, if it is one.
-pub(super) fn redirect(error: &RedisError) -> Option<Redirect> {
-    let moved = match error.kind() {
-        ErrorKind::Server(ServerErrorKind::Moved) => true,
-        ErrorKind::Server(ServerErrorKind::Ask) => false,
-        _ => return None,
-    };
-    let (address, slot) = error.redirect_node()?;
-    let (host, port) = address.rsplit_once(':')?;
-    let address =
-        Address { host: host.trim_start_matches('[').trim_end_matches(']').to_string(), port: port.parse().ok()? };
-    Some(if moved { Redirect::Moved(slot, address) } else { Redirect::Ask(slot, address) })
 }
 
 /// Whether `error` says the server is a replica now (a demoted primary): the command did not run.

@@ -19,9 +19,12 @@
 //! - [`random`]: a seeded generator and random limits across the whole accepted range;
 //! - `redis_server`, `redis_topology` and `tls` (with feature `redis`): real `redis-server`
 //!   processes (plain, TLS, with ACL users), clusters with replicas, Sentinel groups, and the
-//!   certificates a test makes for them.
+//!   certificates a test makes for them; `fake_redis`, a fake server whose answers a test
+//!   scripts (what a broken or hostile server would say).
 
 pub mod cases;
+#[cfg(feature = "redis")]
+pub mod fake_redis;
 pub mod faults;
 pub mod hammer;
 pub mod load;

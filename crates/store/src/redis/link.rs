@@ -1,0 +1,205 @@
+//! One server's connection, made by tollgate rather than by the driver's connection manager:
+//! TCP, or TLS (rustls) as the target says, read through [`Bounded`] so that no reply can take
+//! more than its bounds (see `bounded.rs`), then handed to the driver's multiplexed connection
+//! (concurrent calls pipelined on one socket, each reply awaited within the call timeout).
+//!
+//! - **Made on first use, again after it breaks.** A connection lost, or ended by a reply past
+//!   its bounds, is made again by the next call: one attempt, within the call timeout, which the
+//!   calls arriving meanwhile share and which ends even if they give up first (a server that is
+//!   down fails its calls at once, rather than after retries).
+//! - **Closed with its last user.** The task that reads and writes the socket ends when neither
+//!   the server's entry nor a call under way holds the connection: a server the topology no
+//!   longer names is a socket closed, whatever it still sends or owes.
+
+use std::io;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, ErrorKind, RedisConnectionInfo, RedisError, RedisResult};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::watch;
+
+use super::bounded::Bounded;
+use super::node::Settings;
+use super::target::{Address, TlsConfig};
+
+/// A socket, plain or TLS.
+trait Socket: AsyncRead + AsyncWrite + Send + Unpin {}
+
+impl<S: AsyncRead + AsyncWrite + Send + Unpin> Socket for S {}
+
+/// A connection made, and the task that drives its socket, ended with it.
+pub(super) struct Connected {
+    pub(super) connection: MultiplexedConnection,
+    driver: tokio::task::AbortHandle,
+}
+
+impl Drop for Connected {
+    fn drop(&mut self) {
+        self.driver.abort();
+    }
+}
+
+/// What an attempt at connecting ends with.
+type Outcome = Option<RedisResult<Arc<Connected>>>;
+
+/// One attempt at connecting: started by the first call that needs it, on a task of its own (so
+/// that it ends, within its time, even if that call gives up first), its outcome shared by every
+/// call until the connection breaks.
+#[derive(Clone)]
+struct Attempt {
+    /// Counts the attempts, so that a call reporting a broken connection ends only its own.
+    generation: u64,
+    /// Taken by the call that starts the attempt.
+    start: Arc<Mutex<Option<watch::Sender<Outcome>>>>,
+    outcome: watch::Receiver<Outcome>,
+}
+
+impl Attempt {
+    fn new(generation: u64) -> Self {
+        let (start, outcome) = watch::channel(None);
+        Attempt { generation, start: Arc::new(Mutex::new(Some(start))), outcome }
+    }
+}
+
+/// A server's connection (see the module docs).
+pub(super) struct Link {
+    server: Arc<Server>,
+    current: Mutex<Attempt>,
+}
+
+/// What connecting to a server takes.
+struct Server {
+    address: Address,
+    redis: RedisConnectionInfo,
+    settings: Arc<Settings>,
+    /// The TLS configuration, built at the first connection.
+    tls: OnceLock<Arc<rustls::ClientConfig>>,
+}
+
+impl Link {
+    /// The connection to `address`, authenticated and on the database `redis` says; none is made
+    /// yet.
+    pub(super) fn new(address: Address, redis: RedisConnectionInfo, settings: Arc<Settings>) -> Self {
+        let server = Arc::new(Server { address, redis, settings, tls: OnceLock::new() });
+        Link { server, current: Mutex::new(Attempt::new(0)) }
+    }
+
+    /// The connection, made now if there is none (or the last attempt failed), and its
+    /// generation (for [`broken`](Self::broken)).
+    pub(super) async fn get(&self) -> RedisResult<(u64, Arc<Connected>)> {
+        let attempt = self.current.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        if let Some(start) = attempt.start.lock().unwrap_or_else(PoisonError::into_inner).take() {
+            let server = self.server.clone();
+            tokio::spawn(async move {
+                let outcome = server.connect(server.settings.timeout).await;
+                let _ = start.send(Some(outcome));
+            });
+        }
+        let mut outcome = attempt.outcome.clone();
+        let made = match outcome.wait_for(Option::is_some).await {
+            Ok(made) => made.clone().unwrap_or_else(|| Err(ended())),
+            Err(_) => Err(ended()),
+        };
+        match made {
+            Ok(connected) => Ok((attempt.generation, connected)),
+            Err(error) => {
+                // The next call tries again.
+                self.broken(attempt.generation);
+                Err(error)
+            }
+        }
+    }
+
+    /// Forgets the connection of `generation`, which broke: the next call makes another (the
+    /// calls under way on it keep it until they end).
+    pub(super) fn broken(&self, generation: u64) {
+        let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        if current.generation == generation {
+            *current = Attempt::new(generation + 1);
+        }
+    }
+
+    /// A connection of its own (a diagnosis's), made within `within`, each reply on it awaited as
+    /// long.
+    pub(super) async fn connect(&self, within: Duration) -> RedisResult<Arc<Connected>> {
+        self.server.connect(within).await
+    }
+}
+
+/// An attempt that ended without an outcome (its task stopped with the runtime).
+fn ended() -> RedisError {
+    RedisError::from(io::Error::new(io::ErrorKind::ConnectionAborted, "the connection attempt ended"))
+}
+
+impl Server {
+    /// A new connection, made within `within`, each reply on it awaited as long.
+    async fn connect(&self, within: Duration) -> RedisResult<Arc<Connected>> {
+        let made = async {
+            let tcp = tokio::net::TcpStream::connect((self.address.host.as_str(), self.address.port)).await?;
+            let socket: Box<dyn Socket> = match &self.settings.tls {
+                None => Box::new(tcp),
+                Some(tls) => {
+                    let name = ServerName::try_from(self.address.host.clone()).map_err(|e| {
+                        RedisError::from((ErrorKind::InvalidClientConfig, "not a TLS server name", e.to_string()))
+                    })?;
+                    let connector = tokio_rustls::TlsConnector::from(self.tls_config(tls)?);
+                    Box::new(connector.connect(name, tcp).await?)
+                }
+            };
+            let config = AsyncConnectionConfig::new().set_response_timeout(Some(within));
+            MultiplexedConnection::new_with_config(&self.redis, Bounded::new(socket), config).await
+        };
+        let (connection, driver) = tokio::time::timeout(within, made)
+            .await
+            .map_err(|_| RedisError::from(io::Error::from(io::ErrorKind::TimedOut)))??;
+        let driver = tokio::spawn(driver).abort_handle();
+        Ok(Arc::new(Connected { connection, driver }))
+    }
+
+    fn tls_config(&self, tls: &TlsConfig) -> RedisResult<Arc<rustls::ClientConfig>> {
+        if let Some(config) = self.tls.get() {
+            return Ok(config.clone());
+        }
+        let config = Arc::new(client_config(tls)?);
+        Ok(self.tls.get_or_init(|| config).clone())
+    }
+}
+
+/// rustls' client configuration for `tls`: the servers verified against its CA, or the
+/// system's roots; its client certificate, if any.
+fn client_config(tls: &TlsConfig) -> RedisResult<rustls::ClientConfig> {
+    let invalid =
+        |what: &str, e: String| RedisError::from((ErrorKind::InvalidClientConfig, "TLS", format!("{what}: {e}")));
+    let mut roots = rustls::RootCertStore::empty();
+    match &tls.ca {
+        Some((pem, name)) => {
+            for certificate in CertificateDer::pem_slice_iter(pem) {
+                let certificate = certificate.map_err(|e| invalid(name, e.to_string()))?;
+                roots.add(certificate).map_err(|e| invalid(name, e.to_string()))?;
+            }
+        }
+        None => {
+            let found = rustls_native_certs::load_native_certs();
+            roots.add_parsable_certificates(found.certs);
+            if roots.is_empty() {
+                let why = found.errors.first().map_or_else(|| "none found".into(), ToString::to_string);
+                return Err(invalid("the system's root certificates", why));
+            }
+        }
+    }
+    let builder = rustls::ClientConfig::builder().with_root_certificates(roots);
+    match &tls.client {
+        None => Ok(builder.with_no_client_auth()),
+        Some((chain, key)) => {
+            let chain = CertificateDer::pem_slice_iter(chain)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| invalid("the client certificate", e.to_string()))?;
+            let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| invalid("the client key", e.to_string()))?;
+            builder.with_client_auth_cert(chain, key).map_err(|e| invalid("the client certificate", e.to_string()))
+        }
+    }
+}
