@@ -26,7 +26,7 @@ use tollgate_rules::Rules;
 use tollgate_store::FailurePolicy;
 pub use tollgate_store::configured::StoreConfig;
 pub use tollgate_store::memory::{DEFAULT_MAX_KEYS, DEFAULT_MAX_MEMORY};
-pub use tollgate_store::redis::target::{RedisTarget, TlsConfig, Topology};
+pub use tollgate_store::redis::target::{RedisTarget, TlsConfig, Topology, redacted};
 
 /// Everything the server needs besides its listeners.
 #[derive(Debug, Clone)]
