@@ -6,11 +6,11 @@
 //! connection once it has had none for the idle bound.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
-use futures_util::future::BoxFuture;
 use hyper::body::{Body as HttpBody, Frame, SizeHint};
 use tokio::time::Instant;
 use tonic::body::Body;
@@ -76,7 +76,7 @@ where
 {
     type Response = http::Response<Body>;
     type Error = Infallible;
-    type Future = BoxFuture<'static, Result<http::Response<Body>, Infallible>>;
+    type Future = Pin<Box<dyn Future<Output = Result<http::Response<Body>, Infallible>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         self.0.poll_ready(cx)
