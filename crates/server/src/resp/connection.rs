@@ -6,8 +6,7 @@
 //! `max_output_bytes` are pending: a small pipelined command can have a large reply, so 16 KiB of
 //! `HELLO`s once held over 250 KB), the time a reply may take to be written (a client that never
 //! reads is closed after `write_timeout`), the time a connection may stay idle (`idle_timeout`,
-//! 5 minutes by default);
-//! buffers grown for a large command shrink back once it is done.
+//! 5 minutes by default); buffers grown for a large command shrink back once it is done.
 
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
