@@ -12,6 +12,7 @@ mod units;
 
 use std::process::ExitCode;
 
+use clap::error::ErrorKind;
 use clap::{Parser, Subcommand};
 
 /// tollgate: an exact rate limiter (library, server, middleware).
@@ -40,7 +41,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse();
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::Proxy(args) => proxy::run(args),
@@ -54,4 +55,52 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The command line, or the exit clap chooses (help, version, a usage error). A usage error may
+/// quote an argument as typed (`unexpected argument 'redis://:PASSWORD@host'` when `--store` is
+/// forgotten): every store URL and `--store-sentinel-password` value of the command line is
+/// replaced in it by its redacted form first.
+fn parse() -> Cli {
+    let error = match Cli::try_parse() {
+        Ok(cli) => return cli,
+        Err(error) => error,
+    };
+    if matches!(error.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        error.exit();
+    }
+    let rendered = error.render().to_string();
+    let secrets = secrets(std::env::args_os().skip(1).map(|a| a.to_string_lossy().into_owned()));
+    if !secrets.iter().any(|(secret, _)| rendered.contains(secret.as_str())) {
+        error.exit();
+    }
+    let scrubbed = secrets.iter().fold(rendered, |text, (secret, shown)| text.replace(secret.as_str(), shown));
+    eprint!("{scrubbed}");
+    std::process::exit(error.exit_code());
+}
+
+/// The arguments that may hold credentials, each with what may be shown instead: store URLs
+/// (any argument holding `://` or `@`, alone or after `--flag=`: its redacted form) and the
+/// values of `--store-sentinel-password`.
+fn secrets(args: impl Iterator<Item = String>) -> Vec<(String, String)> {
+    const PASSWORD_FLAG: &str = "--store-sentinel-password";
+    let mut found = Vec::new();
+    let mut after_password_flag = false;
+    for arg in args {
+        let (flag, value) = match arg.split_once('=') {
+            Some((flag, value)) if flag.starts_with("--") => (Some(flag), value.to_string()),
+            _ => (None, arg.clone()),
+        };
+        if after_password_flag || flag == Some(PASSWORD_FLAG) {
+            found.push((value, "<redacted>".to_string()));
+        } else if value.contains("://") || value.contains('@') {
+            let shown = tollgate_server::config::redacted(&value);
+            found.push((value, shown));
+        }
+        after_password_flag = arg == PASSWORD_FLAG;
+    }
+    // The longest first, so that a secret holding another is replaced whole.
+    found.retain(|(secret, _)| !secret.is_empty());
+    found.sort_by_key(|(secret, _)| std::cmp::Reverse(secret.len()));
+    found
 }

@@ -69,9 +69,10 @@ pub(crate) struct ServeArgs {
     /// Close a RESP connection whose replies cannot be written for this long (a client not reading).
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = units::duration)]
     write_timeout: Duration,
-    /// Close a RESP connection idle this long (default: never).
-    #[arg(long, value_name = "DURATION", value_parser = units::duration)]
-    idle_timeout: Option<Duration>,
+    /// Close a RESP connection that sends nothing this long (0 or never: no bound). Clients'
+    /// pools reconnect; Redis's own default is never, many deployments set 300.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = units::timeout)]
+    idle_timeout: units::Timeout,
     #[command(flatten)]
     limits: HttpArgs,
     #[command(flatten)]
@@ -85,7 +86,8 @@ pub(crate) struct ServeArgs {
 /// The HTTP listener's bounds, shared by `serve` and `proxy`.
 #[derive(Debug, Args)]
 pub(crate) struct HttpArgs {
-    /// Longest an HTTP request head may take to arrive (slowloris).
+    /// Longest an HTTP request head may take to arrive (slowloris); also how long a kept-alive
+    /// connection may wait for its next request.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = units::duration)]
     http_header_timeout: Duration,
     /// Longest one HTTP request may take, body included (then 408).
@@ -121,9 +123,14 @@ pub(crate) struct GrpcArgs {
     /// or a peer gone (TCP keepalive, the same interval), is closed.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = units::duration)]
     grpc_keepalive: Duration,
-    /// Largest gRPC request message (then OUT_OF_RANGE).
+    /// Largest gRPC request message, to the rate-limit and the health services (then
+    /// OUT_OF_RANGE).
     #[arg(long, value_name = "SIZE", default_value = "64KiB", value_parser = units::bytes)]
     grpc_max_message: usize,
+    /// Close a gRPC connection that has had no request under way this long, keepalive PINGs
+    /// answered or not (0 or never: no bound); its client connects again when it needs to.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = units::timeout)]
+    grpc_idle_timeout: units::Timeout,
 }
 
 impl GrpcArgs {
@@ -135,6 +142,7 @@ impl GrpcArgs {
             request_timeout: self.grpc_request_timeout,
             keepalive: self.grpc_keepalive,
             max_message_bytes: self.grpc_max_message,
+            idle_timeout: self.grpc_idle_timeout.0,
         }
     }
 }
@@ -195,7 +203,7 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<()> {
             max_connections: args.max_connections,
             max_output_bytes: args.max_output_bytes,
             write_timeout: args.write_timeout,
-            idle_timeout: args.idle_timeout,
+            idle_timeout: args.idle_timeout.0,
         },
         http: args.limits.bounds(),
         grpc: args.grpc_limits.bounds(),

@@ -17,7 +17,7 @@ pub(crate) struct StoreArgs {
     /// redis+cluster://[user:password@]host:port,host:port or
     /// redis+sentinel://[user:password@]host:port,host:port/MASTER_NAME[/db]; rediss://,
     /// rediss+cluster://, rediss+sentinel:// for TLS.
-    #[arg(long, value_name = "STORE", default_value = "memory", value_parser = StoreConfig::parse)]
+    #[arg(long, value_name = "STORE", default_value = "memory", allow_hyphen_values = true, value_parser = StoreParser)]
     pub(crate) store: StoreConfig,
     /// With rediss…: the CA certificates (PEM) that sign Redis's certificates [default: the
     /// system's roots].
@@ -35,8 +35,8 @@ pub(crate) struct StoreArgs {
     pub(crate) store_sentinel_user: Option<String>,
     /// With redis+sentinel://: the password the Sentinels require (their requirepass), if any;
     /// the URL's credentials are the data servers'.
-    #[arg(long, value_name = "PASSWORD")]
-    pub(crate) store_sentinel_password: Option<String>,
+    #[arg(long, value_name = "PASSWORD", allow_hyphen_values = true, value_parser = |text: &str| Ok::<_, String>(Password(text.into())))]
+    pub(crate) store_sentinel_password: Option<Password>,
     /// With Redis: what to answer while Redis fails (open admits, closed denies, local decides in
     /// memory) [default: local].
     #[arg(long, value_name = "POLICY")]
@@ -68,6 +68,40 @@ pub(crate) struct StoreArgs {
     /// without it.
     #[arg(long)]
     pub(crate) store_module: bool,
+}
+
+/// A password given on the command line: its `Debug` never shows it.
+#[derive(Clone)]
+pub(crate) struct Password(String);
+
+impl std::fmt::Debug for Password {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// `--store`'s parser: [`StoreConfig::parse`], whose error is said without the argument (clap
+/// would quote it, password and all: `invalid value 'redis://:PASSWORD@…'`).
+#[derive(Clone)]
+struct StoreParser;
+
+impl clap::builder::TypedValueParser for StoreParser {
+    type Value = StoreConfig;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<StoreConfig, clap::Error> {
+        let flag = arg.map_or_else(|| "--store".to_string(), ToString::to_string);
+        let refuse = |why: &str| {
+            clap::Error::raw(clap::error::ErrorKind::ValueValidation, format!("invalid value for '{flag}': {why}\n"))
+                .with_cmd(cmd)
+        };
+        let text = value.to_str().ok_or_else(|| refuse("it is not UTF-8"))?;
+        StoreConfig::parse(text).map_err(|why| refuse(&why))
+    }
 }
 
 impl StoreArgs {
@@ -105,8 +139,15 @@ impl StoreArgs {
             }
         }
         if matches!(target.topology, Topology::Sentinel { .. }) {
+            if self.store_sentinel_user.is_some() && self.store_sentinel_password.is_none() {
+                // As in the URL: Redis would ignore a user given without its password.
+                anyhow::bail!(
+                    "--store-sentinel-user needs --store-sentinel-password: a Sentinel authenticates a user only \
+                     with its password"
+                );
+            }
             target.sentinel_username = self.store_sentinel_user.take();
-            target.sentinel_password = self.store_sentinel_password.take();
+            target.sentinel_password = self.store_sentinel_password.take().map(|Password(p)| p);
         } else if let Some((flag, _)) = sentinel_flags.iter().find(|(_, given)| *given) {
             anyhow::bail!("{flag} applies to redis+sentinel:// only (the URL's credentials are the data servers')");
         }

@@ -14,6 +14,19 @@ pub(crate) fn duration(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_nanos(ns))
 }
 
+/// A bound in time that may be turned off: a duration, or `0` / `never` for none (as Redis's
+/// `timeout 0`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timeout(pub(crate) Option<Duration>);
+
+/// A [`Timeout`]: a duration such as `5m`, or `0` or `never`.
+pub(crate) fn timeout(text: &str) -> Result<Timeout, String> {
+    match text.trim() {
+        "0" | "never" => Ok(Timeout(None)),
+        text => duration(text).map(|d| Timeout(Some(d))).map_err(|e| format!("{e} (or 0, never: no bound)")),
+    }
+}
+
 /// A size in bytes: a number, optionally followed by KiB, MiB or GiB (or K, M, G, powers of 1024).
 pub(crate) fn bytes(text: &str) -> Result<usize, String> {
     let t = text.trim();
@@ -113,6 +126,10 @@ mod tests {
         assert!(duration("0s").is_err() && duration("10").is_err());
         assert_eq!(positive("3"), Ok(3));
         assert!(positive("0").is_err());
+        assert_eq!(timeout("5m").map(|t| t.0), Ok(Some(Duration::from_secs(300))));
+        assert_eq!(timeout("0").map(|t| t.0), Ok(None));
+        assert_eq!(timeout("never").map(|t| t.0), Ok(None));
+        assert!(timeout("0s").is_err() && timeout("5").unwrap_err().contains("never"));
     }
 
     #[test]

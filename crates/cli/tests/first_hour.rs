@@ -68,19 +68,18 @@ fn out_of_range_flags_are_refused_with_the_flag_and_the_range() {
 #[test]
 fn bad_store_urls_fail_before_any_listener_in_tollgates_words() {
     for (url, wanted) in [
-        ("redis://", "no host"),
+        ("redis://", "the host: it is missing"),
         ("rediss://cache:6379#insecure", "the server's certificate is always verified"),
-        ("redis://cache:6379/one", "the database \"one\" is not a number"),
-        ("redis://:hunter2@cache:70000", "port \"70000\""),
-        ("redis+cluster://", "no host"),
+        ("redis://cache:6379/one", "the database (after the hosts' '/') is not a number"),
+        ("redis://:hunter2@cache:70000", "the host: its port is not a number from 1 to 65535"),
+        ("redis+cluster://", "the host: it is missing"),
         ("redis+sentinel://:hunter2@s1:26379,s2", "no master name"),
         ("mongodb://db", "unknown store"),
     ] {
         let stderr = refused(&["--store", url]);
         assert!(stderr.contains(wanted) && stderr.contains("e.g. redis"), "{url}: {stderr}");
-        // clap echoes the argument as typed; tollgate's own words never repeat a password.
-        let own = stderr.split("<STORE>'").nth(1).unwrap_or(&stderr);
-        assert!(!own.contains("hunter2") && !stderr.contains("InvalidClientConfig"), "{url}: {stderr}");
+        // Neither clap nor tollgate repeats the argument (see tests/credentials.rs).
+        assert!(!stderr.contains("hunter2") && !stderr.contains("InvalidClientConfig"), "{url}: {stderr}");
     }
 }
 

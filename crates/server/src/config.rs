@@ -26,7 +26,7 @@ use tollgate_rules::Rules;
 use tollgate_store::FailurePolicy;
 pub use tollgate_store::configured::StoreConfig;
 pub use tollgate_store::memory::{DEFAULT_MAX_KEYS, DEFAULT_MAX_MEMORY};
-pub use tollgate_store::redis::target::{RedisTarget, TlsConfig, Topology};
+pub use tollgate_store::redis::target::{RedisTarget, TlsConfig, Topology, redacted};
 
 /// Everything the server needs besides its listeners.
 #[derive(Debug, Clone)]
@@ -74,6 +74,10 @@ pub struct Config {
     pub clock: Arc<dyn Clock>,
 }
 
+/// How long a RESP or gRPC connection may stay idle by default: long enough that a client's pool
+/// rarely reconnects, short enough that a connection its client forgot gives its slot back.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+
 /// What one RESP client can make the server hold or wait for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RespBounds {
@@ -91,7 +95,9 @@ pub struct RespBounds {
     /// Longest a reply may take to be written before the connection is closed (a client that
     /// does not read; default 10 s).
     pub write_timeout: Duration,
-    /// Close a connection idle this long (default: never, as Redis's `timeout 0`).
+    /// Close a connection that sends nothing this long (default 5 minutes, as many Redis
+    /// deployments' `timeout 300`: the clients' pools reconnect; `None`: never, Redis's own
+    /// default).
     pub idle_timeout: Option<Duration>,
 }
 
@@ -104,7 +110,7 @@ impl Default for RespBounds {
             max_connections: 10_000,
             max_output_bytes: 64 << 10,
             write_timeout: Duration::from_secs(10),
-            idle_timeout: None,
+            idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
         }
     }
 }
@@ -112,7 +118,8 @@ impl Default for RespBounds {
 /// What one HTTP client can make the server hold or wait for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HttpBounds {
-    /// Longest the request head may take to arrive (slowloris; default 10 s).
+    /// Longest the request head may take to arrive (slowloris; default 10 s). Also the idle
+    /// bound of a kept-alive connection: hyper starts it again as it waits for the next request.
     pub header_read_timeout: Duration,
     /// Longest one request may take, body included (default 10 s): 408 after it.
     pub request_timeout: Duration,
@@ -152,6 +159,9 @@ pub struct GrpcBounds {
     pub keepalive: Duration,
     /// Largest request message (default 64 KiB): OUT_OF_RANGE beyond it.
     pub max_message_bytes: usize,
+    /// Close a connection that has had no request under way this long, keepalive PINGs or not
+    /// (default 5 minutes; `None`: never).
+    pub idle_timeout: Option<Duration>,
 }
 
 impl Default for GrpcBounds {
@@ -163,6 +173,7 @@ impl Default for GrpcBounds {
             request_timeout: Duration::from_secs(10),
             keepalive: Duration::from_secs(30),
             max_message_bytes: 64 << 10,
+            idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
         }
     }
 }
@@ -215,5 +226,15 @@ mod tests {
         assert_eq!(target.redacted(), "redis+sentinel://a:26379,b:26379/m");
         let error = StoreConfig::parse("mongodb://u:secret@x").unwrap_err();
         assert!(error.contains("unknown store") && !error.contains("secret"), "{error}");
+    }
+
+    /// Before: RESP and gRPC connections could stay idle for ever by default.
+    #[test]
+    fn every_listener_has_an_idle_bound_by_default() {
+        let five_minutes = Some(Duration::from_secs(300));
+        assert_eq!(RespBounds::default().idle_timeout, five_minutes, "RESP");
+        assert_eq!(GrpcBounds::default().idle_timeout, five_minutes, "gRPC");
+        // HTTP's is the header-read timeout (hyper restarts it for each request's head).
+        assert_eq!(HttpBounds::default().header_read_timeout, Duration::from_secs(10), "HTTP");
     }
 }

@@ -160,6 +160,30 @@ async fn an_idle_timeout_closes_idle_connections() {
     server.stop().await;
 }
 
+/// An HTTP connection kept alive after its request and then silent is closed after the
+/// header-read timeout: hyper starts the timer again as it waits for the next request's head, so
+/// `--http-header-timeout` is the HTTP listener's idle bound as well.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_connection_idle_after_its_request_is_closed() {
+    let http = HttpBounds { header_read_timeout: Duration::from_millis(300), ..HttpBounds::default() };
+    let server = Server::start(Config { http, ..common::manual_config() }).await;
+    let mut kept = TcpStream::connect(server.http).unwrap();
+    kept.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    kept.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n").unwrap();
+    let mut response = Vec::new();
+    let mut buffer = [0u8; 4096];
+    loop {
+        let read = kept.read(&mut buffer).expect("closed within 10 s");
+        if read == 0 {
+            break;
+        }
+        response.extend_from_slice(&buffer[..read]);
+    }
+    let response = String::from_utf8_lossy(&response);
+    assert!(response.starts_with("HTTP/1.1 200") && !response.contains("connection: close"), "{response}");
+    server.stop().await;
+}
+
 /// Before: the HTTP listener had no header-read timeout (slowloris), no connection cap and no
 /// body limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

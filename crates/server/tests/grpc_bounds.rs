@@ -1,6 +1,7 @@
 //! The gRPC listener's bounds, from the wire: the concurrent-stream limit advertised in the
-//! server's HTTP/2 SETTINGS, the connection cap, the preface deadline and the message-size limit
-//! (before: tonic's defaults, no stream limit advertised, no cap, no deadline, 4 MB messages).
+//! server's HTTP/2 SETTINGS, the connection cap, the preface deadline, the idle bound and the
+//! message-size limit, the health service's too (before: tonic's defaults, no stream limit
+//! advertised, no cap, no deadline, no idle bound, 4 MB messages).
 
 mod common;
 
@@ -122,5 +123,89 @@ async fn a_message_over_the_limit_is_refused() {
     let status = client.should_rate_limit(request("x".repeat(4096))).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::OutOfRange, "{status}");
     assert!(client.should_rate_limit(request("x".into())).await.is_ok(), "the connection serves on");
+    server.stop().await;
+}
+
+/// Reads the server's frames until it closes `stream`, answering its PINGs and SETTINGS as a
+/// live client does: the PINGs answered, or `None` if it is still open after `within`.
+async fn answer_pings_until_closed(stream: &mut TcpStream, within: Duration) -> Option<usize> {
+    let deadline = tokio::time::Instant::now() + within;
+    let mut answered = 0;
+    loop {
+        let mut header = [0u8; 9];
+        match tokio::time::timeout_at(deadline, stream.read_exact(&mut header)).await {
+            Err(_) => return None,
+            Ok(Err(_)) => return Some(answered),
+            Ok(Ok(_)) => {}
+        }
+        let length = usize::from(header[0]) << 16 | usize::from(header[1]) << 8 | usize::from(header[2]);
+        let mut payload = vec![0u8; length];
+        match tokio::time::timeout_at(deadline, stream.read_exact(&mut payload)).await {
+            Err(_) => return None,
+            Ok(Err(_)) => return Some(answered),
+            Ok(Ok(_)) => {}
+        }
+        let reply = match (header[3], header[4] & 1) {
+            // A PING, acknowledged with its payload.
+            (6, 0) => [&[0, 0, 8, 6, 1, 0, 0, 0, 0][..], &payload].concat(),
+            // SETTINGS, acknowledged.
+            (4, 0) => vec![0, 0, 0, 4, 1, 0, 0, 0, 0],
+            _ => continue,
+        };
+        if stream.write_all(&reply).await.is_err() {
+            return Some(answered);
+        }
+        answered += usize::from(header[3] == 6);
+    }
+}
+
+/// Before: a connection past its preface that answered the keepalive PINGs and sent no request
+/// held one of the connection slots for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_connection_is_closed_though_it_answers_pings() {
+    let server = start(GrpcBounds {
+        keepalive: Duration::from_millis(100),
+        idle_timeout: Some(Duration::from_millis(1500)),
+        ..GrpcBounds::default()
+    })
+    .await;
+    let mut idle = connect(&server).await;
+    let answered = answer_pings_until_closed(&mut idle, Duration::from_secs(10)).await;
+    let answered = answered.expect("still open after 10 s, its PINGs answered: the idle bound is 1.5 s");
+    assert!(answered > 0, "closed before the server pinged it (every 100 ms): the PINGs were not put to the test");
+    server.stop().await;
+}
+
+/// A request under way is not idleness, however long it lasts: a `Watch` of the health service
+/// (a stream that stays open) keeps its connection past the idle bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_with_a_stream_open_is_not_idle() {
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus};
+    let server = start(GrpcBounds { idle_timeout: Some(Duration::from_millis(300)), ..GrpcBounds::default() }).await;
+    let channel = Channel::from_shared(format!("http://{}", server.grpc.unwrap())).unwrap().connect().await.unwrap();
+    let mut health = HealthClient::new(channel);
+    let mut watch = health.watch(HealthCheckRequest { service: String::new() }).await.unwrap().into_inner();
+    let first = watch.message().await.unwrap().expect("the current status");
+    assert_eq!(first.status(), ServingStatus::Serving);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // A closed connection would end the stream at once, with an error.
+    let next = tokio::time::timeout(Duration::from_millis(300), watch.message()).await;
+    assert!(next.is_err(), "the stream ended past the idle bound: {next:?}");
+    server.stop().await;
+}
+
+/// Before: the health service had tonic's default limit, 4 MiB, whatever --grpc-max-message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_health_service_has_the_same_message_limit() {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_client::HealthClient;
+    let server = start(GrpcBounds { max_message_bytes: 1024, ..GrpcBounds::default() }).await;
+    let channel = Channel::from_shared(format!("http://{}", server.grpc.unwrap())).unwrap().connect().await.unwrap();
+    let mut health = HealthClient::new(channel);
+    let status = health.check(HealthCheckRequest { service: "x".repeat(4096) }).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::OutOfRange, "{status}");
+    let served = health.check(HealthCheckRequest { service: String::new() }).await;
+    assert!(served.is_ok(), "the connection serves on: {served:?}");
     server.stop().await;
 }

@@ -34,7 +34,8 @@ pub enum StoreConfig {
 
 impl StoreConfig {
     /// Parses `memory` or a Redis URL (`redis://host:port[/db]`, `redis+cluster://…`,
-    /// `redis+sentinel://…/MASTER`, and `rediss…` for TLS).
+    /// `redis+sentinel://…/MASTER`, and `rediss…` for TLS). No error quotes `text` (see
+    /// [`RedisTarget::parse`]).
     pub fn parse(text: &str) -> Result<Self, String> {
         if text == "memory" {
             return Ok(StoreConfig::Memory { max_keys: DEFAULT_MAX_KEYS, max_memory: DEFAULT_MAX_MEMORY });
@@ -42,12 +43,12 @@ impl StoreConfig {
         if text.starts_with("redis") && text.contains("://") {
             return RedisTarget::parse(text).map(|t| StoreConfig::Redis(Box::new(t)));
         }
-        Err(format!(
-            "unknown store {:?}: use memory, redis://host:port[/db] (e.g. redis://127.0.0.1:6379), \
+        // Not quoted: a store that is not understood may be a URL whose credentials are
+        // misplaced (or a password given where the store goes).
+        Err("unknown store: use memory, redis://host:port[/db] (e.g. redis://127.0.0.1:6379), \
              redis+cluster://host:port,host:port or redis+sentinel://host:port,host:port/MASTER_NAME \
-             (rediss… for TLS)",
-            crate::redis::target::redacted(text)
-        ))
+             (rediss… for TLS)"
+            .into())
     }
 
     /// A Redis store at `url` (any form [`RedisTarget::parse`] reads); panics on a bad URL (for

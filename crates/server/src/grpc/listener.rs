@@ -1,8 +1,13 @@
 //! The gRPC listener's connections, bounded before tonic sees them: at most `max_connections` at
-//! once (one more is closed as soon as it is accepted), and each must send the HTTP/2 preface
-//! within `header_read_timeout` (a connection that sends nothing holds no slot for long).
-//! Concurrent streams, request time, keepalive and message size are tonic's settings (see
-//! `serve`).
+//! once (one more is closed as soon as it is accepted), each must send the HTTP/2 preface within
+//! `header_read_timeout` (a connection that sends nothing holds no slot for long), and each is
+//! closed once it has had no request under way for `idle_timeout` (see `idle.rs`: a client that
+//! answers keepalive PINGs and sends nothing else gives its slot back too). Concurrent streams,
+//! request time, keepalive and message size are tonic's settings (see `serve`).
+//!
+//! An idle connection is closed as if its client had: its reads end, and with no stream open
+//! HTTP/2 ends the connection cleanly (no GOAWAY: tonic gives no handle on one connection). A
+//! request a client sends at that very moment fails, and its client connects again.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -13,18 +18,42 @@ use futures_util::Stream;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tonic::transport::server::{Connected, TcpConnectInfo};
+use tokio::time::{Instant, Sleep};
+use tonic::transport::server::Connected;
+
+use super::idle::{Activity, ConnectionInfo};
 
 /// The HTTP/2 client preface (RFC 9113 section 3.4) is 24 bytes.
 const PREFACE: usize = 24;
 
-/// An accepted connection holding its slot, closed if its preface is late.
+/// An accepted connection holding its slot, closed if its preface is late or once it is idle.
 pub(super) struct Bounded {
     stream: TcpStream,
     _slot: OwnedSemaphorePermit,
     /// Until the preface has arrived.
-    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    deadline: Option<Pin<Box<Sleep>>>,
     received: usize,
+    activity: Arc<Activity>,
+    /// The idle bound, and a timer that checks it.
+    idle: Option<(Duration, Pin<Box<Sleep>>)>,
+}
+
+impl Bounded {
+    /// Whether the connection has had no request under way for the idle bound; otherwise the
+    /// timer is set to when it would have (and registered with `cx`).
+    fn idle_past_bound(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some((bound, timer)) = &mut self.idle else { return false };
+        while timer.as_mut().poll(cx).is_ready() {
+            let now = Instant::now();
+            match self.activity.idle_since() {
+                Some(since) if now.saturating_duration_since(since) >= *bound => return true,
+                Some(since) => timer.as_mut().reset(since + *bound),
+                // A request under way: look again a bound from now (its end restarts the count).
+                None => timer.as_mut().reset(now + *bound),
+            }
+        }
+        false
+    }
 }
 
 impl AsyncRead for Bounded {
@@ -45,6 +74,8 @@ impl AsyncRead for Bounded {
                     std::io::ErrorKind::TimedOut,
                     "the HTTP/2 preface did not arrive in time",
                 ))),
+                // Nothing to read now: an idle connection ends here, as if its client closed it.
+                _ if this.idle_past_bound(cx) => Poll::Ready(Ok(())),
                 _ => Poll::Pending,
             },
         }
@@ -78,10 +109,10 @@ impl AsyncWrite for Bounded {
 }
 
 impl Connected for Bounded {
-    type ConnectInfo = TcpConnectInfo;
+    type ConnectInfo = ConnectionInfo;
 
-    fn connect_info(&self) -> TcpConnectInfo {
-        self.stream.connect_info()
+    fn connect_info(&self) -> ConnectionInfo {
+        ConnectionInfo { tcp: self.stream.connect_info(), activity: Arc::clone(&self.activity) }
     }
 }
 
@@ -90,6 +121,7 @@ pub(super) fn incoming(
     listener: TcpListener,
     max_connections: usize,
     header_read_timeout: Duration,
+    idle_timeout: Option<Duration>,
 ) -> impl Stream<Item = std::io::Result<Bounded>> {
     let slots = Arc::new(Semaphore::new(max_connections));
     futures_util::stream::unfold((listener, slots), move |(listener, slots)| async move {
@@ -109,7 +141,9 @@ pub(super) fn incoming(
             };
             let _ = stream.set_nodelay(true);
             let deadline = Some(Box::pin(tokio::time::sleep(header_read_timeout)));
-            let bounded = Bounded { stream, _slot: slot, deadline, received: 0 };
+            let idle = idle_timeout.map(|bound| (bound, Box::pin(tokio::time::sleep(bound))));
+            let activity = Activity::new();
+            let bounded = Bounded { stream, _slot: slot, deadline, received: 0, activity, idle };
             return Some((Ok(bounded), (listener, slots)));
         }
     })

@@ -10,6 +10,7 @@
 //! said. `requests_per_unit: 0` is always over the limit; `unlimited` and unmatched descriptors
 //! are OK without a `current_limit`.
 
+mod idle;
 mod listener;
 pub mod metrics;
 pub mod reload;
@@ -38,8 +39,8 @@ use metrics::{DescriptorMetrics, DescriptorOutcome};
 const SCOPE: &str = tollgate_rules::ENVOY_SCOPE;
 
 /// Most descriptors in one request, and entries in one descriptor: far above what Envoy's rate
-/// limit actions produce, low enough that no request makes one store call unbounded (gRPC already
-/// caps a message at 4 MiB).
+/// limit actions produce, low enough that no request makes one store call unbounded (a message is
+/// capped at `--grpc-max-message` as well).
 pub const MAX_DESCRIPTORS: usize = 256;
 /// See [`MAX_DESCRIPTORS`].
 pub const MAX_ENTRIES: usize = 64;
@@ -294,10 +295,15 @@ pub async fn serve(
 ) -> Result<(), String> {
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_serving::<RateLimitServiceServer<RateLimitService>>().await;
-    let service =
+    // Both services under the same message limit (tonic's default is 4 MiB), and their requests
+    // counted as their connection's activity (see `idle`).
+    let health = idle::Tracked(health.max_decoding_message_size(bounds.max_message_bytes));
+    let service = idle::Tracked(
         RateLimitServiceServer::new(RateLimitService::new(app, config).with_response_headers(response_headers))
-            .max_decoding_message_size(bounds.max_message_bytes);
-    let incoming = listener::incoming(listener, bounds.max_connections, bounds.header_read_timeout);
+            .max_decoding_message_size(bounds.max_message_bytes),
+    );
+    let incoming =
+        listener::incoming(listener, bounds.max_connections, bounds.header_read_timeout, bounds.idle_timeout);
     let mut signal = stopped.clone();
     let server = tonic::transport::Server::builder()
         .max_concurrent_streams(bounds.max_concurrent_streams)

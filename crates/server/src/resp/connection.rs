@@ -5,8 +5,8 @@
 //! Bounded: a command's size and arguments (see `frame`), the replies held (written out whenever
 //! `max_output_bytes` are pending: a small pipelined command can have a large reply, so 16 KiB of
 //! `HELLO`s once held over 250 KB), the time a reply may take to be written (a client that never
-//! reads is closed after `write_timeout`), optionally the time a connection may stay idle;
-//! buffers grown for a large command shrink back once it is done.
+//! reads is closed after `write_timeout`), the time a connection may stay idle (`idle_timeout`,
+//! 5 minutes by default); buffers grown for a large command shrink back once it is done.
 
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

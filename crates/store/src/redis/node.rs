@@ -17,14 +17,26 @@ use super::program::{Script, is_module_call};
 use super::target::{Address, RedisTarget, TlsConfig};
 use crate::remote::Domain;
 
-/// How to connect to every server of one kind (the data servers, or the Sentinels).
-#[derive(Debug)]
+/// How to connect to every server of one kind (the data servers, or the Sentinels). Its `Debug`
+/// shows whether there is a password, never what it is.
 pub(super) struct Settings {
     pub(super) tls: Option<TlsConfig>,
     pub(super) username: Option<String>,
     pub(super) password: Option<String>,
     pub(super) db: u32,
     pub(super) timeout: Duration,
+}
+
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Settings")
+            .field("tls", &self.tls)
+            .field("username", &self.username)
+            .field("password", &super::target::Hidden(&self.password))
+            .field("db", &self.db)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
 }
 
 impl Settings {

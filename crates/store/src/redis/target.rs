@@ -9,11 +9,14 @@
 //! `rediss`, `rediss+cluster` and `rediss+sentinel` are the same over TLS, to every server the
 //! topology leads to (the Sentinels too): the server's certificate is verified against the
 //! system's roots or the CA given ([`TlsConfig`]), and there is no way to turn verification off.
-//! The user and password (percent-encoded, as in any URL) authenticate to the data servers; the
-//! Sentinels' own credentials, when they require some, are separate
-//! ([`RedisTarget::sentinel_username`], `--store-sentinel-user` / `--store-sentinel-password`).
-//! Every mistake is refused with what is wrong and a valid example, before anything connects;
-//! [`RedisTarget::redacted`] is the form that may be logged: never the credentials.
+//! The user and password authenticate to the data servers; the Sentinels' own credentials, when
+//! they require some, are separate ([`RedisTarget::sentinel_username`], `--store-sentinel-user` /
+//! `--store-sentinel-password`). The credentials are everything between `://` and the last `@`
+//! (a password may hold `/ @ : , # ? %` unencoded; `%XX` escapes are decoded), and a user comes
+//! with its password. Every mistake is refused with what is wrong and a valid example, before
+//! anything connects, and without quoting the URL (a piece of it may be a password);
+//! [`RedisTarget::redacted`] and [`redacted`] are the forms that may be logged, and the `Debug`
+//! of a target shows no password.
 
 use std::fmt;
 use std::path::Path;
@@ -117,8 +120,9 @@ impl TlsConfig {
     }
 }
 
-/// Which Redis to reach, and how (see the module docs for the URL forms).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Which Redis to reach, and how (see the module docs for the URL forms). Its `Debug` shows
+/// neither password.
+#[derive(Clone, PartialEq, Eq)]
 pub struct RedisTarget {
     /// The servers.
     pub topology: Topology,
@@ -136,16 +140,74 @@ pub struct RedisTarget {
     pub sentinel_password: Option<String>,
 }
 
+impl fmt::Debug for RedisTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisTarget")
+            .field("topology", &self.topology)
+            .field("tls", &self.tls)
+            .field("username", &self.username)
+            .field("password", &Hidden(&self.password))
+            .field("db", &self.db)
+            .field("sentinel_username", &self.sentinel_username)
+            .field("sentinel_password", &Hidden(&self.sentinel_password))
+            .finish()
+    }
+}
+
+/// A password in a `Debug`: whether there is one, never what it is.
+pub(crate) struct Hidden<'a>(pub(crate) &'a Option<String>);
+
+impl fmt::Debug for Hidden<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_some() { "Some(<redacted>)" } else { "None" })
+    }
+}
+
+/// The schemes of Redis URLs.
+const SCHEMES: [&str; 6] = ["redis", "rediss", "redis+cluster", "rediss+cluster", "redis+sentinel", "rediss+sentinel"];
+
 const EXAMPLES: &str = "e.g. redis://127.0.0.1:6379, rediss://user:password@redis.internal:6380/2, \
                         redis+cluster://10.0.0.1:7000,10.0.0.2:7000 or \
                         redis+sentinel://10.0.0.1:26379,10.0.0.2:26379/mymaster";
 
+/// A URL cut where its credentials end, before anything else is read of it.
+struct Parts<'a> {
+    /// What precedes `://`: letters, digits, `+`, `-` and `.` only.
+    scheme: &'a str,
+    /// Everything between `://` and the last `@`: a password may hold any of `/ @ : , % # ?`
+    /// unencoded, so nothing before the last `@` can be taken for a host, a port or a path.
+    userinfo: Option<&'a str>,
+    /// The hosts, the path and whatever follows.
+    rest: &'a str,
+}
+
+impl<'a> Parts<'a> {
+    /// `None` when `url` does not start with a scheme and `://`.
+    fn of(url: &'a str) -> Option<Self> {
+        let (scheme, after) = url.split_once("://")?;
+        let is_scheme = scheme.len() <= 32
+            && scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+            && scheme.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+        if !is_scheme {
+            return None;
+        }
+        let (userinfo, rest) = match after.rfind('@') {
+            Some(at) => (Some(&after[..at]), &after[at + 1..]),
+            None => (None, after),
+        };
+        Some(Parts { scheme, userinfo, rest })
+    }
+}
+
 impl RedisTarget {
     /// Parses a Redis URL (see the module docs), refusing every mistake with what is wrong and
-    /// an example.
+    /// an example. No error quotes the URL or a piece of it: a piece may be a credential (a
+    /// password holding a `/` once came back as "the port").
     pub fn parse(url: &str) -> Result<Self, String> {
-        let problem = |what: String| format!("invalid Redis URL {:?}: {what} ({EXAMPLES})", redacted(url));
-        let (scheme, rest) = url.split_once("://").ok_or_else(|| problem("no scheme (redis://…)".into()))?;
+        let problem = |what: &str| format!("invalid Redis URL: {what} ({EXAMPLES})");
+        let Some(Parts { scheme, userinfo, rest }) = Parts::of(url) else {
+            return Err(problem("it does not start with a scheme such as redis://"));
+        };
         let (tls, kind) = match scheme {
             "redis" => (false, ""),
             "rediss" => (true, ""),
@@ -153,71 +215,60 @@ impl RedisTarget {
             "rediss+cluster" => (true, "cluster"),
             "redis+sentinel" => (false, "sentinel"),
             "rediss+sentinel" => (true, "sentinel"),
-            _ => return Err(problem(format!("unknown scheme {scheme:?}"))),
+            // Not quoted: what stands before "://" may be a password whose scheme is missing.
+            _ => return Err(problem(&format!("the scheme is none of {}", SCHEMES.join(", ")))),
         };
         if rest.contains('#') {
             return Err(problem(
                 "a #fragment such as #insecure is not accepted: the server's certificate is always verified \
-                 (give its CA with --store-tls-ca FILE)"
-                    .into(),
+                 (give its CA with --store-tls-ca FILE)",
             ));
         }
         if rest.contains('?') {
-            return Err(problem("URL options (?...) are not supported".into()));
+            return Err(problem("URL options (?...) are not supported"));
         }
+        let (username, password) = credentials(userinfo).map_err(problem)?;
         let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-        // The credentials end at the last '@' before the first host ends.
-        let first_host_end = authority.find(',').unwrap_or(authority.len());
-        let (userinfo, hosts) = match authority[..first_host_end].rfind('@') {
-            Some(at) => (Some(&authority[..at]), &authority[at + 1..]),
-            None => (None, authority),
-        };
-        let (username, password) = match userinfo {
-            None => (None, None),
-            Some(userinfo) => {
-                let (user, password) = match userinfo.split_once(':') {
-                    Some((user, password)) => (user, Some(password)),
-                    None => (userinfo, None),
-                };
-                let decode = |text: &str| percent_decode(text).map_err(&problem);
-                let user = Some(decode(user)?).filter(|u| !u.is_empty());
-                let password = password.map(decode).transpose()?.filter(|p| !p.is_empty());
-                (user, password)
-            }
-        };
         let default_port = if kind == "sentinel" { 26379 } else { 6379 };
+        let hosts: Vec<&str> = authority.split(',').map(str::trim).collect();
         let addresses = hosts
-            .split(',')
-            .map(|host| parse_address(host.trim(), default_port).map_err(&problem))
+            .iter()
+            .enumerate()
+            .map(|(i, host)| {
+                let which = if hosts.len() == 1 {
+                    "the host".to_string()
+                } else {
+                    format!("host {} of {}", i + 1, hosts.len())
+                };
+                parse_address(host, default_port).map_err(|what| problem(&format!("{which}: {what}")))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let db = |text: &str| -> Result<u32, String> {
             if text.is_empty() {
                 return Ok(0);
             }
             text.parse::<u32>().map_err(|_| {
-                problem(format!("the database {text:?} is not a number (Redis numbers its databases 0, 1, 2...)"))
+                problem("the database (after the hosts' '/') is not a number (Redis numbers its databases 0, 1, 2...)")
             })
         };
         let (topology, db) = match kind {
             "" => {
                 let [address] = <[Address; 1]>::try_from(addresses)
-                    .map_err(|_| problem("several hosts: use redis+cluster:// or redis+sentinel://".into()))?;
+                    .map_err(|_| problem("several hosts: use redis+cluster:// or redis+sentinel://"))?;
                 (Topology::Server(address), db(path)?)
             }
             "cluster" => {
                 if !path.is_empty() && path != "0" {
-                    return Err(problem("a cluster has only database 0: give no /db".into()));
+                    return Err(problem("a cluster has only database 0: give no /db"));
                 }
                 (Topology::Cluster(addresses), 0)
             }
             _ => {
                 let (master, db_text) = path.split_once('/').unwrap_or((path, ""));
                 if master.is_empty() {
-                    return Err(problem(
-                        "no master name: redis+sentinel://host:port[,host:port…]/MASTER_NAME[/db]".into(),
-                    ));
+                    return Err(problem("no master name: redis+sentinel://host:port[,host:port…]/MASTER_NAME[/db]"));
                 }
-                let master = percent_decode(master).map_err(&problem)?;
+                let master = percent_decode(master).map_err(|what| problem(&format!("the master name: {what}")))?;
                 (Topology::Sentinel { sentinels: addresses, master }, db(db_text)?)
             }
         };
@@ -246,28 +297,50 @@ impl RedisTarget {
         }
     }
 
-    /// The URL without credentials, as it may be logged (`rediss+cluster://a:1,b:2`).
+    /// The URL without its password, as it may be logged (`rediss+cluster://user@a:1,b:2`): the
+    /// user is named (a user always comes with a password, so it is never a password written
+    /// where the user goes), percent-encoded as in a URL.
     #[must_use]
     pub fn redacted(&self) -> String {
         let s = if self.tls.is_some() { "s" } else { "" };
         let join = |addresses: &[Address]| addresses.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
         let db = |db: u32| if db == 0 { String::new() } else { format!("/{db}") };
-        let user = self.username.as_ref().map_or(String::new(), |u| format!("{u}@"));
+        let user = self.username.as_ref().map_or(String::new(), |u| format!("{}@", percent_encode(u)));
         match &self.topology {
             Topology::Server(address) => format!("redis{s}://{user}{address}{}", db(self.db)),
             Topology::Cluster(nodes) => format!("redis{s}+cluster://{user}{}", join(nodes)),
             Topology::Sentinel { sentinels, master } => {
-                format!("redis{s}+sentinel://{user}{}/{master}{}", join(sentinels), db(self.db))
+                format!("redis{s}+sentinel://{user}{}/{}{}", join(sentinels), percent_encode(master), db(self.db))
             }
         }
     }
 }
 
-/// `host[:port]`, an IPv6 host in brackets (`[::1]:6379`).
-fn parse_address(text: &str, default_port: u16) -> Result<Address, String> {
+/// The user and the password of a URL's credentials (`user:password`, each percent-decoded). A
+/// user without a password is refused: Redis authenticates a user only with its password, so it
+/// would connect as the default user, and the text there may well be a password written where
+/// the user goes.
+fn credentials(userinfo: Option<&str>) -> Result<(Option<String>, Option<String>), &'static str> {
+    let Some(userinfo) = userinfo else { return Ok((None, None)) };
+    let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
+    let user = Some(percent_decode(user)?).filter(|u| !u.is_empty());
+    let password = Some(percent_decode(password)?).filter(|p| !p.is_empty());
+    if user.is_some() && password.is_none() {
+        return Err("a user without a password (user@host): Redis authenticates a user only with its password, \
+                    and would ignore it; write user:password@host, or :password@host for the default user");
+    }
+    Ok((user, password))
+}
+
+/// `host[:port]`, an IPv6 host in brackets (`[::1]:6379`). Errors quote nothing of `text`.
+fn parse_address(text: &str, default_port: u16) -> Result<Address, &'static str> {
     let (host, port) = if let Some(rest) = text.strip_prefix('[') {
-        let (host, tail) = rest.split_once(']').ok_or_else(|| format!("{text:?}: an IPv6 host lacks its ']'"))?;
-        (host, tail.strip_prefix(':'))
+        let (host, tail) = rest.split_once(']').ok_or("an IPv6 address lacks its ']'")?;
+        let port = match tail {
+            "" => None,
+            tail => Some(tail.strip_prefix(':').ok_or("something other than :PORT follows its ']'")?),
+        };
+        (host, port)
     } else {
         match text.rsplit_once(':') {
             Some((host, port)) => (host, Some(port)),
@@ -275,135 +348,73 @@ fn parse_address(text: &str, default_port: u16) -> Result<Address, String> {
         }
     };
     if host.is_empty() {
-        return Err(if text.is_empty() { "no host".into() } else { format!("no host in {text:?}") });
+        return Err("it is missing (an '@' or a ',' with no host after it?)");
     }
-    if host.contains(['@', '/', ' ']) {
-        return Err(format!("{host:?} is not a host name (credentials go once, before the first host)"));
+    if !host.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_' | ':' | '%')) {
+        return Err("it is not a host name nor an IP address");
     }
     let port = match port {
         None => default_port,
         Some(port) => match port.parse::<u16>() {
             Ok(p) if p > 0 => p,
-            _ => return Err(format!("the port {port:?} is not a number from 1 to 65535")),
+            _ => return Err("its port is not a number from 1 to 65535"),
         },
     };
     Ok(Address { host: host.to_string(), port })
 }
 
-/// `%XX` escapes decoded (a password holding `@` or `:` is written `%40`, `%3A`).
-fn percent_decode(text: &str) -> Result<String, String> {
+/// `%XX` escapes decoded (a password holding `@` or `:` may be written `%40`, `%3A`); a `%` not
+/// followed by two hex digits is itself (a password such as `100%`).
+fn percent_decode(text: &str) -> Result<String, &'static str> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
-            let byte =
-                hex.and_then(|h| u8::from_str_radix(h, 16).ok()).ok_or("a '%' not followed by two hex digits")?;
-            out.push(byte);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
+        let escaped = (bytes[i] == b'%')
+            .then(|| bytes.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|hex| u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok());
+        match escaped {
+            Some(byte) => {
+                out.push(byte);
+                i += 3;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
         }
     }
-    String::from_utf8(out).map_err(|_| "a percent-encoded credential that is not UTF-8".into())
+    String::from_utf8(out).map_err(|_| "a percent-encoded byte sequence that is not UTF-8")
 }
 
-/// `url` without credentials, even when it does not parse (for messages about it).
+/// `text` percent-encoded but for URL's unreserved characters, as it may stand in a URL.
+fn percent_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+/// `url` without credentials, for messages about it: its redacted form when it parses; when it
+/// does not, its scheme alone (`redis://…`) if it is a Redis scheme, else nothing (`…`): what
+/// follows may be a password whose `@` and host are missing, or a `?password=` option.
 #[must_use]
 pub fn redacted(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
-    let (authority, path) = match rest.find('/') {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
-    };
-    let hosts: Vec<&str> =
-        authority.split(',').map(|node| node.rsplit_once('@').map_or(node, |(_, host)| host)).collect();
-    format!("{scheme}://{}{path}", hosts.join(","))
+    match (RedisTarget::parse(url), Parts::of(url)) {
+        (Ok(target), _) => target.redacted(),
+        (Err(_), Some(parts)) if SCHEMES.contains(&parts.scheme) => format!("{}://…", parts.scheme),
+        (Err(_), _) => "…".into(),
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
+mod corpus;
 
-    fn address(host: &str, port: u16) -> Address {
-        Address { host: host.into(), port }
-    }
-
-    #[test]
-    fn every_form_parses() {
-        let t = RedisTarget::parse("redis://127.0.0.1:6379").unwrap();
-        assert_eq!(t.topology, Topology::Server(address("127.0.0.1", 6379)));
-        assert!(t.tls.is_none() && t.username.is_none() && t.db == 0);
-        let t = RedisTarget::parse("rediss://tg:p%40ss%3Aword@[::1]:6380/3").unwrap();
-        assert_eq!(t.topology, Topology::Server(address("::1", 6380)));
-        assert_eq!((t.username.as_deref(), t.password.as_deref(), t.db), (Some("tg"), Some("p@ss:word"), 3));
-        assert!(t.tls.is_some());
-        let t = RedisTarget::parse("redis://:secret@h").unwrap();
-        assert_eq!((t.username, t.password.as_deref()), (None, Some("secret")));
-        let t = RedisTarget::parse("rediss+cluster://u:p@a:1, b:2").unwrap();
-        assert_eq!(t.topology, Topology::Cluster(vec![address("a", 1), address("b", 2)]));
-        let t = RedisTarget::parse("redis+sentinel://s1,s2:26380/my%20master/4").unwrap();
-        assert_eq!(
-            t.topology,
-            Topology::Sentinel {
-                sentinels: vec![address("s1", 26379), address("s2", 26380)],
-                master: "my master".into()
-            }
-        );
-        assert_eq!(t.db, 4);
-    }
-
-    #[test]
-    fn every_mistake_is_named_with_an_example() {
-        for (url, wanted) in [
-            ("redis://", "no host"),
-            ("redis://:6379", "no host"),
-            ("http://h:1", "unknown scheme \"http\""),
-            ("h:1", "no scheme"),
-            ("redis://h:99999", "port \"99999\" is not a number from 1 to 65535"),
-            ("redis://h:0", "port \"0\""),
-            ("redis://h:1/x", "database \"x\" is not a number"),
-            ("redis://h:1/?protocol=resp3", "options"),
-            ("rediss://h:1/#insecure", "always verified"),
-            ("redis://a:1,b:2", "several hosts"),
-            ("redis+cluster://", "no host"),
-            ("redis+cluster://a:1/3", "only database 0"),
-            ("redis+cluster://u:p@a:1,:q@b:2", "credentials go once"),
-            ("redis+sentinel://a:1", "no master name"),
-            ("redis+sentinel://a:1/m/x", "database \"x\""),
-            ("redis://:%zz@h", "two hex digits"),
-        ] {
-            let error = RedisTarget::parse(url).unwrap_err();
-            assert!(error.contains(wanted) && error.contains("e.g. redis://127.0.0.1:6379"), "{url}: {error}");
-        }
-    }
-
-    #[test]
-    fn credentials_never_reach_a_message() {
-        assert_eq!(redacted("redis://user:secret@h:1/2"), "redis://h:1/2");
-        assert_eq!(redacted("redis+cluster://:s@a:1,b:2"), "redis+cluster://a:1,b:2");
-        let error = RedisTarget::parse("redis://:secret@h:1/x").unwrap_err();
-        assert!(!error.contains("secret"), "{error}");
-        let t = RedisTarget::parse("rediss+sentinel://u:secret@a:1,b:2/m/1").unwrap();
-        assert_eq!(t.redacted(), "rediss+sentinel://u@a:1,b:2/m/1");
-        assert!(!format!("{t:?}").contains("client_key"));
-    }
-
-    #[test]
-    fn tls_files_are_checked() {
-        let dir = std::env::temp_dir().join(format!("tollgate-target-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let empty = dir.join("empty.pem");
-        std::fs::write(&empty, "").unwrap();
-        let error = TlsConfig::from_files(Some(&empty), None, None).unwrap_err();
-        assert!(error.contains("holds no certificate"), "{error}");
-        let error = TlsConfig::from_files(None, Some(&empty), None).unwrap_err();
-        assert!(error.contains("go together"), "{error}");
-        let error = TlsConfig::from_files(Some(&dir.join("missing.pem")), None, None).unwrap_err();
-        assert!(error.contains("cannot read"), "{error}");
-        assert_eq!(TlsConfig::default().trusted(), "the system's root certificates");
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-}
+#[cfg(test)]
+mod tests;
