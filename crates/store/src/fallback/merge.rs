@@ -83,6 +83,63 @@ mod tests {
         state.clone().check(at, limit, 0).unwrap().remaining
     }
 
+    /// A random limit of `algorithm`, a state it has charged, and two charges after it (`first`
+    /// then `second`, numbered 1 and 2), with the state both leave.
+    struct Case {
+        limit: Limit,
+        base: State,
+        first: Pending,
+        second: Pending,
+        pair: State,
+    }
+
+    impl Case {
+        fn random(rng: &mut Rng, algorithm: Algorithm) -> Case {
+            let count = 1 + rng.below(30);
+            let period = SEC * (1 + rng.below(60));
+            let mut builder = Limit::builder(count, std::time::Duration::from_nanos(period)).algorithm(algorithm);
+            if algorithm.is_bucket() {
+                builder = builder.burst(1 + rng.below(count + 5));
+            }
+            if algorithm == Algorithm::SubWindow {
+                builder = builder.slices(rng.pick(&[1, 2, 4, 5, 8, 10]));
+            }
+            let limit = builder.build().unwrap();
+            let mut base = State::idle(&limit);
+            let mut at = T0 + rng.below(period);
+            for _ in 0..rng.below(6) {
+                at += rng.below(period);
+                base.charge(at, &limit, 1 + rng.below(count)).unwrap();
+            }
+            let spread = rng.pick(&[0, 1, limit.emission_interval_ns(), period / 3, 2 * period]);
+            let a1 = at + rng.below(period);
+            let a2 = a1 + rng.below(spread + 1);
+            let (c1, c2) = (1 + rng.below(count), 1 + rng.below(count));
+            let first = Pending { at: a1, cost: c1, seq: 1, total: c1, sent_at: 0 };
+            let second = Pending { at: a2, cost: c2, seq: 2, total: c1 + c2, sent_at: 0 };
+            let mut pair = base.clone();
+            pair.charge(first.at, &limit, first.cost).unwrap();
+            pair.charge(second.at, &limit, second.cost).unwrap();
+            Case { limit, base, first, second, pair }
+        }
+
+        /// Holds `other` to the pair's decisions at instants after both charges: the same where
+        /// `exact`, never more capacity otherwise.
+        fn compare(&self, other: &State, exact: bool, round: usize) {
+            let (limit, a2) = (&self.limit, self.second.at);
+            for step in 0..12 {
+                let t = a2 + step * (limit.period_ns() / 4 + limit.emission_interval_ns() / 3);
+                let (want, got) = (remaining(&self.pair, limit, t), remaining(other, limit, t));
+                let (first, second) = (self.first, self.second);
+                if exact {
+                    assert_eq!(got, want, "{limit} round {round} at +{}: {first:?} {second:?}", t - a2);
+                } else {
+                    assert!(got <= want, "{limit} round {round} at +{}: {got} > {want}", t - a2);
+                }
+            }
+        }
+    }
+
     /// Against the pair applied one after the other, on random states: the same decisions at every
     /// later instant where the merge says exact, never more capacity where it does not.
     #[test]
@@ -91,45 +148,14 @@ mod tests {
         for algorithm in Algorithm::ALL {
             let mut exact = 0;
             for round in 0..400 {
-                let count = 1 + rng.below(30);
-                let period = SEC * (1 + rng.below(60));
-                let mut builder = Limit::builder(count, std::time::Duration::from_nanos(period)).algorithm(algorithm);
-                if algorithm.is_bucket() {
-                    builder = builder.burst(1 + rng.below(count + 5));
-                }
-                if algorithm == Algorithm::SubWindow {
-                    builder = builder.slices(rng.pick(&[1, 2, 4, 5, 8, 10]));
-                }
-                let limit = builder.build().unwrap();
-                let mut base = State::idle(&limit);
-                let mut at = T0 + rng.below(period);
-                for _ in 0..rng.below(6) {
-                    at += rng.below(period);
-                    base.charge(at, &limit, 1 + rng.below(count)).unwrap();
-                }
-                let spread = rng.pick(&[0, 1, limit.emission_interval_ns(), period / 3, 2 * period]);
-                let a1 = at + rng.below(period);
-                let a2 = a1 + rng.below(spread + 1);
-                let (c1, c2) = (1 + rng.below(count), 1 + rng.below(count));
-                let first = Pending { at: a1, cost: c1, seq: 1, total: c1, sent_at: 0 };
-                let second = Pending { at: a2, cost: c2, seq: 2, total: c1 + c2, sent_at: 0 };
-                let mut pair = base.clone();
-                pair.charge(first.at, &limit, first.cost).unwrap();
-                pair.charge(second.at, &limit, second.cost).unwrap();
-                let (merged, is_exact) = merge(&limit, first, second);
-                assert_eq!((merged.cost, merged.seq, merged.total), (c1 + c2, 2, c1 + c2));
-                let mut one = base.clone();
-                one.charge(merged.at, &limit, merged.cost).unwrap();
+                let case = Case::random(&mut rng, algorithm);
+                let (first, second) = (case.first, case.second);
+                let (merged, is_exact) = merge(&case.limit, first, second);
+                assert_eq!((merged.cost, merged.seq, merged.total), (first.cost + second.cost, 2, second.total));
+                let mut one = case.base.clone();
+                one.charge(merged.at, &case.limit, merged.cost).unwrap();
                 exact += usize::from(is_exact);
-                for step in 0..12 {
-                    let t = a2 + step * (period / 4 + limit.emission_interval_ns() / 3);
-                    let (want, got) = (remaining(&pair, &limit, t), remaining(&one, &limit, t));
-                    if is_exact {
-                        assert_eq!(got, want, "{limit} round {round} at +{}: {first:?} {second:?}", t - a2);
-                    } else {
-                        assert!(got <= want, "{limit} round {round} at +{}: {got} > {want}", t - a2);
-                    }
-                }
+                case.compare(&one, is_exact, round);
             }
             assert!(exact > 50, "{algorithm}: {exact} exact merges tried");
         }
@@ -143,45 +169,14 @@ mod tests {
         let mut rng = Rng(0x2545_f491_4f6c_dd1d);
         for algorithm in Algorithm::ALL {
             for round in 0..400 {
-                let count = 1 + rng.below(30);
-                let period = SEC * (1 + rng.below(60));
-                let mut builder = Limit::builder(count, std::time::Duration::from_nanos(period)).algorithm(algorithm);
-                if algorithm.is_bucket() {
-                    builder = builder.burst(1 + rng.below(count + 5));
-                }
-                if algorithm == Algorithm::SubWindow {
-                    builder = builder.slices(rng.pick(&[1, 2, 4, 5, 8, 10]));
-                }
-                let limit = builder.build().unwrap();
-                let mut base = State::idle(&limit);
-                let mut at = T0 + rng.below(period);
-                for _ in 0..rng.below(6) {
-                    at += rng.below(period);
-                    base.charge(at, &limit, 1 + rng.below(count)).unwrap();
-                }
-                let spread = rng.pick(&[0, 1, limit.emission_interval_ns(), period / 3, 2 * period]);
-                let a1 = at + rng.below(period);
-                let a2 = a1 + rng.below(spread + 1);
-                let (c1, c2) = (1 + rng.below(count), 1 + rng.below(count));
-                let first = Pending { at: a1, cost: c1, seq: 1, total: c1, sent_at: 0 };
-                let second = Pending { at: a2, cost: c2, seq: 2, total: c1 + c2, sent_at: 0 };
-                let mut pair = base.clone();
-                pair.charge(first.at, &limit, first.cost).unwrap();
-                pair.charge(second.at, &limit, second.cost).unwrap();
-                let later = later_part(&limit, merge(&limit, first, second).0, c2);
-                assert_eq!((later.cost, later.seq, later.total), (c2, 2, c1 + c2));
-                let mut split = base.clone();
-                split.charge(first.at, &limit, first.cost).unwrap();
-                split.charge(later.at, &limit, later.cost).unwrap();
-                for step in 0..12 {
-                    let t = a2 + step * (period / 4 + limit.emission_interval_ns() / 3);
-                    let (want, got) = (remaining(&pair, &limit, t), remaining(&split, &limit, t));
-                    if algorithm.is_bucket() {
-                        assert_eq!(got, want, "{limit} round {round} at +{}: {first:?} {second:?}", t - a2);
-                    } else {
-                        assert!(got <= want, "{limit} round {round} at +{}: {got} > {want}", t - a2);
-                    }
-                }
+                let case = Case::random(&mut rng, algorithm);
+                let (first, second) = (case.first, case.second);
+                let later = later_part(&case.limit, merge(&case.limit, first, second).0, second.cost);
+                assert_eq!((later.cost, later.seq, later.total), (second.cost, 2, second.total));
+                let mut split = case.base.clone();
+                split.charge(first.at, &case.limit, first.cost).unwrap();
+                split.charge(later.at, &case.limit, later.cost).unwrap();
+                case.compare(&split, algorithm.is_bucket(), round);
             }
         }
     }
