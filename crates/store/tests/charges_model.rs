@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use tollgate_store::fallback::FallbackOptions;
 use tollgate_store::lease::{Grant, Lessor};
-use tollgate_store::remote::{Charge, Decided, Partial, Remote, Reply};
+use tollgate_store::remote::{Charge, Remote, Reply};
 use tollgate_store::testkit::random::Rng;
 use tollgate_store::testkit::redis_server::RedisServer;
 use tollgate_store::{
@@ -138,11 +138,7 @@ where
                 let first: Vec<Charge<'_>> = charges.iter().filter(|c| c.check.key == checks[0].key).copied().collect();
                 let reply = self.run(&checks[..1], &first).await?;
                 self.delivered(&checks[..1], &reply);
-                let (decision, snapshot) = (reply.decisions[0], reply.snapshots[0]);
-                let mut decided = vec![None; checks.len()];
-                decided[0] = Some(Decided { decision, snapshot, consumed: decision.allowed && checks[0].cost > 0 });
-                let error = StoreError::Timeout(Duration::from_millis(50));
-                Err(StoreError::Partial(Box::new(Partial { decided, failed: (1..checks.len()).collect(), error })))
+                Err(support::failed_after_first(checks, &reply))
             }
         }
     }

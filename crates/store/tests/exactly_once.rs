@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tollgate_store::fallback::FallbackOptions;
 use tollgate_store::lease::{Grant, Lessor};
-use tollgate_store::remote::{Charge, Decided, Origin, Partial, Remote, Reply};
+use tollgate_store::remote::{Charge, Origin, Remote, Reply};
 use tollgate_store::testkit::faults::{Fault, Faulty};
 use tollgate_store::testkit::redis_server::RedisServer;
 use tollgate_store::testkit::redis_topology::{ClusterConfig, RedisCluster};
@@ -248,11 +248,7 @@ impl Remote for FirstAnswers {
         }
         let first: Vec<Charge<'_>> = charges.iter().filter(|c| c.check.key == checks[0].key).copied().collect();
         let reply = self.inner.decide(&checks[..1], &first).await?;
-        let (decision, snapshot) = (reply.decisions[0], reply.snapshots[0]);
-        let mut decided = vec![None; checks.len()];
-        decided[0] = Some(Decided { decision, snapshot, consumed: decision.allowed && checks[0].cost > 0 });
-        let error = StoreError::Timeout(Duration::from_millis(50));
-        Err(StoreError::Partial(Box::new(Partial { decided, failed: (1..checks.len()).collect(), error })))
+        Err(support::failed_after_first(checks, &reply))
     }
 
     async fn probe(&self) -> Result<(), StoreError> {

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use support::{T0, backend, hourly, node, until_settled};
 use tollgate_store::fallback::FallbackOptions;
-use tollgate_store::remote::{Charge, Decided, Partial, Remote, Reply};
+use tollgate_store::remote::{Charge, Remote, Reply};
 use tollgate_store::testkit::faults::Fault;
 use tollgate_store::{
     Breaker, Check, FailurePolicy, Fallback, Limit, ManualClock, MemoryStore, Refund, Store, StoreError, all_allowed,
@@ -430,11 +430,7 @@ impl Remote for SecondFails {
             return self.inner.decide(checks, charges).await;
         }
         let reply = self.inner.decide(&checks[..1], charges).await?;
-        let (decision, snapshot) = (reply.decisions[0], reply.snapshots[0]);
-        let mut decided = vec![None; checks.len()];
-        decided[0] = Some(Decided { decision, snapshot, consumed: decision.allowed && checks[0].cost > 0 });
-        let error = StoreError::Timeout(Duration::from_millis(50));
-        Err(StoreError::Partial(Box::new(Partial { decided, failed: (1..checks.len()).collect(), error })))
+        Err(support::failed_after_first(checks, &reply))
     }
 
     async fn probe(&self) -> Result<(), StoreError> {

@@ -96,3 +96,17 @@ macro_rules! store_by_decide {
         }
     };
 }
+
+/// What a call of several checks fails with when its first check's server answered `reply` (its
+/// first decision) and every other check's server timed out (the call may have run there).
+pub(crate) fn failed_after_first(
+    checks: &[tollgate_store::Check<'_>],
+    reply: &tollgate_store::remote::Reply,
+) -> tollgate_store::StoreError {
+    use tollgate_store::remote::{Decided, Partial};
+    let (decision, snapshot) = (reply.decisions[0], reply.snapshots[0]);
+    let mut decided = vec![None; checks.len()];
+    decided[0] = Some(Decided { decision, snapshot, consumed: decision.allowed && checks[0].cost > 0 });
+    let error = tollgate_store::StoreError::Timeout(Duration::from_millis(50));
+    tollgate_store::StoreError::Partial(Box::new(Partial { decided, failed: (1..checks.len()).collect(), error }))
+}
