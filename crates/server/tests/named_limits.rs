@@ -55,7 +55,13 @@ async fn a_mitigation_timeout_holds_the_key_on_every_front_end() {
     // Two minutes on the bucket has refilled: the timeout still holds the key (before: admitted).
     clock.advance(Duration::from_secs(120));
     assert_eq!(limit(&server, "login", "u"), "0", "held for the rule's timeout");
-    let over = server.curl(&["-d", r#"{"key": "u", "limit_name": "login"}"#, "HTTP/v1/check"]);
+    let over = server.curl(&[
+        "-H",
+        "content-type: application/json",
+        "-d",
+        r#"{"key": "u", "limit_name": "login"}"#,
+        "HTTP/v1/check",
+    ]);
     assert!(over.starts_with("HTTP/1.1 429"), "{over}");
     assert!(over.contains("retry-after: 3480"), "the timeout's remaining 58 minutes: {over}");
     clock.advance(Duration::from_secs(3600));
