@@ -15,7 +15,7 @@
 //! takes an enforced hold's place: in a shard holding only enforced holds it is not recorded
 //! (counted as dropped; the dry-run rule still logs and counts the request it would mitigate).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use smallvec::SmallVec;
 
@@ -38,14 +38,46 @@ struct Hold {
 #[derive(Debug)]
 pub(crate) struct Blocks {
     table: Sharded<Hold>,
+    /// What each shard holds, read and written under the shard's lock.
+    summaries: [Summary; SHARDS],
     per_shard: usize,
     /// Entries held (an upper bound while entries expire): 0 lets requests skip every lookup.
     held: AtomicUsize,
 }
 
+/// A shard's dry-run holds and the soonest end of its holds (a bound: a hold extended since
+/// ends later), so that a dry-run hold a full shard of enforced holds refuses costs no scan of
+/// the shard (a flood of them would otherwise scan it on every request).
+#[derive(Debug)]
+struct Summary {
+    dry_run: AtomicUsize,
+    soonest: AtomicU64,
+}
+
+impl Summary {
+    /// Recounted from the holds of a shard just scanned.
+    fn recount<'a>(&self, holds: impl Iterator<Item = &'a Hold>) {
+        let (mut dry_run, mut soonest) = (0, u64::MAX);
+        for hold in holds {
+            dry_run += usize::from(!hold.enforced);
+            soonest = soonest.min(hold.until);
+        }
+        self.dry_run.store(dry_run, Ordering::Relaxed);
+        self.soonest.store(soonest, Ordering::Relaxed);
+    }
+}
+
 impl Blocks {
     pub(crate) fn new(max: usize) -> Self {
-        Blocks { table: Sharded::new(), per_shard: max.div_ceil(SHARDS).max(1), held: AtomicUsize::new(0) }
+        Blocks {
+            table: Sharded::new(),
+            summaries: std::array::from_fn(|_| Summary {
+                dry_run: AtomicUsize::new(0),
+                soonest: AtomicU64::new(u64::MAX),
+            }),
+            per_shard: max.div_ceil(SHARDS).max(1),
+            held: AtomicUsize::new(0),
+        }
     }
 
     /// Whether any key may be blocked (false: no lookup is needed).
@@ -67,9 +99,15 @@ impl Blocks {
         // The low bits of a quality hash.
         #[allow(clippy::cast_possible_truncation)]
         let owner = self.table.hash(rule) as u32;
+        let summary = &self.summaries[index];
         let mut shard = self.table.shard(index);
         let mut dropped = 0;
         if !shard.contains_key(&fingerprint) && shard.len() >= self.per_shard {
+            let unexpired = now < summary.soonest.load(Ordering::Relaxed);
+            if !enforced && unexpired && summary.dry_run.load(Ordering::Relaxed) == 0 {
+                // A dry-run hold in a full shard of enforced holds: not recorded.
+                return 1;
+            }
             let before = shard.len();
             shard.retain(|_, hold| hold.until > now);
             let room = shard.len() < self.per_shard;
@@ -78,17 +116,27 @@ impl Blocks {
                 dropped = drop_soonest(&mut shard, rule, enforced, count.div_ceil(8));
             }
             self.held.fetch_sub(before - shard.len(), Ordering::AcqRel);
+            summary.recount(shard.values());
             if !room && victim.is_none() {
-                // A dry-run hold in a shard of enforced holds: not recorded.
                 return 1;
             }
         }
         let hold = shard.entry(fingerprint).or_insert_with(|| {
             self.held.fetch_add(1, Ordering::AcqRel);
-            Hold { until: 0, rule: owner, enforced }
+            // Counted as enforced until its class is set below.
+            Hold { until: 0, rule: owner, enforced: true }
         });
+        if hold.enforced != enforced {
+            let dry_run = &summary.dry_run;
+            if enforced {
+                dry_run.fetch_sub(1, Ordering::Relaxed)
+            } else {
+                dry_run.fetch_add(1, Ordering::Relaxed)
+            };
+            hold.enforced = enforced;
+        }
         hold.until = hold.until.max(until);
-        hold.enforced = enforced;
+        summary.soonest.fetch_min(hold.until, Ordering::Relaxed);
         dropped
     }
 
@@ -185,5 +233,37 @@ mod tests {
         let login = (0..1_000u32).filter(|i| blocks.until("login", &i.to_le_bytes(), 1).is_some()).count();
         assert!((64..=96).contains(&login), "about half of each shard stays login's: {login}");
         assert!(blocks.len() <= 160);
+        summaries_hold(&blocks);
+    }
+
+    /// Each shard's summary counts its dry-run holds, and bounds its soonest end from below.
+    fn summaries_hold(blocks: &Blocks) {
+        for (index, summary) in blocks.summaries.iter().enumerate() {
+            let shard = blocks.table.shard(index);
+            let dry_run = shard.values().filter(|hold| !hold.enforced).count();
+            assert_eq!(summary.dry_run.load(Ordering::Relaxed), dry_run, "shard {index}");
+            let soonest = shard.values().map(|hold| hold.until).min().unwrap_or(u64::MAX);
+            assert!(summary.soonest.load(Ordering::Relaxed) <= soonest, "shard {index}");
+        }
+    }
+
+    /// A hold changing class (its rule's action reloaded) and expired holds making room keep the
+    /// summaries true; a dry-run hold finds room in expired enforced holds.
+    #[test]
+    fn summaries_follow_classes_and_expiry() {
+        let blocks = Blocks::new(16);
+        // Every shard full (one empty after 256 keys: a chance in ten million).
+        for i in 0..256u32 {
+            blocks.block("login", &i.to_le_bytes(), 100, 0, true);
+        }
+        summaries_hold(&blocks);
+        assert_eq!(blocks.block("trial", b"t", 1_000, 50, false), 1, "full of enforced holds: not recorded");
+        assert_eq!(blocks.block("trial", b"t", 1_000, 100, false), 0, "the enforced holds expired: room");
+        assert_eq!(blocks.until("trial", b"t", 100), Some(1_000));
+        summaries_hold(&blocks);
+        blocks.block("trial", b"t", 2_000, 100, true);
+        summaries_hold(&blocks);
+        blocks.block("trial", b"t", 2_000, 100, false);
+        summaries_hold(&blocks);
     }
 }

@@ -48,7 +48,6 @@ async fn an_enforced_rules_flood_of_holds_ends_no_other_rules_hold() {
     let held = h.series("tollgate_blocked_keys");
     assert!(held <= MAX_BLOCKS as u64, "the table stays bounded: {held}");
     assert!(h.series("tollgate_blocks_dropped_total") > 1_000, "the flood made room in its own holds");
-    assert_eq!(h.outcome(&post("/flood").header("x-k", "k1999")).await, "429:flood", "the latest flood hold is kept");
 }
 
 /// Issue 36 item 4. Before: 2,000 keys over a dry-run rule with an hour's timeout dropped the
