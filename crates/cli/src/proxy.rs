@@ -17,9 +17,13 @@ pub(crate) struct ProxyArgs {
     /// The rules file (TOML; see examples/rules/login.toml).
     #[arg(long, value_name = "FILE")]
     rules: PathBuf,
-    /// Admin listener for GET /metrics and GET /healthz, HOST:PORT.
+    /// Admin listener for GET /metrics, GET /healthz and GET /v1/rules/NAME/top, HOST:PORT.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9091", value_parser = crate::units::address)]
     admin: String,
+    /// A host name the admin listener answers besides IP addresses, localhost and --admin's own
+    /// (repeatable; *.SUFFIX for every name under one, * for any): any other Host is refused 421.
+    #[arg(long, value_name = "NAME", value_parser = tollgate_server::http::host::allowed_name)]
+    admin_allowed_host: Vec<String>,
     #[command(flatten)]
     store: crate::store_args::StoreArgs,
     #[command(flatten)]
@@ -74,6 +78,7 @@ pub(crate) fn run(args: ProxyArgs) -> anyhow::Result<()> {
     }
     let config = tollgate_server::Config {
         http: args.http.bounds(),
+        allowed_hosts: crate::serve::allowed_hosts(&args.admin, &args.admin_allowed_host),
         shutdown_grace: args.http.shutdown_grace,
         ..args.store.config()?
     };

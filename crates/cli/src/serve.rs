@@ -20,6 +20,11 @@ pub(crate) struct ServeArgs {
     /// HTTP address, HOST:PORT (POST /v1/check, GET /metrics, GET /healthz); port 0 picks a free port.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080", value_parser = units::address)]
     http: String,
+    /// A host name the HTTP listener answers besides IP addresses, localhost and --http's own
+    /// (repeatable; *.SUFFIX for every name under one, * for any): any other Host is refused 421,
+    /// as a web page reaching the API through DNS rebinding sends its own name.
+    #[arg(long, value_name = "NAME", value_parser = tollgate_server::http::host::allowed_name)]
+    http_allowed_host: Vec<String>,
     /// gRPC address, HOST:PORT: Envoy's rate-limit service (envoy.service.ratelimit.v3) and
     /// grpc.health.v1; port 0 picks a free port.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8081", value_parser = units::address)]
@@ -206,6 +211,7 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<()> {
             idle_timeout: args.idle_timeout.0,
         },
         http: args.limits.bounds(),
+        allowed_hosts: allowed_hosts(&args.http, &args.http_allowed_host),
         grpc: args.grpc_limits.bounds(),
         shutdown_grace: args.limits.shutdown_grace,
         ..config
@@ -225,6 +231,16 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<()> {
             .await
             .map_err(anyhow::Error::msg)
     })
+}
+
+/// The names a control-plane listener on `address` answers (see `tollgate_server::http::host`):
+/// `names`, and the listener's own host when `address` names it (`tollgate.internal:8080`).
+pub(crate) fn allowed_hosts(address: &str, names: &[String]) -> Vec<String> {
+    let host = address.rsplit_once(':').map_or(address, |(host, _)| host);
+    let own = (!host.starts_with('[') && host.parse::<std::net::IpAddr>().is_err())
+        .then(|| tollgate_server::http::host::allowed_name(host).ok())
+        .flatten();
+    names.iter().cloned().chain(own).collect()
 }
 
 /// Binds `address` (a host name resolves to its addresses, tried in turn), naming `flag` when

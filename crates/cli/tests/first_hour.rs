@@ -183,3 +183,28 @@ fn a_cluster_that_does_not_answer_is_served_by_the_policy_as_a_single_server_is(
     let health = get(serve.http(), "/healthz");
     assert!(health.contains(r#""state":"down""#) && health.contains("redis+cluster://"), "{health}");
 }
+
+/// The names the HTTP API answers besides IP addresses and localhost: `--http-allowed-host`
+/// (checked before anything listens) and `--http`'s own host; a rebound name is refused 421.
+#[test]
+fn the_http_api_answers_the_names_it_is_given() {
+    let error = refused(&["--http-allowed-host", "tollgate.internal:8080"]);
+    assert!(error.contains("--http-allowed-host") && error.contains("without a port"), "{error}");
+    let serve = Tollgate::serve(&[
+        "--http",
+        "localhost:0",
+        "--http-allowed-host",
+        "tollgate.internal",
+        "--http-allowed-host",
+        "*.svc.cluster.local",
+    ]);
+    let healthz = |host: &str| {
+        let response =
+            support::http(serve.http(), &format!("GET /healthz HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"));
+        response.split_whitespace().nth(1).unwrap_or_default().to_string()
+    };
+    for host in ["tollgate.internal:8080", "tollgate.ns.svc.cluster.local", "localhost", "10.0.0.7:8080"] {
+        assert_eq!(healthz(host), "200", "{host}");
+    }
+    assert_eq!(healthz("rebind.example:8080"), "421");
+}

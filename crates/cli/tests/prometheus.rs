@@ -49,14 +49,17 @@ fn http(address: SocketAddr, request: &str) -> (u16, String) {
 }
 
 fn get(address: SocketAddr, path: &str) -> (u16, String) {
-    http(address, &format!("GET {path} HTTP/1.0\r\nHost: t\r\n\r\n"))
+    http(address, &format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n"))
 }
 
 fn post(address: SocketAddr, path: &str, body: &str) -> (u16, String) {
     let length = body.len();
     http(
         address,
-        &format!("POST {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Length: {length}\r\n\r\n{body}"),
+        &format!(
+            "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nConnection: close\r\n\
+             Content-Length: {length}\r\n\r\n{body}"
+        ),
     )
 }
 

@@ -196,7 +196,8 @@ impl<S: Store> Engine<S> {
         };
         let now = self.clock.now_ns();
         if hold > 0 {
-            let dropped = self.blocks.block(&r.name, key, now.saturating_add(hold), now);
+            let enforced = r.action != Action::DryRun;
+            let dropped = self.blocks.block(&r.name, key, now.saturating_add(hold), now, enforced);
             self.metrics.blocks_dropped.inc_by(dropped);
             self.metrics.blocked.set(i64::try_from(self.blocks.len()).unwrap_or(i64::MAX));
         }

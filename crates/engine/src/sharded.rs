@@ -35,6 +35,11 @@ impl<V> Sharded<V> {
         (usize::try_from(fingerprint % SHARDS as u64).unwrap_or(0), fingerprint)
     }
 
+    /// A fingerprint of `rule` alone (the same for every key of it).
+    pub(crate) fn hash(&self, rule: &str) -> u64 {
+        self.hasher.hash_one(rule)
+    }
+
     /// Shard `index`, locked (a panic elsewhere while it was held leaves plain data: used as is).
     pub(crate) fn shard(&self, index: usize) -> MutexGuard<'_, Map<V>> {
         self.shards[index].0.lock().unwrap_or_else(PoisonError::into_inner)

@@ -3,7 +3,8 @@
 //! `path_match` says: by default as applications route them (see `route`: the patterns folded
 //! when the rules load, the request's path in every form a backend may route it in, each without
 //! and with a trailing slash), or as spelled (`exact`, see `normalize`). Hosts and methods are compared in
-//! their canonical forms (see `canonical`: `method = "GET"` matches HEAD too).
+//! their canonical forms (see `canonical`: `method = "GET"` matches HEAD too, and a POST matches
+//! the methods its overrides name).
 
 use serde::Deserialize;
 
@@ -16,9 +17,11 @@ use crate::rules::PathMatch;
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Match {
-    /// HTTP method, case-insensitive; `GET` matches HEAD too.
+    /// HTTP method, case-insensitive; `GET` matches HEAD too, and a POST the methods its overrides
+    /// name.
     pub method: Option<String>,
-    /// HTTP method, case-insensitive, exactly (`GET` is not HEAD).
+    /// HTTP method, case-insensitive, exactly (`GET` is not HEAD); a POST matches the methods its
+    /// overrides name.
     pub method_exact: Option<String>,
     /// The path (the whole path, not a prefix).
     pub path: Option<String>,
@@ -49,8 +52,9 @@ impl Match {
     /// `mode` says.
     #[must_use]
     pub fn matches(&self, request: &Request<'_>, path: &RequestPath<'_>, mode: PathMatch) -> bool {
-        self.method.as_ref().is_none_or(|m| crate::canonical::method_matches(m, request.method))
-            && self.method_exact.as_ref().is_none_or(|m| m.eq_ignore_ascii_case(request.method))
+        use crate::canonical::{method_is, method_matches};
+        self.method.as_ref().is_none_or(|m| method_is(request, |method| method_matches(m, method)))
+            && self.method_exact.as_ref().is_none_or(|m| method_is(request, |method| m.eq_ignore_ascii_case(method)))
             && self.host.as_ref().is_none_or(|h| crate::canonical::host(h).eq_ignore_ascii_case(request.host))
             && self.header.as_ref().is_none_or(|h| request.headers_named(h).next().is_some())
             && self

@@ -63,6 +63,9 @@ pub struct Config {
     pub resp: RespBounds,
     /// HTTP bounds.
     pub http: HttpBounds,
+    /// Host names the HTTP API (and `tollgate proxy`'s admin listener) answers besides IP
+    /// literals and `localhost` (see `http::host`): `name`, `*.suffix`, or `*` for any.
+    pub allowed_hosts: Vec<String>,
     /// gRPC bounds.
     pub grpc: GrpcBounds,
     /// After a shutdown signal, how long connections may take to finish before they are closed
@@ -196,6 +199,7 @@ impl Default for Config {
             grpc_store_timeout: Duration::from_millis(10),
             resp: RespBounds::default(),
             http: HttpBounds::default(),
+            allowed_hosts: Vec::new(),
             grpc: GrpcBounds::default(),
             shutdown_grace: Duration::from_secs(5),
             clock: Arc::new(SystemClock::new()),

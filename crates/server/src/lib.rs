@@ -64,7 +64,8 @@ pub async fn serve(
     let (stop, stopped) = watch::channel(false);
     let grace = config.shutdown_grace;
     let resp = tokio::spawn(resp::serve(listeners.resp, app.clone(), config.resp, grace, stopped.clone()));
-    let router = http::router(app.clone(), config.http.max_body_bytes);
+    let hosts = http::host::AllowedHosts::new(&config.allowed_hosts, "--http-allowed-host")?;
+    let router = hosts.guard(http::router(app.clone(), config.http.max_body_bytes));
     let http = tokio::spawn(http::server::serve(listeners.http, router, config.http, grace, stopped.clone(), None));
     let grpc = listeners.grpc.map(|listener| {
         let envoy = Arc::new(std::sync::RwLock::new(config.envoy.clone()));

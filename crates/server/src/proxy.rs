@@ -260,6 +260,8 @@ pub async fn run(
         .route("/healthz", get(move || async move { axum::Json(health.report()).into_response() }))
         .route("/v1/rules/{name}/top", get(top))
         .with_state(engine);
+    let admin_app =
+        crate::http::host::AllowedHosts::new(&config.allowed_hosts, "--admin-allowed-host")?.guard(admin_app);
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let proxy_task = tokio::spawn(crate::http::server::serve(listener, app, bounds, grace, stopped.clone(), proxy.tls));
     let admin_task = tokio::spawn(crate::http::server::serve(admin, admin_app, bounds, grace, stopped, None));

@@ -1,7 +1,7 @@
 //! No request shape escapes a rule: each case spends a limit of 3 through the real `tollgate proxy`
 //! with a clean spelling, then sends the same request disguised (raw bytes on a TCP connection:
 //! absolute-form targets, bytes that are not text, cookie and query spellings, repeated keys,
-//! IPv6 neighbours, HEAD for GET, bodies over the limit). The disguise must be limited (429) or
+//! IPv6 neighbours, HEAD for GET, a POST overridden to DELETE, bodies over the limit). The disguise must be limited (429) or
 //! refused (400, 413), never reach the upstream as a fresh client: the upstream counts its hits,
 //! and records the `Host` it was given.
 
@@ -57,6 +57,12 @@ name = "get"
 limit = "3/1m"
 key = ["header:x-case"]
 match = { method = "GET", path = "/get" }
+
+[[rules]]
+name = "delete"
+limit = "3/1m"
+key = ["header:x-case"]
+match = { method = "DELETE", path_glob = "/items/*" }
 
 [[rules]]
 name = "path"
@@ -305,6 +311,52 @@ fn cases() -> Vec<Case> {
         ),
         case("method: HEAD for GET", head("GET", "/get", &[]), head("HEAD", "/get", &[]), LIMITED),
         case("method: lowercase", head("GET", "/get", &[]), head("get", "/get", &[]), LIMITED),
+        case(
+            "method: POST with X-HTTP-Method-Override (Rack, Laravel, Express, ASP.NET Core)",
+            head("DELETE", "/items/1", &[]),
+            head("POST", "/items/1", &[b"X-HTTP-Method-Override: DELETE", b"Content-Length: 0"]),
+            LIMITED,
+        ),
+        case(
+            "method: POST with X-HTTP-Method (OData)",
+            head("DELETE", "/items/1", &[]),
+            head("POST", "/items/1", &[b"X-HTTP-Method: delete", b"Content-Length: 0"]),
+            LIMITED,
+        ),
+        case(
+            "method: POST with X-Method-Override",
+            head("DELETE", "/items/1", &[]),
+            head("POST", "/items/1", &[b"X-Method-Override: DELETE", b"Content-Length: 0"]),
+            LIMITED,
+        ),
+        case(
+            "method: POST with ?_method=delete (Laravel, Symfony, Spring)",
+            head("DELETE", "/items/1", &[]),
+            head("POST", "/items/1?_method=delete", &[b"Content-Length: 0"]),
+            LIMITED,
+        ),
+        Case {
+            body: b"_method=delete".to_vec(),
+            ..case(
+                "method: POST with a _method=delete form field (Rack, Laravel, Spring)",
+                head("DELETE", "/items/1", &[]),
+                head("POST", "/items/1", &[b"Content-Type: application/x-www-form-urlencoded"]),
+                LIMITED,
+            )
+        },
+        Case {
+            body: b"e\r\n_method=delete\r\n0\r\n\r\n".to_vec(),
+            ..case(
+                "method: POST with a chunked _method=delete form body",
+                head("DELETE", "/items/2", &[]),
+                head(
+                    "POST",
+                    "/items/2",
+                    &[b"Content-Type: application/x-www-form-urlencoded", b"Transfer-Encoding: chunked"],
+                ),
+                LIMITED,
+            )
+        },
         case("path: doubled slash", head("GET", "/path", &[]), head("GET", "//path", &[]), LIMITED),
         case("path: encoded", head("GET", "/path", &[]), head("GET", "/%70ath", &[]), LIMITED),
         case("path: dot segments", head("GET", "/path", &[]), head("GET", "/x/../path", &[]), LIMITED),

@@ -133,9 +133,15 @@ async fn a_fresh_serve_shows_no_decision_series_until_a_decision_makes_its_own()
     assert_eq!(value(&after, &format!("{latency}_count{{frontend=\"resp\"}}")), Some(5.0), "{after}");
     assert!(!after.contains("frontend=\"http\""), "{after}");
     let body = r#"{"key": "h", "limit": "1/1m"}"#;
-    assert!(server.curl(&["-d", body, "HTTP/v1/check"]).starts_with("HTTP/1.1 200"));
+    assert!(
+        server.curl(&["-H", "content-type: application/json", "-d", body, "HTTP/v1/check"]).starts_with("HTTP/1.1 200")
+    );
     let named = r#"{"key": "u", "limit_name": "api"}"#;
-    assert!(server.curl(&["-d", named, "HTTP/v1/check"]).starts_with("HTTP/1.1 429"));
+    assert!(
+        server
+            .curl(&["-H", "content-type: application/json", "-d", named, "HTTP/v1/check"])
+            .starts_with("HTTP/1.1 429")
+    );
     let (http, _) = scrape(&server);
     assert_eq!(value(&http, &format!("{latency}_count{{frontend=\"http\"}}")), Some(2.0), "{http}");
     assert_eq!(value(&http, &format!("{latency}_bucket{{le=\"+Inf\",frontend=\"http\"}}")), Some(2.0), "{http}");

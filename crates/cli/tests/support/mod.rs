@@ -231,5 +231,5 @@ pub fn http(address: SocketAddr, request: &str) -> String {
 
 /// `GET path` over HTTP/1.1: the whole response.
 pub fn get(address: SocketAddr, path: &str) -> String {
-    http(address, &format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"))
+    http(address, &format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"))
 }

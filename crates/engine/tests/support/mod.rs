@@ -141,6 +141,16 @@ pub(crate) fn build<S: Store>(store: S, clock: Arc<ManualClock>, rules: &str, ro
     Harness { engine, clock, registry }
 }
 
+/// `rules` on a memory store, holding at most `max_blocks` keys under mitigation.
+pub(crate) fn holding(rules: &str, max_blocks: usize) -> Harness {
+    let clock = clock();
+    let mut registry = Registry::with_prefix("tollgate");
+    let rules = Rules::parse(rules, "test").unwrap_or_else(|e| panic!("{e}"));
+    let engine =
+        Engine::builder(memory(&clock), rules).clock(clock.clone()).max_blocks(max_blocks).build(&mut registry);
+    Harness { engine, clock, registry }
+}
+
 /// What a request got, in a word: `proceed`, `429:RULE`, `shadow:RULE`, `route:RULE`, `400` or
 /// `503`.
 pub(crate) fn describe(admission: &Admission) -> String {

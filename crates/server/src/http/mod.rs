@@ -6,7 +6,13 @@
 //! not, with `Retry-After` (whole seconds, rounded up, never 0 on a denial) and the IETF
 //! httpapi draft's `RateLimit-Policy` / `RateLimit` fields. Bad input is a 400 saying what is
 //! wrong; a store failure is a 503.
+//!
+//! A web page cannot drive it: the body must come as `Content-Type: application/json` (415
+//! otherwise), which a page can send to another site only after a CORS preflight this server
+//! never grants (a `text/plain` POST is sent without one), and every route answers only a `Host`
+//! that names this server ([`host`], against DNS rebinding).
 
+pub mod host;
 pub mod server;
 pub mod tls;
 
@@ -76,8 +82,33 @@ fn store_error(e: &StoreError) -> Response {
     (status, axum::Json(serde_json::json!({ "error": e.to_string() }))).into_response()
 }
 
-async fn check(State(app): State<Arc<App>>, body: Bytes) -> Response {
+async fn check(State(app): State<Arc<App>>, request_headers: HeaderMap, body: Bytes) -> Response {
+    if let Some(refusal) = not_json(&request_headers) {
+        return refusal;
+    }
     check_json(&app, &body).await
+}
+
+/// The 415 to answer a request that does not say its body is `application/json` (parameters such
+/// as `charset` allowed); none if it does.
+fn not_json(request_headers: &HeaderMap) -> Option<Response> {
+    let mut lines = request_headers.get_all(header::CONTENT_TYPE).iter();
+    let given = match (lines.next(), lines.next()) {
+        (Some(line), None) => {
+            let media = line.as_bytes().split(|&b| b == b';').next().unwrap_or_default().trim_ascii();
+            if media.eq_ignore_ascii_case(b"application/json") {
+                return None;
+            }
+            format!("{:?}", String::from_utf8_lossy(line.as_bytes()))
+        }
+        (None, _) => "none".into(),
+        (Some(_), Some(_)) => "more than one".into(),
+    };
+    let message = format!(
+        "POST /v1/check takes Content-Type: application/json (given: {given}); with curl, add -H 'content-type: \
+         application/json'"
+    );
+    Some((StatusCode::UNSUPPORTED_MEDIA_TYPE, axum::Json(serde_json::json!({ "error": message }))).into_response())
 }
 
 /// `POST /v1/check` on a request body: the decision, or the error, as the response.

@@ -9,6 +9,9 @@
 //! | `TG.LIMIT name key [COST c]` | as `TG.CHECK`, under the config's named limit |
 //! | `PING`, `ECHO`, `HELLO`, `CLIENT`, `COMMAND`, `INFO`, `SELECT`, `CONFIG GET`, `QUIT` | enough for redis-cli, client libraries and redis-benchmark |
 //!
+//! A line of an HTTP request (`POST`, `Host:`, `METHOD TARGET HTTP/x`) answers an error and closes
+//! the connection, as Redis does (see `cross_protocol`).
+//!
 //! Durations in `TG.*` replies are milliseconds rounded up, so a client never retries early.
 //!
 //! Every error names what it refuses: a wrong arity answers the command's own usage (or Redis's
@@ -16,6 +19,7 @@
 //! which ones it does, and `CL.THROTTLE` keeps redis-cell's messages.
 
 mod admin;
+mod cross_protocol;
 mod native;
 mod options;
 mod throttle;
@@ -30,7 +34,7 @@ use tollgate_resp::reply;
 pub enum Flow {
     /// Read the next command.
     Continue,
-    /// Flush the replies and close (QUIT).
+    /// Flush the replies and close (QUIT, or a line of an HTTP request).
     Close,
 }
 
@@ -39,6 +43,11 @@ pub async fn execute(app: &App, args: &[&[u8]], out: &mut BytesMut) -> Flow {
     let name = args[0];
     let rest = &args[1..];
     let is = |candidate: &str| name.eq_ignore_ascii_case(candidate.as_bytes());
+    if cross_protocol::is_http(args) {
+        cross_protocol::warn();
+        reply::error(out, cross_protocol::ERROR);
+        return Flow::Close;
+    }
     if is("CL.THROTTLE") {
         throttle::run(app, rest, out).await;
     } else if is("TG.CHECK") {
