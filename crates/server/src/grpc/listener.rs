@@ -25,6 +25,7 @@ use tokio::time::{Instant, Sleep};
 use tonic::transport::server::Connected;
 
 use super::idle::{Activity, ConnectionInfo};
+use crate::listener::WriteStall;
 
 /// The HTTP/2 client preface (RFC 9113 section 3.4) is 24 bytes.
 const PREFACE: usize = 24;
@@ -39,9 +40,8 @@ pub(super) struct Bounded {
     activity: Arc<Activity>,
     /// The idle bound, and a timer that checks it.
     idle: Option<(Duration, Pin<Box<Sleep>>)>,
-    /// How long a write may wait on the client, and since when one has (its deadline).
-    write_stall: Duration,
-    stalled: Option<Pin<Box<Sleep>>>,
+    /// How long a write may wait on the client.
+    stall: WriteStall,
 }
 
 impl Bounded {
@@ -59,25 +59,6 @@ impl Bounded {
             }
         }
         false
-    }
-
-    /// A write's outcome, and the client's part in it: progress forgets a stall; a write that
-    /// waits starts one (its deadline registered with `cx`) and fails once it lasts
-    /// `write_stall`.
-    fn bound_write<T>(&mut self, cx: &mut Context<'_>, written: Poll<std::io::Result<T>>) -> Poll<std::io::Result<T>> {
-        if written.is_ready() {
-            self.stalled = None;
-            return written;
-        }
-        let stall = self.write_stall;
-        let deadline = self.stalled.get_or_insert_with(|| Box::pin(tokio::time::sleep(stall)));
-        match deadline.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "the client reads nothing: a write waited for the keepalive timeout",
-            ))),
-            Poll::Pending => Poll::Pending,
-        }
     }
 }
 
@@ -110,12 +91,12 @@ impl AsyncRead for Bounded {
 impl AsyncWrite for Bounded {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
         let written = Pin::new(&mut self.stream).poll_write(cx, buf);
-        self.bound_write(cx, written)
+        self.stall.check(cx, written)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         let flushed = Pin::new(&mut self.stream).poll_flush(cx);
-        self.bound_write(cx, flushed)
+        self.stall.check(cx, flushed)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -128,7 +109,7 @@ impl AsyncWrite for Bounded {
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
         let written = Pin::new(&mut self.stream).poll_write_vectored(cx, bufs);
-        self.bound_write(cx, written)
+        self.stall.check(cx, written)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -172,8 +153,8 @@ pub(super) fn incoming(
             let deadline = Some(Box::pin(tokio::time::sleep(header_read_timeout)));
             let idle = idle_timeout.map(|bound| (bound, Box::pin(tokio::time::sleep(bound))));
             let activity = Activity::new();
-            let bounded =
-                Bounded { stream, _slot: slot, deadline, received: 0, activity, idle, write_stall, stalled: None };
+            let stall = WriteStall::new(write_stall);
+            let bounded = Bounded { stream, _slot: slot, deadline, received: 0, activity, idle, stall };
             return Some((Ok(bounded), (listener, slots)));
         }
     })
