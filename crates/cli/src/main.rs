@@ -51,7 +51,9 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("tollgate: error: {error:#}");
+            // Scrubbed as clap's errors are: a file flag given a URL (`--rules redis://:PASSWORD@h`)
+            // is refused naming the file.
+            eprintln!("tollgate: error: {}", scrub(format!("{error:#}")));
             ExitCode::FAILURE
         }
     }
@@ -59,8 +61,7 @@ fn main() -> ExitCode {
 
 /// The command line, or the exit clap chooses (help, version, a usage error). A usage error may
 /// quote an argument as typed (`unexpected argument 'redis://:PASSWORD@host'` when `--store` is
-/// forgotten): every store URL and `--store-sentinel-password` value of the command line is
-/// replaced in it by its redacted form first.
+/// forgotten): it is [`scrub`]bed first.
 fn parse() -> Cli {
     let error = match Cli::try_parse() {
         Ok(cli) => return cli,
@@ -70,13 +71,19 @@ fn parse() -> Cli {
         error.exit();
     }
     let rendered = error.render().to_string();
-    let secrets = secrets(std::env::args_os().skip(1).map(|a| a.to_string_lossy().into_owned()));
-    if !secrets.iter().any(|(secret, _)| rendered.contains(secret.as_str())) {
+    let scrubbed = scrub(rendered.clone());
+    if scrubbed == rendered {
         error.exit();
     }
-    let scrubbed = secrets.iter().fold(rendered, |text, (secret, shown)| text.replace(secret.as_str(), shown));
     eprint!("{scrubbed}");
     std::process::exit(error.exit_code());
+}
+
+/// `text` with every argument of the command line that may hold credentials ([`secrets`])
+/// replaced by what may be shown of it.
+fn scrub(text: String) -> String {
+    let secrets = secrets(std::env::args_os().skip(1).map(|a| a.to_string_lossy().into_owned()));
+    secrets.iter().fold(text, |text, (secret, shown)| text.replace(secret.as_str(), shown))
 }
 
 /// The arguments that may hold credentials, each with what may be shown instead: store URLs

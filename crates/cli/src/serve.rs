@@ -125,7 +125,8 @@ pub(crate) struct GrpcArgs {
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = units::duration)]
     grpc_request_timeout: Duration,
     /// How often an idle gRPC connection is pinged (HTTP/2 PING); one not answered within 10 s,
-    /// or a peer gone (TCP keepalive, the same interval), is closed.
+    /// or a peer gone (TCP keepalive, the same interval), is closed, as is one that reads
+    /// nothing (a write left waiting 10 s).
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = units::duration)]
     grpc_keepalive: Duration,
     /// Largest gRPC request message, to the rate-limit and the health services (then
@@ -148,6 +149,7 @@ impl GrpcArgs {
             keepalive: self.grpc_keepalive,
             max_message_bytes: self.grpc_max_message,
             idle_timeout: self.grpc_idle_timeout.0,
+            ..GrpcBounds::default()
         }
     }
 }

@@ -69,6 +69,8 @@ fn a_refused_command_line_never_shows_a_credential() {
         "zq9://xw7@h",
         "http://tg:zq9xw7@h",
         "redis://:zq9%FFxw7@h",
+        "redis://:zq9xw7:6379",
+        "redis://tg:zq9xw7:6379/0",
     ];
     let mut leaks = Vec::new();
     let mut check = |args: &[&str]| {
@@ -95,6 +97,11 @@ fn a_refused_command_line_never_shows_a_credential() {
         &["serve", "--store", "redis://:zq9/xw7@127.0.0.1:1", "--store-tls-ca", "ca.pem"],
         &["serve", "--store", "redis://:zq9/xw7@127.0.0.1:1", "--max-keys", "10"],
         &["serve", "--store", "rediss://:zq9/xw7@127.0.0.1:1", "--store-tls-ca", "/nonexistent/ca.pem"],
+        // A URL given to a flag that takes a file: tollgate's own error names the file.
+        &["serve", "--rules", "redis://:zq9/xw7@127.0.0.1:1"],
+        &["serve", "--envoy-config", "redis://:zq9xw7@127.0.0.1:1"],
+        &["serve", "--store", "rediss://127.0.0.1:1", "--store-tls-ca", "rediss://:zq9xw7@127.0.0.1:1"],
+        &["proxy", "--upstream", "http://127.0.0.1:1", "--rules", "redis://:zq9/xw7@127.0.0.1:1"],
     ] {
         check(args);
     }

@@ -157,9 +157,10 @@ pub struct GrpcBounds {
     pub header_read_timeout: Duration,
     /// Longest one request may take (default 10 s): DEADLINE_EXCEEDED after it.
     pub request_timeout: Duration,
-    /// Interval of the HTTP/2 keepalive PINGs and of TCP keepalive (default 30 s); a PING
-    /// unanswered for 10 s closes the connection.
+    /// Interval of the HTTP/2 keepalive PINGs and of TCP keepalive (default 30 s).
     pub keepalive: Duration,
+    /// A keepalive PING unanswered this long closes the connection (default 10 s).
+    pub keepalive_timeout: Duration,
     /// Largest request message (default 64 KiB): OUT_OF_RANGE beyond it.
     pub max_message_bytes: usize,
     /// Close a connection that has had no request under way this long, keepalive PINGs or not
@@ -175,6 +176,7 @@ impl Default for GrpcBounds {
             header_read_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(10),
             keepalive: Duration::from_secs(30),
+            keepalive_timeout: Duration::from_secs(10),
             max_message_bytes: 64 << 10,
             idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
         }

@@ -1,16 +1,21 @@
 //! What the RESP and HTTP listeners share: accepting until shutdown, a cap on open connections
 //! (a connection beyond it is handed back to be refused in the protocol's words), each
 //! connection on its own task, and on shutdown a grace period after which the connections still
-//! open are closed, whatever their clients do.
+//! open are closed, whatever their clients do. And for a connection whose protocol code writes
+//! through `poll_write` (gRPC's), a bound on how long a write may wait on a client that reads
+//! nothing ([`WriteStall`]).
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
+use tokio::time::Sleep;
 
 /// A bound listener and the connections it has spawned.
 pub(crate) struct Listener {
@@ -74,6 +79,45 @@ impl Listener {
                 "{protocol} connections still busy after the grace period: closed"
             );
             self.connections.shutdown().await;
+        }
+    }
+}
+
+/// How long a connection's writes may wait on its client: a write that makes no progress for
+/// the bound fails (`TimedOut`), which ends the connection. A client that reads nothing would
+/// otherwise hold it for ever once the socket's buffers are full: the protocol code waits on the
+/// write, reads no more (so no idle bound is checked), and cannot even write its goodbye.
+pub(crate) struct WriteStall {
+    bound: Duration,
+    /// When the write waiting since the last progress fails.
+    deadline: Option<Pin<Box<Sleep>>>,
+}
+
+impl WriteStall {
+    pub(crate) fn new(bound: Duration) -> Self {
+        WriteStall { bound, deadline: None }
+    }
+
+    /// A write's (or a flush's) outcome, bounded: one that is ready forgets the stall; one that
+    /// waits starts it (its deadline registered with `cx`) and fails once it has lasted the
+    /// bound.
+    pub(crate) fn check<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        written: Poll<std::io::Result<T>>,
+    ) -> Poll<std::io::Result<T>> {
+        if written.is_ready() {
+            self.deadline = None;
+            return written;
+        }
+        let bound = self.bound;
+        let deadline = self.deadline.get_or_insert_with(|| Box::pin(tokio::time::sleep(bound)));
+        match deadline.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("the client read nothing for {} ms", bound.as_millis()),
+            ))),
+            Poll::Pending => Poll::Pending,
         }
     }
 }

@@ -176,6 +176,48 @@ async fn an_idle_connection_is_closed_though_it_answers_pings() {
     server.stop().await;
 }
 
+/// Before: a client that sent PINGs and read nothing held its connection for ever, whatever the
+/// keepalive and idle bounds: the server's writes (the PINGs' acknowledgements) blocked, so it
+/// read no more (the idle bound is checked as it reads), and its keepalive PING, never written,
+/// timed out into a GOAWAY that could not be written either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_reads_nothing_is_closed() {
+    let server = start(GrpcBounds {
+        keepalive: Duration::from_millis(100),
+        keepalive_timeout: Duration::from_millis(300),
+        idle_timeout: Some(Duration::from_millis(300)),
+        ..GrpcBounds::default()
+    })
+    .await;
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let stream = socket.connect(server.grpc.unwrap()).await.unwrap();
+    let ping = [0, 0, 8, 6, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8];
+    let frames = [PREFACE, &[0, 0, 0, 4, 0, 0, 0, 0, 0]].concat();
+    let pings = ping.repeat(4096);
+    // PINGs written whole (a frame cut short would be a protocol error, closing the connection
+    // for another reason), until a write fails: the server closed the connection.
+    let (mut unsent, mut blocked) = (&frames[..], false);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let closed = loop {
+        if unsent.is_empty() {
+            unsent = &pings;
+        }
+        match tokio::time::timeout_at(deadline, stream.writable()).await {
+            Err(_) => break false,
+            Ok(ready) => ready.unwrap(),
+        }
+        match stream.try_write(unsent) {
+            Ok(written) => unsent = &unsent[written..],
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => blocked = true,
+            Err(_) => break true,
+        }
+    };
+    assert!(blocked, "the server read everything: its writes never blocked");
+    assert!(closed, "still open after 20 s, reading nothing: the keepalive and idle bounds are 300 ms");
+    server.stop().await;
+}
+
 /// A request under way is not idleness, however long it lasts: a `Watch` of the health service
 /// (a stream that stays open) keeps its connection past the idle bound.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,7 +2,10 @@
 //! once (one more is closed as soon as it is accepted), each must send the HTTP/2 preface within
 //! `header_read_timeout` (a connection that sends nothing holds no slot for long), and each is
 //! closed once it has had no request under way for `idle_timeout` (see `idle.rs`: a client that
-//! answers keepalive PINGs and sends nothing else gives its slot back too). Concurrent streams,
+//! answers keepalive PINGs and sends nothing else gives its slot back too), and a write that
+//! makes no progress for `write_stall` (the keepalive timeout) fails, closing it: a client that
+//! reads nothing cannot answer a PING either, but hyper's keepalive cannot close its connection
+//! (it reads no more while its writes wait, and its GOAWAY would wait too). Concurrent streams,
 //! request time, keepalive and message size are tonic's settings (see `serve`).
 //!
 //! An idle connection is closed as if its client had: its reads end, and with no stream open
@@ -22,6 +25,7 @@ use tokio::time::{Instant, Sleep};
 use tonic::transport::server::Connected;
 
 use super::idle::{Activity, ConnectionInfo};
+use crate::listener::WriteStall;
 
 /// The HTTP/2 client preface (RFC 9113 section 3.4) is 24 bytes.
 const PREFACE: usize = 24;
@@ -36,6 +40,8 @@ pub(super) struct Bounded {
     activity: Arc<Activity>,
     /// The idle bound, and a timer that checks it.
     idle: Option<(Duration, Pin<Box<Sleep>>)>,
+    /// How long a write may wait on the client.
+    stall: WriteStall,
 }
 
 impl Bounded {
@@ -84,11 +90,13 @@ impl AsyncRead for Bounded {
 
 impl AsyncWrite for Bounded {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write(cx, buf)
+        let written = Pin::new(&mut self.stream).poll_write(cx, buf);
+        self.stall.check(cx, written)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.stream).poll_flush(cx)
+        let flushed = Pin::new(&mut self.stream).poll_flush(cx);
+        self.stall.check(cx, flushed)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -100,7 +108,8 @@ impl AsyncWrite for Bounded {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+        let written = Pin::new(&mut self.stream).poll_write_vectored(cx, bufs);
+        self.stall.check(cx, written)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -122,6 +131,7 @@ pub(super) fn incoming(
     max_connections: usize,
     header_read_timeout: Duration,
     idle_timeout: Option<Duration>,
+    write_stall: Duration,
 ) -> impl Stream<Item = std::io::Result<Bounded>> {
     let slots = Arc::new(Semaphore::new(max_connections));
     futures_util::stream::unfold((listener, slots), move |(listener, slots)| async move {
@@ -143,7 +153,8 @@ pub(super) fn incoming(
             let deadline = Some(Box::pin(tokio::time::sleep(header_read_timeout)));
             let idle = idle_timeout.map(|bound| (bound, Box::pin(tokio::time::sleep(bound))));
             let activity = Activity::new();
-            let bounded = Bounded { stream, _slot: slot, deadline, received: 0, activity, idle };
+            let stall = WriteStall::new(write_stall);
+            let bounded = Bounded { stream, _slot: slot, deadline, received: 0, activity, idle, stall };
             return Some((Ok(bounded), (listener, slots)));
         }
     })

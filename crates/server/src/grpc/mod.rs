@@ -302,14 +302,19 @@ pub async fn serve(
         RateLimitServiceServer::new(RateLimitService::new(app, config).with_response_headers(response_headers))
             .max_decoding_message_size(bounds.max_message_bytes),
     );
-    let incoming =
-        listener::incoming(listener, bounds.max_connections, bounds.header_read_timeout, bounds.idle_timeout);
+    let incoming = listener::incoming(
+        listener,
+        bounds.max_connections,
+        bounds.header_read_timeout,
+        bounds.idle_timeout,
+        bounds.keepalive_timeout,
+    );
     let mut signal = stopped.clone();
     let server = tonic::transport::Server::builder()
         .max_concurrent_streams(bounds.max_concurrent_streams)
         .timeout(bounds.request_timeout)
         .http2_keepalive_interval(Some(bounds.keepalive))
-        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+        .http2_keepalive_timeout(Some(bounds.keepalive_timeout))
         .tcp_keepalive(Some(bounds.keepalive))
         .http2_max_header_list_size(16 << 10)
         .add_service(health)

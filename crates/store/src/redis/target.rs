@@ -13,7 +13,7 @@
 //! they require some, are separate ([`RedisTarget::sentinel_username`], `--store-sentinel-user` /
 //! `--store-sentinel-password`). The credentials are everything between `://` and the last `@`
 //! (a password may hold `/ @ : , # ? %` unencoded; `%XX` escapes are decoded), and a user comes
-//! with its password. Every mistake is refused with what is wrong and a valid example, before
+//! with its password; an IPv6 host goes in brackets (no other host holds a `:`). Every mistake is refused with what is wrong and a valid example, before
 //! anything connects, and without quoting the URL (a piece of it may be a password);
 //! [`RedisTarget::redacted`] and [`redacted`] are the forms that may be logged, and the `Debug`
 //! of a target shows no password.
@@ -334,24 +334,32 @@ fn credentials(userinfo: Option<&str>) -> Result<(Option<String>, Option<String>
 
 /// `host[:port]`, an IPv6 host in brackets (`[::1]:6379`). Errors quote nothing of `text`.
 fn parse_address(text: &str, default_port: u16) -> Result<Address, &'static str> {
-    let (host, port) = if let Some(rest) = text.strip_prefix('[') {
+    let (host, port, bracketed) = if let Some(rest) = text.strip_prefix('[') {
         let (host, tail) = rest.split_once(']').ok_or("an IPv6 address lacks its ']'")?;
         let port = match tail {
             "" => None,
             tail => Some(tail.strip_prefix(':').ok_or("something other than :PORT follows its ']'")?),
         };
-        (host, port)
+        (host, port, true)
     } else {
-        match text.rsplit_once(':') {
-            Some((host, port)) => (host, Some(port)),
-            None => (text, None),
+        match text.split_once(':') {
+            Some((host, port)) => (host, Some(port), false),
+            None => (text, None, false),
         }
     };
     if host.is_empty() {
         return Err("it is missing (an '@' or a ',' with no host after it?)");
     }
-    if !host.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_' | ':' | '%')) {
-        return Err("it is not a host name nor an IP address");
+    // Only an IPv6 address, in brackets, holds ':' (and '%', its zone): a host written
+    // `user:password:6379` (its '@' and name forgotten) is no host named after the password.
+    let valid = if bracketed {
+        host.contains(':')
+            && host.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, ':' | '.' | '%' | '-' | '_'))
+    } else {
+        host.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'))
+    };
+    if !valid {
+        return Err("it is not a host name nor an IP address (an IPv6 address goes in brackets: [::1]:6379)");
     }
     let port = match port {
         None => default_port,

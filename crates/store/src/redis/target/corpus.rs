@@ -66,6 +66,12 @@ const CORPUS: &[(&str, Expected)] = &[
     ("redis://:zq9/xw7", Refused),
     ("redis://tg:zq9xw7/0", Refused),
     ("redis://tg:zq9,xw7", Refused),
+    // ... and the host forgotten with the port kept: what stands before the port is no host (an
+    // IPv6 address goes in brackets), not a host named after the password.
+    ("redis://:zq9xw7:6379", Refused),
+    ("redis://tg:zq9xw7:6379/0", Refused),
+    ("redis+cluster://tg:zq9xw7:7000,h:7001", Refused),
+    ("redis+sentinel://:zq9xw7:26379/mymaster", Refused),
     // Garbage after the password, or after the host.
     ("redis://:zq9xw7@h:1 x", Refused),
     ("redis://:zq9/xw7@h:1/notadb", Refused),
