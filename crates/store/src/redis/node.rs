@@ -25,6 +25,8 @@ pub(super) struct Settings {
     pub(super) password: Option<String>,
     pub(super) db: u32,
     pub(super) timeout: Duration,
+    /// Where an operator gives these credentials (said when the server refuses them).
+    pub(super) credentials_from: &'static str,
 }
 
 impl std::fmt::Debug for Settings {
@@ -48,6 +50,7 @@ impl Settings {
             password: target.password.clone(),
             db: target.db,
             timeout,
+            credentials_from: "the URL",
         }
     }
 
@@ -59,6 +62,7 @@ impl Settings {
             password: target.sentinel_password.clone(),
             db: 0,
             timeout,
+            credentials_from: "--store-sentinel-user and --store-sentinel-password (the URL's are the data servers')",
         }
     }
 
@@ -355,7 +359,7 @@ pub(super) fn explain(address: &Address, error: &RedisError, settings: &Settings
         || lower.contains("wrongpass")
         || lower.contains("authentication failed")
     {
-        "authentication failed: check the user and password in the URL".into()
+        format!("authentication failed: check the user and password in {}", settings.credentials_from)
     } else if lower.contains("noperm") || lower.contains("can't run this command") {
         format!(
             "the ACL user {} may not run a command or touch a key tollgate needs (see docs/redis.md, \"The smallest ACL\")",
@@ -389,4 +393,23 @@ pub(super) fn explain(address: &Address, error: &RedisError, settings: &Settings
         return format!("{address}: {text}");
     };
     format!("{address}: {hint} ({text})")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A refused password is blamed on where the operator gave it: the Sentinels' credentials are
+    /// flags, not the URL's.
+    #[test]
+    fn a_refused_password_names_where_it_was_given() {
+        let target = RedisTarget::parse("redis+sentinel://:pw@127.0.0.1:26379/mymaster").unwrap();
+        let address = Address { host: "127.0.0.1".into(), port: 26379 };
+        let refused = RedisError::from((ErrorKind::AuthenticationFailed, "WRONGPASS"));
+        let timeout = Duration::from_millis(50);
+        let data = explain(&address, &refused, &Settings::data(&target, timeout));
+        assert!(data.contains("check the user and password in the URL"), "{data}");
+        let sentinels = explain(&address, &refused, &Settings::sentinels(&target, timeout));
+        assert!(sentinels.contains("--store-sentinel-password"), "{sentinels}");
+    }
 }
