@@ -26,6 +26,7 @@ async fn start_proxy(upstream: &str, rules: &str, tweak: impl FnOnce(&mut Config
         options: Default::default(),
         upstream_timeout: Duration::from_secs(10),
         tls: None,
+        limits: Default::default(),
     };
     tweak(&mut config, &mut proxy);
     Proxy::start(config, proxy).await
@@ -74,6 +75,11 @@ impl Client {
     /// The next response (its body framed by `Content-Length`); `None` if the connection closed
     /// (or went quiet for 15 s) first.
     async fn response(&mut self) -> Option<Response> {
+        self.read_response(false).await
+    }
+
+    /// The next response, to a request whose response has no body (HEAD) when `bodiless`.
+    async fn read_response(&mut self, bodiless: bool) -> Option<Response> {
         let end = loop {
             if let Some(end) = self.buffer.windows(4).position(|w| w == b"\r\n\r\n") {
                 break end;
@@ -90,7 +96,8 @@ impl Client {
             .filter_map(|l| l.split_once(':'))
             .map(|(n, v)| (n.to_ascii_lowercase(), v.trim().to_string()))
             .collect();
-        let length = headers.iter().find(|(n, _)| n == "content-length").and_then(|(_, v)| v.parse().ok()).unwrap_or(0);
+        let length = headers.iter().find(|(n, _)| n == "content-length").and_then(|(_, v)| v.parse().ok());
+        let length = if bodiless { 0 } else { length.unwrap_or(0) };
         while self.buffer.len() < length {
             if !self.fill().await {
                 return None;
@@ -127,7 +134,7 @@ async fn exchange(proxy: &Proxy, seen: &Seen, bytes: &[u8]) -> (u16, Vec<Receive
     let before = seen.count();
     let mut client = Client::connect(proxy).await;
     client.send(bytes).await;
-    let status = client.response().await.map_or(0, |r| r.status);
+    let status = client.read_response(bytes.starts_with(b"HEAD ")).await.map_or(0, |r| r.status);
     // The upstream records a request before it answers: what it got is there by now.
     (status, seen.since(before))
 }
@@ -219,8 +226,9 @@ async fn clients_never_share_an_upstream_connection() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_does_not_read_loses_its_connection() {
     let (upstream, seen) = raw_upstream::start().await;
-    let proxy = start_proxy(&upstream, "", |config, _| {
+    let proxy = start_proxy(&upstream, "", |config, proxy| {
         config.http.max_connections = 2;
+        proxy.limits.write_timeout = Duration::from_secs(1);
     })
     .await;
     let mut stalled = Vec::new();
@@ -259,7 +267,8 @@ async fn a_client_that_does_not_read_loses_its_connection() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_per_client_address_are_capped() {
     let (upstream, seen) = raw_upstream::start().await;
-    let proxy = start_proxy(&upstream, "", |_, _| {}).await;
+    let cap = |_: &mut Config, proxy: &mut ProxyConfig| proxy.limits.max_connections_per_client = 2;
+    let proxy = start_proxy(&upstream, "", cap).await;
     let mut held = Vec::new();
     for _ in 0..2 {
         let mut client = Client::connect(&proxy).await;
@@ -272,7 +281,7 @@ async fn connections_per_client_address_are_capped() {
     drop(held);
     proxy.stop().await;
     // A trusted proxy's connections carry many clients: not capped.
-    let proxy = start_proxy(&upstream, TRUSTING_LOOPBACK, |_, _| {}).await;
+    let proxy = start_proxy(&upstream, TRUSTING_LOOPBACK, cap).await;
     let mut held = Vec::new();
     for _ in 0..3 {
         let mut client = Client::connect(&proxy).await;
@@ -422,5 +431,39 @@ async fn the_upstream_gets_the_body_as_the_proxy_framed_it() {
         }
     }
     assert!(wrong.is_empty(), "{wrong:#?}");
+    proxy.stop().await;
+}
+
+/// Item 2's way out: `--allow-body-on GET` forwards such a body (framed by the proxy) on an
+/// upstream connection of its own; the client's other requests share another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_allowed_body_goes_on_an_upstream_connection_of_its_own() {
+    let (upstream, seen) = raw_upstream::start().await;
+    let proxy = start_proxy(&upstream, "", |_, proxy| proxy.limits.bodies_allowed_on = vec![http::Method::GET]).await;
+    let mut client = Client::connect(&proxy).await;
+    for (target, body) in [("/first", b"".as_slice()), ("/search", b"{\"query\":1}"), ("/last", b"")] {
+        client.send(&request("GET", target, &[], body)).await;
+        assert_eq!(client.response().await.map(|r| r.status), Some(200), "{target}");
+    }
+    let received = seen.requests();
+    let of = |target: &str| received.iter().find(|r| r.target == target).unwrap();
+    assert_eq!(of("/search").lines("content-length"), ["11"]);
+    assert_eq!(of("/first").connection, of("/last").connection);
+    assert_ne!(of("/search").connection, of("/first").connection);
+    assert!(of("/first").lines("content-length").is_empty(), "a GET without a body declares none");
+    proxy.stop().await;
+}
+
+/// A request target longer than `--http-max-target` (8 KiB by default, as nginx's request
+/// line) is refused before the rules fold its path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_target_over_the_limit_is_a_414() {
+    let (upstream, seen) = raw_upstream::start().await;
+    let proxy = start_proxy(&upstream, LIMITED, |_, _| {}).await;
+    let long = format!("/limited/{}", "a/".repeat(5000));
+    let (status, received) = exchange(&proxy, &seen, &request("GET", &long, &[], b"")).await;
+    assert_eq!((status, received.len()), (414, 0));
+    let (status, received) = exchange(&proxy, &seen, &request("GET", &long[..8000], &[], b"")).await;
+    assert_eq!((status, received.len()), (200, 1));
     proxy.stop().await;
 }

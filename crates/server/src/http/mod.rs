@@ -7,6 +7,7 @@
 //! httpapi draft's `RateLimit-Policy` / `RateLimit` fields. Bad input is a 400 saying what is
 //! wrong; a store failure is a 503.
 
+pub mod held;
 pub mod server;
 pub mod tls;
 
