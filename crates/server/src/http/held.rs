@@ -1,5 +1,5 @@
 //! What one client can hold of a listener beyond its `HttpBounds`, for `tollgate proxy`: a write
-//! timeout ([`WriteTimeout`]: a connection whose client accepts no response byte for that long
+//! timeout (`WriteTimeout`: a connection whose client accepts no response byte for that long
 //! is closed, as nginx's `send_timeout`), and a cap on the connections of one client address
 //! ([`PerClient`]; an IPv6 client is its /64, which it can rotate through for free).
 

@@ -6,9 +6,9 @@
 //! Its listener may terminate TLS (the ClientHello fingerprinted for `ja3`/`ja4`, see
 //! `http::tls`); requests a `route` rule mitigates go to that rule's quarantine upstream.
 //!
-//! What reaches the upstream is exactly what was rated: [`inbound`] shapes each request before
+//! What reaches the upstream is exactly what was rated: `inbound` shapes each request before
 //! the rules see it (refusing what an upstream could read otherwise, owning the forwarding
-//! headers), and [`upstream`] forwards it unchanged, framed by the proxy, over upstream
+//! headers), and `upstream` forwards it unchanged, framed by the proxy, over upstream
 //! connections that belong to one client connection each. Bounded like `serve`'s HTTP listener
 //! (header-read timeout, connection cap, body limit), and beyond it: a write timeout, a cap on
 //! one client address's connections, a longest request target, and each phase on its own clock
