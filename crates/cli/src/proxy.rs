@@ -41,13 +41,42 @@ pub(crate) struct ProxyArgs {
     /// The PEM private key of --tls-cert.
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
-    /// Longest the upstream may take to accept a connection and to answer (then 504).
+    /// Longest the upstream may take to accept a connection, to answer once the request is
+    /// sent, and to pause its body (then 504).
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = crate::units::duration)]
     upstream_timeout: std::time::Duration,
+    /// Close a connection whose client accepts no byte of a response this long.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = crate::units::duration)]
+    http_write_timeout: std::time::Duration,
+    /// Most connections one client address holds at once (an IPv6 client: its /64; a trusted
+    /// proxy's are not counted); more are answered 429 and closed.
+    #[arg(long, value_name = "N", default_value = "256", value_parser = crate::units::positive)]
+    http_max_connections_per_client: usize,
+    /// Longest request target, path and query (then 414).
+    #[arg(long, value_name = "SIZE", default_value = "8KiB", value_parser = crate::units::bytes)]
+    http_max_target: usize,
+    /// Forward a body on these methods (of GET, HEAD, DELETE, TRACE; comma-separated) rather
+    /// than refuse it (400), each such request on an upstream connection of its own: only for
+    /// an upstream that reads those bodies (Elasticsearch's GET _search).
+    #[arg(long, value_name = "METHODS", value_delimiter = ',', value_parser = body_method)]
+    allow_body_on: Vec<http::Method>,
     /// Log filter: error, warn, info, debug, trace or off, or directives such as
     /// `info,tollgate_engine=debug`.
     #[arg(long, value_name = "LEVEL", default_value = "info", value_parser = crate::units::log_filter)]
     log_level: String,
+}
+
+/// A method `--allow-body-on` may name: one that carries no body by convention.
+fn body_method(text: &str) -> Result<http::Method, String> {
+    match text.trim().to_ascii_uppercase().as_str() {
+        "GET" => Ok(http::Method::GET),
+        "HEAD" => Ok(http::Method::HEAD),
+        "DELETE" => Ok(http::Method::DELETE),
+        "TRACE" => Ok(http::Method::TRACE),
+        _ => Err(format!(
+            "{text:?}: give GET, HEAD, DELETE or TRACE (other methods' bodies are always forwarded; CONNECT is refused)"
+        )),
+    }
 }
 
 /// Runs the proxy until Ctrl-C or SIGTERM.
@@ -88,6 +117,12 @@ pub(crate) fn run(args: ProxyArgs) -> anyhow::Result<()> {
         rules_file: Some(args.rules.clone()),
         upstream_timeout: args.upstream_timeout,
         tls,
+        limits: tollgate_server::proxy::ProxyLimits {
+            write_timeout: args.http_write_timeout,
+            max_connections_per_client: args.http_max_connections_per_client,
+            bodies_allowed_on: args.allow_body_on,
+            max_target_bytes: args.http_max_target,
+        },
         options: tollgate_tower::Options {
             headers_on_allowed: args.headers_on_allowed,
             legacy_headers: args.legacy_headers,

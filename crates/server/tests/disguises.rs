@@ -125,6 +125,7 @@ async fn proxy(upstream: &str) -> Proxy {
         options: Default::default(),
         upstream_timeout: Duration::from_secs(10),
         tls: None,
+        limits: Default::default(),
     };
     Proxy::start(config, proxy).await
 }

@@ -269,6 +269,7 @@ async fn proxy_and_serve_answer_the_same_openmetrics_content_type() {
         options: Default::default(),
         upstream_timeout: Duration::from_secs(1),
         tls: None,
+        limits: Default::default(),
     };
     let config = common::manual_config();
     let task = tokio::spawn(async move {

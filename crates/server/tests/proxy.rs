@@ -72,6 +72,7 @@ async fn start(config: Config, upstream: String, rules: Rules, file: Option<Path
         options: Default::default(),
         upstream_timeout: timeout,
         tls: None,
+        limits: Default::default(),
     };
     Proxy::start(config, proxy).await
 }

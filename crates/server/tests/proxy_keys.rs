@@ -46,6 +46,7 @@ async fn start(config: Config, upstream: &str, rules: &str, tls: Option<Tls>) ->
         options: Default::default(),
         upstream_timeout: Duration::from_secs(10),
         tls,
+        limits: Default::default(),
     };
     Proxy::start(config, proxy).await
 }
@@ -248,20 +249,26 @@ async fn steady(at: SocketAddr, ip: &str, rate: u32, duration: Duration) -> Vec<
         tokio::time::sleep_until(start + interval * i).await;
         let request = format!("GET / HTTP/1.1\r\nhost: t\r\nx-forwarded-for: {ip}\r\n\r\n");
         stream.get_mut().write_all(request.as_bytes()).await.unwrap();
-        let (mut status, mut length) = (String::new(), 0usize);
-        stream.read_line(&mut status).await.unwrap();
+        let (mut status, mut length, mut close) = (String::new(), 0usize, false);
+        assert!(stream.read_line(&mut status).await.unwrap() > 0, "the proxy closed the connection");
         loop {
             let mut line = String::new();
-            stream.read_line(&mut line).await.unwrap();
+            assert!(stream.read_line(&mut line).await.unwrap() > 0, "the proxy closed the connection");
             if line == "\r\n" {
                 break;
             }
-            if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            let line = line.to_ascii_lowercase();
+            if let Some(value) = line.strip_prefix("content-length:") {
                 length = value.trim().parse().unwrap();
             }
+            close |= line.trim_end() == "connection: close";
         }
         let mut body = vec![0; length];
         stream.read_exact(&mut body).await.unwrap();
+        // A 429 closes the connection: the next request goes on a new one.
+        if close {
+            stream = BufReader::new(tokio::net::TcpStream::connect(at).await.unwrap());
+        }
         answers.push((status.split(' ').nth(1).unwrap().parse().unwrap(), String::from_utf8(body).unwrap()));
     }
     answers

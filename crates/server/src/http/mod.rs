@@ -12,6 +12,7 @@
 //! never grants (a `text/plain` POST is sent without one), and every route answers only a `Host`
 //! that names this server ([`host`], against DNS rebinding).
 
+pub mod held;
 pub mod host;
 pub mod server;
 pub mod tls;

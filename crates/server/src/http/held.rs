@@ -1,0 +1,166 @@
+//! What one client can hold of a listener beyond its `HttpBounds`, for `tollgate proxy`: a write
+//! timeout (`WriteTimeout`: a connection whose client accepts no response byte for that long
+//! is closed, as nginx's `send_timeout`), and a cap on the connections of one client address
+//! ([`PerClient`]; an IPv6 client is its /64, which it can rotate through for free).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::Sleep;
+
+/// A stream whose writes fail with `TimedOut` once they have made no progress for `timeout`
+/// (none: a plain stream).
+pub(crate) struct WriteTimeout<S> {
+    inner: S,
+    timeout: Option<Duration>,
+    /// Armed when a write is first refused, disarmed by any progress.
+    stalled: Option<Pin<Box<Sleep>>>,
+}
+
+impl<S> WriteTimeout<S> {
+    pub(crate) fn new(inner: S, timeout: Option<Duration>) -> Self {
+        WriteTimeout { inner, timeout, stalled: None }
+    }
+
+    /// `poll`, unless the writes have been refused for the whole timeout.
+    fn guard<T>(&mut self, cx: &mut Context<'_>, poll: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        let Some(timeout) = self.timeout else { return poll };
+        if poll.is_ready() {
+            self.stalled = None;
+            return poll;
+        }
+        let stalled = self.stalled.get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+        if stalled.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("the client accepted no byte of the response for {} ms", timeout.as_millis()),
+            )));
+        }
+        Poll::Pending
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for WriteTimeout<S> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for WriteTimeout<S> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let poll = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.guard(cx, poll)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let poll = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.guard(cx, poll)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let poll = Pin::new(&mut self.inner).poll_flush(cx);
+        self.guard(cx, poll)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let poll = Pin::new(&mut self.inner).poll_shutdown(cx);
+        self.guard(cx, poll)
+    }
+}
+
+/// At most `max` connections per client address, except from the addresses `exempt` names
+/// (trusted proxies: one of their connections carries many clients).
+#[derive(Clone)]
+pub struct PerClient {
+    /// Most connections one client address holds at once.
+    pub max: usize,
+    /// Addresses whose connections are not counted.
+    pub exempt: Arc<dyn Fn(IpAddr) -> bool + Send + Sync>,
+}
+
+impl std::fmt::Debug for PerClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PerClient").field("max", &self.max).finish_non_exhaustive()
+    }
+}
+
+/// The open connections of each client address (an entry per address with one open at least:
+/// never more entries than connections).
+#[derive(Default)]
+pub(crate) struct ClientCounts(Mutex<HashMap<IpAddr, usize>>);
+
+/// One counted connection, given back when dropped.
+pub(crate) struct ClientSlot {
+    counts: Arc<ClientCounts>,
+    client: IpAddr,
+}
+
+impl ClientCounts {
+    /// A slot for a connection from `peer`, if its client holds fewer than `max`.
+    pub(crate) fn acquire(self: &Arc<Self>, peer: IpAddr, max: usize) -> Option<ClientSlot> {
+        let client = client_of(peer);
+        let mut counts = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let count = counts.entry(client).or_insert(0);
+        if *count >= max {
+            return None;
+        }
+        *count += 1;
+        Some(ClientSlot { counts: self.clone(), client })
+    }
+}
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        let mut counts = self.counts.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(count) = counts.get_mut(&self.client) {
+            *count -= 1;
+            if *count == 0 {
+                counts.remove(&self.client);
+            }
+        }
+    }
+}
+
+/// The client a peer address stands for: an IPv4 address (an IPv4-mapped one too), or an IPv6
+/// /64.
+fn client_of(peer: IpAddr) -> IpAddr {
+    match peer.to_canonical() {
+        IpAddr::V6(v6) => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
+        v4 => v4,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_each_client_up_to_its_cap_and_gives_slots_back() {
+        let counts = Arc::new(ClientCounts::default());
+        let ip = |text: &str| text.parse::<IpAddr>().unwrap();
+        let first = counts.acquire(ip("203.0.113.7"), 2).unwrap();
+        let _second = counts.acquire(ip("::ffff:203.0.113.7"), 2).expect("the same client, IPv4-mapped");
+        assert!(counts.acquire(ip("203.0.113.7"), 2).is_none());
+        assert!(counts.acquire(ip("203.0.113.8"), 2).is_some(), "another client");
+        drop(first);
+        assert!(counts.acquire(ip("203.0.113.7"), 2).is_some(), "a slot given back");
+        let _a = counts.acquire(ip("2001:db8:0:1::1"), 1).unwrap();
+        assert!(counts.acquire(ip("2001:db8:0:1:ffff::2"), 1).is_none(), "one /64");
+        assert!(counts.acquire(ip("2001:db8:0:2::1"), 1).is_some(), "another /64");
+    }
+}

@@ -1,0 +1,300 @@
+//! What the proxy makes of a request before the rules see it, so that the rules read exactly
+//! what the upstream will receive (ARCHITECTURE principle 12: the rules run on the request as
+//! rewritten here, and `forward` changes nothing they read).
+//!
+//! Refused, with `Connection: close` (the request's body is never read):
+//! - `CONNECT` (501): the proxy opens no tunnels;
+//! - a request target longer than `--http-max-target` (414), as nginx's 8 KiB request line;
+//! - a body on GET, HEAD, DELETE or TRACE (400) unless `--allow-body-on` names the method: RFC
+//!   9110 gives it no meaning and says it may be rejected as a smuggling attempt; an upstream
+//!   that ignores it reads it as another request, one the rules never rated (CL.0);
+//! - no `Host`, or more than one `Host` line (400, RFC 9112 section 3.2);
+//! - a `Connection` header naming `Host`, the framing (`Content-Length`, `Transfer-Encoding`),
+//!   a forwarding header the proxy owns or any header a rule reads (400): its removal would let
+//!   the upstream see another request than the rules did.
+//!
+//! Rewritten:
+//! - an absolute-form target's authority becomes `Host` (RFC 9112 section 3.2.2: it wins);
+//! - the hop-by-hop headers, those `Connection` names, and the client's `Content-Length` and
+//!   `Transfer-Encoding` (whatever their spelling) are removed: `forward` frames the body itself;
+//! - the forwarding headers are the proxy's ([`OWNED`]): from a peer that is not a trusted proxy
+//!   they are removed, `X-Forwarded-For` is set to the peer and `X-Forwarded-Proto` to the
+//!   listener's scheme; from a trusted proxy they are kept, every `X-Forwarded-For` line joined
+//!   in order with the peer appended (a `Forwarded` chain likewise, `for=PEER`), and
+//!   `X-Forwarded-Proto` set only if absent.
+//!
+//! The client's body must then arrive within the request timeout (408), and every 429 closes
+//! the connection: a client told to slow down gets no kept-alive connection to retry on at once.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, HttpBody};
+use axum::extract::{ConnectInfo, Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
+use tollgate_engine::{Engine, Policy};
+
+use crate::backend::Backend;
+use crate::proxy::body::{Side, Timed};
+
+/// Headers that belong to one hop, not to the request (RFC 9110 section 7.6.1).
+const HOP_BY_HOP: [&str; 7] =
+    ["connection", "keep-alive", "proxy-connection", "te", "trailer", "upgrade", "proxy-authorization"];
+
+/// The headers that tell an application who the client is, where it came from or what it asked
+/// for, as proxies write them: only a trusted proxy's are believed and forwarded.
+pub(crate) const OWNED: [&str; 18] = [
+    "forwarded",
+    "x-forwarded-for",
+    "x-forwarded-host",
+    "x-forwarded-proto",
+    "x-forwarded-port",
+    "x-forwarded-prefix",
+    "x-forwarded-server",
+    "x-forwarded-scheme",
+    "x-forwarded-ssl",
+    "x-real-ip",
+    "true-client-ip",
+    "x-client-ip",
+    "cf-connecting-ip",
+    "fastly-client-ip",
+    "x-cluster-client-ip",
+    "x-original-host",
+    // Symfony, Zend and IIS route on these instead of the target.
+    "x-original-url",
+    "x-rewrite-url",
+];
+
+/// Methods whose requests carry no body by convention (CONNECT is refused whole).
+pub(crate) const BODILESS: [Method; 4] = [Method::GET, Method::HEAD, Method::DELETE, Method::TRACE];
+
+/// What shaping a request needs.
+pub(crate) struct Inbound {
+    pub(crate) engine: Arc<Engine<Arc<Backend>>>,
+    /// Whether clients reach the proxy over TLS (`X-Forwarded-Proto`).
+    pub(crate) https: bool,
+    /// Methods of [`BODILESS`] whose bodies are forwarded all the same (`--allow-body-on`).
+    pub(crate) bodies_allowed_on: Vec<Method>,
+    /// The longest request target (`--http-max-target`).
+    pub(crate) max_target_bytes: usize,
+    /// Longest the client's body may take to arrive (`--http-request-timeout`).
+    pub(crate) request_timeout: Duration,
+}
+
+/// The middleware: shapes the request (or refuses it), bounds its body's arrival, and closes the
+/// connection after a 429.
+pub(crate) async fn inbound(State(inbound): State<Arc<Inbound>>, mut request: Request, next: Next) -> Response {
+    let policy = inbound.engine.current();
+    if let Err(refused) = inbound.shape(&mut request, &policy) {
+        return refused.response();
+    }
+    drop(policy);
+    let timeout = inbound.request_timeout;
+    let request = request.map(|body| Body::new(Timed::deadline(body, timeout, Side::Client)));
+    let mut response = next.run(request).await;
+    if response.status() == StatusCode::TOO_MANY_REQUESTS {
+        close(&mut response);
+    }
+    response
+}
+
+/// Asks hyper to close the connection after `response`.
+pub(crate) fn close(response: &mut Response) {
+    response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+}
+
+/// A refusal: the problem, and the connection closed (the request's body is left unread).
+pub(crate) fn refuse(status: StatusCode, detail: &str) -> Response {
+    let mut response = tollgate_tower::response::problem(status, detail);
+    close(&mut response);
+    response
+}
+
+/// A request [`Inbound::shape`] refuses: its status and why.
+struct Refused(StatusCode, String);
+
+impl Refused {
+    fn new(status: StatusCode, detail: impl Into<String>) -> Self {
+        Refused(status, detail.into())
+    }
+
+    fn response(&self) -> Response {
+        refuse(self.0, &self.1)
+    }
+}
+
+impl Inbound {
+    /// Refuses the request, or rewrites it into what the rules read and the upstream receives.
+    fn shape(&self, request: &mut Request, policy: &Policy) -> Result<(), Refused> {
+        let method = request.method().clone();
+        if method == Method::CONNECT {
+            return Err(Refused::new(StatusCode::NOT_IMPLEMENTED, "the proxy opens no tunnels (CONNECT)"));
+        }
+        let uri = request.uri();
+        let target =
+            uri.path_and_query().map_or(0, |p| p.as_str().len()) + uri.authority().map_or(0, |a| a.as_str().len());
+        if target > self.max_target_bytes {
+            let detail =
+                format!("the request target is longer than {} bytes (--http-max-target)", self.max_target_bytes);
+            return Err(Refused::new(StatusCode::URI_TOO_LONG, detail));
+        }
+        let has_body = request.body().size_hint().exact() != Some(0);
+        if has_body && BODILESS.contains(&method) && !self.bodies_allowed_on.contains(&method) {
+            let detail = format!(
+                "a {method} request with a body is refused: an upstream that ignores it would read it as another \
+                 request (--allow-body-on {method} forwards it)"
+            );
+            return Err(Refused::new(StatusCode::BAD_REQUEST, detail));
+        }
+        set_host(request)?;
+        let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip().to_canonical());
+        let trusted = peer.filter(|&peer| policy.rules.trusted_proxies.trusts(peer));
+        let headers = request.headers_mut();
+        strip_hop_by_hop(headers, |name| {
+            name == "host"
+                || name == "content-length"
+                || name == "transfer-encoding"
+                || OWNED.contains(&name)
+                || policy.header_names.iter().any(|read| read == name)
+        })
+        .map_err(|named| {
+            let detail = format!(
+                "the Connection header names {named}, which the proxy must forward as the rules saw it: refused"
+            );
+            Refused::new(StatusCode::BAD_REQUEST, detail)
+        })?;
+        headers.remove(header::CONTENT_LENGTH);
+        headers.remove(header::TRANSFER_ENCODING);
+        let proto = HeaderValue::from_static(if self.https { "https" } else { "http" });
+        match trusted {
+            Some(peer) => {
+                append(headers, "x-forwarded-for", &peer.to_string());
+                if headers.contains_key(header::FORWARDED) {
+                    append(headers, "forwarded", &forwarded_node(peer));
+                }
+                if !headers.contains_key("x-forwarded-proto") {
+                    headers.insert("x-forwarded-proto", proto);
+                }
+            }
+            None => {
+                for name in OWNED {
+                    headers.remove(name);
+                }
+                let fingerprints = &policy.rules.fingerprint_headers;
+                for name in [&fingerprints.ja3, &fingerprints.ja4].into_iter().flatten() {
+                    headers.remove(name.as_str());
+                }
+                // An address's text is always a valid value.
+                if let Some(peer) = peer.and_then(|peer| HeaderValue::from_str(&peer.to_string()).ok()) {
+                    headers.insert("x-forwarded-for", peer);
+                }
+                headers.insert("x-forwarded-proto", proto);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Checks `Host` (one line; none only with an absolute-form target, whose authority becomes it).
+fn set_host(request: &mut Request) -> Result<(), Refused> {
+    let lines = request.headers().get_all(header::HOST).iter().count();
+    if lines > 1 {
+        return Err(Refused::new(
+            StatusCode::BAD_REQUEST,
+            "the request has more than one Host header (RFC 9112 section 3.2)",
+        ));
+    }
+    if let Some(authority) = request.uri().authority() {
+        // The authority without its user information: the host the rules match.
+        let host = authority.as_str().rsplit('@').next().unwrap_or_default();
+        let host = HeaderValue::from_str(host)
+            .map_err(|_| Refused::new(StatusCode::BAD_REQUEST, "the request target's authority is not a host"))?;
+        request.headers_mut().insert(header::HOST, host);
+    } else if lines == 0 {
+        return Err(Refused::new(StatusCode::BAD_REQUEST, "the request has no Host header (RFC 9112 section 3.2)"));
+    }
+    Ok(())
+}
+
+/// Removes the hop-by-hop headers and those `Connection` names; `Err(name)` if it names one
+/// `kept` says must be forwarded (nothing is removed then).
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap, kept: impl Fn(&str) -> bool) -> Result<(), String> {
+    let mut named = Vec::new();
+    for value in headers.get_all(header::CONNECTION) {
+        for token in value.as_bytes().split(|&b| b == b',') {
+            let Ok(name) = HeaderName::from_bytes(token.trim_ascii()) else { continue };
+            if kept(name.as_str()) {
+                return Err(name.as_str().to_owned());
+            }
+            named.push(name);
+        }
+    }
+    for name in named {
+        headers.remove(name);
+    }
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+    Ok(())
+}
+
+/// Joins every line of `name` in order, then `hop`, into one line.
+fn append(headers: &mut HeaderMap, name: &'static str, hop: &str) {
+    let mut chain = Vec::new();
+    for value in headers.get_all(name) {
+        let value = value.as_bytes().trim_ascii();
+        if !value.is_empty() {
+            chain.extend_from_slice(value);
+            chain.extend_from_slice(b", ");
+        }
+    }
+    chain.extend_from_slice(hop.as_bytes());
+    // The lines were valid values, and so is the joined one.
+    if let Ok(value) = HeaderValue::from_bytes(&chain) {
+        headers.insert(name, value);
+    }
+}
+
+/// `for=ADDRESS` of RFC 7239 (an IPv6 address quoted and in brackets).
+fn forwarded_node(peer: IpAddr) -> String {
+    match peer {
+        IpAddr::V4(v4) => format!("for={v4}"),
+        IpAddr::V6(v6) => format!("for=\"[{v6}]\""),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strips_what_connection_names_unless_it_must_be_kept() {
+        let mut headers = HeaderMap::new();
+        headers.insert("connection", HeaderValue::from_static("close, x-secret, Keep-Alive"));
+        headers.insert("x-secret", HeaderValue::from_static("1"));
+        headers.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        headers.insert("x-kept", HeaderValue::from_static("1"));
+        assert_eq!(strip_hop_by_hop(&mut headers, |_| false), Ok(()));
+        assert_eq!(headers.keys().map(|k| k.as_str()).collect::<Vec<_>>(), ["x-kept"]);
+
+        let mut headers = HeaderMap::new();
+        headers.insert("connection", HeaderValue::from_static("close, X-Api-Key"));
+        headers.insert("x-api-key", HeaderValue::from_static("k"));
+        assert_eq!(strip_hop_by_hop(&mut headers, |name| name == "x-api-key"), Err("x-api-key".to_string()));
+        assert!(headers.contains_key("x-api-key"));
+    }
+
+    #[test]
+    fn appends_to_every_line_in_order() {
+        let mut headers = HeaderMap::new();
+        headers.append("x-forwarded-for", HeaderValue::from_static("6.6.6.1"));
+        headers.append("x-forwarded-for", HeaderValue::from_static(" "));
+        headers.append("x-forwarded-for", HeaderValue::from_static("203.0.113.7"));
+        append(&mut headers, "x-forwarded-for", "127.0.0.1");
+        assert_eq!(headers.get_all("x-forwarded-for").iter().collect::<Vec<_>>(), ["6.6.6.1, 203.0.113.7, 127.0.0.1"]);
+        assert_eq!(forwarded_node("2001:db8::1".parse().unwrap()), "for=\"[2001:db8::1]\"");
+    }
+}
