@@ -113,6 +113,7 @@ async fn the_proxys_admin_listener_refuses_a_rebound_name() {
         options: Default::default(),
         upstream_timeout: Duration::from_secs(10),
         tls: None,
+        limits: Default::default(),
     };
     let proxy = Proxy::start(Config::default(), proxy).await;
     let forwarded = http(proxy.at, "GET / HTTP/1.1\r\nHost: any.example\r\nCookie: session=SECRET\r\n", "");
