@@ -45,9 +45,6 @@ pub(crate) struct ProxyArgs {
     /// sent, and to pause its body (then 504).
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = crate::units::duration)]
     upstream_timeout: std::time::Duration,
-    /// Close a connection whose client accepts no byte of a response this long.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = crate::units::duration)]
-    http_write_timeout: std::time::Duration,
     /// Most connections one client address holds at once (an IPv6 client: its /64; a trusted
     /// proxy's are not counted); more are answered 429 and closed.
     #[arg(long, value_name = "N", default_value = "256", value_parser = crate::units::positive)]
@@ -118,7 +115,6 @@ pub(crate) fn run(args: ProxyArgs) -> anyhow::Result<()> {
         upstream_timeout: args.upstream_timeout,
         tls,
         limits: tollgate_server::proxy::ProxyLimits {
-            write_timeout: args.http_write_timeout,
             max_connections_per_client: args.http_max_connections_per_client,
             bodies_allowed_on: args.allow_body_on,
             max_target_bytes: args.http_max_target,

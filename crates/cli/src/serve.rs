@@ -101,6 +101,10 @@ pub(crate) struct HttpArgs {
     /// Most simultaneous HTTP connections (more are answered 503 and closed).
     #[arg(long, value_name = "N", default_value = "10000", value_parser = units::positive)]
     http_max_connections: usize,
+    /// Close an HTTP connection whose client accepts no byte of a response this long (a client
+    /// that pipelines and reads nothing).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = units::duration)]
+    http_write_timeout: Duration,
     /// Largest HTTP request body (then 413).
     #[arg(long, value_name = "SIZE", default_value = "64KiB", value_parser = units::bytes)]
     http_max_body: usize,
@@ -161,6 +165,7 @@ impl HttpArgs {
             request_timeout: self.http_request_timeout,
             max_connections: self.http_max_connections,
             max_body_bytes: self.http_max_body,
+            write_timeout: self.http_write_timeout,
             ..HttpBounds::default()
         }
     }

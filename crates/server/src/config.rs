@@ -132,6 +132,11 @@ pub struct HttpBounds {
     pub max_body_bytes: usize,
     /// Largest request head (default 64 KiB).
     pub max_header_bytes: usize,
+    /// Close a connection whose client accepts no byte of a response for this long (default
+    /// 30 s, as nginx's `send_timeout`): a client that pipelines requests and reads nothing
+    /// would otherwise hold its connection for ever, since hyper waits on the write, reads no
+    /// more, and no timer runs meanwhile.
+    pub write_timeout: Duration,
 }
 
 impl Default for HttpBounds {
@@ -142,6 +147,7 @@ impl Default for HttpBounds {
             max_connections: 10_000,
             max_body_bytes: 64 << 10,
             max_header_bytes: 64 << 10,
+            write_timeout: Duration::from_secs(30),
         }
     }
 }

@@ -169,7 +169,7 @@ async fn an_http_connection_idle_after_its_request_is_closed() {
     let server = Server::start(Config { http, ..common::manual_config() }).await;
     let mut kept = TcpStream::connect(server.http).unwrap();
     kept.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    kept.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n").unwrap();
+    kept.write_all(b"GET /healthz HTTP/1.1\r\nhost: localhost\r\n\r\n").unwrap();
     let mut response = Vec::new();
     let mut buffer = [0u8; 4096];
     loop {
@@ -181,6 +181,63 @@ async fn an_http_connection_idle_after_its_request_is_closed() {
     }
     let response = String::from_utf8_lossy(&response);
     assert!(response.starts_with("HTTP/1.1 200") && !response.contains("connection: close"), "{response}");
+    server.stop().await;
+}
+
+/// Before: an HTTP client that pipelined requests and never read the answers held its connection
+/// for ever (hyper waits on the write, reads no more, and no timer runs). Now a write that makes
+/// no progress for `--http-write-timeout` closes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_client_that_never_reads_is_closed_after_the_write_timeout() {
+    let http = HttpBounds {
+        write_timeout: Duration::from_millis(300),
+        header_read_timeout: Duration::from_secs(60),
+        ..HttpBounds::default()
+    };
+    let server = Server::start(Config { http, ..common::manual_config() }).await;
+    let mut silent = TcpStream::connect(server.http).unwrap();
+    silent.set_nonblocking(true).unwrap();
+    let request = b"GET /metrics HTTP/1.1\r\nhost: localhost\r\n\r\n";
+    let (mut sent, mut refused_since) = (0usize, None::<Instant>);
+    // Pipeline until both directions' buffers are full (writes refused for a while).
+    while refused_since.is_none_or(|at| at.elapsed() < Duration::from_millis(200)) {
+        match silent.write(request) {
+            Ok(n) if n == request.len() => {
+                sent += 1;
+                refused_since = None;
+            }
+            Ok(_) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                refused_since.get_or_insert_with(Instant::now);
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => panic!("writing: {e}"),
+        }
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    silent.set_nonblocking(false).unwrap();
+    silent.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let (mut answered, mut buffer, mut tail) = (0usize, [0u8; 65536], Vec::new());
+    let ended = loop {
+        match silent.read(&mut buffer) {
+            Ok(0) => break "closed",
+            Ok(read) => {
+                tail.extend_from_slice(&buffer[..read]);
+                answered += tail.windows(15).filter(|w| w == b"HTTP/1.1 200 OK").count();
+                let keep = tail.len().saturating_sub(14);
+                tail.drain(..keep);
+            }
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                break "still open";
+            }
+            Err(_) => break "closed",
+        }
+    };
+    assert!(
+        ended == "closed" && answered < sent,
+        "{ended} after {answered} of {sent} pipelined requests were answered, the client reading nothing for 1.5 s \
+         under a write timeout of 300 ms"
+    );
     server.stop().await;
 }
 

@@ -226,9 +226,9 @@ async fn clients_never_share_an_upstream_connection() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_does_not_read_loses_its_connection() {
     let (upstream, seen) = raw_upstream::start().await;
-    let proxy = start_proxy(&upstream, "", |config, proxy| {
+    let proxy = start_proxy(&upstream, "", |config, _| {
         config.http.max_connections = 2;
-        proxy.limits.write_timeout = Duration::from_secs(1);
+        config.http.write_timeout = Duration::from_secs(1);
     })
     .await;
     let mut stalled = Vec::new();

@@ -1,10 +1,10 @@
-//! What one client can hold of a listener beyond its `HttpBounds`, for `tollgate proxy`: a write
-//! timeout (`WriteTimeout`: a connection whose client accepts no response byte for that long
-//! is closed, as nginx's `send_timeout`), and a cap on the connections of one client address
-//! ([`PerClient`]; an IPv6 client is its /64, which it can rotate through for free).
+//! What one client can hold of an HTTP listener: its connection while it reads nothing
+//! (`WriteTimeout`: a connection whose client accepts no response byte for `write_timeout` is
+//! closed, as nginx's `send_timeout`), and, for `tollgate proxy`, its connections (a cap per
+//! client address, [`PerClient`]; an IPv6 client is its /64, which it can rotate through for
+//! free).
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::io;
 use std::net::IpAddr;
 use std::pin::Pin;
@@ -13,37 +13,23 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::time::Sleep;
 
-/// A stream whose writes fail with `TimedOut` once they have made no progress for `timeout`
-/// (none: a plain stream).
+use crate::listener::WriteStall;
+
+/// A stream whose writes fail with `TimedOut` once they have made no progress for its bound
+/// (the listener's `write_timeout`; see [`WriteStall`]).
 pub(crate) struct WriteTimeout<S> {
     inner: S,
-    timeout: Option<Duration>,
-    /// Armed when a write is first refused, disarmed by any progress.
-    stalled: Option<Pin<Box<Sleep>>>,
+    stall: WriteStall,
 }
 
 impl<S> WriteTimeout<S> {
-    pub(crate) fn new(inner: S, timeout: Option<Duration>) -> Self {
-        WriteTimeout { inner, timeout, stalled: None }
+    pub(crate) fn new(inner: S, timeout: Duration) -> Self {
+        WriteTimeout { inner, stall: WriteStall::new(timeout) }
     }
 
-    /// `poll`, unless the writes have been refused for the whole timeout.
     fn guard<T>(&mut self, cx: &mut Context<'_>, poll: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
-        let Some(timeout) = self.timeout else { return poll };
-        if poll.is_ready() {
-            self.stalled = None;
-            return poll;
-        }
-        let stalled = self.stalled.get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
-        if stalled.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("the client accepted no byte of the response for {} ms", timeout.as_millis()),
-            )));
-        }
-        Poll::Pending
+        self.stall.check(cx, poll)
     }
 }
 

@@ -1,10 +1,11 @@
 //! Serving HTTP/1.1 with bounds, for `tollgate serve` and `tollgate proxy`: a header-read timeout
 //! (slowloris; hyper runs it for the first request and while a kept-alive connection waits for
 //! the next), a timeout per request (body included: 408), a connection cap (503 and close
-//! beyond it), a bound on the request head, and on shutdown a grace period after which the
+//! beyond it), a bound on the request head, a write timeout (a client that accepts no byte of a
+//! response for that long is closed), and on shutdown a grace period after which the
 //! connections still open are closed, whatever their clients do. The proxy's listener adds
-//! [`ListenerOptions`]: a write timeout, a cap per client address, its own request timing, and
-//! values made per connection for its requests.
+//! [`ListenerOptions`]: a cap per client address, its own request timing, and values made per
+//! connection for its requests.
 //!
 //! hyper's own HTTP/1 connection does the protocol (hyper-util's timer gives it the header-read
 //! timeout); the router is an axum `Router`, which also bounds bodies (413). The peer's address is
@@ -46,8 +47,6 @@ const TOO_MANY_CONNECTIONS: &[u8] =
 /// the admin listener take the defaults: none of it).
 #[derive(Clone, Default)]
 pub struct ListenerOptions {
-    /// Close a connection whose client accepts no byte of a response for this long.
-    pub write_timeout: Option<Duration>,
     /// The cap on one client address's connections (those beyond it: 429 and closed).
     pub per_client: Option<PerClient>,
     /// The app bounds the phases of each request itself (the proxy: the client's body by the
@@ -110,11 +109,11 @@ pub async fn serve_with(
             let serving =
                 Serving { peer, app, bounds, stop, local, whole_request_timeout: !options.app_times_requests };
             match tls {
-                None => serving.connection(WriteTimeout::new(stream, options.write_timeout), None).await,
+                None => serving.connection(WriteTimeout::new(stream, bounds.write_timeout), None).await,
                 // The handshake is bounded by the header-read timeout, as a request head is.
                 Some(tls) => match tls.accept(stream, bounds.header_read_timeout).await {
                     Ok((stream, fingerprint)) => {
-                        serving.connection(WriteTimeout::new(stream, options.write_timeout), Some(fingerprint)).await;
+                        serving.connection(WriteTimeout::new(stream, bounds.write_timeout), Some(fingerprint)).await;
                     }
                     Err(error) => tracing::debug!(%peer, %error, "TLS connection refused"),
                 },

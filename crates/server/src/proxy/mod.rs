@@ -66,9 +66,6 @@ pub struct ProxyConfig {
 /// What one client of the proxy can hold or send, beyond the listener's `HttpBounds`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProxyLimits {
-    /// Close a connection whose client accepts no byte of a response for this long (default
-    /// 30 s; nginx's `send_timeout`).
-    pub write_timeout: Duration,
     /// Most connections one client address holds at once (an IPv6 client: its /64; default
     /// 256); a trusted proxy's are not counted. Those beyond: 429 and closed.
     pub max_connections_per_client: usize,
@@ -81,12 +78,7 @@ pub struct ProxyLimits {
 
 impl Default for ProxyLimits {
     fn default() -> Self {
-        ProxyLimits {
-            write_timeout: Duration::from_secs(30),
-            max_connections_per_client: 256,
-            bodies_allowed_on: Vec::new(),
-            max_target_bytes: 8 << 10,
-        }
+        ProxyLimits { max_connections_per_client: 256, bodies_allowed_on: Vec::new(), max_target_bytes: 8 << 10 }
     }
 }
 
@@ -155,7 +147,6 @@ pub async fn run(
         .layer(axum::middleware::from_fn_with_state(shaping, inbound::inbound));
     let trusted = engine.clone();
     let listening = ListenerOptions {
-        write_timeout: Some(limits.write_timeout),
         per_client: Some(PerClient {
             max: limits.max_connections_per_client,
             exempt: Arc::new(move |peer| trusted.current().rules.trusted_proxies.trusts(peer)),
