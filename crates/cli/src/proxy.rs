@@ -83,6 +83,9 @@ pub(crate) fn run(args: ProxyArgs) -> anyhow::Result<()> {
     if let Some(db) = &rules.asn_db {
         tracing::info!(asn_db = %db.describe(), "ASN database loaded");
     }
+    if args.upstream.contains('@') {
+        anyhow::bail!("--upstream carries no user or password: give http://host[:port][/prefix]");
+    }
     if !args.upstream.starts_with("http://") {
         anyhow::bail!("--upstream must be an http:// URL, got {:?}", args.upstream);
     }

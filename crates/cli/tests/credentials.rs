@@ -87,6 +87,7 @@ fn a_refused_command_line_never_shows_a_credential() {
         check(&["proxy", "--upstream", "http://127.0.0.1:1", "--rules", "x.toml", "--store", url]);
     }
     let sentinel = "redis+sentinel://127.0.0.1:1/mymaster";
+    let login = support::repo().join("examples/rules/login.toml").display().to_string();
     for args in [
         // A password that starts with '-' (clap takes it for a flag unless told otherwise).
         &["serve", "--store", sentinel, "--store-sentinel-password", "-zq9xw7", "--bogus"][..],
@@ -102,6 +103,8 @@ fn a_refused_command_line_never_shows_a_credential() {
         &["serve", "--envoy-config", "redis://:zq9xw7@127.0.0.1:1"],
         &["serve", "--store", "rediss://127.0.0.1:1", "--store-tls-ca", "rediss://:zq9xw7@127.0.0.1:1"],
         &["proxy", "--upstream", "http://127.0.0.1:1", "--rules", "redis://:zq9/xw7@127.0.0.1:1"],
+        // An upstream with a user and password (refused: the proxy sends no credentials).
+        &["proxy", "--upstream", "http://tg:zq9xw7@127.0.0.1:1", "--rules", &login, "--listen", "127.0.0.1:0"],
     ] {
         check(args);
     }

@@ -48,12 +48,16 @@ pub(crate) struct Target {
 impl Target {
     /// `url`, an `http://` URL without a query.
     pub(crate) fn parse(url: &str) -> Result<Target, String> {
+        // A user or password is never quoted back (errors reach the log and stderr).
+        if url.contains('@') {
+            return Err("an upstream URL carries no user or password: give http://host[:port][/prefix]".into());
+        }
         let uri: Uri = url.parse().map_err(|e| format!("{url:?} is not a URL: {e}"))?;
         if uri.scheme_str() != Some("http") {
             return Err(format!("{url:?} is not an http:// URL"));
         }
         let Some(authority) = uri.authority() else { return Err(format!("{url:?} names no host")) };
-        if uri.query().is_some() || authority.as_str().contains('@') {
+        if uri.query().is_some() {
             return Err(format!("{url:?}: give the upstream as http://host[:port][/prefix]"));
         }
         let host = authority.host().trim_start_matches('[').trim_end_matches(']').to_string();
