@@ -420,7 +420,9 @@ async fn no_disguise_escapes_a_rule() {
     let proxy = proxy(&address).await;
     let mut escaped = Vec::new();
     for case in cases() {
-        let clean_body = if case.body.is_empty() { Vec::new() } else { b"small".to_vec() };
+        // A clean request on a method without a body sends none (the proxy refuses one: 400).
+        let bodiless = [&b"GET "[..], b"HEAD ", b"DELETE ", b"TRACE "].iter().any(|m| case.clean.starts_with(m));
+        let clean_body = if case.body.is_empty() || bodiless { Vec::new() } else { b"small".to_vec() };
         if case.allowed != [413] {
             for i in 0..3 {
                 assert_eq!(send(&proxy, &case.clean, &clean_body).await, 200, "{}: clean request {i}", case.what);

@@ -16,7 +16,10 @@
 //! Rewritten:
 //! - an absolute-form target's authority becomes `Host` (RFC 9112 section 3.2.2: it wins);
 //! - the hop-by-hop headers, those `Connection` names, and the client's `Content-Length` and
-//!   `Transfer-Encoding` (whatever their spelling) are removed: `forward` frames the body itself;
+//!   `Transfer-Encoding` (whatever their spelling) are removed: `forward` frames the body itself,
+//!   and the rules read its framing in one spelling (`Content-Length: N` for a body of known
+//!   length, `Transfer-Encoding: chunked` for one `forward` reads whole and then sends with its
+//!   length);
 //! - the forwarding headers are the proxy's ([`OWNED`]): from a peer that is not a trusted proxy
 //!   they are removed, `X-Forwarded-For` is set to the peer and `X-Forwarded-Proto` to the
 //!   listener's scheme; from a trusted proxy they are kept, every `X-Forwarded-For` line joined
@@ -168,6 +171,20 @@ impl Inbound {
         })?;
         headers.remove(header::CONTENT_LENGTH);
         headers.remove(header::TRANSFER_ENCODING);
+        // The framing the proxy will send, in the one spelling, for the rules to read (a form
+        // body may name an overriding method): a body of known length as that length, one of
+        // unknown length (chunked: read whole before it is forwarded) as `chunked`, which
+        // `forward` replaces by the length it read.
+        match request.body().size_hint().exact() {
+            Some(0) => {}
+            Some(length) => {
+                request.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+            }
+            None => {
+                request.headers_mut().insert(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
+            }
+        }
+        let headers = request.headers_mut();
         let proto = HeaderValue::from_static(if self.https { "https" } else { "http" });
         match trusted {
             Some(peer) => {

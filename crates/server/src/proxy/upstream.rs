@@ -152,6 +152,7 @@ pub(crate) async fn forward(State(upstream): State<Arc<Upstream>>, mut request: 
             Err(error) => return client_error(&*error),
         },
     };
+    parts.headers.remove(header::TRANSFER_ENCODING);
     if length > 0 || !anticipates_no_body(&parts.method) {
         parts.headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
     }
