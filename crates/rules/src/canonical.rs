@@ -10,8 +10,9 @@
 //!   whole): `method = "GET"` matches both and the `method` key spells both `GET`;
 //!   `method_exact = "GET"` matches GET alone. Compared case-insensitively.
 //! - **Method overrides** ([`method_is`]): a request is also every method it names in an
-//!   override header ([`OVERRIDE_HEADERS`], each line, each comma-separated item, `_` read as `-`
-//!   in the name as CGI-style servers read it), whatever its own method (Slim 3 and 4 read the
+//!   override header ([`OVERRIDE_HEADERS`], each line, each comma-separated item read past the
+//!   bytes around it that are not visible ASCII, `_` read as `-` in the name as CGI-style
+//!   servers read it), whatever its own method (Slim 3 and 4 read the
 //!   header on any method); and a `POST` every method it names in a `_method` query parameter (the
 //!   name as PHP reads it: [`names_override`]) and, when its body may carry a `_method` field (a
 //!   body, by its `Content-Length` or `Transfer-Encoding`, with a form, multipart or JSON
@@ -85,13 +86,22 @@ pub fn method_is(request: &Request<'_>, accepts: impl Fn(&str) -> bool) -> bool 
     if accepts(request.method) {
         return true;
     }
-    let named =
-        |value: &[u8]| std::str::from_utf8(value).is_ok_and(|text| text.split(',').map(str::trim).any(&accepts));
+    let named = |value: &[u8]| value.split(|&b| b == b',').any(|item| names_method(item, &accepts));
     if request.headers.iter().any(|&(name, value)| is_override_header(name) && named(value)) {
         return true;
     }
     request.method.eq_ignore_ascii_case("POST")
         && (body_may_name_method(request) || query_overrides(request.query).any(|value| named(&value)))
+}
+
+/// Whether an item of an override's value names a method `accepts`, read past any byte around it
+/// that is not a visible ASCII character: a method is ASCII, and servers trim what they read as
+/// spaces (Node reads header bytes as Latin-1, where 0xA0 is a space to JavaScript's `trim`).
+fn names_method(item: &[u8], accepts: impl Fn(&str) -> bool) -> bool {
+    let start = item.iter().position(u8::is_ascii_graphic);
+    let end = item.iter().rposition(u8::is_ascii_graphic);
+    let (Some(start), Some(end)) = (start, end) else { return false };
+    std::str::from_utf8(&item[start..=end]).is_ok_and(accepts)
 }
 
 /// Whether a header's name is one of [`OVERRIDE_HEADERS`], `_` read as `-`.

@@ -379,6 +379,12 @@ fn cases() -> Vec<Case> {
             LIMITED,
         ),
         case(
+            "method: POST with X-HTTP-Method-Override: DELETE,\\xff (Express takes the item before the comma)",
+            head("DELETE", "/items/7", &[]),
+            head("POST", "/items/7", &[b"X-HTTP-Method-Override: DELETE,\xff", b"Content-Length: 0"]),
+            LIMITED,
+        ),
+        case(
             "method: GET with X-Http-Method-Override (Slim 3 and 4 read it on any method)",
             head("DELETE", "/items/6", &[]),
             head("GET", "/items/6", &[b"X-Http-Method-Override: DELETE"]),
