@@ -119,7 +119,7 @@ fn is_override_header(name: &str) -> bool {
 /// Whether a POST's body may carry a `_method` field, which the rules cannot read: there is a
 /// body (a `Content-Length` other than 0, or a `Transfer-Encoding`: an HTTP/1.1 request without
 /// either has none), and a form or multipart `Content-Type` (Rack, PHP, Spring and ASP.NET Core
-/// parse those), a JSON one (one holding `/json` or `+json`: Laravel reads such a body as its
+/// parse those; the media type read up to a `;`, `,` or space, as Rack and PHP read it), a JSON one (one holding `/json` or `+json`: Laravel reads such a body as its
 /// parameters, Slim's body parsing too), or none at all (Rack reads such a body as a form).
 fn body_may_name_method(request: &Request<'_>) -> bool {
     let body = request.headers_named("transfer-encoding").next().is_some()
@@ -132,7 +132,9 @@ fn body_may_name_method(request: &Request<'_>) -> bool {
         return true;
     }
     types.any(|value| {
-        let media = value.split(|&b| b == b';').next().unwrap_or_default().trim_ascii();
+        // The media type ends where any server ends it: `;`, `,` (Rack), a space (PHP).
+        let value = value.trim_ascii_start();
+        let media = value.split(|&b| matches!(b, b';' | b',' | b' ' | b'\t')).next().unwrap_or_default();
         let json = value.windows(5).any(|w| w[1..].eq_ignore_ascii_case(b"json") && matches!(w[0], b'/' | b'+'));
         json || media.eq_ignore_ascii_case(b"application/x-www-form-urlencoded")
             || media.len() > 10 && media[..10].eq_ignore_ascii_case(b"multipart/")

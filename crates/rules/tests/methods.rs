@@ -118,6 +118,16 @@ fn what_frameworks_also_read_as_an_override_counts_too() {
             "/items/1",
             &[("Content-Type", "application/vnd.api+json"), ("Content-Length", "20")],
         ),
+        (
+            "a form type before a comma (Rack and PHP end the media type there)",
+            "/items/1",
+            &[("Content-Type", "application/x-www-form-urlencoded,text/plain"), ("Content-Length", "14")],
+        ),
+        (
+            "a form type before a space (PHP)",
+            "/items/1",
+            &[("Content-Type", "application/x-www-form-urlencoded text/plain"), ("Content-Length", "14")],
+        ),
         ("_method as PHP reads .method", "/items/1?.method=DELETE", &[("Content-Length", "0")]),
         ("_method as PHP reads a leading space", "/items/1?+_method=DELETE", &[("Content-Length", "0")]),
         ("_method as PHP reads a NUL", "/items/1?_method%00x=DELETE", &[("Content-Length", "0")]),
