@@ -33,10 +33,10 @@ use crate::Request;
 /// method-override getter).
 pub const OVERRIDE_HEADERS: [&str; 3] = ["x-http-method-override", "x-http-method", "x-method-override"];
 
-/// Every spelling of [`OVERRIDE_HEADERS`] with `_` for any `-`: a CGI-style server (Rack on
-/// Unicorn, WEBrick or Puma before 7; PHP under Caddy or `php -S`) turns each `-` of a name into
-/// `_`, so `X_HTTP_METHOD_OVERRIDE` reaches the application as `X-HTTP-Method-Override` does. The
-/// headers the middleware copies for the rules.
+/// Every spelling of [`OVERRIDE_HEADERS`] with `_` for any `-`: a CGI-style server turns each `-`
+/// of a name into `_`, so where it keeps names spelled with `_` (Unicorn and WEBrick for Rack,
+/// among others), `X_HTTP_METHOD_OVERRIDE` reaches the application as `X-HTTP-Method-Override`
+/// does. The headers the middleware copies for the rules.
 pub const OVERRIDE_HEADER_SPELLINGS: [&str; 16] = [
     "x-http-method-override",
     "x-http-method_override",

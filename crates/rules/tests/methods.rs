@@ -100,9 +100,9 @@ fn an_override_counts_under_the_method_it_names_and_under_post() {
 /// Before: each of these counted under `post` alone (or under nothing, for the GET and the PUT),
 /// though the framework named routes it as DELETE: Laravel reads a JSON body's `_method` (its
 /// request turns a JSON body into its parameters), PHP reads `.method`, ` _method` and
-/// `_method%00x` in a query as `_method` (Laravel, Symfony), CGI-style servers (Rack on Unicorn,
-/// WEBrick or Puma before 7; PHP under Caddy or `php -S`) give `X_HTTP_METHOD_OVERRIDE` the
-/// variable of `X-HTTP-Method-Override`, and Slim 3 and 4 read that header on any method.
+/// `_method%00x` in a query as `_method` (Laravel, Symfony), CGI-style servers that keep header
+/// names spelled with `_` (Unicorn, WEBrick) give `X_HTTP_METHOD_OVERRIDE` the variable of
+/// `X-HTTP-Method-Override`, and Slim 3 and 4 read that header on any method.
 #[test]
 fn what_frameworks_also_read_as_an_override_counts_too() {
     let rules = Rules::parse(RULES, "methods").unwrap();
