@@ -3,7 +3,7 @@
 //! `path_match` says: by default as applications route them (see `route`: the patterns folded
 //! when the rules load, the request's path in every form a backend may route it in, each without
 //! and with a trailing slash), or as spelled (`exact`, see `normalize`). Hosts and methods are compared in
-//! their canonical forms (see `canonical`: `method = "GET"` matches HEAD too, and a POST matches
+//! their canonical forms (see `canonical`: `method = "GET"` matches HEAD too, and a request matches
 //! the methods its overrides name).
 
 use serde::Deserialize;
@@ -17,10 +17,10 @@ use crate::rules::PathMatch;
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Match {
-    /// HTTP method, case-insensitive; `GET` matches HEAD too, and a POST the methods its overrides
-    /// name.
+    /// HTTP method, case-insensitive; `GET` matches HEAD too, and a request the methods its
+    /// overrides name.
     pub method: Option<String>,
-    /// HTTP method, case-insensitive, exactly (`GET` is not HEAD); a POST matches the methods its
+    /// HTTP method, case-insensitive, exactly (`GET` is not HEAD); a request matches the methods its
     /// overrides name.
     pub method_exact: Option<String>,
     /// The path (the whole path, not a prefix).

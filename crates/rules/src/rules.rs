@@ -319,7 +319,7 @@ impl Rules {
         for rule in &self.rules {
             for matcher in [&rule.matcher, &rule.mitigation_matcher] {
                 if matcher.method.is_some() || matcher.method_exact.is_some() {
-                    let overrides = crate::canonical::OVERRIDE_HEADERS.iter();
+                    let overrides = crate::canonical::OVERRIDE_HEADER_SPELLINGS.iter();
                     overrides.chain(&crate::canonical::BODY_HEADERS).for_each(|name| add(name));
                 }
                 if let Some(h) = &matcher.header {

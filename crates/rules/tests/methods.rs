@@ -1,8 +1,9 @@
-//! Method overrides: a `POST` that common frameworks route as another method (the
-//! `X-HTTP-Method-Override`, `X-HTTP-Method` and `X-Method-Override` headers, a `_method` query
-//! parameter, a `_method` form field) counts under a rule on that method too, still under a rule
-//! on `POST`; a form body, which the rules do not read, may name any method. Over-matching is the
-//! safe side (docs/rules.md, "Methods as applications route them").
+//! Method overrides: a request that common frameworks route as another method (the
+//! `X-HTTP-Method-Override`, `X-HTTP-Method` and `X-Method-Override` headers, `_` for `-` as CGI
+//! reads them, on any method; a POST's `_method` query parameter, as PHP reads its name, and
+//! `_method` body field) counts under a rule on that method too, still under a rule on its own; a
+//! form or JSON body, which the rules do not read, may name any method. Over-matching is the safe
+//! side (docs/rules.md, "Methods as applications route them").
 
 use std::net::IpAddr;
 
@@ -39,14 +40,19 @@ type Headers<'a> = &'a [(&'a str, &'a str)];
 
 /// The names of the rules counting `method target` with `headers`.
 fn counted(rules: &Rules, method: &str, target: &str, headers: &[(&str, &str)]) -> Vec<String> {
-    let (path, query) = target.split_once('?').unwrap_or((target, ""));
     let headers: Vec<(&str, &[u8])> = headers.iter().map(|&(n, v)| (n, v.as_bytes())).collect();
+    counted_bytes(rules, method, target, &headers)
+}
+
+/// As [`counted`], with header values as bytes.
+fn counted_bytes(rules: &Rules, method: &str, target: &str, headers: &[(&str, &[u8])]) -> Vec<String> {
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
     let request = Request {
         method,
         path,
         query,
         host: "api.example.com",
-        headers: &headers,
+        headers,
         client_ip: "192.0.2.1".parse::<IpAddr>().unwrap(),
         key: None,
         ja3: None,
@@ -91,6 +97,70 @@ fn an_override_counts_under_the_method_it_names_and_under_post() {
     assert_eq!(search, ["search"]);
 }
 
+/// Before: each of these counted under `post` alone (or under nothing, for the GET and the PUT),
+/// though the framework named routes it as DELETE: Laravel reads a JSON body's `_method` (its
+/// request turns a JSON body into its parameters), PHP reads `.method`, ` _method` and
+/// `_method%00x` in a query as `_method` (Laravel, Symfony), CGI-style servers that keep header
+/// names spelled with `_` (Unicorn, WEBrick) give `X_HTTP_METHOD_OVERRIDE` the variable of
+/// `X-HTTP-Method-Override`, and Slim 3 and 4 read that header on any method.
+#[test]
+fn what_frameworks_also_read_as_an_override_counts_too() {
+    let rules = Rules::parse(RULES, "methods").unwrap();
+    let both = ["delete", "post"];
+    let overrides: &[(&str, &str, Headers<'_>)] = &[
+        (
+            "a JSON body (Laravel)",
+            "/items/1",
+            &[("Content-Type", "application/json; charset=utf-8"), ("Content-Length", "20")],
+        ),
+        (
+            "a +json body (Laravel)",
+            "/items/1",
+            &[("Content-Type", "application/vnd.api+json"), ("Content-Length", "20")],
+        ),
+        (
+            "a form type before a comma (Rack and PHP end the media type there)",
+            "/items/1",
+            &[("Content-Type", "application/x-www-form-urlencoded,text/plain"), ("Content-Length", "14")],
+        ),
+        (
+            "a form type before a space (PHP)",
+            "/items/1",
+            &[("Content-Type", "application/x-www-form-urlencoded text/plain"), ("Content-Length", "14")],
+        ),
+        ("_method as PHP reads .method", "/items/1?.method=DELETE", &[("Content-Length", "0")]),
+        ("_method as PHP reads a leading space", "/items/1?+_method=DELETE", &[("Content-Length", "0")]),
+        ("_method as PHP reads a NUL", "/items/1?_method%00x=DELETE", &[("Content-Length", "0")]),
+        ("X_HTTP_METHOD_OVERRIDE (CGI)", "/items/1", &[("X_HTTP_METHOD_OVERRIDE", "DELETE"), ("Content-Length", "0")]),
+        ("X-HTTP_Method (CGI)", "/items/1", &[("X-HTTP_Method", "DELETE"), ("Content-Length", "0")]),
+    ];
+    let mut missed: Vec<String> = overrides
+        .iter()
+        .filter(|(_, target, headers)| counted(&rules, "POST", target, headers) != both)
+        .map(|(what, _, _)| (*what).to_string())
+        .collect();
+    // Node reads header bytes as Latin-1 (0xA0 a space to JavaScript's trim), and Express's
+    // method-override takes the item before the first comma, trimmed.
+    let latin1: &[(&str, &[u8])] = &[
+        ("a byte that is not UTF-8 after the comma (Express)", b"DELETE,\xff"),
+        ("a Latin-1 no-break space (Express)", b"DELETE\xa0"),
+        ("a UTF-8 no-break space", b"\xc2\xa0DELETE"),
+    ];
+    for &(what, value) in latin1 {
+        let headers = [("X-HTTP-Method-Override", value), ("Content-Length", b"0".as_slice())];
+        if counted_bytes(&rules, "POST", "/items/1", &headers) != both {
+            missed.push(what.to_string());
+        }
+    }
+    let slim = [("X-Http-Method-Override", "DELETE")];
+    for method in ["GET", "PUT"] {
+        if counted(&rules, method, "/items/1", &slim) != ["delete"] {
+            missed.push(format!("Slim: a {method} overridden"));
+        }
+    }
+    assert!(missed.is_empty(), "not counted under delete: {missed:?}");
+}
+
 /// What no framework routes as another method stays counted as sent.
 #[test]
 fn what_no_framework_overrides_counts_as_sent() {
@@ -99,14 +169,16 @@ fn what_no_framework_overrides_counts_as_sent() {
     assert_eq!(counted(&rules, "POST", "/items/1", &[("Content-Length", "0")]), post, "an empty body names nothing");
     let form = [("Content-Type", "application/x-www-form-urlencoded")];
     assert_eq!(counted(&rules, "POST", "/items/1", &form), post, "no body: neither a length nor chunks");
-    let json = [("Content-Type", "application/json"), ("Content-Length", "20")];
-    assert_eq!(counted(&rules, "POST", "/items/1", &json), post, "a JSON body is no form");
+    let text = [("Content-Type", "text/plain"), ("Content-Length", "20")];
+    assert_eq!(counted(&rules, "POST", "/items/1", &text), post, "a text body is no form");
     let other = [("X-HTTP-Method-Override", "PATCH"), ("Content-Length", "0")];
     assert_eq!(counted(&rules, "POST", "/items/1", &other), post, "another method");
-    // Frameworks override POST only.
-    let get = [("X-HTTP-Method-Override", "DELETE")];
-    assert!(counted(&rules, "GET", "/items/1?_method=DELETE", &get).is_empty());
-    assert_eq!(counted(&rules, "PUT", "/items/1", &[("X-HTTP-Method-Override", "DELETE")]), Vec::<String>::new());
+    let name = [("X-HTTP-Method-Overrides", "DELETE"), ("Content-Length", "0")];
+    assert_eq!(counted(&rules, "POST", "/items/1?method=DELETE&_method_=DELETE", &name), post, "other names");
+    // The query and the body override POST only (a form PUT names no other method).
+    let put = [("Content-Type", "application/x-www-form-urlencoded"), ("Content-Length", "14")];
+    assert!(counted(&rules, "PUT", "/items/1?_method=DELETE", &put).is_empty());
+    assert!(counted(&rules, "GET", "/items/1?_method=DELETE", &[]).is_empty());
     assert_eq!(counted(&rules, "DELETE", "/items/1", &[]), ["delete"]);
 }
 
@@ -140,7 +212,8 @@ fn the_override_headers_are_read_once_a_rule_matches_on_the_method() {
     let rules = Rules::parse(RULES, "methods").unwrap();
     let names = rules.header_names();
     let read = ["x-http-method-override", "x-http-method", "x-method-override", "content-type", "content-length"];
-    for name in read.into_iter().chain(["transfer-encoding"]) {
+    let underscored = ["x_http_method_override", "x-http_method-override", "x_http-method", "x_method_override"];
+    for name in read.into_iter().chain(["transfer-encoding"]).chain(underscored) {
         assert!(names.iter().any(|n| n == name), "{name}: {names:?}");
     }
     let without = Rules::parse("[[rules]]\nname = \"r\"\nlimit = \"5/1m\"\nkey = [\"method\"]\n", "t").unwrap();

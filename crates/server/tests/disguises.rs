@@ -358,6 +358,39 @@ fn cases() -> Vec<Case> {
                 LIMITED,
             )
         },
+        Case {
+            body: br#"{"_method":"DELETE"}"#.to_vec(),
+            ..case(
+                "method: POST with a JSON body naming _method (Laravel reads a JSON body as its parameters)",
+                head("DELETE", "/items/3", &[]),
+                head("POST", "/items/3", &[b"Content-Type: application/json"]),
+                LIMITED,
+            )
+        },
+        case(
+            "method: POST with ?.method=delete (PHP reads .method as _method: Laravel, Symfony)",
+            head("DELETE", "/items/4", &[]),
+            head("POST", "/items/4?.method=delete", &[b"Content-Length: 0"]),
+            LIMITED,
+        ),
+        case(
+            "method: POST with X_HTTP_METHOD_OVERRIDE (a CGI-style server reads it as X-HTTP-Method-Override)",
+            head("DELETE", "/items/5", &[]),
+            head("POST", "/items/5", &[b"X_HTTP_METHOD_OVERRIDE: DELETE", b"Content-Length: 0"]),
+            LIMITED,
+        ),
+        case(
+            "method: POST with X-HTTP-Method-Override: DELETE,\\xff (Express takes the item before the comma)",
+            head("DELETE", "/items/7", &[]),
+            head("POST", "/items/7", &[b"X-HTTP-Method-Override: DELETE,\xff", b"Content-Length: 0"]),
+            LIMITED,
+        ),
+        case(
+            "method: GET with X-Http-Method-Override (Slim 3 and 4 read it on any method)",
+            head("DELETE", "/items/6", &[]),
+            head("GET", "/items/6", &[b"X-Http-Method-Override: DELETE"]),
+            LIMITED,
+        ),
         case("path: doubled slash", head("GET", "/path", &[]), head("GET", "//path", &[]), LIMITED),
         case("path: encoded", head("GET", "/path", &[]), head("GET", "/%70ath", &[]), LIMITED),
         case("path: dot segments", head("GET", "/path", &[]), head("GET", "/x/../path", &[]), LIMITED),

@@ -92,9 +92,10 @@ impl AllowedHosts {
         if second.is_some() {
             return Some(error(StatusCode::BAD_REQUEST, "the request has more than one Host line".into()));
         }
-        let authority = uri.authority().map(|a| a.as_str());
+        // The target's host, past any user info (`user:password@host`).
+        let target = uri.host();
         let host = first.map(|line| line.to_str().unwrap_or("\u{fffd}"));
-        let refused = authority.into_iter().chain(host).find(|host| !self.allows(host))?;
+        let refused = target.into_iter().chain(host).find(|host| !self.allows(host))?;
         let name = tollgate_rules::canonical::host(refused).to_ascii_lowercase();
         Some(error(
             StatusCode::MISDIRECTED_REQUEST,
@@ -157,6 +158,25 @@ mod tests {
             assert!(!allowed.allows(host), "{host}");
         }
         assert!(AllowedHosts::new(&["*".into()], "--f").unwrap().allows("any.example"));
+    }
+
+    /// Before: the target's authority was cut at its first `:`, so `localhost:80@evil.example`
+    /// (user `localhost`, password `80`, host `evil.example`) was answered as `localhost`. No
+    /// browser sends a target in absolute form to a server, but what is refused is the host the
+    /// target names, as the rules read it.
+    #[test]
+    fn a_targets_host_is_read_past_its_user_info() {
+        let allowed = AllowedHosts::new(&[], "--http-allowed-host").unwrap();
+        let headers = HeaderMap::new();
+        for target in ["http://localhost:80@evil.example/healthz", "http://127.0.0.1@evil.example:8080/"] {
+            let uri: Uri = target.parse().unwrap();
+            let refusal = allowed.refusal(&uri, &headers).map(|r| r.status());
+            assert_eq!(refusal, Some(StatusCode::MISDIRECTED_REQUEST), "{target}");
+        }
+        for target in ["http://evil.example@localhost:8080/healthz", "http://[::1]:8080/", "http://127.0.0.1/"] {
+            let uri: Uri = target.parse().unwrap();
+            assert!(allowed.refusal(&uri, &headers).is_none(), "{target}");
+        }
     }
 
     #[test]
