@@ -83,13 +83,11 @@ impl<S: Store> Engine<S> {
         }
         let mut plan = Plan::default();
         policy.rules.plan_named(index, key, cost, &mut plan);
-        let admission = self.timed(frontend, self.decide_plan(&policy, None, &plan, Ok(()))).await;
+        let admission = self.timed(frontend, self.decide_plan(&policy, None, &plan, Ok(()), self.max_wait_ns)).await;
         let decision = match admission {
-            Admission::Proceed(proceed) => {
-                if !proceed.delay.is_zero() {
-                    tokio::time::sleep(proceed.delay).await;
-                }
-                let decision = proceed.tightest.or(proceed.dry_run.map(|dry| *dry)).map(|(_, d)| d);
+            Admission::Proceed(mut proceed) => {
+                proceed.wait().await;
+                let decision = proceed.tightest.or(proceed.rare.as_ref().and_then(|rare| rare.dry_run)).map(|(_, d)| d);
                 self.keep(proceed.pending);
                 // Admitted without a decision: the store failed and `on_error = "allow"`.
                 decision.unwrap_or(Decision {

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use support::{get, harness, ms, secs};
 use tollgate_engine::{Admission, Frontend};
+use tollgate_rules::Rules;
 
 /// The delay each of `n` requests sent at once is told, or `429:RULE` once refused.
 async fn delays(h: &support::Harness, req: &support::Req, n: usize) -> Vec<String> {
@@ -97,4 +98,13 @@ async fn a_caller_naming_a_delay_rule_waits_for_its_slot() {
         answers.push((decision.allowed, started.elapsed()));
     }
     assert_eq!(answers, [(true, Duration::ZERO), (true, ms(100)), (false, Duration::ZERO)]);
+}
+
+/// Before: a `max_delay` widening the shaper past the longest period a limit may have (50 days)
+/// was dropped without a word, and the rule delayed nothing. Now the file is refused, saying why.
+#[test]
+fn a_max_delay_that_cannot_be_honoured_is_refused_at_load() {
+    let error = Rules::parse(&shaper("gcra", 1, Some("60d"), ""), "t").map(|_| ()).unwrap_err().to_string();
+    assert!(error.contains("rule \"shape\": max_delay 60d"), "{error}");
+    assert!(Rules::parse(&shaper("gcra", 1, Some("49d"), ""), "t").is_ok());
 }

@@ -51,6 +51,7 @@ fn counted(rules: &Rules, method: &str, target: &str, headers: &[(&str, &str)]) 
         key: None,
         ja3: None,
         ja4: None,
+        from_trusted_proxy: false,
     };
     let plan = rules.counting(&request).unwrap();
     plan.iter().map(|applied| rules.rules[applied.rule].name.clone()).collect()
@@ -126,6 +127,7 @@ fn a_method_key_is_the_request_lines_method() {
             key: None,
             ja3: None,
             ja4: None,
+            from_trusted_proxy: false,
         };
         rules.counting(&request).unwrap()[0].key.clone()
     };

@@ -232,7 +232,9 @@ pub async fn run(
     if let Some(path) = &proxy.rules_file {
         crate::reload_engine_on_change(&engine, path);
     }
-    let layer = RateLimitLayer::from_engine(engine.clone(), proxy.options);
+    // A delay never outlasts the listener's request timeout (a 408 would spend the slot for nothing).
+    let options = Options { request_timeout: Some(config.http.request_timeout), ..proxy.options };
+    let layer = RateLimitLayer::from_engine(engine.clone(), options);
     let mut connector = HttpConnector::new();
     connector.set_connect_timeout(Some(proxy.upstream_timeout));
     let upstream = Arc::new(Upstream {

@@ -100,6 +100,7 @@ impl Req {
             key: self.key.as_deref(),
             ja3: None,
             ja4: None,
+            from_trusted_proxy: false,
         }
     }
 }
