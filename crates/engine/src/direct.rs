@@ -77,7 +77,14 @@ impl<S: Store> Engine<S> {
         }
         let limit = rule.limit.clone();
         if cost == 0 {
-            let check = Check::new(key, &rule.limit, 0).scoped(&rule.name);
+            Box::pin(self.carry_key(&policy, index, key, self.clock.now_ns())).await;
+            // A delay rule's state is its shaper's: peeked at its own width (what is left without
+            // a wait).
+            let peeked = match rule.action {
+                tollgate_rules::Action::Delay { .. } => rule.shaper(0).unwrap_or_else(|| rule.limit.clone()),
+                _ => rule.limit.clone(),
+            };
+            let check = Check::new(key, &peeked, 0).scoped(&rule.name);
             let decided = self.timed(frontend, self.store.check_one(check)).await;
             return Ok((self.counted(decided)?, limit));
         }

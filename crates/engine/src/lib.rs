@@ -30,6 +30,7 @@
 mod admission;
 mod asks;
 mod blocks;
+mod carry;
 mod direct;
 mod enforce;
 pub mod latency;
@@ -94,6 +95,8 @@ pub struct Policy {
     /// The engine's `count_status` reservations not settled yet (every policy of an engine
     /// shares it: requests admitted under one are settled under it, after a reload too).
     in_flight: Arc<settle::InFlight>,
+    /// Per rule, the limits its keys' use is carried from after a reload changed its algorithm.
+    carries: carry::Carries,
 }
 
 /// A rule that applies to the request, with its key (borrowed from the plan), cost and the key's
@@ -175,7 +178,7 @@ impl<S: Store> EngineBuilder<S> {
         // A store that decides in place has no backend to fail: no store error series to watch.
         let metrics = Metrics::new(registry, !self.store.decides_in_place());
         let in_flight = Arc::new(settle::InFlight::new());
-        let policy = Arc::new(Policy::compile(self.rules, &metrics, &in_flight));
+        let policy = Arc::new(Policy::compile(self.rules, &metrics, &in_flight, None));
         Engine {
             store: self.store,
             policy: ArcSwap::new(policy),
@@ -216,8 +219,18 @@ fn duration_ns(duration: Duration) -> u64 {
 }
 
 impl Policy {
-    fn compile(rules: Rules, metrics: &Metrics, in_flight: &Arc<settle::InFlight>) -> Policy {
-        let checked = rules.rules.iter().map(checked_limit).collect();
+    /// `rules` compiled; `previous`: the policy they replace, and when.
+    fn compile(
+        rules: Rules,
+        metrics: &Metrics,
+        in_flight: &Arc<settle::InFlight>,
+        previous: Option<(&Policy, u64)>,
+    ) -> Policy {
+        let checked: Vec<Limit> = rules.rules.iter().map(checked_limit).collect();
+        let carries = match previous {
+            Some((previous, now)) => carry::Carries::after(&rules, &checked, previous, now),
+            None => carry::Carries::none(rules.rules.len()),
+        };
         let counters = rules.rules.iter().map(|r| metrics.rule(&r.name)).collect();
         // The AS number is the client address's.
         let uses_client_ip = rules.rules.iter().any(|r| {
@@ -241,6 +254,7 @@ impl Policy {
             counters,
             names,
             in_flight: in_flight.clone(),
+            carries,
         }
     }
 }
@@ -300,9 +314,12 @@ impl<S: Store> Engine<S> {
     }
 
     /// Swaps in new rules atomically. Requests already admitted settle under the rules they were
-    /// admitted with; a rule's state (in the store, under its name) is kept.
+    /// admitted with; a rule's state (in the store, under its name) is kept, and carried into
+    /// its new algorithm's state if that changed (see `carry`).
     pub fn reload(&self, rules: Rules) {
-        self.policy.store(Arc::new(Policy::compile(rules, &self.metrics, &self.in_flight)));
+        let previous = self.policy.load();
+        let policy = Policy::compile(rules, &self.metrics, &self.in_flight, Some((&previous, self.clock.now_ns())));
+        self.policy.store(Arc::new(policy));
         self.metrics.reloaded(true);
     }
 
@@ -403,6 +420,10 @@ impl<S: Store> Engine<S> {
         }
         if routes.is_empty() && plan.is_empty() {
             return Admission::Proceed(Proceed::free());
+        }
+        if policy.carries.any {
+            // Boxed: rare, and it would grow every request's future.
+            Box::pin(self.carry_plan(policy, plan)).await;
         }
         if routes.is_empty()
             && let Some(one) = single(policy, plan)
