@@ -15,17 +15,21 @@
 //! 4. **admission, all or nothing**: one [`Store::reserve`] for every enforced rule, each in its
 //!    own scope (the rule's name); `count_status` rules are *reserved* like the others, so
 //!    concurrent requests can never push more than `count` through, and refunded by
-//!    [`Engine::complete`] when the response's status is not one they count;
+//!    [`Engine::complete`] when the response's status is not one they count, or by an
+//!    [`Unsettled`] dropped before it is known (`settle`); a refusal owed only to reservations
+//!    in flight is not "over" and holds nothing;
 //! 5. **the action** of the first rule over its limit: 429, shadow-ban, delay (a GCRA shaper
-//!    widened by `max_delay`); a `route` rule yields to one that rejects, and its quarantined
-//!    request is still charged to the others (`enforce`); dry-run rules are checked on their
-//!    own and never block;
+//!    widened by what the request may wait: `max_delay`, its time, a place among those waiting,
+//!    see `waiting`); a `route` rule yields to one that rejects, and its quarantined request is
+//!    still charged to the others (`enforce`); dry-run rules are checked on their own and never
+//!    block;
 //! 6. **metrics** ([`metrics`]), and a store error answered by `on_error`, never silently. Every
 //!    decision is timed here, by the injected clock, whichever front end asked ([`latency`]).
 //!
 //! The rules are swapped atomically by [`Engine::reload`] ([`reload`] watches a file); the state
-//! of a rule lives in the store under its name, so an unchanged rule keeps its counts across a
-//! reload. Time comes from an injected [`Clock`].
+//! of a rule lives in the store under its name, so a rule that keeps its name keeps its counts
+//! across a reload, carried into its new algorithm's state if that changed (`carry`). Time comes
+//! from an injected [`Clock`].
 
 mod admission;
 mod asks;

@@ -108,3 +108,28 @@ fn a_max_delay_that_cannot_be_honoured_is_refused_at_load() {
     assert!(error.contains("rule \"shape\": max_delay 60d"), "{error}");
     assert!(Rules::parse(&shaper("gcra", 1, Some("49d"), ""), "t").is_ok());
 }
+
+/// A front end's request time bounds every wait (`EngineBuilder::max_wait`: `tollgate serve`
+/// gives its HTTP request timeout): a caller naming a delay rule whose slot would come later is
+/// denied at once, charging nothing (the next caller gets the same slot).
+#[tokio::test(start_paused = true)]
+async fn a_wait_never_outlasts_the_front_ends_request_time() {
+    let clock = support::clock();
+    let rules = Rules::parse(&shaper("gcra", 1, Some("1s"), "").replace("\"global\"", "\"key\""), "t").unwrap();
+    let mut registry = prometheus_client::registry::Registry::default();
+    let engine = tollgate_engine::Engine::builder(support::memory(&clock), rules)
+        .clock(clock.clone())
+        .max_wait(ms(250))
+        .build(&mut registry);
+    let mut answers = Vec::new();
+    for _ in 0..4 {
+        let started = tokio::time::Instant::now();
+        let (decision, _) = engine.check_named(Frontend::Resp, "shape", b"k", 1).await.unwrap();
+        answers.push((decision.allowed, started.elapsed()));
+    }
+    let waited = [(true, Duration::ZERO), (true, ms(100)), (true, ms(200)), (false, Duration::ZERO)];
+    assert_eq!(answers, waited, "a 300 ms wait is past the 250 ms a request has");
+    clock.advance(ms(100));
+    let (decision, _) = engine.check_named(Frontend::Resp, "shape", b"k", 1).await.unwrap();
+    assert!(decision.allowed, "the refusal charged nothing: a slot 200 ms away again");
+}
