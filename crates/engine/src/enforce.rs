@@ -17,7 +17,8 @@
 //! A `count_status` rule refusing a request only because of the reservations in flight (see
 //! `settle`) does not act as over: another rule really over acts instead, or the request is
 //! refused on its own (a 429 to retry within a second), and nothing is held. A `delay` rule is
-//! checked under a shaper as wide as the request may wait (see `waiting`).
+//! checked under a shaper as wide as the request may wait (see `waiting`); refused only for want
+//! of a place among the requests waiting, the request is not over either.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,7 +32,7 @@ use crate::admission::{Admission, Pending, Proceed, Rare};
 use crate::metrics::Outcome;
 use crate::mitigation::{Rates, Route, Routes, rate};
 use crate::settle::busy;
-use crate::waiting::{delays, narrowed};
+use crate::waiting::{delays, narrowed, wanted_a_place};
 use crate::{Applies, Engine, Policy};
 
 impl<S: Store> Engine<S> {
@@ -126,18 +127,26 @@ impl<S: Store> Engine<S> {
             let over = |i: &usize| !decisions[*i].allowed;
 
             // The first rule over its limit that does not route acts; the request goes no further.
-            // One refusing only because of the reservations in flight is not over: it acts (a
-            // 429 of the request's own) only if no other rule is over.
+            // A refusal not owed to the key being over (reservations in flight under a
+            // `count_status` rule; no place left among the requests waiting, under a delay rule
+            // that would have let it wait) acts only if no other rule is over: a 429 of the
+            // request's own, holding nothing.
             let refusing = |i: &usize| over(i) && !self.routes_for(policy, enforced[*i].rule);
-            let busy_only = |i: &usize| self.only_in_flight(policy, &enforced[*i], &decisions[*i]);
-            if let Some(i) = (0..enforced.len()).filter(refusing).find(|i| !busy_only(i)) {
+            let not_over = |i: &usize| {
+                let (applies, decision) = (&enforced[*i], decisions[*i]);
+                if self.only_in_flight(policy, applies, &decision) {
+                    return Some(busy(decision));
+                }
+                (place.is_none() && wanted_a_place(policy, applies.rule, within_ns, &decision)).then_some(decision)
+            };
+            if let Some(i) = (0..enforced.len()).filter(refusing).find(|i| not_over(i).is_none()) {
                 let applies = enforced[i];
                 let decision = self.over(policy, applies.rule, applies.key, decisions[i], applies.cost);
                 return (Admission::Answer(self.mitigate(policy, applies.rule, decision, applies.rate)), false);
             }
-            if let Some(i) = (0..enforced.len()).find(refusing) {
+            if let Some((i, decision)) = (0..enforced.len()).filter(refusing).find_map(|i| Some((i, not_over(&i)?))) {
                 let applies = enforced[i];
-                let answer = self.refuse_busy(policy, applies.rule, busy(decisions[i]), applies.rate);
+                let answer = self.refuse_busy(policy, applies.rule, decision, applies.rate);
                 return (Admission::Answer(answer), false);
             }
             if decisions.iter().any(|d| !d.allowed) {
@@ -147,10 +156,9 @@ impl<S: Store> Engine<S> {
                     if decision.allowed {
                         kept.push(*applies);
                     } else {
-                        let decision = if busy_only(&i) {
-                            busy(*decision)
-                        } else {
-                            self.over(policy, applies.rule, applies.key, *decision, applies.cost)
+                        let decision = match not_over(&i) {
+                            Some(decision) => decision,
+                            None => self.over(policy, applies.rule, applies.key, *decision, applies.cost),
                         };
                         routes.push(Route { rule: applies.rule, decision, rate: applies.rate });
                     }

@@ -366,12 +366,6 @@ impl<S: Store> Engine<S> {
         self.timed(Frontend::Middleware, self.decide(policy, request, within_ns)).await
     }
 
-    /// How many requests wait for their slot now.
-    #[must_use]
-    pub fn delayed(&self) -> usize {
-        self.places.taken()
-    }
-
     /// Runs `decision` and counts the time it took in `frontend`'s decision latency, by the
     /// engine's clock (whose reads cost less than `std::time::Instant`'s). The engine's own
     /// decisions are timed so; a front end deciding on the store itself (Envoy's gRPC service)

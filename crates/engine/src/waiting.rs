@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use tollgate_core::Limit;
+use tollgate_core::{Decision, Limit};
 use tollgate_rules::Action;
 
 use crate::Policy;
@@ -49,16 +49,22 @@ impl Places {
             .ok()
             .map(|_| Waiting(self.taken.clone()))
     }
-
-    /// How many requests wait now.
-    pub(crate) fn taken(&self) -> usize {
-        self.taken.load(Ordering::Acquire)
-    }
 }
 
 /// Whether rule `rule` delays what is over it.
 pub(crate) fn delays(policy: &Policy, rule: usize) -> bool {
     matches!(policy.rules.rules[rule].action, Action::Delay { .. })
+}
+
+/// Whether `decision`, delay rule `rule`'s refusal of a request that had no place among those
+/// waiting (checked as if it could not wait), would have been an admission with a place (a wait
+/// within `within_ns` and `max_delay`): the key is not over, too many requests wait.
+pub(crate) fn wanted_a_place(policy: &Policy, rule: usize, within_ns: u64, decision: &Decision) -> bool {
+    let r = &policy.rules.rules[rule];
+    let Action::Delay { max_delay_ns } = r.action else { return false };
+    let t = r.limit.emission_interval_ns();
+    let slots = max_delay_ns.min(within_ns.saturating_sub(1)) / t;
+    slots > 0 && decision.retry_after_ns <= slots.saturating_mul(t)
 }
 
 /// The shaper a request checks `rule` (a delay rule) under when it may wait less than the rule's

@@ -114,22 +114,35 @@ fn a_max_delay_that_cannot_be_honoured_is_refused_at_load() {
 /// denied at once, charging nothing (the next caller gets the same slot).
 #[tokio::test(start_paused = true)]
 async fn a_wait_never_outlasts_the_front_ends_request_time() {
-    let clock = support::clock();
-    let rules = Rules::parse(&shaper("gcra", 1, Some("1s"), "").replace("\"global\"", "\"key\""), "t").unwrap();
-    let mut registry = prometheus_client::registry::Registry::default();
-    let engine = tollgate_engine::Engine::builder(support::memory(&clock), rules)
-        .clock(clock.clone())
-        .max_wait(ms(250))
-        .build(&mut registry);
+    let rules = shaper("gcra", 1, Some("1s"), "").replace("\"global\"", "\"key\"");
+    let h = support::tuned(&rules, |builder| builder.max_wait(ms(250)));
     let mut answers = Vec::new();
     for _ in 0..4 {
         let started = tokio::time::Instant::now();
-        let (decision, _) = engine.check_named(Frontend::Resp, "shape", b"k", 1).await.unwrap();
+        let (decision, _) = h.engine.check_named(Frontend::Resp, "shape", b"k", 1).await.unwrap();
         answers.push((decision.allowed, started.elapsed()));
     }
     let waited = [(true, Duration::ZERO), (true, ms(100)), (true, ms(200)), (false, Duration::ZERO)];
     assert_eq!(answers, waited, "a 300 ms wait is past the 250 ms a request has");
-    clock.advance(ms(100));
-    let (decision, _) = engine.check_named(Frontend::Resp, "shape", b"k", 1).await.unwrap();
+    h.advance(ms(100));
+    let (decision, _) = h.engine.check_named(Frontend::Resp, "shape", b"k", 1).await.unwrap();
     assert!(decision.allowed, "the refusal charged nothing: a slot 200 ms away again");
+}
+
+/// A request refused only because too many requests wait already (across keys) is not over its
+/// limit: its key is not held for the rule's timeout, and once a slot needs no wait it passes.
+#[tokio::test]
+async fn a_request_refused_for_want_of_a_place_holds_nothing() {
+    let rules = "[[rules]]\nname = \"shape\"\nlimit = \"10/s\"\nburst = 1\nkey = [\"client_ip\"]\n\
+                 [rules.mitigation]\naction = \"delay\"\nmax_delay = \"1s\"\ntimeout = \"10s\"\n";
+    let h = support::tuned(rules, |builder| builder.max_delayed(1));
+    let (a, b) = (get("/").from("192.0.2.1"), get("/").from("192.0.2.2"));
+    let first = h.proceed(&a).await;
+    let waiting = h.proceed(&a).await;
+    assert_eq!((first.delay, waiting.delay), (Duration::ZERO, ms(100)), "the only place is taken");
+    assert_eq!(delays(&h, &b, 2).await, ["0ms", "429:shape"], "no wait needs no place; a wait does");
+    h.advance(ms(100));
+    assert_eq!(delays(&h, &b, 1).await, ["0ms"], "not held for the timeout: its slot came");
+    drop(waiting);
+    assert_eq!(delays(&h, &b, 1).await, ["100ms"], "the place is free again");
 }
