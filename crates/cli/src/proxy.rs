@@ -127,6 +127,8 @@ pub(crate) fn run(args: ProxyArgs) -> anyhow::Result<()> {
             legacy_headers: args.legacy_headers,
             // The proxy routes whatever the rules quarantine.
             routes: true,
+            // Its own: `proxy::run` gives the listener's request timeout.
+            ..Default::default()
         },
     };
     let runtime =

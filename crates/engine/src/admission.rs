@@ -8,6 +8,8 @@ use std::time::Duration;
 use tollgate_core::{Decision, Limit};
 
 use crate::Policy;
+use crate::settle::Slot;
+use crate::waiting::Waiting;
 
 /// What to do with a request.
 #[derive(Debug)]
@@ -21,20 +23,30 @@ pub enum Admission {
 /// A request let through.
 #[derive(Debug)]
 pub struct Proceed {
-    /// How long to hold it first (a delay rule's slot).
+    /// How long to hold it first (a delay rule's slot): see [`wait`](Self::wait).
     pub delay: Duration,
     /// The tightest rule and its decision (see [`fields`](Self::fields)).
     pub(crate) tightest: Option<(usize, Decision)>,
-    /// The first dry-run rule and what it would have decided (admitted whatever it says); boxed,
-    /// as for [`Answer::ShadowBan`].
-    pub(crate) dry_run: Option<Box<(usize, Decision)>>,
+    /// What few requests carry: boxed, as for [`Answer::ShadowBan`].
+    pub(crate) rare: Option<Box<Rare>>,
     /// What to settle once the response's status is known.
     pub pending: Pending,
 }
 
 impl Proceed {
     pub(crate) fn free() -> Self {
-        Proceed { delay: Duration::ZERO, tightest: None, dry_run: None, pending: Pending::default() }
+        Proceed { delay: Duration::ZERO, tightest: None, rare: None, pending: Pending::default() }
+    }
+
+    /// Holds the request until its slot ([`delay`](Self::delay)), then gives back its place among
+    /// the requests waiting (dropped while it waits, the place is given back too).
+    pub async fn wait(&mut self) {
+        if !self.delay.is_zero() {
+            tokio::time::sleep(self.delay).await;
+        }
+        if let Some(rare) = &mut self.rare {
+            rare.waiting = None;
+        }
     }
 
     /// The tightest rule's name, limit and decision, for the RateLimit fields (built only when a
@@ -45,6 +57,15 @@ impl Proceed {
         let rule = policy.rules.rules.get(rule)?;
         Some(Fields { policy: rule.name.clone(), limit: rule.limit.clone(), decision, rate_per_s: None })
     }
+}
+
+/// What few admitted requests carry.
+#[derive(Debug, Default)]
+pub(crate) struct Rare {
+    /// The first dry-run rule and what it would have decided (admitted whatever it says).
+    pub(crate) dry_run: Option<(usize, Decision)>,
+    /// Its place among the requests waiting for their slot (see `waiting`), while it waits.
+    pub(crate) waiting: Option<Waiting>,
 }
 
 /// A rule's state as the RateLimit header fields report it.
@@ -92,8 +113,10 @@ pub enum Answer {
     Unavailable(String),
 }
 
-/// Reservations of `count_status` rules, settled by [`Engine::complete`](crate::Engine::complete). Dropping it without
-/// completing leaves them counted (an under-grant, never an over-grant).
+/// Reservations of `count_status` rules, settled by [`Engine::complete`](crate::Engine::complete)
+/// (or with no status, all refunded, by an [`Unsettled`](crate::Unsettled) dropped first).
+/// Dropping it unsettled leaves them counted (an under-grant, never an over-grant); either way
+/// they are no longer in flight.
 #[derive(Debug, Default)]
 pub struct Pending {
     pub(crate) policy: Option<Arc<Policy>>,
@@ -107,27 +130,47 @@ pub(crate) struct Reservation {
     pub(crate) cost: u64,
     pub(crate) at: u64,
     pub(crate) decision: Decision,
+    /// Where it is counted in flight.
+    pub(crate) slot: Slot,
 }
 
 impl Pending {
-    /// Adds a reservation, keeping the rules it was made under (to settle it under them).
-    pub(crate) fn hold(&mut self, policy: &Arc<Policy>, reservation: Reservation) {
-        self.policy.get_or_insert_with(|| policy.clone());
-        self.reservations.push(reservation);
+    /// Adds a reservation of `cost` for `key` under rule `rule`, made at `at` (counted in flight
+    /// until this is dropped), keeping the rules it was made under (to settle it under them).
+    pub(crate) fn hold(
+        &mut self,
+        policy: &Arc<Policy>,
+        (rule, key, cost): (usize, &[u8], u64),
+        at: u64,
+        decision: Decision,
+    ) {
+        let policy = self.policy.get_or_insert_with(|| policy.clone());
+        let slot = policy.in_flight.add(&policy.rules.rules[rule].name, key, cost);
+        self.reservations.push(Reservation { rule, key: key.to_vec(), cost, at, decision, slot });
     }
 
     /// Adds `other`'s reservations (made under the same rules).
-    pub(crate) fn take(&mut self, other: Pending) {
-        if let Some(policy) = other.policy {
+    pub(crate) fn take(&mut self, mut other: Pending) {
+        if let Some(policy) = other.policy.take() {
             self.policy.get_or_insert(policy);
         }
-        self.reservations.extend(other.reservations);
+        self.reservations.append(&mut other.reservations);
     }
 
     /// Whether there is nothing to settle.
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.reservations.is_empty()
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if let Some(policy) = &self.policy {
+            for reservation in &self.reservations {
+                policy.in_flight.remove(reservation.slot, reservation.cost);
+            }
+        }
     }
 }
 

@@ -77,19 +77,24 @@ impl<S: Store> Engine<S> {
         }
         let limit = rule.limit.clone();
         if cost == 0 {
-            let check = Check::new(key, &rule.limit, 0).scoped(&rule.name);
+            Box::pin(self.carry_key(&policy, index, key, self.clock.now_ns())).await;
+            // A delay rule's state is its shaper's: peeked at its own width (what is left without
+            // a wait).
+            let peeked = match rule.action {
+                tollgate_rules::Action::Delay { .. } => rule.shaper(0).unwrap_or_else(|| rule.limit.clone()),
+                _ => rule.limit.clone(),
+            };
+            let check = Check::new(key, &peeked, 0).scoped(&rule.name);
             let decided = self.timed(frontend, self.store.check_one(check)).await;
             return Ok((self.counted(decided)?, limit));
         }
         let mut plan = Plan::default();
         policy.rules.plan_named(index, key, cost, &mut plan);
-        let admission = self.timed(frontend, self.decide_plan(&policy, None, &plan, Ok(()))).await;
+        let admission = self.timed(frontend, self.decide_plan(&policy, None, &plan, Ok(()), self.max_wait_ns)).await;
         let decision = match admission {
-            Admission::Proceed(proceed) => {
-                if !proceed.delay.is_zero() {
-                    tokio::time::sleep(proceed.delay).await;
-                }
-                let decision = proceed.tightest.or(proceed.dry_run.map(|dry| *dry)).map(|(_, d)| d);
+            Admission::Proceed(mut proceed) => {
+                proceed.wait().await;
+                let decision = proceed.tightest.or(proceed.rare.as_ref().and_then(|rare| rare.dry_run)).map(|(_, d)| d);
                 self.keep(proceed.pending);
                 // Admitted without a decision: the store failed and `on_error = "allow"`.
                 decision.unwrap_or(Decision {

@@ -15,21 +15,26 @@
 //! 4. **admission, all or nothing**: one [`Store::reserve`] for every enforced rule, each in its
 //!    own scope (the rule's name); `count_status` rules are *reserved* like the others, so
 //!    concurrent requests can never push more than `count` through, and refunded by
-//!    [`Engine::complete`] when the response's status is not one they count;
+//!    [`Engine::complete`] when the response's status is not one they count, or by an
+//!    [`Unsettled`] dropped before it is known (`settle`); a refusal owed only to reservations
+//!    in flight is not "over" and holds nothing;
 //! 5. **the action** of the first rule over its limit: 429, shadow-ban, delay (a GCRA shaper
-//!    widened by `max_delay`); a `route` rule yields to one that rejects, and its quarantined
-//!    request is still charged to the others (`enforce`); dry-run rules are checked on their
-//!    own and never block;
+//!    widened by what the request may wait: `max_delay`, its time, a place among those waiting,
+//!    see `waiting`); a `route` rule yields to one that rejects, and its quarantined request is
+//!    still charged to the others (`enforce`); dry-run rules are checked on their own and never
+//!    block;
 //! 6. **metrics** ([`metrics`]), and a store error answered by `on_error`, never silently. Every
 //!    decision is timed here, by the injected clock, whichever front end asked ([`latency`]).
 //!
 //! The rules are swapped atomically by [`Engine::reload`] ([`reload`] watches a file); the state
-//! of a rule lives in the store under its name, so an unchanged rule keeps its counts across a
-//! reload. Time comes from an injected [`Clock`].
+//! of a rule lives in the store under its name, so a rule that keeps its name keeps its counts
+//! across a reload, carried into its new algorithm's state if that changed (`carry`). Time comes
+//! from an injected [`Clock`].
 
 mod admission;
 mod asks;
 mod blocks;
+mod carry;
 mod direct;
 mod enforce;
 pub mod latency;
@@ -38,7 +43,9 @@ mod mitigation;
 pub mod rates;
 pub mod reload;
 pub mod render;
+mod settle;
 mod sharded;
+mod waiting;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -50,7 +57,7 @@ use prometheus_client::registry::Registry;
 use smallvec::SmallVec;
 use tollgate_core::{Clock, Decision, Limit, SystemClock};
 use tollgate_rules::{Action, Plan, Rules};
-use tollgate_store::{Check, Refund, Store, StoreError};
+use tollgate_store::{Check, Store, StoreError};
 
 pub use admission::{Admission, Answer, Fields, Pending, Proceed};
 pub use asks::{Ask, Asked};
@@ -58,9 +65,10 @@ pub use blocks::DEFAULT_MAX_BLOCKS;
 pub use direct::EngineError;
 pub use metrics::{Frontend, Metrics, Outcome, Source};
 pub use rates::{DEFAULT_MAX_RATED_KEYS, MAX_TOP, Talker};
+pub use settle::Unsettled;
 pub use tollgate_rules::Request;
+pub use waiting::DEFAULT_MAX_DELAYED;
 
-use admission::Reservation;
 use metrics::RuleCounters;
 use mitigation::{Routes, rate};
 
@@ -81,13 +89,18 @@ pub struct Policy {
     pub uses_fingerprints: bool,
     /// Whether any rule keys on the client address (or its AS number).
     pub uses_client_ip: bool,
-    /// Per rule: the limit it is checked under (a delay rule's bucket widened by `max_delay`).
+    /// Per rule: the limit it is checked under (a delay rule's shaper, as wide as `max_delay`).
     checked: Vec<Limit>,
     counters: Vec<RuleCounters>,
     /// Per rule: its name, scoping its measured rates.
     names: Vec<Arc<str>>,
     /// Whether any rule is measured (none: requests skip the rates entirely).
     measures: bool,
+    /// The engine's `count_status` reservations not settled yet (every policy of an engine
+    /// shares it: requests admitted under one are settled under it, after a reload too).
+    in_flight: Arc<settle::InFlight>,
+    /// Per rule, the limits its keys' use is carried from after a reload changed its algorithm.
+    carries: carry::Carries,
 }
 
 /// A rule that applies to the request, with its key (borrowed from the plan), cost and the key's
@@ -109,6 +122,8 @@ pub struct EngineBuilder<S> {
     max_blocks: usize,
     max_rated_keys: usize,
     routes: bool,
+    max_delayed: usize,
+    max_wait: Option<Duration>,
 }
 
 impl<S: Store> EngineBuilder<S> {
@@ -142,11 +157,32 @@ impl<S: Store> EngineBuilder<S> {
         self
     }
 
+    /// At most this many requests wait for their slot under `delay` rules at once, across every
+    /// key (default [`DEFAULT_MAX_DELAYED`]): beyond, a request that would wait is refused (429)
+    /// at once, charging nothing; one that need not wait still passes. 0: no request ever waits.
+    #[must_use]
+    pub fn max_delayed(mut self, max: usize) -> Self {
+        self.max_delayed = max;
+        self
+    }
+
+    /// The longest any request may wait for its slot (default: as long as its rule's
+    /// `max_delay`): the time a front end gives a request (its request timeout), so that a
+    /// delay that would outlast it is refused at once (429, nothing charged) rather than spent
+    /// on a request the server ends first. A front end may give less per request
+    /// ([`admit_within`](Engine::admit_within)).
+    #[must_use]
+    pub fn max_wait(mut self, max: Duration) -> Self {
+        self.max_wait = Some(max);
+        self
+    }
+
     /// Builds the engine, its metrics registered in `registry`.
     pub fn build(self, registry: &mut Registry) -> Engine<S> {
         // A store that decides in place has no backend to fail: no store error series to watch.
         let metrics = Metrics::new(registry, !self.store.decides_in_place());
-        let policy = Arc::new(Policy::compile(self.rules, &metrics));
+        let in_flight = Arc::new(settle::InFlight::new());
+        let policy = Arc::new(Policy::compile(self.rules, &metrics, &in_flight, None));
         Engine {
             store: self.store,
             policy: ArcSwap::new(policy),
@@ -155,6 +191,9 @@ impl<S: Store> EngineBuilder<S> {
             rates: rates::Rates::new(self.max_rated_keys),
             routes: self.routes,
             metrics,
+            in_flight,
+            places: waiting::Places::new(self.max_delayed),
+            max_wait_ns: self.max_wait.map_or(u64::MAX, duration_ns),
         }
     }
 }
@@ -169,11 +208,33 @@ pub struct Engine<S> {
     rates: rates::Rates,
     routes: bool,
     metrics: Metrics,
+    /// The `count_status` reservations not settled yet.
+    in_flight: Arc<settle::InFlight>,
+    /// The requests waiting for their slot.
+    places: waiting::Places,
+    /// The longest any request may wait for its slot ([`EngineBuilder::max_wait`]; `u64::MAX`:
+    /// its rule's `max_delay`).
+    max_wait_ns: u64,
+}
+
+/// `duration` in ns, saturating.
+fn duration_ns(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
 impl Policy {
-    fn compile(rules: Rules, metrics: &Metrics) -> Policy {
-        let checked = rules.rules.iter().map(checked_limit).collect();
+    /// `rules` compiled; `previous`: the policy they replace, and when.
+    fn compile(
+        rules: Rules,
+        metrics: &Metrics,
+        in_flight: &Arc<settle::InFlight>,
+        previous: Option<(&Policy, u64)>,
+    ) -> Policy {
+        let checked: Vec<Limit> = rules.rules.iter().map(checked_limit).collect();
+        let carries = match previous {
+            Some((previous, now)) => carry::Carries::after(&rules, &checked, previous, now),
+            None => carry::Carries::none(rules.rules.len()),
+        };
         let counters = rules.rules.iter().map(|r| metrics.rule(&r.name)).collect();
         // The AS number is the client address's.
         let uses_client_ip = rules.rules.iter().any(|r| {
@@ -196,6 +257,8 @@ impl Policy {
             checked,
             counters,
             names,
+            in_flight: in_flight.clone(),
+            carries,
         }
     }
 }
@@ -210,19 +273,16 @@ fn single<'p>(policy: &Policy, plan: &'p Plan) -> Option<Applies<'p>> {
     plain.then_some(Applies { rule, key, cost, rate: None })
 }
 
-/// The limit a rule is checked under: for `delay`, the bucket widened by `max_delay` (a shaper is
-/// GCRA with tolerance `burst*T + max_delay`), so that a request within the delay is admitted
-/// and then waits for its slot.
+/// The limit a rule is checked under: for `delay`, its shaper as wide as `max_delay` (see
+/// [`Rule::shaper`](tollgate_rules::Rule::shaper)), so that a request within the delay is
+/// admitted and then waits for its slot. A rules file refuses a `max_delay` whose shaper cannot
+/// be built; rules built otherwise get the widest that can (never none at all).
 fn checked_limit(rule: &tollgate_rules::Rule) -> Limit {
     match rule.action {
-        Action::Delay { max_delay_ns } => {
-            let extra = max_delay_ns / rule.limit.emission_interval_ns();
-            rule.limit
-                .to_builder()
-                .burst(rule.limit.burst().saturating_add(extra))
-                .build()
-                .unwrap_or_else(|_| rule.limit.clone())
-        }
+        Action::Delay { max_delay_ns } => rule
+            .shaper(max_delay_ns)
+            .or_else(|| rule.shaper(tollgate_core::MAX_PERIOD_NS.saturating_sub(rule.limit.tolerance_ns())))
+            .unwrap_or_else(|| rule.limit.clone()),
         _ => rule.limit.clone(),
     }
 }
@@ -237,6 +297,8 @@ impl<S: Store> Engine<S> {
             max_blocks: DEFAULT_MAX_BLOCKS,
             max_rated_keys: DEFAULT_MAX_RATED_KEYS,
             routes: false,
+            max_delayed: DEFAULT_MAX_DELAYED,
+            max_wait: None,
         }
     }
 
@@ -256,9 +318,12 @@ impl<S: Store> Engine<S> {
     }
 
     /// Swaps in new rules atomically. Requests already admitted settle under the rules they were
-    /// admitted with; a rule's state (in the store, under its name) is kept.
+    /// admitted with; a rule's state (in the store, under its name) is kept, and carried into
+    /// its new algorithm's state if that changed (see `carry`).
     pub fn reload(&self, rules: Rules) {
-        self.policy.store(Arc::new(Policy::compile(rules, &self.metrics)));
+        let previous = self.policy.load();
+        let policy = Policy::compile(rules, &self.metrics, &self.in_flight, Some((&previous, self.clock.now_ns())));
+        self.policy.store(Arc::new(policy));
         self.metrics.reloaded(true);
     }
 
@@ -286,7 +351,19 @@ impl<S: Store> Engine<S> {
     /// [`current`](Self::current), which front ends also read the request's headers by). Timed
     /// as the middleware's decisions ([`Frontend::Middleware`]).
     pub async fn admit(&self, policy: &Arc<Policy>, request: &Request<'_>) -> Admission {
-        self.timed(Frontend::Middleware, self.decide(policy, request)).await
+        self.admit_within(policy, request, None).await
+    }
+
+    /// [`admit`](Self::admit) for a request that has `within` left (its front end's request
+    /// timeout, less what it took so far): a delay that would not end before is refused at once.
+    pub async fn admit_within(
+        &self,
+        policy: &Arc<Policy>,
+        request: &Request<'_>,
+        within: Option<Duration>,
+    ) -> Admission {
+        let within_ns = within.map_or(u64::MAX, duration_ns).min(self.max_wait_ns);
+        self.timed(Frontend::Middleware, self.decide(policy, request, within_ns)).await
     }
 
     /// Runs `decision` and counts the time it took in `frontend`'s decision latency, by the
@@ -301,21 +378,22 @@ impl<S: Store> Engine<S> {
         result
     }
 
-    /// [`admit`](Self::admit), untimed.
-    async fn decide(&self, policy: &Arc<Policy>, request: &Request<'_>) -> Admission {
+    /// [`admit_within`](Self::admit_within), untimed.
+    async fn decide(&self, policy: &Arc<Policy>, request: &Request<'_>, within_ns: u64) -> Admission {
         let mut plan = Plan::default();
         let planned = policy.rules.plan(request, &mut plan);
-        self.decide_plan(policy, Some(request), &plan, planned).await
+        self.decide_plan(policy, Some(request), &plan, planned, within_ns).await
     }
 
     /// Decides a planned request (`request`: none for a caller naming a rule and key, whose plan
-    /// is that rule alone and mitigates that key alone).
+    /// is that rule alone and mitigates that key alone), which has `within_ns` left.
     async fn decide_plan(
         &self,
         policy: &Arc<Policy>,
         request: Option<&Request<'_>>,
         plan: &Plan,
         planned: Result<(), tollgate_rules::RequestError>,
+        within_ns: u64,
     ) -> Admission {
         // The measured rates: every request a measured rule counts, whatever is decided for it.
         let rates = self.measure(policy, plan, planned.is_ok());
@@ -341,6 +419,10 @@ impl<S: Store> Engine<S> {
         if routes.is_empty() && plan.is_empty() {
             return Admission::Proceed(Proceed::free());
         }
+        if policy.carries.any {
+            // Boxed: rare, and it would grow every request's future.
+            Box::pin(self.carry_plan(policy, plan)).await;
+        }
         if routes.is_empty()
             && let Some(one) = single(policy, plan)
         {
@@ -354,7 +436,7 @@ impl<S: Store> Engine<S> {
         // 3. Dry-run rules on their own (never blocking); the others all or nothing. Boxed:
         // several rules on one request are the rarer case, and inline their state would double
         // the size of every request's future (moved, so copied, by `admit_now`).
-        Box::pin(self.enforce_plan(policy, plan, &rates, &flagged, routes, &held)).await
+        Box::pin(self.enforce_plan(policy, plan, &rates, &flagged, routes, &held, within_ns)).await
     }
 
     /// The admission of a request counted by a single rule (see [`single`]), once decided.
@@ -378,107 +460,26 @@ impl<S: Store> Engine<S> {
         }
     }
 
-    /// [`admit`](Self::admit) without a future, when the store decides in place
+    /// [`admit_within`](Self::admit_within) without a future, when the store decides in place
     /// ([`Store::decides_in_place`]: its calls finish on their first poll); `None` for a store
     /// that must be waited for. The middleware answers most requests this way, with no task or
     /// allocation of its own.
-    pub fn admit_now(&self, policy: &Arc<Policy>, request: &Request<'_>) -> Option<Admission> {
+    pub fn admit_now(
+        &self,
+        policy: &Arc<Policy>,
+        request: &Request<'_>,
+        within: Option<Duration>,
+    ) -> Option<Admission> {
         if !self.store.decides_in_place() {
             return None;
         }
-        let admission = std::pin::pin!(self.admit(policy, request));
+        let admission = std::pin::pin!(self.admit_within(policy, request, within));
         match admission.poll(&mut Context::from_waker(Waker::noop())) {
             Poll::Ready(admission) => Some(admission),
             Poll::Pending => {
                 // A store breaking its word: what it did so far cannot be waited for.
                 tracing::error!("the store said it decides in place, then made a request wait");
                 Some(Admission::Answer(Answer::Unavailable("the rate limiter's store did not answer".into())))
-            }
-        }
-    }
-
-    /// Settles a request's reservations once its response's status is known: each `count_status`
-    /// rule keeps what it reserved if it counts `status`, and gives it back otherwise.
-    pub async fn complete(&self, pending: Pending, status: u16) {
-        self.settle(pending, Some(status)).await;
-    }
-
-    /// Keeps every reservation counted (a caller naming a rule has no response status).
-    fn keep(&self, pending: Pending) {
-        let Some(policy) = pending.policy else { return };
-        for reservation in &pending.reservations {
-            self.metrics.count(&policy.counters[reservation.rule], Outcome::Counted);
-        }
-    }
-
-    /// Keeps (`status` counted) or refunds every reservation; `None` refunds them all.
-    async fn settle(&self, pending: Pending, status: Option<u16>) {
-        let Some(policy) = pending.policy else { return };
-        let mut refunds = Vec::new();
-        for reservation in &pending.reservations {
-            let rule = &policy.rules.rules[reservation.rule];
-            if status.is_some_and(|s| rule.counts_status(s)) {
-                self.metrics.count(&policy.counters[reservation.rule], Outcome::Counted);
-            } else {
-                self.metrics.count(&policy.counters[reservation.rule], Outcome::Refunded);
-                refunds.push(Refund {
-                    check: Check::new(&reservation.key, &policy.checked[reservation.rule], reservation.cost)
-                        .scoped(&rule.name),
-                    at: reservation.at,
-                    decision: reservation.decision,
-                });
-            }
-        }
-        if !refunds.is_empty()
-            && let Err(error) = self.counted(self.store.refund(&refunds).await)
-        {
-            tracing::warn!(%error, "refund failed: the reservations stay counted");
-        }
-    }
-
-    /// Checks a dry-run rule on its own; `flagged`: already logged as over its `when_rate_above`.
-    /// The decision it would have made, if the store gave one.
-    async fn check_dry_run(
-        &self,
-        policy: &Arc<Policy>,
-        applied: Applies<'_>,
-        pending: &mut Pending,
-        flagged: bool,
-    ) -> Option<(usize, Decision)> {
-        let rule = &policy.rules.rules[applied.rule];
-        let check = Check::new(applied.key, &policy.checked[applied.rule], applied.cost).scoped(&rule.name);
-        match self.counted(self.store.reserve(&[check]).await) {
-            Ok(reserved) if !reserved.decisions[0].allowed => {
-                // Held as enforced (its timeout): reported limited and `dry_run` meanwhile.
-                let decision = self.over(policy, applied.rule, applied.key, reserved.decisions[0], applied.cost);
-                if !flagged {
-                    self.dry_run(policy, applied.rule, applied.key, applied.rate);
-                }
-                Some((applied.rule, decision))
-            }
-            Ok(reserved) => {
-                // A request already logged as over `when_rate_above` is counted once, as dry_run.
-                if !flagged {
-                    self.metrics.count(&policy.counters[applied.rule], Outcome::Allowed);
-                }
-                if rule.count_status.is_some() {
-                    pending.hold(
-                        policy,
-                        Reservation {
-                            rule: applied.rule,
-                            key: applied.key.to_vec(),
-                            cost: applied.cost,
-                            at: reserved.at,
-                            decision: reserved.decisions[0],
-                        },
-                    );
-                }
-                Some((applied.rule, reserved.decisions[0]))
-            }
-            Err(error) => {
-                self.metrics.count(&policy.counters[applied.rule], Outcome::Error);
-                tracing::warn!(rule = %rule.name, %error, "store error; the dry-run rule is not counted");
-                None
             }
         }
     }

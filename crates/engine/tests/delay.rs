@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use support::{get, harness, ms, secs};
 use tollgate_engine::{Admission, Frontend};
+use tollgate_rules::Rules;
 
 /// The delay each of `n` requests sent at once is told, or `429:RULE` once refused.
 async fn delays(h: &support::Harness, req: &support::Req, n: usize) -> Vec<String> {
@@ -97,4 +98,51 @@ async fn a_caller_naming_a_delay_rule_waits_for_its_slot() {
         answers.push((decision.allowed, started.elapsed()));
     }
     assert_eq!(answers, [(true, Duration::ZERO), (true, ms(100)), (false, Duration::ZERO)]);
+}
+
+/// Before: a `max_delay` widening the shaper past the longest period a limit may have (50 days)
+/// was dropped without a word, and the rule delayed nothing. Now the file is refused, saying why.
+#[test]
+fn a_max_delay_that_cannot_be_honoured_is_refused_at_load() {
+    let error = Rules::parse(&shaper("gcra", 1, Some("60d"), ""), "t").map(|_| ()).unwrap_err().to_string();
+    assert!(error.contains("rule \"shape\": max_delay 60d"), "{error}");
+    assert!(Rules::parse(&shaper("gcra", 1, Some("49d"), ""), "t").is_ok());
+}
+
+/// A front end's request time bounds every wait (`EngineBuilder::max_wait`: `tollgate serve`
+/// gives its HTTP request timeout): a caller naming a delay rule whose slot would come later is
+/// denied at once, charging nothing (the next caller gets the same slot).
+#[tokio::test(start_paused = true)]
+async fn a_wait_never_outlasts_the_front_ends_request_time() {
+    let rules = shaper("gcra", 1, Some("1s"), "").replace("\"global\"", "\"key\"");
+    let h = support::tuned(&rules, |builder| builder.max_wait(ms(250)));
+    let mut answers = Vec::new();
+    for _ in 0..4 {
+        let started = tokio::time::Instant::now();
+        let (decision, _) = h.engine.check_named(Frontend::Resp, "shape", b"k", 1).await.unwrap();
+        answers.push((decision.allowed, started.elapsed()));
+    }
+    let waited = [(true, Duration::ZERO), (true, ms(100)), (true, ms(200)), (false, Duration::ZERO)];
+    assert_eq!(answers, waited, "a 300 ms wait is past the 250 ms a request has");
+    h.advance(ms(100));
+    let (decision, _) = h.engine.check_named(Frontend::Resp, "shape", b"k", 1).await.unwrap();
+    assert!(decision.allowed, "the refusal charged nothing: a slot 200 ms away again");
+}
+
+/// A request refused only because too many requests wait already (across keys) is not over its
+/// limit: its key is not held for the rule's timeout, and once a slot needs no wait it passes.
+#[tokio::test]
+async fn a_request_refused_for_want_of_a_place_holds_nothing() {
+    let rules = "[[rules]]\nname = \"shape\"\nlimit = \"10/s\"\nburst = 1\nkey = [\"client_ip\"]\n\
+                 [rules.mitigation]\naction = \"delay\"\nmax_delay = \"1s\"\ntimeout = \"10s\"\n";
+    let h = support::tuned(rules, |builder| builder.max_delayed(1));
+    let (a, b) = (get("/").from("192.0.2.1"), get("/").from("192.0.2.2"));
+    let first = h.proceed(&a).await;
+    let waiting = h.proceed(&a).await;
+    assert_eq!((first.delay, waiting.delay), (Duration::ZERO, ms(100)), "the only place is taken");
+    assert_eq!(delays(&h, &b, 2).await, ["0ms", "429:shape"], "no wait needs no place; a wait does");
+    h.advance(ms(100));
+    assert_eq!(delays(&h, &b, 1).await, ["0ms"], "not held for the timeout: its slot came");
+    drop(waiting);
+    assert_eq!(delays(&h, &b, 1).await, ["100ms"], "the place is free again");
 }

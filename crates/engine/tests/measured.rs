@@ -41,6 +41,7 @@ impl Setup {
             key: None,
             ja3: None,
             ja4: None,
+            from_trusted_proxy: false,
         };
         self.engine.admit(&self.engine.policy(), &request).await
     }

@@ -277,7 +277,9 @@ async fn without_a_timeout_a_key_is_held_while_a_request_of_cost_1_is_over() {
 }
 
 /// Without a timeout, the requests a rule counts are decided by its limit, not by the hold: a
-/// login refused while two others were in flight passes once their successes are refunded.
+/// login refused while two others were in flight passes once their successes are refunded. That
+/// refusal held nothing (only the reservations in flight refused it: not over); two failures
+/// counted do, while over.
 #[tokio::test]
 async fn without_a_timeout_the_limit_decides_the_requests_it_counts() {
     let h = harness(
@@ -286,11 +288,16 @@ async fn without_a_timeout_the_limit_decides_the_requests_it_counts() {
     );
     let in_flight = [h.proceed(&post("/login")).await, h.proceed(&post("/login")).await];
     assert_eq!(h.outcome(&post("/login")).await, "429:login");
-    assert_eq!(h.outcome(&get("/")).await, "429:login", "over: held");
+    assert_eq!(h.outcome(&get("/")).await, "proceed", "refused by those in flight only: nothing held");
     for proceed in in_flight {
         h.engine.complete(proceed.pending, 200).await;
     }
-    assert_eq!(h.outcome(&post("/login")).await, "proceed", "refunded: the limit admits it");
+    let failures = [h.proceed(&post("/login")).await, h.proceed(&post("/login")).await];
+    for proceed in failures {
+        h.engine.complete(proceed.pending, 401).await;
+    }
+    assert_eq!(h.outcome(&post("/login")).await, "429:login");
+    assert_eq!(h.outcome(&get("/")).await, "429:login", "over: held");
 }
 
 /// A dry-run rule over its `when_rate_above` holds the key for its `timeout`, as enforced it

@@ -10,8 +10,8 @@
 
 mod support;
 
-use support::{SEC, harness, post, secs};
-use tollgate_engine::Frontend;
+use support::{SEC, get, harness, post, secs};
+use tollgate_engine::{Admission, Answer, Frontend};
 use tollgate_rules::Rules;
 
 const FAILURES: &str = "[[rules]]\nname = \"failures\"\nlimit = \"3/1m\"\nalgorithm = \"fixed-window\"\n\
@@ -188,4 +188,41 @@ async fn a_caller_naming_a_count_status_rule_keeps_what_it_counted() {
     assert_eq!(answers[2].retry_after_ns, 60 * SEC, "until the window ends");
     assert_eq!(h.remaining("named", "k").await, 0);
     assert_eq!((h.counted("named", "counted"), h.counted("named", "refunded")), (2, 0));
+}
+
+/// `count_status = [401]` with a lockout (`timeout`, every request of the key): what only the
+/// reservations in flight refuse is not over the limit.
+const LOCKOUT: &str = "[[rules]]\nname = \"lock\"\nlimit = \"2/1m\"\nalgorithm = \"sliding-log\"\n\
+     key = [\"client_ip\"]\ncount_status = [401]\nmatch = { method = \"POST\", path = \"/login\" }\n\
+     [rules.mitigation]\nmatch = {}\ntimeout = \"60s\"\n";
+
+/// Before: a request refused only because other requests were still in flight (their statuses
+/// unknown) went "over": it held the key for the rule's timeout (every request of it refused for
+/// 60 s) though no counted status had been seen. Now it is refused on its own, to retry in a
+/// second, and nothing is held; the key is held once the statuses counted reach the limit.
+#[tokio::test]
+async fn what_only_reservations_in_flight_refuse_holds_nothing() {
+    let h = harness(LOCKOUT);
+    let login = post("/login");
+    let (a, b) = (h.proceed(&login).await, h.proceed(&login).await);
+    match h.admit(&login).await {
+        Admission::Answer(Answer::TooMany(fields)) => {
+            assert_eq!(fields.decision.retry_after_ns, SEC, "retry once those in flight are answered");
+        }
+        other => panic!("{}", support::describe(&other)),
+    }
+    assert_eq!(h.outcome(&get("/")).await, "proceed", "nothing held");
+    h.engine.complete(a.pending, 200).await;
+    h.engine.complete(b.pending, 401).await;
+    // One failure counted, one request in flight: the next is refused, still not over.
+    let c = h.proceed(&login).await;
+    assert_eq!(h.outcome(&login).await, "429:lock");
+    assert_eq!(h.outcome(&get("/")).await, "proceed", "one failure counted: not over");
+    h.engine.complete(c.pending, 401).await;
+    // Two failures counted: over, and held for the timeout.
+    assert_eq!(h.outcome(&login).await, "429:lock");
+    assert_eq!(h.outcome(&get("/")).await, "429:lock", "held");
+    h.advance(secs(61));
+    assert_eq!(h.outcome(&get("/")).await, "proceed");
+    assert_eq!((h.counted("lock", "counted"), h.counted("lock", "refunded")), (2, 1));
 }

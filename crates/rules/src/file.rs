@@ -247,6 +247,17 @@ fn rule(entry: RuleEntry, ipv6_prefix: u8) -> Result<Rule, String> {
             }
             let default = limit.tolerance_ns();
             let max_delay_ns = mitigation.max_delay.as_deref().map_or(Ok(default), |t| duration(t, "max_delay"))?;
+            // The shaper spans burst × T + max_delay: past the longest period it cannot be built.
+            let spans = u128::from(default) + u128::from(max_delay_ns);
+            if spans > u128::from(tollgate_core::MAX_PERIOD_NS) {
+                let written = mitigation.max_delay.clone().unwrap_or_else(|| "(default: burst × T)".into());
+                return Err(format!(
+                    "max_delay {written}: burst × T ({}) and max_delay together span {}, past the longest \
+                     period a limit may span (50 days); shorten max_delay",
+                    tollgate_core::format_period(default),
+                    tollgate_core::format_period(u64::try_from(spans).unwrap_or(u64::MAX)),
+                ));
+            }
             Action::Delay { max_delay_ns }
         }
         ActionKind::Route => match mitigation.upstream.as_deref() {

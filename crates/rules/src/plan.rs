@@ -246,7 +246,9 @@ impl Rule {
     }
 
     /// The cost of `request` under this rule: the fixed cost, or the cost header's value (an
-    /// integer from 1 to the capacity; otherwise as `on_bad_cost` says, never a peek).
+    /// integer from 1 to the capacity; otherwise as `on_bad_cost` says, never a peek). The header
+    /// is taken as it is from a trusted proxy only (which computed it); from any other peer it can
+    /// raise the rule's `cost`, never lower it: a client does not set its own price.
     pub fn cost_for(&self, request: &Request<'_>) -> Result<u64, RequestError> {
         let name = match &self.cost {
             Cost::Fixed(cost) => return Ok(*cost),
@@ -259,8 +261,9 @@ impl Rule {
                 .map(|v| std::str::from_utf8(v).map_err(|_| ()).and_then(|v| v.trim().parse::<u64>().map_err(|_| ()))),
             Err(_) => Some(Err(())),
         };
+        let floor = if request.from_trusted_proxy { 1 } else { self.default_cost };
         match (parsed, self.on_bad_cost) {
-            (Some(Ok(cost)), _) if (1..=capacity).contains(&cost) => Ok(cost),
+            (Some(Ok(cost)), _) if (1..=capacity).contains(&cost) => Ok(cost.max(floor)),
             (Some(Ok(cost)), OnBadCost::Default) if cost > capacity => Ok(capacity),
             (_, OnBadCost::Default) => Ok(self.default_cost),
             (_, OnBadCost::Reject) => Err(RequestError(format!(

@@ -37,6 +37,10 @@ pub struct Request<'a> {
     pub ja3: Option<&'a str>,
     /// The JA4 fingerprint, likewise.
     pub ja4: Option<&'a str>,
+    /// Whether the request's peer is one of the `trusted_proxies`: only then is a `cost_header`
+    /// taken as it is; from any other peer it can only raise the rule's `cost` (see
+    /// [`Rule::cost_for`](crate::Rule::cost_for)).
+    pub from_trusted_proxy: bool,
 }
 
 /// A characteristic whose value servers would read differently: given more than once with

@@ -74,7 +74,8 @@ pub enum Action {
     },
     /// Log and count only; never block.
     DryRun,
-    /// Wait for the request's slot up to `max_delay_ns`, then proceed; reject beyond it.
+    /// Wait for the request's slot up to `max_delay_ns`, then proceed; reject beyond it (and
+    /// beyond the time the front end gives the request, or when too many requests wait already).
     Delay {
         /// The longest wait.
         max_delay_ns: u64,
@@ -133,7 +134,8 @@ pub enum Characteristic {
 pub enum Cost {
     /// Always this much.
     Fixed(u64),
-    /// Taken from this header (an integer from 1 to the limit's capacity).
+    /// Taken from this header (an integer from 1 to the limit's capacity): as it is from a
+    /// trusted proxy, at least the rule's `cost` from any other peer.
     Header(String),
 }
 
@@ -211,7 +213,9 @@ pub struct Rule {
     pub limit: Limit,
     /// The cost of a counted request.
     pub cost: Cost,
-    /// The rule's `cost` when a `cost_header` cannot be used (see [`OnBadCost::Default`]).
+    /// The rule's `cost`: with a `cost_header`, the least a request from a peer other than a
+    /// trusted proxy costs, and the cost when the header cannot be used (see
+    /// [`OnBadCost::Default`]).
     pub default_cost: u64,
     /// When the request lacks a key part.
     pub on_missing: OnMissing,
@@ -361,6 +365,21 @@ impl Rule {
     #[must_use]
     pub fn counts_status(&self, status: u16) -> bool {
         self.count_status.as_ref().is_none_or(|statuses| statuses.contains(&status))
+    }
+
+    /// The limit a `delay` rule checks a request under when the request may wait up to `wait_ns`
+    /// for its slot: a GCRA of the rule's rate, its burst widened by the slots that fit in the
+    /// wait (a shaper admits what it can schedule within the wait; the request then waits for its
+    /// slot). Every width shares one state, whatever the rule's bucket algorithm (the bucket
+    /// family decides alike): a request that may wait less (its time is short, too many wait
+    /// already) is checked against the same schedule, only narrower, and one refused charges
+    /// nothing. `None` if the widened bucket would span more than the longest period a limit
+    /// may have (50 days).
+    #[must_use]
+    pub fn shaper(&self, wait_ns: u64) -> Option<Limit> {
+        let extra = wait_ns / self.limit.emission_interval_ns();
+        let burst = self.limit.burst().checked_add(extra)?;
+        self.limit.to_builder().algorithm(tollgate_core::Algorithm::Gcra).burst(burst).build().ok()
     }
 
     /// Whether the rule is keyed on the caller's key alone (usable by `TG.LIMIT` and `limit_name`).

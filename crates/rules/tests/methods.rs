@@ -57,6 +57,7 @@ fn counted_bytes(rules: &Rules, method: &str, target: &str, headers: &[(&str, &[
         key: None,
         ja3: None,
         ja4: None,
+        from_trusted_proxy: false,
     };
     let plan = rules.counting(&request).unwrap();
     plan.iter().map(|applied| rules.rules[applied.rule].name.clone()).collect()
@@ -198,6 +199,7 @@ fn a_method_key_is_the_request_lines_method() {
             key: None,
             ja3: None,
             ja4: None,
+            from_trusted_proxy: false,
         };
         rules.counting(&request).unwrap()[0].key.clone()
     };

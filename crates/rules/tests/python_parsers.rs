@@ -111,6 +111,7 @@ fn cookie_and_query_values_are_what_python_servers_read() {
             key: None,
             ja3: None,
             ja4: None,
+            from_trusted_proxy: false,
         };
         // Where a library reads one value, tollgate reads it too, or refuses.
         let ours = request.cookie("session");

@@ -27,6 +27,7 @@ fn request(path: &str) -> Request<'_> {
         key: None,
         ja3: None,
         ja4: None,
+        from_trusted_proxy: false,
     }
 }
 

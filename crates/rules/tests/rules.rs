@@ -21,6 +21,7 @@ fn request<'a>(method: &'a str, path: &'a str, headers: &'a [(&'a str, &'a [u8])
         key: None,
         ja3: None,
         ja4: None,
+        from_trusted_proxy: false,
     }
 }
 
@@ -96,6 +97,24 @@ fn a_bad_cost_header_is_refused_never_a_peek() {
     for (value, cost) in [("0", 2), ("lots", 2), ("500", 100), ("7", 7)] {
         let headers = lines(&[("x-cost", value)]);
         assert_eq!(lenient.counting(&request("GET", "/", &headers, "192.0.2.1")).unwrap()[0].cost, cost, "{value}");
+    }
+}
+
+/// Before: a client's `x-cost: 1` cost 1 where the rule's `cost` is 5. Now the header is taken as
+/// it is from a trusted proxy only; from any other peer it can raise the cost, never lower it.
+#[test]
+fn a_cost_header_lowers_the_cost_only_from_a_trusted_proxy() {
+    let rules = Rules::parse(
+        "[[rules]]\nname = \"api\"\nlimit = \"100/1m\"\nkey = [\"global\"]\ncost = 5\ncost_header = \"x-cost\"\n",
+        "t",
+    )
+    .unwrap();
+    for (value, client, proxy) in [("1", 5, 1), ("5", 5, 5), ("9", 9, 9)] {
+        let headers = lines(&[("x-cost", value)]);
+        let direct = request("GET", "/", &headers, "192.0.2.1");
+        assert_eq!(rules.counting(&direct).unwrap()[0].cost, client, "{value} from a client");
+        let proxied = Request { from_trusted_proxy: true, ..direct };
+        assert_eq!(rules.counting(&proxied).unwrap()[0].cost, proxy, "{value} from a trusted proxy");
     }
 }
 

@@ -69,7 +69,10 @@ impl App {
         if config.envoy_file.is_none() {
             reloads.clear();
         }
-        let engine = Arc::new(Engine::builder(store, config.rules.clone()).clock(config.clock.clone()).build(registry));
+        // A named delay rule's reply waits for its slot: never past the HTTP request timeout (a
+        // 408 would spend the slot for nothing), RESP callers alike.
+        let engine = Engine::builder(store, config.rules.clone()).clock(config.clock.clone());
+        let engine = Arc::new(engine.max_wait(config.http.request_timeout).build(registry));
         Ok(App {
             engine,
             health,

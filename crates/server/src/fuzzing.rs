@@ -121,6 +121,7 @@ pub fn rules_file(data: &[u8]) {
         key: Some(first.as_bytes()),
         ja3: Some(first),
         ja4: Some(first),
+        from_trusted_proxy: false,
     };
     let _ = rules.counting(&request);
     let _ = rules.mitigating(&request);
@@ -159,6 +160,7 @@ pub fn canonical_request(data: &[u8]) {
         key: None,
         ja3: None,
         ja4: None,
+        from_trusted_proxy: false,
     };
     for (name, value) in request.cookies() {
         // A cookie written back in its canonical spelling reads as the same value, or is refused

@@ -300,4 +300,11 @@ impl Store for Backend {
             Backend::Redis(store, _) => store.reset(scope, key, limit).await,
         }
     }
+
+    async fn carry(&self, scope: &str, key: &[u8], from: &Limit, to: &Limit) -> Result<u64, StoreError> {
+        match self {
+            Backend::Memory(store) => store.carry_sync(scope, key, from, to),
+            Backend::Redis(store, _) => store.carry(scope, key, from, to).await,
+        }
+    }
 }

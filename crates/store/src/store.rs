@@ -121,6 +121,25 @@ pub trait Store: Send + Sync {
     /// Forgets the state of `key` in `scope` under `limit`'s algorithm: the key is idle again.
     fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> impl Future<Output = Result<(), StoreError>> + Send;
 
+    /// Carries `key`'s use in `scope` from its state under `from`'s algorithm to its state under
+    /// `to`'s (a rule whose algorithm changed on a reload), atomically: the old state, if any,
+    /// is read at now (what it used: `from`'s capacity less a peek's remaining; a debt beyond the
+    /// capacity is not carried), removed, and that use (at most `to`'s capacity) charged to the
+    /// new state at now, on top of what it holds. The units carried (0 when there was nothing,
+    /// or the algorithms are the same: one state). A carry repeated finds nothing more to carry,
+    /// unless the old state was written again meanwhile (by a node still on the old rules). A
+    /// store that cannot answers [`StoreError::Unsupported`] (the default).
+    fn carry(
+        &self,
+        scope: &str,
+        key: &[u8],
+        from: &Limit,
+        to: &Limit,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        let _ = (scope, key, from, to);
+        async { Err(StoreError::Unsupported("this store cannot carry a key's use to another algorithm".into())) }
+    }
+
     /// Whether every call decides in place: its future is ready on its first poll, never waits
     /// (the memory store). Callers may then decide without a task of their own (see
     /// `tollgate_engine::Engine::admit_now`). A store that says so must keep its word.
@@ -159,6 +178,16 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
 
     fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> impl Future<Output = Result<(), StoreError>> + Send {
         (**self).reset(scope, key, limit)
+    }
+
+    fn carry(
+        &self,
+        scope: &str,
+        key: &[u8],
+        from: &Limit,
+        to: &Limit,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        (**self).carry(scope, key, from, to)
     }
 
     fn decides_in_place(&self) -> bool {

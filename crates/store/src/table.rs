@@ -214,6 +214,15 @@ impl<S: Slot> SlotTable<S> {
         }
     }
 
+    /// Removes the slot of `fingerprint` from `shard` (locked for write, its own), if any.
+    pub(crate) fn take(&self, shard: &mut Shard<S>, fingerprint: u64) -> Option<S> {
+        let entry = shard.slots.find_entry(fingerprint, |s| s.fingerprint() == fingerprint).ok()?;
+        let (slot, _) = entry.remove();
+        shard.heap_bytes -= slot.heap_bytes();
+        self.keys.fetch_sub(1, Ordering::Relaxed);
+        Some(slot)
+    }
+
     /// The number of slots.
     pub(crate) fn len(&self) -> usize {
         self.keys.load(Ordering::Relaxed)

@@ -16,4 +16,9 @@ pub struct Options {
     ///
     /// [`Quarantine`]: crate::Quarantine
     pub routes: bool,
+    /// The server's time limit for a whole request (its request timeout), if it has one: a
+    /// `delay` that would not end within what is left of it is refused at once (429, nothing
+    /// charged) rather than spent on a request the server ends first. `tollgate proxy` sets its
+    /// `--http-request-timeout`.
+    pub request_timeout: Option<std::time::Duration>,
 }

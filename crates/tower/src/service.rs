@@ -227,6 +227,7 @@ impl<'r> Head<'r> {
             headers,
             client_ip,
             key: None,
+            from_trusted_proxy: trusted,
         }
     }
 }
@@ -269,11 +270,14 @@ fn answered<B>(answer: Answer, request: Request<B>, options: Options) -> Answere
 }
 
 /// Waits for a request's slot, calls `inner`, and settles the request's reservations with the
-/// response's status.
+/// response's status. Dropped before (the client left, the server's timeout, a panic of `inner`
+/// unwinding), the reservations are settled with no status: refunded (see [`Unsettled`]).
+///
+/// [`Unsettled`]: tollgate_engine::Unsettled
 async fn proceed<I, S, B, RB>(
     engine: Arc<Engine<S>>,
     policy: Arc<Policy>,
-    proceed: Proceed,
+    mut proceed: Proceed,
     mut inner: I,
     request: Request<B>,
     options: Options,
@@ -282,16 +286,13 @@ where
     I: Service<Request<B>, Response = Response<RB>>,
     RB: http_body::Body<Data = Bytes> + Send + 'static,
     RB::Error: Into<BoxError>,
-    S: Store,
+    S: Store + 'static,
 {
-    if !proceed.delay.is_zero() {
-        tokio::time::sleep(proceed.delay).await;
-    }
+    let unsettled = engine.unsettled(std::mem::take(&mut proceed.pending));
+    proceed.wait().await;
     let fields = if options.headers_on_allowed { proceed.fields(&policy) } else { None };
     let response = inner.call(request).await?;
-    if !proceed.pending.is_empty() {
-        engine.complete(proceed.pending, response.status().as_u16()).await;
-    }
+    unsettled.complete(response.status().as_u16()).await;
     Ok(future::finish(response, fields.as_ref(), options))
 }
 
@@ -315,6 +316,8 @@ where
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let options = self.options;
+        // When the request's time runs out, if the server gives it one.
+        let deadline = options.request_timeout.map(|timeout| (tokio::time::Instant::now(), timeout));
         let policy = self.engine.current();
         // Decided here when the store decides in place; `None` when it must be waited for.
         let head = Head::of(&request);
@@ -322,7 +325,8 @@ where
             Ok(seen) => {
                 let mut headers = HeaderValues::new();
                 head.header_values(&policy, &mut headers);
-                self.engine.admit_now(&policy, &head.view(seen, &headers, &policy))
+                let within = deadline.map(|(_, timeout)| timeout);
+                self.engine.admit_now(&policy, &head.view(seen, &headers, &policy), within)
             }
             Err(refusal) => return ResponseFuture::answered(refusal.response()),
         };
@@ -354,7 +358,9 @@ where
                             };
                             let mut headers = HeaderValues::new();
                             head.header_values(&policy, &mut headers);
-                            let admission = engine.admit(&policy, &head.view(seen, &headers, &policy)).await;
+                            let within = deadline.map(|(at, timeout)| timeout.saturating_sub(at.elapsed()));
+                            let view = head.view(seen, &headers, &policy);
+                            let admission = engine.admit_within(&policy, &view, within).await;
                             drop(headers);
                             match admission {
                                 Admission::Answer(answer) => {

@@ -332,7 +332,7 @@ async fn a_missing_key_part_follows_the_rule() {
 async fn rejections_carry_exact_headers_and_a_problem_body() {
     let app = app(
         "[[rules]]\nname = \"api\"\nlimit = \"2/1m\"\nalgorithm = \"fixed-window\"\nkey = [\"client_ip\"]\n",
-        Options { headers_on_allowed: true, legacy_headers: true, routes: false },
+        Options { headers_on_allowed: true, legacy_headers: true, ..Options::default() },
         0,
     );
     // 20 s into a minute window.

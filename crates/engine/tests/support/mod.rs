@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use prometheus_client::registry::Registry;
 use tollgate_core::ManualClock;
-use tollgate_engine::{Admission, Answer, Engine, Proceed, Request};
+use tollgate_engine::{Admission, Answer, Engine, EngineBuilder, Proceed, Request};
 use tollgate_rules::Rules;
 use tollgate_store::{Check, MemoryStore, Store};
 
@@ -100,6 +100,7 @@ impl Req {
             key: self.key.as_deref(),
             ja3: None,
             ja4: None,
+            from_trusted_proxy: false,
         }
     }
 }
@@ -138,6 +139,18 @@ pub(crate) fn build<S: Store>(store: S, clock: Arc<ManualClock>, rules: &str, ro
     let mut registry = Registry::with_prefix("tollgate");
     let rules = Rules::parse(rules, "test").unwrap_or_else(|e| panic!("{e}"));
     let engine = Engine::builder(store, rules).clock(clock.clone()).routes(routes).build(&mut registry);
+    Harness { engine, clock, registry }
+}
+
+/// `rules` on a memory store, the engine built as `tune` says.
+pub(crate) fn tuned(
+    rules: &str,
+    tune: impl FnOnce(EngineBuilder<MemoryStore>) -> EngineBuilder<MemoryStore>,
+) -> Harness {
+    let clock = clock();
+    let mut registry = Registry::with_prefix("tollgate");
+    let rules = Rules::parse(rules, "test").unwrap_or_else(|e| panic!("{e}"));
+    let engine = tune(Engine::builder(memory(&clock), rules).clock(clock.clone())).build(&mut registry);
     Harness { engine, clock, registry }
 }
 

@@ -127,7 +127,10 @@ pub async fn run(
     if let Some(path) = &proxy.rules_file {
         crate::reload_engine_on_change(&engine, path);
     }
-    let layer = RateLimitLayer::from_engine(engine.clone(), proxy.options);
+    // A delay never outlasts the listener's request timeout: past it, a 429 at once rather than
+    // a wait the client may not sit out.
+    let options = Options { request_timeout: Some(config.http.request_timeout), ..proxy.options };
+    let layer = RateLimitLayer::from_engine(engine.clone(), options);
     let upstream =
         Arc::new(upstream::Upstream { base, timeout: proxy.upstream_timeout, max_body: config.http.max_body_bytes });
     let (bounds, grace) = (config.http, config.shutdown_grace);

@@ -25,6 +25,27 @@ impl<R: Remote> Store for Fallback<R> {
         })
         .await
     }
+
+    /// On the backend, while its breaker is closed (otherwise an error: the old state stays, to
+    /// be carried by a later call). What this node owes the backend under the old algorithm is
+    /// still sent there (recreating the old state, which a later carry moves on).
+    async fn carry(&self, scope: &str, key: &[u8], from: &Limit, to: &Limit) -> Result<u64, StoreError> {
+        timed(self.shared.timer.as_ref(), async {
+            let check = Check { scope, key, limit: to, cost: 0 };
+            let breakers = self.shared.breakers_of(std::slice::from_ref(&check));
+            if breakers.iter().any(|(_, b)| b.is_open()) {
+                return Err(StoreError::Backend("the backend is failing: nothing carried now".into()));
+            }
+            match self.shared.remote.carry(scope, key, from, to).await {
+                Err(error) if error.is_backend() => {
+                    self.shared.failed(&error, &breakers);
+                    Err(error)
+                }
+                other => other,
+            }
+        })
+        .await
+    }
 }
 
 impl<R: Remote> Fallback<R> {

@@ -131,4 +131,10 @@ impl<S: Store + Lessor + Clone + 'static> Store for Leased<S> {
         self.book.forget(&Check { scope, key, limit, cost: 0 });
         self.inner.reset(scope, key, limit).await
     }
+
+    /// On the inner store; a lease of the old state is not carried (it lapses within its
+    /// lifetime, its unused part counted as used: an under-grant).
+    async fn carry(&self, scope: &str, key: &[u8], from: &Limit, to: &Limit) -> Result<u64, StoreError> {
+        self.inner.carry(scope, key, from, to).await
+    }
 }

@@ -21,13 +21,13 @@ use crate::{Check, StoreError};
 
 /// A key's state while a call is decided: GCRA's bare TAT, or any other state.
 #[derive(Clone)]
-enum Scratch {
+pub(super) enum Scratch {
     Tat(u64),
     State(State),
 }
 
 impl Scratch {
-    fn check(&mut self, now: u64, limit: &Limit, cost: u64) -> Result<Decision, StoreError> {
+    pub(super) fn check(&mut self, now: u64, limit: &Limit, cost: u64) -> Result<Decision, StoreError> {
         match self {
             Scratch::Tat(tat) => {
                 let (decision, next) = Gcra::step(*tat, now, limit, cost)?;
@@ -40,7 +40,7 @@ impl Scratch {
         }
     }
 
-    fn charge(&mut self, at: u64, limit: &Limit, cost: u64) -> Result<(), StoreError> {
+    pub(super) fn charge(&mut self, at: u64, limit: &Limit, cost: u64) -> Result<(), StoreError> {
         match self {
             Scratch::Tat(tat) => {
                 let mut gcra = Gcra { tat: *tat };
@@ -69,7 +69,13 @@ struct Key<'a> {
     checked: Option<Scratch>,
 }
 
-type Guards<'l, S> = Vec<(usize, RwLockWriteGuard<'l, Shard<S>>)>;
+/// Shards locked for write, by index.
+pub(super) type Guards<'l, S> = Vec<(usize, RwLockWriteGuard<'l, Shard<S>>)>;
+
+/// The idle state of `limit`'s algorithm.
+pub(super) fn fresh(limit: &Limit) -> Scratch {
+    if limit.algorithm() == Algorithm::Gcra { Scratch::Tat(0) } else { Scratch::State(State::idle(limit)) }
+}
 
 impl MemoryStore {
     /// Records `charges` (`(charge, at)`: `charge.check.cost` at instant `at`, each unit at most
@@ -100,26 +106,12 @@ impl MemoryStore {
             shards.sort_unstable();
             shards.dedup();
         }
-        let mut gcra_guards: Guards<'_, GcraSlot> = gcra_shards.iter().map(|&i| (i, self.gcra.write(i))).collect();
-        let mut state_guards: Guards<'_, StateSlot> = state_shards.iter().map(|&i| (i, self.states.write(i))).collect();
+        let (gcra_guards, state_guards) = self.lock(&gcra_shards, &state_shards);
+        let mut guards = (gcra_guards, state_guards);
 
         for key in &mut keys {
-            let fp = key.fingerprint;
-            key.stored = if is_gcra(key) {
-                guard_of(&gcra_guards, self.gcra.shard_of(fp))
-                    .slots
-                    .find(fp, |s| s.fingerprint == fp)
-                    .map(|s| Scratch::Tat(s.tat.load(Ordering::Acquire)))
-            } else {
-                guard_of(&state_guards, self.states.shard_of(fp))
-                    .slots
-                    .find(fp, |s| s.fingerprint == fp)
-                    .map(|s| Scratch::State(s.state.clone()))
-            };
+            key.stored = self.stored(&guards, key.fingerprint, key.limit);
         }
-        let fresh = |limit: &Limit| {
-            if limit.algorithm() == Algorithm::Gcra { Scratch::Tat(0) } else { Scratch::State(State::idle(limit)) }
-        };
         let index = |keys: &[Key<'_>], check: &Check<'_>| {
             let fp = self.fingerprint(check);
             keys.iter().position(|k| k.fingerprint == fp).unwrap_or(0)
@@ -216,32 +208,90 @@ impl MemoryStore {
         // 3. Write back, never evicting a key of this call.
         let keep: Vec<u64> = keys.iter().map(|k| k.fingerprint).collect();
         for key in &keys {
-            let fp = key.fingerprint;
-            match outcome(key) {
-                Some(Scratch::Tat(tat)) => {
-                    let shard = guard_of_mut(&mut gcra_guards, self.gcra.shard_of(fp));
-                    match shard.slots.find(fp, |s| s.fingerprint == fp) {
-                        Some(slot) => slot.tat.store(tat, Ordering::Release),
-                        None => self.gcra.insert(shard, GcraSlot::new(fp, tat), now, &keep),
-                    }
-                }
-                Some(Scratch::State(state)) => {
-                    let shard = guard_of_mut(&mut state_guards, self.states.shard_of(fp));
-                    let slot = StateSlot::new(fp, state, key.limit);
-                    match shard.slots.find_mut(fp, |s| s.fingerprint == fp) {
-                        Some(existing) => {
-                            let (before, after) = (existing.state.heap_bytes(), slot.state.heap_bytes());
-                            *existing = slot;
-                            shard.heap_bytes -= before;
-                            self.states.grew(shard, after, now, &keep);
-                        }
-                        None => self.states.insert(shard, slot, now, &keep),
-                    }
-                }
-                None => {}
+            if let Some(state) = outcome(key) {
+                self.write(&mut guards, key.fingerprint, key.limit, state, now, &keep);
             }
         }
         Ok((decisions, snapshots, now))
+    }
+
+    /// The shards `gcra` and `states` (each sorted, without repeats) locked for write, GCRA's
+    /// first (see the module docs).
+    pub(super) fn lock(&self, gcra: &[usize], states: &[usize]) -> (Guards<'_, GcraSlot>, Guards<'_, StateSlot>) {
+        (
+            gcra.iter().map(|&i| (i, self.gcra.write(i))).collect(),
+            states.iter().map(|&i| (i, self.states.write(i))).collect(),
+        )
+    }
+
+    /// The state stored for `fp` (its shard locked in `guards`), if any.
+    pub(super) fn stored(
+        &self,
+        guards: &(Guards<'_, GcraSlot>, Guards<'_, StateSlot>),
+        fp: u64,
+        limit: &Limit,
+    ) -> Option<Scratch> {
+        if limit.algorithm() == Algorithm::Gcra {
+            guard_of(&guards.0, self.gcra.shard_of(fp))
+                .slots
+                .find(fp, |s| s.fingerprint == fp)
+                .map(|s| Scratch::Tat(s.tat.load(Ordering::Acquire)))
+        } else {
+            guard_of(&guards.1, self.states.shard_of(fp))
+                .slots
+                .find(fp, |s| s.fingerprint == fp)
+                .map(|s| Scratch::State(s.state.clone()))
+        }
+    }
+
+    /// Writes `state` as `fp`'s (its shard locked in `guards`), never evicting a key of `keep`.
+    pub(super) fn write(
+        &self,
+        guards: &mut (Guards<'_, GcraSlot>, Guards<'_, StateSlot>),
+        fp: u64,
+        limit: &Limit,
+        state: Scratch,
+        now: u64,
+        keep: &[u64],
+    ) {
+        match state {
+            Scratch::Tat(tat) => {
+                let shard = guard_of_mut(&mut guards.0, self.gcra.shard_of(fp));
+                match shard.slots.find(fp, |s| s.fingerprint == fp) {
+                    Some(slot) => slot.tat.store(tat, Ordering::Release),
+                    None => self.gcra.insert(shard, GcraSlot::new(fp, tat), now, keep),
+                }
+            }
+            Scratch::State(state) => {
+                let shard = guard_of_mut(&mut guards.1, self.states.shard_of(fp));
+                let slot = StateSlot::new(fp, state, limit);
+                match shard.slots.find_mut(fp, |s| s.fingerprint == fp) {
+                    Some(existing) => {
+                        let (before, after) = (existing.state.heap_bytes(), slot.state.heap_bytes());
+                        *existing = slot;
+                        shard.heap_bytes -= before;
+                        self.states.grew(shard, after, now, keep);
+                    }
+                    None => self.states.insert(shard, slot, now, keep),
+                }
+            }
+        }
+    }
+
+    /// Removes `fp`'s state (its shard locked in `guards`); the state removed, if any.
+    pub(super) fn take(
+        &self,
+        guards: &mut (Guards<'_, GcraSlot>, Guards<'_, StateSlot>),
+        fp: u64,
+        limit: &Limit,
+    ) -> Option<Scratch> {
+        if limit.algorithm() == Algorithm::Gcra {
+            let slot = self.gcra.take(guard_of_mut(&mut guards.0, self.gcra.shard_of(fp)), fp)?;
+            Some(Scratch::Tat(slot.tat.load(Ordering::Acquire)))
+        } else {
+            let slot = self.states.take(guard_of_mut(&mut guards.1, self.states.shard_of(fp)), fp)?;
+            Some(Scratch::State(slot.state))
+        }
     }
 }
 

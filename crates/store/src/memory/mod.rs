@@ -8,6 +8,7 @@
 //! several keys at once.
 
 mod applied;
+mod carry;
 mod many;
 mod remote;
 mod slots;
@@ -381,6 +382,10 @@ impl Store for MemoryStore {
     async fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> Result<(), StoreError> {
         self.reset_sync(scope, key, limit);
         Ok(())
+    }
+
+    async fn carry(&self, scope: &str, key: &[u8], from: &Limit, to: &Limit) -> Result<u64, StoreError> {
+        self.carry_sync(scope, key, from, to)
     }
 
     fn decides_in_place(&self) -> bool {

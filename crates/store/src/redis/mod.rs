@@ -25,6 +25,7 @@
 
 mod across;
 mod bounded;
+mod carry;
 mod cluster;
 mod connection;
 mod follow;
@@ -98,6 +99,8 @@ pub struct RedisStore {
     connection: Connection,
     options: RedisOptions,
     script: Arc<Script>,
+    /// The script carrying a key's use to another algorithm (see `carry`).
+    carry_script: Arc<Script>,
     /// Script calls sent (one `FCALL` or `EVALSHA` each), for the calls-per-decision figure.
     script_calls: Arc<std::sync::atomic::AtomicU64>,
 }
@@ -173,7 +176,13 @@ impl RedisStore {
     }
 
     fn with(connection: Connection, options: RedisOptions) -> Self {
-        RedisStore { connection, options, script: Arc::new(Script::new()), script_calls: Arc::default() }
+        RedisStore {
+            connection,
+            options,
+            script: Arc::new(Script::new()),
+            carry_script: Arc::new(Script::with_entry("carry")),
+            script_calls: Arc::default(),
+        }
     }
 
     /// How many script calls (`FCALL` or `EVALSHA`) this store and its clones have sent: the Redis calls
@@ -196,6 +205,7 @@ impl RedisStore {
             connection: self.connection.clone(),
             options,
             script: self.script.clone(),
+            carry_script: self.carry_script.clone(),
             script_calls: self.script_calls.clone(),
         })
     }
@@ -204,6 +214,25 @@ impl RedisStore {
     /// in `keys`).
     pub fn state_key(&self, scope: &str, key: &[u8], limit: &Limit) -> Result<Vec<u8>, StoreError> {
         keys::state_key(&self.options.prefix, scope, limit.algorithm(), key)
+    }
+
+    /// Writes a call's header: the layout's version, now (the store's clock's, or '' for the
+    /// server's), the TTL margin, and how many checks, charges and refunds follow.
+    fn header(&self, call: &mut Call, checks: usize, charges: usize, refunds: usize) {
+        match &self.options.time {
+            TimeSource::Server => call.put(ARG_VERSION, VERSION).put(ARG_NOW_SEC, "").put(ARG_NOW_NSEC, ""),
+            TimeSource::Clock(clock) => {
+                let now = clock.now_ns();
+                call.put(ARG_VERSION, VERSION)
+                    .put(ARG_NOW_SEC, now / 1_000_000_000)
+                    .put(ARG_NOW_NSEC, now % 1_000_000_000)
+            }
+        };
+        let margin_ms = match self.options.time {
+            TimeSource::Server => 0,
+            TimeSource::Clock(_) => u64::try_from(self.options.clock_skew_margin.as_millis()).unwrap_or(u64::MAX),
+        };
+        call.put(ARG_MARGIN, margin_ms).put(ARG_CHECKS, checks).put(ARG_CHARGES, charges).put(ARG_REFUNDS, refunds);
     }
 
     /// Applies `refunds`, records `charges` and decides `checks` in one script call (all of their
@@ -261,23 +290,7 @@ impl RedisStore {
             && refunds.is_empty()
             && matches!(checks, [check] if decided_natively(check.limit.algorithm().as_str().as_bytes()));
         let mut call = if native { Call::module(&keys[0]) } else { Call::new(&self.script, &keys) };
-        match &self.options.time {
-            TimeSource::Server => call.put(ARG_VERSION, VERSION).put(ARG_NOW_SEC, "").put(ARG_NOW_NSEC, ""),
-            TimeSource::Clock(clock) => {
-                let now = clock.now_ns();
-                call.put(ARG_VERSION, VERSION)
-                    .put(ARG_NOW_SEC, now / 1_000_000_000)
-                    .put(ARG_NOW_NSEC, now % 1_000_000_000)
-            }
-        };
-        let margin_ms = match self.options.time {
-            TimeSource::Server => 0,
-            TimeSource::Clock(_) => u64::try_from(self.options.clock_skew_margin.as_millis()).unwrap_or(u64::MAX),
-        };
-        call.put(ARG_MARGIN, margin_ms)
-            .put(ARG_CHECKS, checks.len())
-            .put(ARG_CHARGES, charges.len())
-            .put(ARG_REFUNDS, refunds.len());
+        self.header(&mut call, checks.len(), charges.len(), refunds.len());
         for check in checks {
             call.part(CHECK_ARGS).limit(check.limit, check.cost);
         }
@@ -393,6 +406,10 @@ impl Store for RedisStore {
         }
         run(redis::cmd("DEL").arg(key.as_slice()).clone()).await?;
         Ok(())
+    }
+
+    async fn carry(&self, scope: &str, key: &[u8], from: &Limit, to: &Limit) -> Result<u64, StoreError> {
+        self.carry_use(scope, key, from, to).await
     }
 }
 

@@ -12,7 +12,8 @@
 
 pub use tollgate_redis_module::layout::*;
 
-/// The script's body (after the layout): the Lua sources; it defines `decide(KEYS, ARGV)`.
+/// The script's body (after the layout): the Lua sources; it defines `decide(KEYS, ARGV)` and
+/// `carry(KEYS, ARGV)`, each the entry of a script of its own.
 const BODY: &str = concat!(
     include_str!("lua/prelude.lua"),
     include_str!("lua/gcra.lua"),
@@ -23,6 +24,7 @@ const BODY: &str = concat!(
     include_str!("lua/sub_window.lua"),
     include_str!("lua/sliding_log.lua"),
     include_str!("lua/decide.lua"),
+    include_str!("lua/carry.lua"),
 );
 
 /// The script, in both forms.
@@ -39,7 +41,13 @@ pub(crate) struct Script {
 }
 
 impl Script {
+    /// The decisions' script (`decide`).
     pub(crate) fn new() -> Self {
+        Script::with_entry("decide")
+    }
+
+    /// The script whose entry is the Lua function `entry` of the body (`decide`, `carry`).
+    pub(crate) fn with_entry(entry: &str) -> Self {
         // What the script shares with the Rust side besides the layout, said once: how long a
         // charge's marker lives, and the largest running total a charge may carry.
         let protocol = format!(
@@ -47,12 +55,12 @@ impl Script {
             crate::remote::CHARGES_REMEMBERED.as_millis(),
             crate::remote::MAX_CHARGE_TOTAL
         );
-        let eval = format!("{LAYOUT_LUA}{protocol}{BODY}return decide(KEYS, ARGV)\n");
+        let eval = format!("{LAYOUT_LUA}{protocol}{BODY}return {entry}(KEYS, ARGV)\n");
         let sha1 = redis::Script::new(&eval).get_hash().to_string();
         let name = format!("tollgate_{}", &sha1[..12]);
-        let function = format!("{name}_decide");
+        let function = format!("{name}_{entry}");
         let library =
-            format!("#!lua name={name}\n{LAYOUT_LUA}{protocol}{BODY}redis.register_function('{function}', decide)\n");
+            format!("#!lua name={name}\n{LAYOUT_LUA}{protocol}{BODY}redis.register_function('{function}', {entry})\n");
         Script { library, function, eval, sha1 }
     }
 

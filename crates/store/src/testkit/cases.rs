@@ -27,6 +27,8 @@ pub enum Step {
     /// `reserve` a check of this cost (it must be admitted), then `refund` it: a peek must then
     /// answer what it answered before.
     ReserveThenRefund(&'static str, Limit, u64),
+    /// `carry(key, from, to)` must answer this many units carried.
+    Carry(&'static str, Limit, Limit, u64),
 }
 
 /// A named list of steps.
@@ -45,7 +47,7 @@ fn limit(algorithm: Algorithm, text: &str) -> Limit {
 /// Every case, for every algorithm.
 #[must_use]
 pub fn all() -> Vec<Case> {
-    use Step::{At, Check, CheckAll, CostError, ReserveThenRefund, Reset};
+    use Step::{At, Carry, Check, CheckAll, CostError, ReserveThenRefund, Reset};
     let mut cases = Vec::new();
     for &a in &Algorithm::ALL {
         let three = limit(a, "3/s");
@@ -115,6 +117,23 @@ pub fn all() -> Vec<Case> {
                 Check("k", three.clone(), 2, (true, 0)),
             ],
         );
+        for &b in Algorithm::ALL.iter().filter(|&&b| b != a) {
+            let to = limit(b, "3/s");
+            case(
+                &format!("a carry to {b} keeps what was used, once, and leaves no old state"),
+                vec![
+                    At(T0),
+                    Check("k", three.clone(), 2, (true, 1)),
+                    Carry("k", three.clone(), to.clone(), 2),
+                    Check("k", to.clone(), 1, (true, 0)),
+                    Check("k", to.clone(), 1, (false, 0)),
+                    Carry("k", three.clone(), to.clone(), 0),
+                    Check("k", three.clone(), 0, (true, 3)),
+                    Carry("idle", three.clone(), to.clone(), 0),
+                    Check("idle", to.clone(), 0, (true, 3)),
+                ],
+            );
+        }
         case(
             "a clock going backwards never over-grants",
             vec![
@@ -171,6 +190,11 @@ pub async fn run<S: Store>(store: &S, clock: &ManualClock, case: &Case, namespac
             }
             Step::Reset(k, limit) => {
                 store.reset("", key(k).as_bytes(), limit).await.unwrap_or_else(|e| panic!("{at}: {e}"))
+            }
+            Step::Carry(k, from, to, units) => {
+                let carried =
+                    store.carry("", key(k).as_bytes(), from, to).await.unwrap_or_else(|e| panic!("{at}: {e}"));
+                assert_eq!(carried, *units, "{at}");
             }
             Step::ReserveThenRefund(k, limit, cost) => {
                 let key = key(k);

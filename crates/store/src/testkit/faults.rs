@@ -83,6 +83,10 @@ impl<R: Remote> Store for Faulty<R> {
     async fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> Result<(), StoreError> {
         self.inner.reset(scope, key, limit).await
     }
+
+    async fn carry(&self, scope: &str, key: &[u8], from: &Limit, to: &Limit) -> Result<u64, StoreError> {
+        self.inner.carry(scope, key, from, to).await
+    }
 }
 
 impl<R: Remote> Remote for Faulty<R> {
