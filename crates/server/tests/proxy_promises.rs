@@ -49,6 +49,7 @@ async fn start(config: Config, upstream: SocketAddr, rules: Rules, file: Option<
         options: Default::default(),
         upstream_timeout: Duration::from_secs(30),
         tls: None,
+        limits: Default::default(),
     };
     Proxy::start(config, proxy).await
 }
