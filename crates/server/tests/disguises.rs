@@ -420,7 +420,10 @@ async fn no_disguise_escapes_a_rule() {
     let proxy = proxy(&address).await;
     let mut escaped = Vec::new();
     for case in cases() {
-        let clean_body = if case.body.is_empty() { Vec::new() } else { b"small".to_vec() };
+        // The clean request's body, if the disguised one has one and its method carries one (a
+        // body on DELETE is refused).
+        let bodiless = ["GET ", "HEAD ", "DELETE "].iter().any(|m| case.clean.starts_with(m.as_bytes()));
+        let clean_body = if case.body.is_empty() || bodiless { Vec::new() } else { b"small".to_vec() };
         if case.allowed != [413] {
             for i in 0..3 {
                 assert_eq!(send(&proxy, &case.clean, &clean_body).await, 200, "{}: clean request {i}", case.what);

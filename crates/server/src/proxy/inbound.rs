@@ -5,9 +5,10 @@
 //! Refused, with `Connection: close` (the request's body is never read):
 //! - `CONNECT` (501): the proxy opens no tunnels;
 //! - a request target longer than `--http-max-target` (414), as nginx's 8 KiB request line;
-//! - a body on GET, HEAD, DELETE or TRACE (400) unless `--allow-body-on` names the method: RFC
-//!   9110 gives it no meaning and says it may be rejected as a smuggling attempt; an upstream
-//!   that ignores it reads it as another request, one the rules never rated (CL.0);
+//! - a body on GET, HEAD, DELETE or TRACE, whatever the method's case (400), unless
+//!   `--allow-body-on` names the method: RFC 9110 gives it no meaning and says it may be
+//!   rejected as a smuggling attempt; an upstream that ignores it reads it as another request,
+//!   one the rules never rated (CL.0);
 //! - no `Host`, or more than one `Host` line (400, RFC 9112 section 3.2);
 //! - a `Connection` header naming `Host`, the framing (`Content-Length`, `Transfer-Encoding`),
 //!   a forwarding header the proxy owns or any header a rule reads (400): its removal would let
@@ -15,16 +16,18 @@
 //!
 //! Rewritten:
 //! - an absolute-form target's authority becomes `Host` (RFC 9112 section 3.2.2: it wins);
-//! - the hop-by-hop headers, those `Connection` names, and the client's `Content-Length` and
-//!   `Transfer-Encoding` (whatever their spelling) are removed: `forward` frames the body itself;
+//! - the hop-by-hop headers and those `Connection` names are removed;
+//! - the body is framed: the client's `Content-Length` and `Transfer-Encoding` (whatever their
+//!   spelling) give way to the `Content-Length` the upstream will receive, which the rules read
+//!   (a chunked body is read first for it, up to `--http-max-body`: 413 above);
 //! - the forwarding headers are the proxy's ([`OWNED`]): from a peer that is not a trusted proxy
 //!   they are removed, `X-Forwarded-For` is set to the peer and `X-Forwarded-Proto` to the
 //!   listener's scheme; from a trusted proxy they are kept, every `X-Forwarded-For` line joined
 //!   in order with the peer appended (a `Forwarded` chain likewise, `for=PEER`), and
 //!   `X-Forwarded-Proto` set only if absent.
 //!
-//! The client's body must then arrive within the request timeout (408), and every 429 closes
-//! the connection: a client told to slow down gets no kept-alive connection to retry on at once.
+//! The client's body must arrive within the request timeout (408), and every 429 closes the
+//! connection: a client told to slow down gets no kept-alive connection to retry on at once.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -38,7 +41,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use tollgate_engine::{Engine, Policy};
 
 use crate::backend::Backend;
-use crate::proxy::body::{Side, Timed};
+use crate::proxy::body::{Side, Timed, too_slow};
 
 /// Headers that belong to one hop, not to the request (RFC 9110 section 7.6.1).
 const HOP_BY_HOP: [&str; 7] =
@@ -71,6 +74,18 @@ pub(crate) const OWNED: [&str; 18] = [
 /// Methods whose requests carry no body by convention (CONNECT is refused whole).
 pub(crate) const BODILESS: [Method; 4] = [Method::GET, Method::HEAD, Method::DELETE, Method::TRACE];
 
+/// The method of [`BODILESS`] that `method` is, whatever its case: the rules fold it (`get` is
+/// GET to them, as to Werkzeug and Django, which upper-case it).
+pub(crate) fn bodiless(method: &Method) -> Option<&'static Method> {
+    BODILESS.iter().find(|bodiless| bodiless.as_str().eq_ignore_ascii_case(method.as_str()))
+}
+
+/// Methods whose requests declare no length when they have no body (RFC 9110 section 8.6: a
+/// client sends none where the method anticipates no content).
+fn anticipates_no_body(method: &Method) -> bool {
+    bodiless(method).is_some() || method.as_str().eq_ignore_ascii_case("OPTIONS")
+}
+
 /// What shaping a request needs.
 pub(crate) struct Inbound {
     pub(crate) engine: Arc<Engine<Arc<Backend>>>,
@@ -80,20 +95,24 @@ pub(crate) struct Inbound {
     pub(crate) bodies_allowed_on: Vec<Method>,
     /// The longest request target (`--http-max-target`).
     pub(crate) max_target_bytes: usize,
+    /// The largest request body (`--http-max-body`): 413 above.
+    pub(crate) max_body: usize,
     /// Longest the client's body may take to arrive (`--http-request-timeout`).
     pub(crate) request_timeout: Duration,
 }
 
-/// The middleware: shapes the request (or refuses it), bounds its body's arrival, and closes the
-/// connection after a 429.
+/// The middleware: shapes the request (or refuses it), frames its body (bounded in size and in
+/// time), and closes the connection after a 429.
 pub(crate) async fn inbound(State(inbound): State<Arc<Inbound>>, mut request: Request, next: Next) -> Response {
     let policy = inbound.engine.current();
     if let Err(refused) = inbound.shape(&mut request, &policy) {
         return refused.response();
     }
     drop(policy);
-    let timeout = inbound.request_timeout;
-    let request = request.map(|body| Body::new(Timed::deadline(body, timeout, Side::Client)));
+    let request = match inbound.frame(request).await {
+        Ok(request) => request,
+        Err(refused) => return refused,
+    };
     let mut response = next.run(request).await;
     if response.status() == StatusCode::TOO_MANY_REQUESTS {
         close(&mut response);
@@ -111,6 +130,31 @@ pub(crate) fn refuse(status: StatusCode, detail: &str) -> Response {
     let mut response = tollgate_tower::response::problem(status, detail);
     close(&mut response);
     response
+}
+
+/// 413 for a body over `max` bytes.
+fn too_large(max: usize) -> Response {
+    refuse(StatusCode::PAYLOAD_TOO_LARGE, &format!("the request body is larger than {max} bytes (--http-max-body)"))
+}
+
+/// Whether `error` is the body outgrowing its limit.
+fn body_too_large(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    while let Some(error) = cause {
+        if error.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        cause = error.source();
+    }
+    false
+}
+
+/// The client's body failed: it came too slowly (408), or was cut short (400).
+pub(crate) fn client_error(error: &(dyn std::error::Error + 'static)) -> Response {
+    match too_slow(error) {
+        Some(slow) => refuse(StatusCode::REQUEST_TIMEOUT, &slow.to_string()),
+        None => refuse(StatusCode::BAD_REQUEST, "the request body was cut short"),
+    }
 }
 
 /// A request [`Inbound::shape`] refuses: its status and why.
@@ -142,7 +186,7 @@ impl Inbound {
             return Err(Refused::new(StatusCode::URI_TOO_LONG, detail));
         }
         let has_body = request.body().size_hint().exact() != Some(0);
-        if has_body && BODILESS.contains(&method) && !self.bodies_allowed_on.contains(&method) {
+        if has_body && bodiless(&method).is_some_and(|method| !self.bodies_allowed_on.contains(method)) {
             let detail = format!(
                 "a {method} request with a body is refused: an upstream that ignores it would read it as another \
                  request (--allow-body-on {method} forwards it)"
@@ -195,6 +239,34 @@ impl Inbound {
             }
         }
         Ok(())
+    }
+
+    /// Frames the body as the upstream will receive it, so that the rules read its
+    /// `Content-Length` as the upstream will (a POST's body may be a form naming the method the
+    /// application routes it as): a body of known length streams through later, one of unknown
+    /// length (chunked) is read first, up to `--http-max-body` (413 above: none of it reaches the
+    /// upstream; memory: at most that much per such request in flight). Either must arrive
+    /// within the request timeout (408).
+    async fn frame(&self, request: Request) -> Result<Request, Response> {
+        let (mut parts, body) = request.into_parts();
+        let body = Timed::deadline(body, self.request_timeout, Side::Client);
+        let (body, length) = match body.size_hint().exact() {
+            Some(length) if length > self.max_body as u64 => return Err(too_large(self.max_body)),
+            Some(length) => (Body::new(body), length),
+            None => match http_body_util::BodyExt::collect(http_body_util::Limited::new(body, self.max_body)).await {
+                Ok(collected) => {
+                    let bytes = collected.to_bytes();
+                    let length = bytes.len() as u64;
+                    (Body::from(bytes), length)
+                }
+                Err(error) if body_too_large(&*error) => return Err(too_large(self.max_body)),
+                Err(error) => return Err(client_error(&*error)),
+            },
+        };
+        if length > 0 || !anticipates_no_body(&parts.method) {
+            parts.headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+        }
+        Ok(Request::from_parts(parts, body))
     }
 }
 

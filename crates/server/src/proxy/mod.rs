@@ -128,8 +128,7 @@ pub async fn run(
         crate::reload_engine_on_change(&engine, path);
     }
     let layer = RateLimitLayer::from_engine(engine.clone(), proxy.options);
-    let upstream =
-        Arc::new(upstream::Upstream { base, timeout: proxy.upstream_timeout, max_body: config.http.max_body_bytes });
+    let upstream = Arc::new(upstream::Upstream { base, timeout: proxy.upstream_timeout });
     let (bounds, grace) = (config.http, config.shutdown_grace);
     let limits = proxy.limits;
     let shaping = Arc::new(inbound::Inbound {
@@ -137,6 +136,7 @@ pub async fn run(
         https: proxy.tls.is_some(),
         bodies_allowed_on: limits.bodies_allowed_on.clone(),
         max_target_bytes: limits.max_target_bytes,
+        max_body: bounds.max_body_bytes,
         request_timeout: bounds.request_timeout,
     });
     // The rules run on the request as `inbound` shaped it: what the upstream will receive.

@@ -9,8 +9,8 @@
 //! body on GET, HEAD, DELETE or TRACE that `--allow-body-on` lets through goes on a connection
 //! of its own, closed after its answer.
 //!
-//! **Framing.** The body is framed by the proxy: `Content-Length` from its length (a chunked body
-//! is read first, up to `--http-max-body`); the client's spelling never reaches the upstream.
+//! **Framing.** The body is framed by the proxy: the upstream gets the `Content-Length` that
+//! `inbound` set (and the rules read), never the client's spelling.
 //!
 //! **Time.** The upstream must accept the connection, and answer once the body is sent, within
 //! `--upstream-timeout` each (then 504), and pause its body no longer than that between two
@@ -24,7 +24,7 @@ use std::time::Duration;
 use axum::body::{Body, HttpBody};
 use axum::extract::{Request, State};
 use axum::response::Response;
-use http::{HeaderValue, Method, StatusCode, Uri, Version, header};
+use http::{StatusCode, Uri, Version};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
@@ -32,7 +32,7 @@ use tokio::net::TcpStream;
 use tollgate_tower::Quarantine;
 
 use crate::proxy::body::{Side, Timed, Watched, too_slow};
-use crate::proxy::inbound::{BODILESS, refuse, strip_hop_by_hop};
+use crate::proxy::inbound::{bodiless, client_error, refuse, strip_hop_by_hop};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -79,24 +79,6 @@ pub(crate) struct Upstream {
     pub(crate) base: Target,
     /// `--upstream-timeout`.
     pub(crate) timeout: Duration,
-    /// The largest request body forwarded (`--http-max-body`): 413 above.
-    pub(crate) max_body: usize,
-}
-
-fn too_large(max: usize) -> Response {
-    refuse(StatusCode::PAYLOAD_TOO_LARGE, &format!("the request body is larger than {max} bytes (--http-max-body)"))
-}
-
-/// Whether `error` is the body outgrowing its limit.
-fn body_too_large(error: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cause = Some(error);
-    while let Some(error) = cause {
-        if error.is::<http_body_util::LengthLimitError>() {
-            return true;
-        }
-        cause = error.source();
-    }
-    false
 }
 
 fn gateway_error(status: StatusCode) -> Response {
@@ -108,17 +90,8 @@ fn gateway_error(status: StatusCode) -> Response {
     tollgate_tower::response::problem(status, detail)
 }
 
-/// Methods whose requests declare no length when they have no body (RFC 9110 section 8.6: a
-/// client sends none where the method anticipates no content).
-fn anticipates_no_body(method: &Method) -> bool {
-    BODILESS.contains(method) || method == Method::OPTIONS
-}
-
 /// The handler: forwards the request, answers the upstream's response.
 pub(crate) async fn forward(State(upstream): State<Arc<Upstream>>, mut request: Request) -> Response {
-    if request.body().size_hint().lower() > upstream.max_body as u64 {
-        return too_large(upstream.max_body);
-    }
     // A request a `route` rule mitigates goes to the rule's quarantine instead.
     let target = match request.extensions_mut().remove::<Quarantine>() {
         None => Cow::Borrowed(&upstream.base),
@@ -137,26 +110,8 @@ pub(crate) async fn forward(State(upstream): State<Arc<Upstream>>, mut request: 
     *request.uri_mut() = uri;
     *request.version_mut() = Version::HTTP_11;
     let (mut parts, body) = request.into_parts();
-    // A body of known length streams through; one of unknown length (chunked) is read first, up
-    // to the limit, so that none of it reaches the upstream when it is too large (memory: at
-    // most --http-max-body per such request in flight).
-    let (body, length) = match body.size_hint().exact() {
-        Some(length) => (body, length),
-        None => match http_body_util::BodyExt::collect(http_body_util::Limited::new(body, upstream.max_body)).await {
-            Ok(collected) => {
-                let bytes = collected.to_bytes();
-                let length = bytes.len() as u64;
-                (Body::from(bytes), length)
-            }
-            Err(error) if body_too_large(&*error) => return too_large(upstream.max_body),
-            Err(error) => return client_error(&*error),
-        },
-    };
-    if length > 0 || !anticipates_no_body(&parts.method) {
-        parts.headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
-    }
     // A body on a method that carries none (`--allow-body-on`): its own upstream connection.
-    let own_connection = length > 0 && BODILESS.contains(&parts.method);
+    let own_connection = body.size_hint().exact() != Some(0) && bodiless(&parts.method).is_some();
     let dedicated = parts.extensions.remove::<Dedicated>().filter(|_| !own_connection);
     let (body, sent) = Watched::new(body);
     let request = Request::from_parts(parts, Body::new(body));
@@ -187,14 +142,6 @@ pub(crate) async fn forward(State(upstream): State<Arc<Upstream>>, mut request: 
             tracing::warn!(upstream = ?*target, %error, "upstream failed");
             gateway_error(StatusCode::BAD_GATEWAY)
         }
-    }
-}
-
-/// The client's body failed: it came too slowly (408), or was cut short (400).
-fn client_error(error: &(dyn std::error::Error + 'static)) -> Response {
-    match too_slow(error) {
-        Some(slow) => refuse(StatusCode::REQUEST_TIMEOUT, &slow.to_string()),
-        None => refuse(StatusCode::BAD_REQUEST, "the request body was cut short"),
     }
 }
 
