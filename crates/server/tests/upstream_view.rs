@@ -365,3 +365,42 @@ async fn a_request_target_over_the_limit_is_a_414() {
     assert_eq!((status, received.len()), (200, 1));
     proxy.stop().await;
 }
+
+/// A header the proxy owns, or one the rules read, spelled with `_` for `-`: CGI, PHP and WSGI
+/// servers (and Rack's) name both `HTTP_X_FORWARDED_FOR`, so the application may read the
+/// spelling the rules never saw (nginx drops every such name by default).
+const ALIASES: [&str; 6] = [
+    "X_Forwarded_For: 198.51.100.1",
+    "X-Forwarded_For: 198.51.100.2",
+    "X_Real_IP: 198.51.100.3",
+    "X_Forwarded_Host: admin.example",
+    "X_Api_Key: someone-elses",
+    "Transfer_Encoding: chunked",
+];
+
+/// Underscored spellings of the forwarding headers, of a header a rule keys on, and of the
+/// framing reached the upstream from anyone, beside the proxy's own `X-Forwarded-For`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn underscored_spellings_of_what_the_proxy_owns_never_reach_the_upstream() {
+    let (upstream, seen) = raw_upstream::start().await;
+    for rules in [KEYED.to_string(), format!("{TRUSTING_LOOPBACK}{KEYED}")] {
+        let proxy = start_proxy(&upstream, &rules, |_, _| {}).await;
+        let mut headers = ALIASES.to_vec();
+        headers.extend(["X-Api-Key: mine", "X_Trace_Id: 7"]);
+        let (status, received) = exchange(&proxy, &seen, &request("GET", "/", &headers, b"")).await;
+        assert_eq!((status, received.len()), (200, 1), "{rules}");
+        let underscored: Vec<&String> =
+            received[0].headers.iter().map(|(name, _)| name).filter(|name| name.contains('_')).collect();
+        assert_eq!(underscored, ["x_trace_id"], "only a name nothing else is spelled as: {rules}");
+        assert_eq!(received[0].lines("x-api-key"), ["mine"]);
+        proxy.stop().await;
+    }
+    // A rule reading an underscored name: the dashed spelling is the alias.
+    let rules = "[[rules]]\nname = \"keyed\"\nlimit = \"3/1m\"\nkey = [\"header:api_key\"]\n";
+    let proxy = start_proxy(&upstream, rules, |_, _| {}).await;
+    let (status, received) =
+        exchange(&proxy, &seen, &request("GET", "/", &["api_key: mine", "Api-Key: other"], b"")).await;
+    assert_eq!((status, received.len()), (200, 1));
+    assert_eq!((received[0].lines("api_key"), received[0].has("api-key")), (vec!["mine".to_string()], false));
+    proxy.stop().await;
+}

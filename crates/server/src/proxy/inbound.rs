@@ -16,7 +16,9 @@
 //!
 //! Rewritten:
 //! - an absolute-form target's authority becomes `Host` (RFC 9112 section 3.2.2: it wins);
-//! - the hop-by-hop headers and those `Connection` names are removed;
+//! - the hop-by-hop headers and those `Connection` names are removed, and so is any header
+//!   whose name, `_` read as `-`, is one the rules read or the proxy owns, spelled otherwise
+//!   (`X_Forwarded_For`): CGI, PHP, WSGI and Rack servers read both spellings as one;
 //! - the body is framed: the client's `Content-Length` and `Transfer-Encoding` (whatever their
 //!   spelling) give way to the `Content-Length` the upstream will receive, which the rules read
 //!   (a chunked body is read first for it, up to `--http-max-body`: 413 above);
@@ -210,6 +212,16 @@ impl Inbound {
             );
             Refused::new(StatusCode::BAD_REQUEST, detail)
         })?;
+        let fingerprints = &policy.rules.fingerprint_headers;
+        let fingerprint_names = [&fingerprints.ja3, &fingerprints.ja4].into_iter().flatten().map(String::as_str);
+        let spoken_for: Vec<&str> = ["host", "content-length", "transfer-encoding"]
+            .into_iter()
+            .chain(HOP_BY_HOP)
+            .chain(OWNED)
+            .chain(policy.header_names.iter().map(String::as_str))
+            .chain(fingerprint_names)
+            .collect();
+        remove_aliases(headers, &spoken_for);
         headers.remove(header::CONTENT_LENGTH);
         headers.remove(header::TRANSFER_ENCODING);
         let proto = HeaderValue::from_static(if self.https { "https" } else { "http" });
@@ -313,6 +325,32 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap, kept: impl Fn(&str) -> b
     Ok(())
 }
 
+/// Removes every header whose name is one of `spoken_for` spelled with `_` for `-` or the
+/// other way round (`X_Forwarded_For`, `X-Forwarded_For`; `Api-Key` for `api_key`): CGI, PHP,
+/// WSGI and Rack servers name both `HTTP_X_FORWARDED_FOR`, so the application could read the
+/// spelling the rules never saw, or the proxy never owned. nginx drops every name with `_` by
+/// default; other names with `_` are the application's and are kept.
+fn remove_aliases(headers: &mut HeaderMap, spoken_for: &[&str]) {
+    let aliases: Vec<HeaderName> = headers
+        .keys()
+        .filter(|name| {
+            let name = name.as_str();
+            !spoken_for.iter().any(|taken| taken.eq_ignore_ascii_case(name))
+                && spoken_for.iter().any(|taken| same_but_for_underscores(taken, name))
+        })
+        .cloned()
+        .collect();
+    for name in aliases {
+        headers.remove(name);
+    }
+}
+
+/// Whether two header names are one with `_` read as `-` (and case ignored).
+fn same_but_for_underscores(a: &str, b: &str) -> bool {
+    let fold = |byte: u8| if byte == b'_' { b'-' } else { byte.to_ascii_lowercase() };
+    a.len() == b.len() && a.bytes().zip(b.bytes()).all(|(a, b)| fold(a) == fold(b))
+}
+
 /// Joins every line of `name` in order, then `hop`, into one line.
 fn append(headers: &mut HeaderMap, name: &'static str, hop: &str) {
     let mut chain = Vec::new();
@@ -357,6 +395,18 @@ mod tests {
         headers.insert("x-api-key", HeaderValue::from_static("k"));
         assert_eq!(strip_hop_by_hop(&mut headers, |name| name == "x-api-key"), Err("x-api-key".to_string()));
         assert!(headers.contains_key("x-api-key"));
+    }
+
+    #[test]
+    fn removes_only_other_spellings_of_what_is_spoken_for() {
+        let mut headers = HeaderMap::new();
+        for name in ["x_forwarded_for", "x-forwarded_for", "x-forwarded-for", "api-key", "api_key", "x_trace_id"] {
+            headers.insert(HeaderName::from_static(name), HeaderValue::from_static("1"));
+        }
+        remove_aliases(&mut headers, &["x-forwarded-for", "API_KEY"]);
+        let mut kept: Vec<&str> = headers.keys().map(HeaderName::as_str).collect();
+        kept.sort_unstable();
+        assert_eq!(kept, ["api_key", "x-forwarded-for", "x_trace_id"]);
     }
 
     #[test]
