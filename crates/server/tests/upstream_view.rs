@@ -404,3 +404,21 @@ async fn underscored_spellings_of_what_the_proxy_owns_never_reach_the_upstream()
     assert_eq!((received[0].lines("api_key"), received[0].has("api-key")), (vec!["mine".to_string()], false));
     proxy.stop().await;
 }
+
+/// Principle 13: an upstream response declaring both `Transfer-Encoding` and `Content-Length`
+/// (RFC 9112 section 6.3: read as chunked, and a proxy removes the length) was passed on with
+/// both; hyper refused to write it and closed the client's connection without a word.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_gets_the_upstreams_body_as_the_proxy_frames_it() {
+    let (upstream, _seen) = raw_upstream::start().await;
+    let proxy = start_proxy(&upstream, "", |_, _| {}).await;
+    let mut client = Client::connect(&proxy).await;
+    client.send(&request("GET", "/chunked-and-length", &[], b"")).await;
+    let response = client.response().await;
+    let got = response.as_ref().map(|r| (r.status, r.body.clone(), r.header("content-length")));
+    assert_eq!(got, Some((200, b"hello".to_vec(), None)), "{response:?}");
+    // And the connection goes on.
+    client.send(&request("GET", "/next", &[], b"")).await;
+    assert_eq!(client.response().await.map(|r| r.body), Some(b"/next".to_vec()));
+    proxy.stop().await;
+}

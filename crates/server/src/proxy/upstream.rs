@@ -9,8 +9,10 @@
 //! body on GET, HEAD, DELETE or TRACE that `--allow-body-on` lets through goes on a connection
 //! of its own, closed after its answer.
 //!
-//! **Framing.** The body is framed by the proxy: the upstream gets the `Content-Length` that
-//! `inbound` set (and the rules read), never the client's spelling.
+//! **Framing.** Each way, the body is framed by the proxy: the upstream gets the
+//! `Content-Length` that `inbound` set (and the rules read), never the client's spelling; the
+//! client gets the framing hyper writes for the upstream's body, never the upstream's
+//! `Transfer-Encoding` or a `Content-Length` beside it.
 //!
 //! **Time.** The upstream must accept the connection, and answer once the body is sent, within
 //! `--upstream-timeout` each (then 504), and pause its body no longer than that between two
@@ -24,7 +26,7 @@ use std::time::Duration;
 use axum::body::{Body, HttpBody};
 use axum::extract::{Request, State};
 use axum::response::Response;
-use http::{StatusCode, Uri, Version};
+use http::{StatusCode, Uri, Version, header};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
@@ -129,6 +131,12 @@ pub(crate) async fn forward(State(upstream): State<Arc<Upstream>>, mut request: 
         Ok(response) => {
             let (mut parts, body) = response.into_parts();
             let _ = strip_hop_by_hop(&mut parts.headers, |_| false);
+            // hyper read the upstream's framing and writes its own: the upstream's chunked coding
+            // goes, and a length beside it is stale (RFC 9112 section 6.3: a proxy removes it;
+            // given both, hyper refused the response and closed the connection without a word).
+            if parts.headers.remove(header::TRANSFER_ENCODING).is_some() {
+                parts.headers.remove(header::CONTENT_LENGTH);
+            }
             Response::from_parts(parts, Body::new(Timed::idle(body, upstream.timeout, Side::Upstream)))
         }
         Err(Failure::Timeout) => {

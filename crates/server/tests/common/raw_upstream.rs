@@ -5,7 +5,9 @@
 //! servers ignore a body they do not expect (the "CL.0" desync).
 //!
 //! Targets it treats specially: `/big` is answered with [`BIG`] bytes, `/slow…` after
-//! [`SLOW`], `/smuggled-slow…` after a second.
+//! [`SLOW`], `/smuggled-slow…` after a second, `/chunked-and-length` with a chunked `hello`
+//! that also declares `Content-Length: 3` (a response RFC 9112 section 6.3 says to read as
+//! chunked, with its length removed by a proxy).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -136,7 +138,11 @@ async fn serve(mut stream: TcpStream, connection: usize, seen: &Seen) {
         } else if target.starts_with("/smuggled-slow") {
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
-        let written = if target == "/big" {
+        let written = if target == "/chunked-and-length" {
+            let reply =
+                "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 3\r\n\r\n5\r\nhello\r\n0\r\n\r\n";
+            stream.write_all(reply.as_bytes()).await
+        } else if target == "/big" {
             let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {BIG}\r\n\r\n");
             let chunk = vec![b'x'; 1 << 20];
             let mut result = stream.write_all(head.as_bytes()).await;
