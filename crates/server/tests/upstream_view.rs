@@ -11,6 +11,7 @@ use std::time::Duration;
 use common::proxy::Proxy;
 use common::raw_client::{Client, exchange, request};
 use common::raw_upstream;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tollgate_rules::Rules;
 use tollgate_server::Config;
 use tollgate_server::proxy::ProxyConfig;
@@ -154,6 +155,44 @@ async fn a_client_that_does_not_read_loses_its_connection() {
     }
     assert!(released >= 2, "upstream connections released: {released}");
     drop(stalled);
+    proxy.stop().await;
+}
+
+/// A client the write timeout closed was left a closed socket still holding the response's
+/// unsent bytes (megabytes in the kernel, in FIN-WAIT-1 for as long as the client kept reading
+/// a byte now and then), its slot free for the next such connection: now it is reset, and the
+/// bytes dropped at once (nginx's `reset_timedout_connection`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_closed_for_reading_nothing_is_reset() {
+    let (upstream, seen) = raw_upstream::start().await;
+    let proxy = start_proxy(&upstream, "", |config, _| config.http.write_timeout = Duration::from_secs(1)).await;
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut client = socket.connect(proxy.at).await.unwrap();
+    client.write_all(&request("GET", "/big", &[], b"")).await.unwrap();
+    // The proxy gives the connection up (and the upstream connection it held).
+    let mut closed = false;
+    for _ in 0..200 {
+        closed = *seen.closed.lock().unwrap() >= 1;
+        if closed {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(closed, "the proxy never gave the connection up");
+    // What the client can still read ends in a reset, not after megabytes and a FIN.
+    let (mut read, mut chunk) = (0usize, vec![0u8; 1 << 16]);
+    let end = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            match client.read(&mut chunk).await {
+                Ok(0) => return Ok(()),
+                Ok(n) => read += n,
+                Err(error) => return Err(error.kind()),
+            }
+        }
+    })
+    .await;
+    assert_eq!(end.ok(), Some(Err(std::io::ErrorKind::ConnectionReset)), "the client read {read} bytes");
     proxy.stop().await;
 }
 
