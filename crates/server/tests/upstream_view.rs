@@ -263,6 +263,33 @@ async fn a_slow_upstream_is_a_504_and_a_slow_client_a_408() {
     proxy.stop().await;
 }
 
+/// The client's body had the request timeout from its head's arrival, so a `delay` rule holding
+/// the request spent it: a body longer than the socket buffers, read after the hold, was the
+/// client's fault (408). The clock now starts when the proxy starts reading the body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delay_rule_does_not_spend_the_clients_time_to_send_its_body() {
+    let (upstream, seen) = raw_upstream::start().await;
+    let rules = "[[rules]]\nname = \"paced\"\nlimit = \"1/4s\"\nkey = [\"global\"]\n\
+                 [rules.mitigation]\naction = \"delay\"\nmax_delay = \"10s\"\n";
+    let proxy = start_proxy(&upstream, rules, |config, _| {
+        config.http.request_timeout = Duration::from_secs(2);
+        config.http.max_body_bytes = 32 << 20;
+    })
+    .await;
+    let body = vec![b'x'; 16 << 20];
+    let mut statuses = Vec::new();
+    // The second is held until its slot, about 4 s: longer than the request timeout.
+    for _ in 0..2 {
+        let mut client = Client::connect(&proxy).await;
+        // A refusal may come (and the connection close) before the whole body is sent.
+        let _ = client.try_send(&request("POST", "/upload", &[], &body)).await;
+        statuses.push(client.response().await.map(|r| r.status));
+    }
+    assert_eq!(statuses, [Some(200), Some(200)]);
+    assert_eq!(seen.requests().iter().map(|r| r.body.len()).collect::<Vec<_>>(), [16 << 20, 16 << 20]);
+    proxy.stop().await;
+}
+
 /// The headers a client can set to tell an application who it is, where it came from, or what
 /// it asked for: the proxy's own to write.
 const CLAIMS: [&str; 10] = [

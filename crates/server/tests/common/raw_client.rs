@@ -38,6 +38,11 @@ impl Client {
         self.stream.write_all(bytes).await.unwrap();
     }
 
+    /// Sends `bytes`; false if the proxy closed the connection first.
+    pub async fn try_send(&mut self, bytes: &[u8]) -> bool {
+        self.stream.write_all(bytes).await.is_ok()
+    }
+
     async fn fill(&mut self) -> bool {
         let mut chunk = [0u8; 16384];
         match tokio::time::timeout(Duration::from_secs(15), self.stream.read(&mut chunk)).await {
