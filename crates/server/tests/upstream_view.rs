@@ -290,6 +290,33 @@ async fn a_delay_rule_does_not_spend_the_clients_time_to_send_its_body() {
     proxy.stop().await;
 }
 
+/// An upstream that took the request's head and then read nothing more (a hung service whose
+/// kernel accepted the connection) held the client, and its connection slot, for ever: the
+/// upstream's clock ran only once the body was sent, and the client's only while the body was
+/// read. The upstream must now take the body within `--upstream-timeout` too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_that_takes_no_body_is_a_504() {
+    let (upstream, seen) = raw_upstream::start().await;
+    let proxy = start_proxy(&upstream, "", |config, proxy| {
+        config.http.max_body_bytes = 32 << 20;
+        proxy.upstream_timeout = Duration::from_secs(1);
+    })
+    .await;
+    let (mut reading, mut writing) = tokio::net::TcpStream::connect(proxy.at).await.unwrap().into_split();
+    let upload = request("POST", "/stuck", &[], &vec![b'x'; 16 << 20]);
+    // Never all taken: the proxy stops reading once its writes to the upstream wait.
+    let sending = tokio::spawn(async move {
+        let _ = writing.write_all(&upload).await;
+        writing
+    });
+    let mut answer = vec![0u8; 12];
+    let read = tokio::time::timeout(Duration::from_secs(15), reading.read_exact(&mut answer)).await;
+    assert_eq!(read.ok().map(|_| String::from_utf8_lossy(&answer).into_owned()).as_deref(), Some("HTTP/1.1 504"));
+    assert_eq!(seen.requests().iter().map(|r| r.target.as_str()).collect::<Vec<_>>(), ["/stuck"]);
+    sending.abort();
+    proxy.stop().await;
+}
+
 /// The headers a client can set to tell an application who it is, where it came from, or what
 /// it asked for: the proxy's own to write.
 const CLAIMS: [&str; 10] = [

@@ -54,8 +54,8 @@ pub struct ProxyConfig {
     pub rules_file: Option<PathBuf>,
     /// Header options of the middleware.
     pub options: Options,
-    /// Longest the upstream may take to accept a connection, to answer once the request is
-    /// sent, and to pause its body (default 30 s): 504.
+    /// Longest the upstream may take to accept a connection, to take each piece of a request
+    /// body, to answer once the request is sent, and to pause its body (default 30 s): 504.
     pub upstream_timeout: Duration,
     /// Terminate TLS on the listener (the admin listener stays plain HTTP).
     pub tls: Option<Tls>,

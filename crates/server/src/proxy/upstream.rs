@@ -14,9 +14,9 @@
 //! client gets the framing hyper writes for the upstream's body, never the upstream's
 //! `Transfer-Encoding` or a `Content-Length` beside it.
 //!
-//! **Time.** The upstream must accept the connection, and answer once the body is sent, within
-//! `--upstream-timeout` each (then 504), and pause its body no longer than that between two
-//! pieces; the client's body must arrive within the request timeout (then 408, see `inbound`).
+//! **Time.** The upstream must accept the connection, take each piece of the body, and answer
+//! once the body is sent, within `--upstream-timeout` each (then 504), and pause its body no
+//! longer than that between two pieces; the client's body must arrive within the request timeout (then 408, see `inbound`).
 //! A 502 or 504 says nothing of the upstream's address or error (those go to the log).
 
 use std::borrow::Cow;
@@ -33,6 +33,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tollgate_tower::Quarantine;
 
+use crate::http::held::WriteTimeout;
 use crate::proxy::body::{Side, Timed, Watched, too_slow};
 use crate::proxy::inbound::{bodiless, client_error, refuse, strip_hop_by_hop};
 
@@ -147,10 +148,27 @@ pub(crate) async fn forward(State(upstream): State<Arc<Upstream>>, mut request: 
             if too_slow(&*error).is_some_and(|slow| slow.side == Side::Client) {
                 return client_error(&*error);
             }
+            if stalled(&*error) {
+                tracing::warn!(upstream = ?*target, timeout = ?upstream.timeout, "upstream took no body in time");
+                return gateway_error(StatusCode::GATEWAY_TIMEOUT);
+            }
             tracing::warn!(upstream = ?*target, %error, "upstream failed");
             gateway_error(StatusCode::BAD_GATEWAY)
         }
     }
+}
+
+/// Whether `error` is a write to the upstream that waited longer than the upstream timeout
+/// (its connection's [`WriteTimeout`]).
+fn stalled(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    while let Some(error) = cause {
+        if error.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut) {
+            return true;
+        }
+        cause = error.source();
+    }
+    false
 }
 
 /// Why an exchange with the upstream failed.
@@ -203,14 +221,16 @@ async fn send(
     Ok(response)
 }
 
-/// A new HTTP/1.1 connection to `target`, accepted within `timeout`.
+/// A new HTTP/1.1 connection to `target`, accepted within `timeout`, whose writes may wait at
+/// most `timeout` too (an upstream that takes no more of a body fails the exchange).
 async fn connect(target: &Target, timeout: Duration) -> Result<SendRequest<Body>, Failure> {
     let connecting = TcpStream::connect((target.host.as_str(), target.port));
     let stream =
         tokio::time::timeout(timeout, connecting).await.map_err(|_| Failure::Timeout)?.map_err(Failure::error)?;
     let _ = stream.set_nodelay(true);
+    let stream = TokioIo::new(WriteTimeout::new(stream, timeout));
     let (sender, connection) =
-        hyper::client::conn::http1::Builder::new().handshake(TokioIo::new(stream)).await.map_err(Failure::error)?;
+        hyper::client::conn::http1::Builder::new().handshake(stream).await.map_err(Failure::error)?;
     tokio::spawn(async move {
         if let Err(error) = connection.await {
             tracing::debug!(%error, "upstream connection closed");

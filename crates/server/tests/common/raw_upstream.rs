@@ -7,7 +7,7 @@
 //! Targets it treats specially: `/big` is answered with [`BIG`] bytes, `/slow…` after
 //! [`SLOW`], `/smuggled-slow…` after a second, `/chunked-and-length` with a chunked `hello`
 //! that also declares `Content-Length: 3` (a response RFC 9112 section 6.3 says to read as
-//! chunked, with its length removed by a proxy).
+//! chunked, with its length removed by a proxy), `/stuck` never (nor its body read).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -109,6 +109,11 @@ async fn serve(mut stream: TcpStream, connection: usize, seen: &Seen) {
             .map(|(name, value)| (name.to_string(), value.trim().to_string()))
             .collect();
         let mut received = Received { connection, method, target, headers, body: Vec::new() };
+        if received.target == "/stuck" {
+            // A hung service whose kernel took the connection: the body is never read.
+            seen.requests.lock().unwrap().push(received.clone());
+            std::future::pending::<()>().await;
+        }
         let ignores_body =
             matches!(received.method.as_str(), "GET" | "HEAD" | "DELETE") || received.target == "/static";
         if !ignores_body {
