@@ -41,8 +41,8 @@ pub(crate) struct ProxyArgs {
     /// The PEM private key of --tls-cert.
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
-    /// Longest the upstream may take to accept a connection, to answer once the request is
-    /// sent, and to pause its body (then 504).
+    /// Longest the upstream may take to accept a connection, to take each piece of a request
+    /// body, to answer once the request is sent, and to pause its body (then 504).
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = crate::units::duration)]
     upstream_timeout: std::time::Duration,
     /// Most connections one client address holds at once (an IPv6 client: its /64; a trusted

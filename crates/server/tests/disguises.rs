@@ -453,8 +453,9 @@ async fn no_disguise_escapes_a_rule() {
     let proxy = proxy(&address).await;
     let mut escaped = Vec::new();
     for case in cases() {
-        // A clean request on a method without a body sends none (the proxy refuses one: 400).
-        let bodiless = [&b"GET "[..], b"HEAD ", b"DELETE ", b"TRACE "].iter().any(|m| case.clean.starts_with(m));
+        // The clean request's body, if the disguised one has one and its method carries one (a
+        // body on DELETE is refused).
+        let bodiless = ["GET ", "HEAD ", "DELETE "].iter().any(|m| case.clean.starts_with(m.as_bytes()));
         let clean_body = if case.body.is_empty() || bodiless { Vec::new() } else { b"small".to_vec() };
         if case.allowed != [413] {
             for i in 0..3 {

@@ -9,9 +9,9 @@ mod common;
 use std::time::Duration;
 
 use common::proxy::Proxy;
-use common::raw_upstream::{self, Received, Seen};
+use common::raw_client::{Client, exchange, request};
+use common::raw_upstream;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tollgate_rules::Rules;
 use tollgate_server::Config;
 use tollgate_server::proxy::ProxyConfig;
@@ -30,113 +30,6 @@ async fn start_proxy(upstream: &str, rules: &str, tweak: impl FnOnce(&mut Config
     };
     tweak(&mut config, &mut proxy);
     Proxy::start(config, proxy).await
-}
-
-/// A response as the client read it.
-#[derive(Debug)]
-struct Response {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Response {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
-    }
-}
-
-/// A client connection speaking raw bytes.
-struct Client {
-    stream: TcpStream,
-    buffer: Vec<u8>,
-}
-
-impl Client {
-    async fn connect(proxy: &Proxy) -> Client {
-        Client { stream: TcpStream::connect(proxy.at).await.unwrap(), buffer: Vec::new() }
-    }
-
-    async fn send(&mut self, bytes: &[u8]) {
-        self.stream.write_all(bytes).await.unwrap();
-    }
-
-    async fn fill(&mut self) -> bool {
-        let mut chunk = [0u8; 16384];
-        match tokio::time::timeout(Duration::from_secs(15), self.stream.read(&mut chunk)).await {
-            Ok(Ok(n)) if n > 0 => {
-                self.buffer.extend_from_slice(&chunk[..n]);
-                true
-            }
-            _ => false,
-        }
-    }
-
-    /// The next response (its body framed by `Content-Length`); `None` if the connection closed
-    /// (or went quiet for 15 s) first.
-    async fn response(&mut self) -> Option<Response> {
-        self.read_response(false).await
-    }
-
-    /// The next response, to a request whose response has no body (HEAD) when `bodiless`.
-    async fn read_response(&mut self, bodiless: bool) -> Option<Response> {
-        let end = loop {
-            if let Some(end) = self.buffer.windows(4).position(|w| w == b"\r\n\r\n") {
-                break end;
-            }
-            if !self.fill().await {
-                return None;
-            }
-        };
-        let head = String::from_utf8_lossy(&self.buffer[..end]).into_owned();
-        self.buffer.drain(..end + 4);
-        let mut lines = head.split("\r\n");
-        let status = lines.next()?.split(' ').nth(1)?.parse().ok()?;
-        let headers: Vec<(String, String)> = lines
-            .filter_map(|l| l.split_once(':'))
-            .map(|(n, v)| (n.to_ascii_lowercase(), v.trim().to_string()))
-            .collect();
-        let length = headers.iter().find(|(n, _)| n == "content-length").and_then(|(_, v)| v.parse().ok());
-        let length = if bodiless { 0 } else { length.unwrap_or(0) };
-        while self.buffer.len() < length {
-            if !self.fill().await {
-                return None;
-            }
-        }
-        let body = self.buffer.drain(..length).collect();
-        Some(Response { status, headers, body })
-    }
-
-    /// Whether the proxy closes the connection (within 10 s, nothing more arriving).
-    async fn closed_by_proxy(&mut self) -> bool {
-        let mut chunk = [0u8; 1024];
-        matches!(tokio::time::timeout(Duration::from_secs(10), self.stream.read(&mut chunk)).await, Ok(Ok(0) | Err(_)))
-    }
-}
-
-/// `METHOD target` with a Host, these header lines and `Content-Length` for a body, then the body.
-fn request(method: &str, target: &str, headers: &[&str], body: &[u8]) -> Vec<u8> {
-    let mut out = format!("{method} {target} HTTP/1.1\r\nHost: app.example\r\n").into_bytes();
-    for header in headers {
-        out.extend_from_slice(header.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
-    if !body.is_empty() && !headers.iter().any(|h| h.to_ascii_lowercase().starts_with("transfer-encoding")) {
-        out.extend_from_slice(format!("Content-Length: {}\r\n", body.len()).as_bytes());
-    }
-    out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(body);
-    out
-}
-
-/// Sends one request on a fresh connection: its response, and what reached the upstream.
-async fn exchange(proxy: &Proxy, seen: &Seen, bytes: &[u8]) -> (u16, Vec<Received>) {
-    let before = seen.count();
-    let mut client = Client::connect(proxy).await;
-    client.send(bytes).await;
-    let status = client.read_response(bytes.starts_with(b"HEAD ")).await.map_or(0, |r| r.status);
-    // The upstream records a request before it answers: what it got is there by now.
-    (status, seen.since(before))
 }
 
 const TRUSTING_LOOPBACK: &str = "trusted_proxies = [\"127.0.0.1/32\"]\n";
@@ -177,7 +70,9 @@ async fn a_body_on_a_method_without_one_never_reaches_the_upstream() {
     assert_eq!(exchange(&proxy, &seen, &request("GET", "/limited/x", &[], b"")).await.0, 429, "the budget is spent");
     let smuggled = b"GET /limited/smuggled HTTP/1.1\r\nHost: app.example\r\n\r\n";
     let mut reached = Vec::new();
-    for method in ["GET", "HEAD", "DELETE", "TRACE"] {
+    // The rules fold a method's case (`get` is GET to them, as to Werkzeug and Django, which
+    // upper-case it): so does the refusal.
+    for method in ["GET", "HEAD", "DELETE", "TRACE", "get", "Delete"] {
         let (status, received) = exchange(&proxy, &seen, &request(method, "/public", &[], smuggled)).await;
         let targets: Vec<String> = received.iter().map(|r| format!("{} {}", r.method, r.target)).collect();
         if status != 400 || !received.is_empty() {
@@ -263,6 +158,44 @@ async fn a_client_that_does_not_read_loses_its_connection() {
     proxy.stop().await;
 }
 
+/// A client the write timeout closed was left a closed socket still holding the response's
+/// unsent bytes (megabytes in the kernel, in FIN-WAIT-1 for as long as the client kept reading
+/// a byte now and then), its slot free for the next such connection: now it is reset, and the
+/// bytes dropped at once (nginx's `reset_timedout_connection`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_closed_for_reading_nothing_is_reset() {
+    let (upstream, seen) = raw_upstream::start().await;
+    let proxy = start_proxy(&upstream, "", |config, _| config.http.write_timeout = Duration::from_secs(1)).await;
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut client = socket.connect(proxy.at).await.unwrap();
+    client.write_all(&request("GET", "/big", &[], b"")).await.unwrap();
+    // The proxy gives the connection up (and the upstream connection it held).
+    let mut closed = false;
+    for _ in 0..200 {
+        closed = *seen.closed.lock().unwrap() >= 1;
+        if closed {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(closed, "the proxy never gave the connection up");
+    // What the client can still read ends in a reset, not after megabytes and a FIN.
+    let (mut read, mut chunk) = (0usize, vec![0u8; 1 << 16]);
+    let end = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            match client.read(&mut chunk).await {
+                Ok(0) => return Ok(()),
+                Ok(n) => read += n,
+                Err(error) => return Err(error.kind()),
+            }
+        }
+    })
+    .await;
+    assert_eq!(end.ok(), Some(Err(std::io::ErrorKind::ConnectionReset)), "the client read {read} bytes");
+    proxy.stop().await;
+}
+
 /// Item 3: one address held as many connections as it liked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_per_client_address_are_capped() {
@@ -327,6 +260,63 @@ async fn a_slow_upstream_is_a_504_and_a_slow_client_a_408() {
     let mut client = Client::connect(&proxy).await;
     client.send(b"POST /upload HTTP/1.1\r\nHost: app.example\r\nContent-Length: 10\r\n\r\nhalf.").await;
     assert_eq!(client.response().await.map(|r| r.status), Some(408), "the client is the slow one");
+    proxy.stop().await;
+}
+
+/// The client's body had the request timeout from its head's arrival, so a `delay` rule holding
+/// the request spent it: a body finished after the hold was the client's fault (408). The clock
+/// now starts when the proxy starts reading the body (a delay itself is bounded by the request
+/// timeout, so that a client is never held longer than that before its request is forwarded).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delay_rule_does_not_spend_the_clients_time_to_send_its_body() {
+    let (upstream, seen) = raw_upstream::start().await;
+    let rules = "[[rules]]\nname = \"paced\"\nlimit = \"1/2s\"\nkey = [\"global\"]\n\
+                 [rules.mitigation]\naction = \"delay\"\nmax_delay = \"10s\"\n";
+    let proxy = start_proxy(&upstream, rules, |config, _| {
+        config.http.request_timeout = Duration::from_secs(3);
+    })
+    .await;
+    let request = request("POST", "/upload", &[], &[b'x'; 1000]);
+    let (head_and_half, rest) = request.split_at(request.len() - 500);
+    let mut first = Client::connect(&proxy).await;
+    first.send(&request).await;
+    let first = first.response().await.map(|r| r.status);
+    // The second is held about 2 s for its slot; its body's second half comes 3.5 s after its
+    // head: 1.5 s after the proxy starts reading it, within the 3 s request timeout.
+    let mut second = Client::connect(&proxy).await;
+    second.send(head_and_half).await;
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let _ = second.try_send(rest).await;
+    let second = second.response().await.map(|r| r.status);
+    assert_eq!([first, second], [Some(200), Some(200)]);
+    assert_eq!(seen.requests().iter().map(|r| r.body.len()).collect::<Vec<_>>(), [1000, 1000]);
+    proxy.stop().await;
+}
+
+/// An upstream that took the request's head and then read nothing more (a hung service whose
+/// kernel accepted the connection) held the client, and its connection slot, for ever: the
+/// upstream's clock ran only once the body was sent, and the client's only while the body was
+/// read. The upstream must now take the body within `--upstream-timeout` too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_that_takes_no_body_is_a_504() {
+    let (upstream, seen) = raw_upstream::start().await;
+    let proxy = start_proxy(&upstream, "", |config, proxy| {
+        config.http.max_body_bytes = 32 << 20;
+        proxy.upstream_timeout = Duration::from_secs(1);
+    })
+    .await;
+    let (mut reading, mut writing) = tokio::net::TcpStream::connect(proxy.at).await.unwrap().into_split();
+    let upload = request("POST", "/stuck", &[], &vec![b'x'; 16 << 20]);
+    // Never all taken: the proxy stops reading once its writes to the upstream wait.
+    let sending = tokio::spawn(async move {
+        let _ = writing.write_all(&upload).await;
+        writing
+    });
+    let mut answer = vec![0u8; 12];
+    let read = tokio::time::timeout(Duration::from_secs(15), reading.read_exact(&mut answer)).await;
+    assert_eq!(read.ok().map(|_| String::from_utf8_lossy(&answer).into_owned()).as_deref(), Some("HTTP/1.1 504"));
+    assert_eq!(seen.requests().iter().map(|r| r.target.as_str()).collect::<Vec<_>>(), ["/stuck"]);
+    sending.abort();
     proxy.stop().await;
 }
 
@@ -469,5 +459,62 @@ async fn a_request_target_over_the_limit_is_a_414() {
     assert_eq!((status, received.len()), (414, 0));
     let (status, received) = exchange(&proxy, &seen, &request("GET", &long[..8000], &[], b"")).await;
     assert_eq!((status, received.len()), (200, 1));
+    proxy.stop().await;
+}
+
+/// A header the proxy owns, or one the rules read, spelled with `_` for `-`: CGI, PHP and WSGI
+/// servers (and Rack's) name both `HTTP_X_FORWARDED_FOR`, so the application may read the
+/// spelling the rules never saw (nginx drops every such name by default).
+const ALIASES: [&str; 6] = [
+    "X_Forwarded_For: 198.51.100.1",
+    "X-Forwarded_For: 198.51.100.2",
+    "X_Real_IP: 198.51.100.3",
+    "X_Forwarded_Host: admin.example",
+    "X_Api_Key: someone-elses",
+    "Transfer_Encoding: chunked",
+];
+
+/// Underscored spellings of the forwarding headers, of a header a rule keys on, and of the
+/// framing reached the upstream from anyone, beside the proxy's own `X-Forwarded-For`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn underscored_spellings_of_what_the_proxy_owns_never_reach_the_upstream() {
+    let (upstream, seen) = raw_upstream::start().await;
+    for rules in [KEYED.to_string(), format!("{TRUSTING_LOOPBACK}{KEYED}")] {
+        let proxy = start_proxy(&upstream, &rules, |_, _| {}).await;
+        let mut headers = ALIASES.to_vec();
+        headers.extend(["X-Api-Key: mine", "X_Trace_Id: 7"]);
+        let (status, received) = exchange(&proxy, &seen, &request("GET", "/", &headers, b"")).await;
+        assert_eq!((status, received.len()), (200, 1), "{rules}");
+        let underscored: Vec<&String> =
+            received[0].headers.iter().map(|(name, _)| name).filter(|name| name.contains('_')).collect();
+        assert_eq!(underscored, ["x_trace_id"], "only a name nothing else is spelled as: {rules}");
+        assert_eq!(received[0].lines("x-api-key"), ["mine"]);
+        proxy.stop().await;
+    }
+    // A rule reading an underscored name: the dashed spelling is the alias.
+    let rules = "[[rules]]\nname = \"keyed\"\nlimit = \"3/1m\"\nkey = [\"header:api_key\"]\n";
+    let proxy = start_proxy(&upstream, rules, |_, _| {}).await;
+    let (status, received) =
+        exchange(&proxy, &seen, &request("GET", "/", &["api_key: mine", "Api-Key: other"], b"")).await;
+    assert_eq!((status, received.len()), (200, 1));
+    assert_eq!((received[0].lines("api_key"), received[0].has("api-key")), (vec!["mine".to_string()], false));
+    proxy.stop().await;
+}
+
+/// Principle 13: an upstream response declaring both `Transfer-Encoding` and `Content-Length`
+/// (RFC 9112 section 6.3: read as chunked, and a proxy removes the length) was passed on with
+/// both; hyper refused to write it and closed the client's connection without a word.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_gets_the_upstreams_body_as_the_proxy_frames_it() {
+    let (upstream, _seen) = raw_upstream::start().await;
+    let proxy = start_proxy(&upstream, "", |_, _| {}).await;
+    let mut client = Client::connect(&proxy).await;
+    client.send(&request("GET", "/chunked-and-length", &[], b"")).await;
+    let response = client.response().await;
+    let got = response.as_ref().map(|r| (r.status, r.body.clone(), r.header("content-length")));
+    assert_eq!(got, Some((200, b"hello".to_vec(), None)), "{response:?}");
+    // And the connection goes on.
+    client.send(&request("GET", "/next", &[], b"")).await;
+    assert_eq!(client.response().await.map(|r| r.body), Some(b"/next".to_vec()));
     proxy.stop().await;
 }

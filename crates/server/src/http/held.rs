@@ -1,8 +1,9 @@
 //! What one client can hold of an HTTP listener: its connection while it reads nothing
 //! (`WriteTimeout`: a connection whose client accepts no response byte for `write_timeout` is
-//! closed, as nginx's `send_timeout`), and, for `tollgate proxy`, its connections (a cap per
-//! client address, [`PerClient`]; an IPv6 client is its /64, which it can rotate through for
-//! free).
+//! closed, as nginx's `send_timeout`, and reset, as nginx's `reset_timedout_connection`, so
+//! that the kernel drops what it could not send), and, for `tollgate proxy`, its connections (a
+//! cap per client address, [`PerClient`]; an IPv6 client is its /64, which it can rotate
+//! through for free).
 
 use std::collections::HashMap;
 use std::io;
@@ -13,23 +14,52 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
 
+use crate::http::tls::Replay;
 use crate::listener::WriteStall;
 
+/// A client connection whose close can be made a reset.
+pub(crate) trait Resettable {
+    /// Makes closing the connection reset it (`SO_LINGER` 0): the kernel drops its unsent bytes
+    /// at once.
+    fn reset_on_close(&self);
+}
+
+impl Resettable for TcpStream {
+    fn reset_on_close(&self) {
+        let _ = self.set_zero_linger();
+    }
+}
+
+impl Resettable for tokio_rustls::server::TlsStream<Replay> {
+    fn reset_on_close(&self) {
+        self.get_ref().0.tcp().reset_on_close();
+    }
+}
+
 /// A stream whose writes fail with `TimedOut` once they have made no progress for its bound
-/// (the listener's `write_timeout`; see [`WriteStall`]).
+/// (the listener's `write_timeout`; see [`WriteStall`]), and which is then reset when closed.
 pub(crate) struct WriteTimeout<S> {
     inner: S,
     stall: WriteStall,
 }
 
-impl<S> WriteTimeout<S> {
+impl<S: Resettable> WriteTimeout<S> {
     pub(crate) fn new(inner: S, timeout: Duration) -> Self {
         WriteTimeout { inner, stall: WriteStall::new(timeout) }
     }
 
     fn guard<T>(&mut self, cx: &mut Context<'_>, poll: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
-        self.stall.check(cx, poll)
+        let waiting = poll.is_pending();
+        let poll = self.stall.check(cx, poll);
+        if waiting && poll.is_ready() {
+            // Given up on. Closed the usual way, the socket would keep the bytes the client did
+            // not take (megabytes) in the kernel for as long as it reads one now and then, with
+            // its slot free for the next such connection.
+            self.inner.reset_on_close();
+        }
+        poll
     }
 }
 
@@ -39,7 +69,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for WriteTimeout<S> {
     }
 }
 
-impl<S: AsyncWrite + Unpin> AsyncWrite for WriteTimeout<S> {
+impl<S: AsyncWrite + Resettable + Unpin> AsyncWrite for WriteTimeout<S> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         let poll = Pin::new(&mut self.inner).poll_write(cx, buf);
         self.guard(cx, poll)

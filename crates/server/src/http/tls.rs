@@ -143,6 +143,13 @@ pub(crate) struct Replay {
     stream: TcpStream,
 }
 
+impl Replay {
+    /// The connection under it.
+    pub(crate) fn tcp(&self) -> &TcpStream {
+        &self.stream
+    }
+}
+
 impl AsyncRead for Replay {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();

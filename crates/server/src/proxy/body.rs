@@ -1,6 +1,8 @@
 //! Bodies with a clock: the client's request body must arrive whole within the request timeout
 //! ([`Timed::deadline`]), and the upstream's response body may pause at most the upstream
 //! timeout between two pieces ([`Timed::idle`]); past either, the body fails with [`TooSlow`].
+//! The clock starts when the body is first read: time the proxy itself holds a request (a
+//! `delay` rule waiting for its slot) is not the client's.
 //! [`Watched`] tells when the request body has been sent (or given up): the upstream's time to
 //! answer counts from then, so that a slow client is never blamed on the upstream.
 
@@ -47,6 +49,8 @@ impl std::error::Error for TooSlow {}
 pub(crate) struct Timed<B> {
     inner: B,
     sleep: Pin<Box<Sleep>>,
+    /// Whether the body has been read yet (the clock runs from then).
+    started: bool,
     side: Side,
     after: Duration,
     /// Whether each frame restarts the clock.
@@ -54,14 +58,18 @@ pub(crate) struct Timed<B> {
 }
 
 impl<B> Timed<B> {
-    /// `body`, which must end within `after`.
+    /// `body`, which must end within `after` of its first read.
     pub(crate) fn deadline(body: B, after: Duration, side: Side) -> Self {
-        Timed { inner: body, sleep: Box::pin(tokio::time::sleep(after)), side, after, idle: false }
+        Self::new(body, after, side, false)
     }
 
-    /// `body`, which may pause at most `after` between two frames.
+    /// `body`, which may pause at most `after` between two frames (and before its first).
     pub(crate) fn idle(body: B, after: Duration, side: Side) -> Self {
-        Timed { inner: body, sleep: Box::pin(tokio::time::sleep(after)), side, after, idle: true }
+        Self::new(body, after, side, true)
+    }
+
+    fn new(body: B, after: Duration, side: Side, idle: bool) -> Self {
+        Timed { inner: body, sleep: Box::pin(tokio::time::sleep(after)), started: false, side, after, idle }
     }
 }
 
@@ -75,6 +83,10 @@ where
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
+        if !this.started {
+            this.started = true;
+            this.sleep.as_mut().reset(Instant::now() + this.after);
+        }
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
                 if this.idle {

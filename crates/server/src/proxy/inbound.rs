@@ -5,9 +5,10 @@
 //! Refused, with `Connection: close` (the request's body is never read):
 //! - `CONNECT` (501): the proxy opens no tunnels;
 //! - a request target longer than `--http-max-target` (414), as nginx's 8 KiB request line;
-//! - a body on GET, HEAD, DELETE or TRACE (400) unless `--allow-body-on` names the method: RFC
-//!   9110 gives it no meaning and says it may be rejected as a smuggling attempt; an upstream
-//!   that ignores it reads it as another request, one the rules never rated (CL.0);
+//! - a body on GET, HEAD, DELETE or TRACE, whatever the method's case (400), unless
+//!   `--allow-body-on` names the method: RFC 9110 gives it no meaning and says it may be
+//!   rejected as a smuggling attempt; an upstream that ignores it reads it as another request,
+//!   one the rules never rated (CL.0);
 //! - no `Host`, or more than one `Host` line (400, RFC 9112 section 3.2);
 //! - a `Connection` header naming `Host`, the framing (`Content-Length`, `Transfer-Encoding`),
 //!   a forwarding header the proxy owns or any header a rule reads (400): its removal would let
@@ -15,19 +16,20 @@
 //!
 //! Rewritten:
 //! - an absolute-form target's authority becomes `Host` (RFC 9112 section 3.2.2: it wins);
-//! - the hop-by-hop headers, those `Connection` names, and the client's `Content-Length` and
-//!   `Transfer-Encoding` (whatever their spelling) are removed: `forward` frames the body itself,
-//!   and the rules read its framing in one spelling (`Content-Length: N` for a body of known
-//!   length, `Transfer-Encoding: chunked` for one `forward` reads whole and then sends with its
-//!   length);
+//! - the hop-by-hop headers and those `Connection` names are removed, and so is any header
+//!   whose name, `_` read as `-`, is one the rules read or the proxy owns, spelled otherwise
+//!   (`X_Forwarded_For`): CGI, PHP, WSGI and Rack servers read both spellings as one;
+//! - the body is framed: the client's `Content-Length` and `Transfer-Encoding` (whatever their
+//!   spelling) give way to the `Content-Length` the upstream will receive, which the rules read
+//!   (a chunked body is read first for it, up to `--http-max-body`: 413 above);
 //! - the forwarding headers are the proxy's ([`OWNED`]): from a peer that is not a trusted proxy
 //!   they are removed, `X-Forwarded-For` is set to the peer and `X-Forwarded-Proto` to the
 //!   listener's scheme; from a trusted proxy they are kept, every `X-Forwarded-For` line joined
 //!   in order with the peer appended (a `Forwarded` chain likewise, `for=PEER`), and
 //!   `X-Forwarded-Proto` set only if absent.
 //!
-//! The client's body must then arrive within the request timeout (408), and every 429 closes
-//! the connection: a client told to slow down gets no kept-alive connection to retry on at once.
+//! The client's body must arrive within the request timeout (408), and every 429 closes the
+//! connection: a client told to slow down gets no kept-alive connection to retry on at once.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -41,7 +43,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use tollgate_engine::{Engine, Policy};
 
 use crate::backend::Backend;
-use crate::proxy::body::{Side, Timed};
+use crate::proxy::body::{Side, Timed, too_slow};
 
 /// Headers that belong to one hop, not to the request (RFC 9110 section 7.6.1).
 const HOP_BY_HOP: [&str; 7] =
@@ -74,6 +76,18 @@ pub(crate) const OWNED: [&str; 18] = [
 /// Methods whose requests carry no body by convention (CONNECT is refused whole).
 pub(crate) const BODILESS: [Method; 4] = [Method::GET, Method::HEAD, Method::DELETE, Method::TRACE];
 
+/// The method of [`BODILESS`] that `method` is, whatever its case: the rules fold it (`get` is
+/// GET to them, as to Werkzeug and Django, which upper-case it).
+pub(crate) fn bodiless(method: &Method) -> Option<&'static Method> {
+    BODILESS.iter().find(|bodiless| bodiless.as_str().eq_ignore_ascii_case(method.as_str()))
+}
+
+/// Methods whose requests declare no length when they have no body (RFC 9110 section 8.6: a
+/// client sends none where the method anticipates no content).
+fn anticipates_no_body(method: &Method) -> bool {
+    bodiless(method).is_some() || method.as_str().eq_ignore_ascii_case("OPTIONS")
+}
+
 /// What shaping a request needs.
 pub(crate) struct Inbound {
     pub(crate) engine: Arc<Engine<Arc<Backend>>>,
@@ -83,20 +97,24 @@ pub(crate) struct Inbound {
     pub(crate) bodies_allowed_on: Vec<Method>,
     /// The longest request target (`--http-max-target`).
     pub(crate) max_target_bytes: usize,
+    /// The largest request body (`--http-max-body`): 413 above.
+    pub(crate) max_body: usize,
     /// Longest the client's body may take to arrive (`--http-request-timeout`).
     pub(crate) request_timeout: Duration,
 }
 
-/// The middleware: shapes the request (or refuses it), bounds its body's arrival, and closes the
-/// connection after a 429.
+/// The middleware: shapes the request (or refuses it), frames its body (bounded in size and in
+/// time), and closes the connection after a 429.
 pub(crate) async fn inbound(State(inbound): State<Arc<Inbound>>, mut request: Request, next: Next) -> Response {
     let policy = inbound.engine.current();
     if let Err(refused) = inbound.shape(&mut request, &policy) {
         return refused.response();
     }
     drop(policy);
-    let timeout = inbound.request_timeout;
-    let request = request.map(|body| Body::new(Timed::deadline(body, timeout, Side::Client)));
+    let request = match inbound.frame(request).await {
+        Ok(request) => request,
+        Err(refused) => return refused,
+    };
     let mut response = next.run(request).await;
     if response.status() == StatusCode::TOO_MANY_REQUESTS {
         close(&mut response);
@@ -114,6 +132,31 @@ pub(crate) fn refuse(status: StatusCode, detail: &str) -> Response {
     let mut response = tollgate_tower::response::problem(status, detail);
     close(&mut response);
     response
+}
+
+/// 413 for a body over `max` bytes.
+fn too_large(max: usize) -> Response {
+    refuse(StatusCode::PAYLOAD_TOO_LARGE, &format!("the request body is larger than {max} bytes (--http-max-body)"))
+}
+
+/// Whether `error` is the body outgrowing its limit.
+fn body_too_large(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    while let Some(error) = cause {
+        if error.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        cause = error.source();
+    }
+    false
+}
+
+/// The client's body failed: it came too slowly (408), or was cut short (400).
+pub(crate) fn client_error(error: &(dyn std::error::Error + 'static)) -> Response {
+    match too_slow(error) {
+        Some(slow) => refuse(StatusCode::REQUEST_TIMEOUT, &slow.to_string()),
+        None => refuse(StatusCode::BAD_REQUEST, "the request body was cut short"),
+    }
 }
 
 /// A request [`Inbound::shape`] refuses: its status and why.
@@ -145,7 +188,7 @@ impl Inbound {
             return Err(Refused::new(StatusCode::URI_TOO_LONG, detail));
         }
         let has_body = request.body().size_hint().exact() != Some(0);
-        if has_body && BODILESS.contains(&method) && !self.bodies_allowed_on.contains(&method) {
+        if has_body && bodiless(&method).is_some_and(|method| !self.bodies_allowed_on.contains(method)) {
             let detail = format!(
                 "a {method} request with a body is refused: an upstream that ignores it would read it as another \
                  request (--allow-body-on {method} forwards it)"
@@ -169,22 +212,18 @@ impl Inbound {
             );
             Refused::new(StatusCode::BAD_REQUEST, detail)
         })?;
+        let fingerprints = &policy.rules.fingerprint_headers;
+        let fingerprint_names = [&fingerprints.ja3, &fingerprints.ja4].into_iter().flatten().map(String::as_str);
+        let spoken_for: Vec<&str> = ["host", "content-length", "transfer-encoding"]
+            .into_iter()
+            .chain(HOP_BY_HOP)
+            .chain(OWNED)
+            .chain(policy.header_names.iter().map(String::as_str))
+            .chain(fingerprint_names)
+            .collect();
+        remove_aliases(headers, &spoken_for);
         headers.remove(header::CONTENT_LENGTH);
         headers.remove(header::TRANSFER_ENCODING);
-        // The framing the proxy will send, in the one spelling, for the rules to read (a form
-        // body may name an overriding method): a body of known length as that length, one of
-        // unknown length (chunked: read whole before it is forwarded) as `chunked`, which
-        // `forward` replaces by the length it read.
-        match request.body().size_hint().exact() {
-            Some(0) => {}
-            Some(length) => {
-                request.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(length));
-            }
-            None => {
-                request.headers_mut().insert(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
-            }
-        }
-        let headers = request.headers_mut();
         let proto = HeaderValue::from_static(if self.https { "https" } else { "http" });
         match trusted {
             Some(peer) => {
@@ -212,6 +251,34 @@ impl Inbound {
             }
         }
         Ok(())
+    }
+
+    /// Frames the body as the upstream will receive it, so that the rules read its
+    /// `Content-Length` as the upstream will (a POST's body may be a form naming the method the
+    /// application routes it as): a body of known length streams through later, one of unknown
+    /// length (chunked) is read first, up to `--http-max-body` (413 above: none of it reaches the
+    /// upstream; memory: at most that much per such request in flight). Either must arrive
+    /// within the request timeout (408).
+    async fn frame(&self, request: Request) -> Result<Request, Response> {
+        let (mut parts, body) = request.into_parts();
+        let body = Timed::deadline(body, self.request_timeout, Side::Client);
+        let (body, length) = match body.size_hint().exact() {
+            Some(length) if length > self.max_body as u64 => return Err(too_large(self.max_body)),
+            Some(length) => (Body::new(body), length),
+            None => match http_body_util::BodyExt::collect(http_body_util::Limited::new(body, self.max_body)).await {
+                Ok(collected) => {
+                    let bytes = collected.to_bytes();
+                    let length = bytes.len() as u64;
+                    (Body::from(bytes), length)
+                }
+                Err(error) if body_too_large(&*error) => return Err(too_large(self.max_body)),
+                Err(error) => return Err(client_error(&*error)),
+            },
+        };
+        if length > 0 || !anticipates_no_body(&parts.method) {
+            parts.headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+        }
+        Ok(Request::from_parts(parts, body))
     }
 }
 
@@ -258,6 +325,32 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap, kept: impl Fn(&str) -> b
     Ok(())
 }
 
+/// Removes every header whose name is one of `spoken_for` spelled with `_` for `-` or the
+/// other way round (`X_Forwarded_For`, `X-Forwarded_For`; `Api-Key` for `api_key`): CGI, PHP,
+/// WSGI and Rack servers name both `HTTP_X_FORWARDED_FOR`, so the application could read the
+/// spelling the rules never saw, or the proxy never owned. nginx drops every name with `_` by
+/// default; other names with `_` are the application's and are kept.
+fn remove_aliases(headers: &mut HeaderMap, spoken_for: &[&str]) {
+    let aliases: Vec<HeaderName> = headers
+        .keys()
+        .filter(|name| {
+            let name = name.as_str();
+            !spoken_for.iter().any(|taken| taken.eq_ignore_ascii_case(name))
+                && spoken_for.iter().any(|taken| same_but_for_underscores(taken, name))
+        })
+        .cloned()
+        .collect();
+    for name in aliases {
+        headers.remove(name);
+    }
+}
+
+/// Whether two header names are one with `_` read as `-` (and case ignored).
+fn same_but_for_underscores(a: &str, b: &str) -> bool {
+    let fold = |byte: u8| if byte == b'_' { b'-' } else { byte.to_ascii_lowercase() };
+    a.len() == b.len() && a.bytes().zip(b.bytes()).all(|(a, b)| fold(a) == fold(b))
+}
+
 /// Joins every line of `name` in order, then `hop`, into one line.
 fn append(headers: &mut HeaderMap, name: &'static str, hop: &str) {
     let mut chain = Vec::new();
@@ -302,6 +395,18 @@ mod tests {
         headers.insert("x-api-key", HeaderValue::from_static("k"));
         assert_eq!(strip_hop_by_hop(&mut headers, |name| name == "x-api-key"), Err("x-api-key".to_string()));
         assert!(headers.contains_key("x-api-key"));
+    }
+
+    #[test]
+    fn removes_only_other_spellings_of_what_is_spoken_for() {
+        let mut headers = HeaderMap::new();
+        for name in ["x_forwarded_for", "x-forwarded_for", "x-forwarded-for", "api-key", "api_key", "x_trace_id"] {
+            headers.insert(HeaderName::from_static(name), HeaderValue::from_static("1"));
+        }
+        remove_aliases(&mut headers, &["x-forwarded-for", "API_KEY"]);
+        let mut kept: Vec<&str> = headers.keys().map(HeaderName::as_str).collect();
+        kept.sort_unstable();
+        assert_eq!(kept, ["api_key", "x-forwarded-for", "x_trace_id"]);
     }
 
     #[test]

@@ -54,8 +54,8 @@ pub struct ProxyConfig {
     pub rules_file: Option<PathBuf>,
     /// Header options of the middleware.
     pub options: Options,
-    /// Longest the upstream may take to accept a connection, to answer once the request is
-    /// sent, and to pause its body (default 30 s): 504.
+    /// Longest the upstream may take to accept a connection, to take each piece of a request
+    /// body, to answer once the request is sent, and to pause its body (default 30 s): 504.
     pub upstream_timeout: Duration,
     /// Terminate TLS on the listener (the admin listener stays plain HTTP).
     pub tls: Option<Tls>,
@@ -131,8 +131,7 @@ pub async fn run(
     // a wait the client may not sit out.
     let options = Options { request_timeout: Some(config.http.request_timeout), ..proxy.options };
     let layer = RateLimitLayer::from_engine(engine.clone(), options);
-    let upstream =
-        Arc::new(upstream::Upstream { base, timeout: proxy.upstream_timeout, max_body: config.http.max_body_bytes });
+    let upstream = Arc::new(upstream::Upstream { base, timeout: proxy.upstream_timeout });
     let (bounds, grace) = (config.http, config.shutdown_grace);
     let limits = proxy.limits;
     let shaping = Arc::new(inbound::Inbound {
@@ -140,6 +139,7 @@ pub async fn run(
         https: proxy.tls.is_some(),
         bodies_allowed_on: limits.bodies_allowed_on.clone(),
         max_target_bytes: limits.max_target_bytes,
+        max_body: bounds.max_body_bytes,
         request_timeout: bounds.request_timeout,
     });
     // The rules run on the request as `inbound` shaped it: what the upstream will receive.

@@ -9,12 +9,14 @@
 //! body on GET, HEAD, DELETE or TRACE that `--allow-body-on` lets through goes on a connection
 //! of its own, closed after its answer.
 //!
-//! **Framing.** The body is framed by the proxy: `Content-Length` from its length (a chunked body
-//! is read first, up to `--http-max-body`); the client's spelling never reaches the upstream.
+//! **Framing.** Each way, the body is framed by the proxy: the upstream gets the
+//! `Content-Length` that `inbound` set (and the rules read), never the client's spelling; the
+//! client gets the framing hyper writes for the upstream's body, never the upstream's
+//! `Transfer-Encoding` or a `Content-Length` beside it.
 //!
-//! **Time.** The upstream must accept the connection, and answer once the body is sent, within
-//! `--upstream-timeout` each (then 504), and pause its body no longer than that between two
-//! pieces; the client's body must arrive within the request timeout (then 408, see `inbound`).
+//! **Time.** The upstream must accept the connection, take each piece of the body, and answer
+//! once the body is sent, within `--upstream-timeout` each (then 504), and pause its body no
+//! longer than that between two pieces; the client's body must arrive within the request timeout (then 408, see `inbound`).
 //! A 502 or 504 says nothing of the upstream's address or error (those go to the log).
 
 use std::borrow::Cow;
@@ -24,15 +26,16 @@ use std::time::Duration;
 use axum::body::{Body, HttpBody};
 use axum::extract::{Request, State};
 use axum::response::Response;
-use http::{HeaderValue, Method, StatusCode, Uri, Version, header};
+use http::{StatusCode, Uri, Version, header};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tollgate_tower::Quarantine;
 
+use crate::http::held::WriteTimeout;
 use crate::proxy::body::{Side, Timed, Watched, too_slow};
-use crate::proxy::inbound::{BODILESS, refuse, strip_hop_by_hop};
+use crate::proxy::inbound::{bodiless, client_error, refuse, strip_hop_by_hop};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -79,24 +82,6 @@ pub(crate) struct Upstream {
     pub(crate) base: Target,
     /// `--upstream-timeout`.
     pub(crate) timeout: Duration,
-    /// The largest request body forwarded (`--http-max-body`): 413 above.
-    pub(crate) max_body: usize,
-}
-
-fn too_large(max: usize) -> Response {
-    refuse(StatusCode::PAYLOAD_TOO_LARGE, &format!("the request body is larger than {max} bytes (--http-max-body)"))
-}
-
-/// Whether `error` is the body outgrowing its limit.
-fn body_too_large(error: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cause = Some(error);
-    while let Some(error) = cause {
-        if error.is::<http_body_util::LengthLimitError>() {
-            return true;
-        }
-        cause = error.source();
-    }
-    false
 }
 
 fn gateway_error(status: StatusCode) -> Response {
@@ -108,17 +93,8 @@ fn gateway_error(status: StatusCode) -> Response {
     tollgate_tower::response::problem(status, detail)
 }
 
-/// Methods whose requests declare no length when they have no body (RFC 9110 section 8.6: a
-/// client sends none where the method anticipates no content).
-fn anticipates_no_body(method: &Method) -> bool {
-    BODILESS.contains(method) || method == Method::OPTIONS
-}
-
 /// The handler: forwards the request, answers the upstream's response.
 pub(crate) async fn forward(State(upstream): State<Arc<Upstream>>, mut request: Request) -> Response {
-    if request.body().size_hint().lower() > upstream.max_body as u64 {
-        return too_large(upstream.max_body);
-    }
     // A request a `route` rule mitigates goes to the rule's quarantine instead.
     let target = match request.extensions_mut().remove::<Quarantine>() {
         None => Cow::Borrowed(&upstream.base),
@@ -137,27 +113,8 @@ pub(crate) async fn forward(State(upstream): State<Arc<Upstream>>, mut request: 
     *request.uri_mut() = uri;
     *request.version_mut() = Version::HTTP_11;
     let (mut parts, body) = request.into_parts();
-    // A body of known length streams through; one of unknown length (chunked) is read first, up
-    // to the limit, so that none of it reaches the upstream when it is too large (memory: at
-    // most --http-max-body per such request in flight).
-    let (body, length) = match body.size_hint().exact() {
-        Some(length) => (body, length),
-        None => match http_body_util::BodyExt::collect(http_body_util::Limited::new(body, upstream.max_body)).await {
-            Ok(collected) => {
-                let bytes = collected.to_bytes();
-                let length = bytes.len() as u64;
-                (Body::from(bytes), length)
-            }
-            Err(error) if body_too_large(&*error) => return too_large(upstream.max_body),
-            Err(error) => return client_error(&*error),
-        },
-    };
-    parts.headers.remove(header::TRANSFER_ENCODING);
-    if length > 0 || !anticipates_no_body(&parts.method) {
-        parts.headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
-    }
     // A body on a method that carries none (`--allow-body-on`): its own upstream connection.
-    let own_connection = length > 0 && BODILESS.contains(&parts.method);
+    let own_connection = body.size_hint().exact() != Some(0) && bodiless(&parts.method).is_some();
     let dedicated = parts.extensions.remove::<Dedicated>().filter(|_| !own_connection);
     let (body, sent) = Watched::new(body);
     let request = Request::from_parts(parts, Body::new(body));
@@ -175,6 +132,12 @@ pub(crate) async fn forward(State(upstream): State<Arc<Upstream>>, mut request: 
         Ok(response) => {
             let (mut parts, body) = response.into_parts();
             let _ = strip_hop_by_hop(&mut parts.headers, |_| false);
+            // hyper read the upstream's framing and writes its own: the upstream's chunked coding
+            // goes, and a length beside it is stale (RFC 9112 section 6.3: a proxy removes it;
+            // given both, hyper refused the response and closed the connection without a word).
+            if parts.headers.remove(header::TRANSFER_ENCODING).is_some() {
+                parts.headers.remove(header::CONTENT_LENGTH);
+            }
             Response::from_parts(parts, Body::new(Timed::idle(body, upstream.timeout, Side::Upstream)))
         }
         Err(Failure::Timeout) => {
@@ -185,18 +148,27 @@ pub(crate) async fn forward(State(upstream): State<Arc<Upstream>>, mut request: 
             if too_slow(&*error).is_some_and(|slow| slow.side == Side::Client) {
                 return client_error(&*error);
             }
+            if stalled(&*error) {
+                tracing::warn!(upstream = ?*target, timeout = ?upstream.timeout, "upstream took no body in time");
+                return gateway_error(StatusCode::GATEWAY_TIMEOUT);
+            }
             tracing::warn!(upstream = ?*target, %error, "upstream failed");
             gateway_error(StatusCode::BAD_GATEWAY)
         }
     }
 }
 
-/// The client's body failed: it came too slowly (408), or was cut short (400).
-fn client_error(error: &(dyn std::error::Error + 'static)) -> Response {
-    match too_slow(error) {
-        Some(slow) => refuse(StatusCode::REQUEST_TIMEOUT, &slow.to_string()),
-        None => refuse(StatusCode::BAD_REQUEST, "the request body was cut short"),
+/// Whether `error` is a write to the upstream that waited longer than the upstream timeout
+/// (its connection's [`WriteTimeout`]).
+fn stalled(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    while let Some(error) = cause {
+        if error.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut) {
+            return true;
+        }
+        cause = error.source();
     }
+    false
 }
 
 /// Why an exchange with the upstream failed.
@@ -249,14 +221,16 @@ async fn send(
     Ok(response)
 }
 
-/// A new HTTP/1.1 connection to `target`, accepted within `timeout`.
+/// A new HTTP/1.1 connection to `target`, accepted within `timeout`, whose writes may wait at
+/// most `timeout` too (an upstream that takes no more of a body fails the exchange).
 async fn connect(target: &Target, timeout: Duration) -> Result<SendRequest<Body>, Failure> {
     let connecting = TcpStream::connect((target.host.as_str(), target.port));
     let stream =
         tokio::time::timeout(timeout, connecting).await.map_err(|_| Failure::Timeout)?.map_err(Failure::error)?;
     let _ = stream.set_nodelay(true);
+    let stream = TokioIo::new(WriteTimeout::new(stream, timeout));
     let (sender, connection) =
-        hyper::client::conn::http1::Builder::new().handshake(TokioIo::new(stream)).await.map_err(Failure::error)?;
+        hyper::client::conn::http1::Builder::new().handshake(stream).await.map_err(Failure::error)?;
     tokio::spawn(async move {
         if let Err(error) = connection.await {
             tracing::debug!(%error, "upstream connection closed");

@@ -3,6 +3,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod proxy;
+pub mod raw_client;
 pub mod raw_upstream;
 
 use std::io::{Read, Write};

@@ -5,7 +5,9 @@
 //! servers ignore a body they do not expect (the "CL.0" desync).
 //!
 //! Targets it treats specially: `/big` is answered with [`BIG`] bytes, `/slow…` after
-//! [`SLOW`], `/smuggled-slow…` after a second.
+//! [`SLOW`], `/smuggled-slow…` after a second, `/chunked-and-length` with a chunked `hello`
+//! that also declares `Content-Length: 3` (a response RFC 9112 section 6.3 says to read as
+//! chunked, with its length removed by a proxy), `/stuck` never (nor its body read).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -107,6 +109,11 @@ async fn serve(mut stream: TcpStream, connection: usize, seen: &Seen) {
             .map(|(name, value)| (name.to_string(), value.trim().to_string()))
             .collect();
         let mut received = Received { connection, method, target, headers, body: Vec::new() };
+        if received.target == "/stuck" {
+            // A hung service whose kernel took the connection: the body is never read.
+            seen.requests.lock().unwrap().push(received.clone());
+            std::future::pending::<()>().await;
+        }
         let ignores_body =
             matches!(received.method.as_str(), "GET" | "HEAD" | "DELETE") || received.target == "/static";
         if !ignores_body {
@@ -136,7 +143,11 @@ async fn serve(mut stream: TcpStream, connection: usize, seen: &Seen) {
         } else if target.starts_with("/smuggled-slow") {
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
-        let written = if target == "/big" {
+        let written = if target == "/chunked-and-length" {
+            let reply =
+                "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 3\r\n\r\n5\r\nhello\r\n0\r\n\r\n";
+            stream.write_all(reply.as_bytes()).await
+        } else if target == "/big" {
             let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {BIG}\r\n\r\n");
             let chunk = vec![b'x'; 1 << 20];
             let mut result = stream.write_all(head.as_bytes()).await;
