@@ -3,8 +3,9 @@
 //! clock standing still unless a test moves it):
 //!
 //! - `examples/rules/login.toml` counts failed logins only: successful logins in flight at once
-//!   from one address (an office behind a NAT) never lock that address out, and a login whose
-//!   client left (or whose handler panicked) is not counted;
+//!   from one address (an office behind a NAT) never lock that address out, a login whose client
+//!   left counts as its handler answers (a correct one is not counted, a failed one is), and one
+//!   whose handler panicked is not counted;
 //! - a `delay` that cannot end inside the request's time is a 429 at once, charging nothing, and
 //!   the requests waiting for their slot are bounded across keys;
 //! - a client's `cost_header` can raise its cost, never lower it below the rule's `cost`.
@@ -202,7 +203,7 @@ async fn six_good_logins_at_once_from_one_address_lock_nobody_out() {
 /// Before: a login whose client left before the answer (or that the server timed out) was never
 /// settled: five such correct logins held every reservation, and the next correct login was
 /// refused and locked the address out for 60 s. Now a request dropped before its response is
-/// settled with no status, which no rule counts: refunded.
+/// settled with the status its handler goes on to answer: 200, refunded.
 #[tokio::test(start_paused = true)]
 async fn logins_whose_clients_left_are_not_counted() {
     for waited in [false, true] {
@@ -218,6 +219,31 @@ async fn logins_whose_clients_left_are_not_counted() {
         assert_eq!(home.0, StatusCode::OK, "waited: {waited}");
         assert_eq!(app.counted("login-failures", "refunded"), 6, "waited: {waited}");
         assert_eq!(app.counted("login-failures", "rejected"), 0, "waited: {waited}");
+    }
+}
+
+/// Before: a failed login whose client hung up before the answer was refunded, though the handler
+/// went on to check the password and answer 401: an attacker who hangs up after each guess (or
+/// gives up just after the fast answer of a right password) was never locked out (6 guesses
+/// reached the handler, the address was not held, `counted` stayed 0). Now the handler's call goes
+/// on when its client leaves, and the request is settled with the status it answers: 401 counts.
+#[tokio::test(start_paused = true)]
+async fn failed_logins_whose_clients_hung_up_still_count() {
+    const ATTACKER: &str = "203.0.113.5";
+    let guess = || request("POST", "/login", ATTACKER, &[("x-password", "guess")]);
+    for waited in [false, true] {
+        let app = Arc::new(app(LOGIN, Options::default(), Duration::from_secs(1), waited));
+        for _ in 0..5 {
+            let hung_up = tokio::time::timeout(Duration::from_millis(100), app.send(guess())).await;
+            assert!(hung_up.is_err(), "the client hangs up before the answer");
+        }
+        // The handler answers the five meanwhile.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(app.counted("login-failures", "counted"), 5, "waited: {waited}");
+        assert_eq!(app.send(guess()).await.0, StatusCode::TOO_MANY_REQUESTS, "waited: {waited}");
+        let home = app.send(request("GET", "/", ATTACKER, &[])).await;
+        assert_eq!(home.0, StatusCode::TOO_MANY_REQUESTS, "waited: {waited}: the address is held");
+        assert_eq!(app.hits(), 5, "waited: {waited}: the sixth guess never reached the handler");
     }
 }
 
