@@ -269,8 +269,8 @@ fn answered<B>(answer: Answer, request: Request<B>, options: Options) -> Answere
     }
 }
 
-/// Waits for a request's slot, calls `inner`, and settles the request's reservations with the
-/// response's status. Dropped while `inner` answers (the client left, the server's timeout), the
+/// Waits for a request's slot, calls `inner`, and settles the request's `count_status`
+/// reservations, if any, with the response's status. Dropped while `inner` answers (the client left, the server's timeout), the
 /// call goes on and its status settles them all the same (see [`future::Answering`]); dropped
 /// before the call (waiting for its slot), or with a panic of `inner` unwinding, they are settled
 /// with no status: refunded (see [`Unsettled`]).
@@ -291,11 +291,19 @@ where
     RB::Error: Into<BoxError>,
     S: Store + 'static,
 {
-    let unsettled = engine.unsettled(std::mem::take(&mut proceed.pending));
+    let pending = std::mem::take(&mut proceed.pending);
+    let unsettled = (!pending.is_empty()).then(|| engine.unsettled(pending));
     proceed.wait().await;
     let fields = if options.headers_on_allowed { proceed.fields(&policy) } else { None };
-    let (response, unsettled) = future::Answering::new(inner.call(request), unsettled).await?;
-    unsettled.complete(response.status().as_u16()).await;
+    let response = match unsettled {
+        // Nothing to settle: the call ends with its client, as without the layer.
+        None => inner.call(request).await?,
+        Some(unsettled) => {
+            let (response, unsettled) = future::Answering::new(inner.call(request), unsettled).await?;
+            unsettled.complete(response.status().as_u16()).await;
+            response
+        }
+    };
     Ok(future::finish(response, fields.as_ref(), options))
 }
 

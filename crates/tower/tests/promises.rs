@@ -56,10 +56,12 @@ impl Store for Waited {
 }
 
 /// An app behind the layer: `POST /login` answers after `slow` (401 unless `x-password: right`),
-/// `POST /boom` panics, every other path answers "ok" at once; with its hit counter and metrics.
+/// `POST /boom` panics, every other path answers "ok" at once; with its hit counter, how many
+/// logins it answered, and metrics.
 struct App {
     router: Router,
     hits: Arc<AtomicU64>,
+    logins_answered: Arc<AtomicU64>,
     registry: Arc<Registry>,
 }
 
@@ -91,13 +93,17 @@ fn app_with<S: Store + 'static>(
     let engine = Arc::new(build(Engine::builder(store, rules).clock(clock)).build(&mut registry));
     let hits = Arc::new(AtomicU64::new(0));
     let (h1, h2, h3) = (hits.clone(), hits.clone(), hits.clone());
+    let logins_answered = Arc::new(AtomicU64::new(0));
+    let answered = logins_answered.clone();
     let router = Router::new()
         .route(
             "/login",
             post(move |headers: HeaderMap| {
                 h1.fetch_add(1, Ordering::Relaxed);
+                let answered = answered.clone();
                 async move {
                     tokio::time::sleep(slow).await;
+                    answered.fetch_add(1, Ordering::Relaxed);
                     let right = headers.get("x-password").is_some_and(|p| p == "right");
                     if right { (StatusCode::OK, "welcome") } else { (StatusCode::UNAUTHORIZED, "no") }
                 }
@@ -120,7 +126,7 @@ fn app_with<S: Store + 'static>(
             async { "ok" }
         }))
         .layer(RateLimitLayer::from_engine(engine, options));
-    App { router, hits, registry: Arc::new(registry) }
+    App { router, hits, logins_answered, registry: Arc::new(registry) }
 }
 
 fn request(method: &str, uri: &str, peer: &str, headers: &[(&str, &str)]) -> Request<Body> {
@@ -244,6 +250,21 @@ async fn failed_logins_whose_clients_hung_up_still_count() {
         let home = app.send(request("GET", "/", ATTACKER, &[])).await;
         assert_eq!(home.0, StatusCode::TOO_MANY_REQUESTS, "waited: {waited}: the address is held");
         assert_eq!(app.hits(), 5, "waited: {waited}: the sixth guess never reached the handler");
+    }
+}
+
+/// A request no `count_status` rule reserved for has nothing to settle: its handler is dropped
+/// with its client, as without the layer (only a counted request's call goes on to its status).
+#[tokio::test(start_paused = true)]
+async fn a_request_with_nothing_to_settle_ends_with_its_client() {
+    let rules = "[[rules]]\nname = \"plain\"\nlimit = \"5/1m\"\nkey = [\"client_ip\"]\n";
+    for waited in [false, true] {
+        let app = Arc::new(app(rules, Options::default(), Duration::from_secs(1), waited));
+        let login = request("POST", "/login", "192.0.2.1", &[]);
+        assert!(tokio::time::timeout(Duration::from_millis(100), app.send(login)).await.is_err());
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(app.hits(), 1, "waited: {waited}");
+        assert_eq!(app.logins_answered.load(Ordering::Relaxed), 0, "waited: {waited}: the handler was dropped");
     }
 }
 
