@@ -3,10 +3,12 @@
 //!
 //! - **Settled with its status** ([`Engine::complete`]): each rule keeps what it reserved if it
 //!   counts the status, and gives it back otherwise.
-//! - **Settled with no status** ([`Unsettled`], dropped before the status is known: the client
-//!   left, the server's request timeout ended it, the service panicked): every reservation is
-//!   given back. The status the client never saw is not a counted status, whatever the rule
-//!   counts: the request's outcome never reached whoever sent it.
+//! - **Settled later** ([`Unsettled::settle_later`]: the client left while the service was
+//!   answering): the service acted on the request all the same, so the status it comes to counts
+//!   as if the client had waited (else an attacker hanging up after each guessed password would
+//!   never be counted).
+//! - **Settled with no status** ([`Unsettled`] dropped before a status exists: the request never
+//!   reached the service, the service failed or panicked): every reservation is given back.
 //! - **Kept** (a caller naming a rule has no response status; a quarantined request's response
 //!   is the quarantine's): every reservation stays counted.
 //!
@@ -70,9 +72,10 @@ impl InFlight {
 }
 
 /// A request's reservations until its response's status is known: [`complete`](Self::complete)
-/// settles them with it; dropped before (the client left, the server's timeout ended the
-/// request, the service panicked and the request unwinds), they are settled with no status,
-/// every one refunded (see the module docs). Made by [`Engine::unsettled`].
+/// settles them with it, [`settle_later`](Self::settle_later) with the status a call left
+/// running comes to; dropped before any (the request never reached the service, the service
+/// failed, or panicked and the request unwinds), they are settled with no status, every one
+/// refunded (see the module docs). Made by [`Engine::unsettled`].
 pub struct Unsettled<S: Store + 'static> {
     engine: Arc<Engine<S>>,
     pending: Pending,
@@ -83,6 +86,22 @@ impl<S: Store + 'static> Unsettled<S> {
     pub async fn complete(mut self, status: u16) {
         let pending = std::mem::take(&mut self.pending);
         self.engine.complete(pending, status).await;
+    }
+}
+
+impl<S: Store + 'static> Unsettled<S> {
+    /// Settles the reservations with the status `answer` comes to, on a task of the current
+    /// runtime: for a request whose client left while the service was answering it. The service
+    /// acted on the request all the same (a login's password was checked), so its status counts
+    /// as if the client had waited; `None` (the service answered nothing) refunds them. With no
+    /// runtime to wait on, they are settled with no status at once (as when dropped).
+    pub fn settle_later(self, answer: impl Future<Output = Option<u16>> + Send + 'static) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        runtime.spawn(async move {
+            if let Some(status) = answer.await {
+                self.complete(status).await;
+            }
+        });
     }
 }
 

@@ -49,3 +49,28 @@ async fn what_is_carried_is_what_the_old_state_used_then() {
     h.engine.reload(Rules::parse(&lock("fixed-window"), "t").unwrap());
     assert_eq!(h.outcomes(&a, 1).await, ["429:lock"], "three carried on");
 }
+
+/// Two reloads in a row, through every chain of algorithms (back to the first one too): a key
+/// carried under the second rules is carried on from there, one nobody asked for meanwhile is
+/// carried from its first state, and neither is counted twice nor forgotten.
+#[tokio::test]
+async fn reloads_back_and_forth_carry_each_key_once() {
+    for a in ALGORITHMS {
+        for b in ALGORITHMS.iter().filter(|&&b| b != a) {
+            for c in ALGORITHMS {
+                let h = harness(&lock(a));
+                let (x, y) = (get("/").from("192.0.2.1"), get("/").from("192.0.2.2"));
+                assert_eq!(h.outcomes(&x, 2).await, ["proceed", "proceed"]);
+                assert_eq!(h.outcomes(&y, 2).await, ["proceed", "proceed"]);
+                h.advance(secs(1));
+                h.engine.reload(Rules::parse(&lock(b), "t").unwrap());
+                // x is touched under b (carried, one more used); y is not.
+                assert_eq!(h.outcomes(&x, 1).await, ["proceed"], "{a}->{b}");
+                h.advance(secs(1));
+                h.engine.reload(Rules::parse(&lock(c), "t").unwrap());
+                assert_eq!(h.outcomes(&x, 1).await, ["429:lock"], "{a}->{b}->{c}: x used 3");
+                assert_eq!(h.outcomes(&y, 2).await, ["proceed", "429:lock"], "{a}->{b}->{c}: y used 2");
+            }
+        }
+    }
+}

@@ -1,6 +1,6 @@
 //! `tollgate proxy` keeps what its rules promise, in front of a slow upstream, driven by curl:
 //! `examples/rules/login.toml` locks out nobody for successful logins in flight at once, nor for
-//! logins whose clients left; a `delay` never outlasts the request timeout (no 408 for a slot
+//! correct logins whose clients left, and counts the failed ones all the same; a `delay` never outlasts the request timeout (no 408 for a slot
 //! spent); and a rule whose algorithm changes on a reload keeps its counts, on Redis too.
 
 mod common;
@@ -95,7 +95,8 @@ async fn six_good_logins_at_once_from_one_office_lock_nobody_out() {
 
 /// Before: five correct logins whose clients gave up after half a second (the upstream answering
 /// in one) stayed counted: the next correct login was a 429 and locked the address out
-/// (`Retry-After: 60`). Now a request the client left is settled as not counted.
+/// (`Retry-After: 60`). Now a request the client left is settled with the upstream's status:
+/// 200, not counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logins_whose_clients_gave_up_are_not_counted() {
     let proxy = start(common::manual_config(), slow_upstream().await, login_rules(), None).await;
@@ -119,6 +120,41 @@ async fn logins_whose_clients_gave_up_are_not_counted() {
         metrics.contains("tollgate_rule_decisions_total{rule=\"login-failures\",outcome=\"refunded\"} 6"),
         "{metrics}"
     );
+    proxy.stop().await;
+}
+
+/// Before: an attacker who hung up a third of a second after each wrong guess (the upstream
+/// checking it for a second, then answering 401) was never counted: every guess reached the
+/// upstream, and after five the sixth was still forwarded (`counted` absent, `refunded` 5). Now
+/// the upstream's 401 is counted though nobody waited for it: the sixth guess is a 429, and the
+/// address is held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_guesses_whose_clients_hung_up_still_lock_the_attacker_out() {
+    let proxy = start(common::manual_config(), slow_upstream().await, login_rules(), None).await;
+    let attacker = "203.0.113.66";
+    let guess = |max_time: &[&str]| {
+        let mut args: Vec<String> = max_time.iter().map(|s| (*s).to_string()).collect();
+        args.extend(["-X", "POST", "-H", "x-password: guess", "-H"].map(String::from));
+        args.extend([format!("X-Forwarded-For: {attacker}"), proxy.url("/login")]);
+        args
+    };
+    for _ in 0..5 {
+        assert_eq!(curl(guess(&["--max-time", "0.3"])).await.0, 0, "the client hung up");
+    }
+    // The upstream answers each a second after it was sent: eventually.
+    let counted = "tollgate_rule_decisions_total{rule=\"login-failures\",outcome=\"counted\"} 5";
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let metrics = proxy.metrics().await;
+        if metrics.contains(counted) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never counted: {metrics}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(curl(guess(&[])).await.0, 429, "the sixth guess");
+    let home = curl(vec!["-H".into(), format!("X-Forwarded-For: {attacker}"), proxy.url("/")]).await;
+    assert_eq!(home.0, 429, "the address is held: {}", home.1);
     proxy.stop().await;
 }
 

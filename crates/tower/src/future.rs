@@ -3,7 +3,9 @@
 //! Most requests are decided in `call` itself (the memory store decides in place): they are
 //! either answered at once or passed on, and the future is then the inner service's own, plus
 //! the header fields to add. Only requests that must wait (a remote store, a `delay` rule, a
-//! `count_status` rule settled after the response) get a task of their own.
+//! `count_status` rule settled after the response) get a task of their own. Such a request's
+//! call of the inner service is an [`Answering`]: when its client leaves, the call goes on to its
+//! status, which settles the request.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -13,7 +15,8 @@ use axum_core::body::Body;
 use bytes::Bytes;
 use http::Response;
 use pin_project_lite::pin_project;
-use tollgate_engine::Fields;
+use tollgate_engine::{Fields, Unsettled};
+use tollgate_store::Store;
 
 use crate::options::Options;
 use crate::response;
@@ -97,6 +100,58 @@ where
                 Poll::Pending => Poll::Pending,
             },
             StateProj::Waiting { future } => future.as_mut().poll(cx),
+        }
+    }
+}
+
+/// The inner service's call for a request whose `count_status` reservations wait for its status:
+/// resolves to the response and the reservations, to be settled with its status. Dropped before
+/// (the client left, the server's request timeout ended the request), the call goes on, on a task
+/// of its own, and its status settles them all the same: the service acts on the request whether
+/// or not anyone waits for its answer (a login's password is checked), so an attacker hanging up
+/// after each guess is counted as one who waits. Only a call that comes to no status (it fails, or
+/// panics) is refunded. A call unwinding from its own panic cannot be polled again: refunded.
+pub(crate) struct Answering<F, S: Store + 'static> {
+    call: Option<(Pin<Box<F>>, Unsettled<S>)>,
+    /// Takes a dropped call to its status on a task (a function: the bounds it needs are `new`'s).
+    go_on: fn(Pin<Box<F>>, Unsettled<S>),
+}
+
+impl<F, RB, E, S> Answering<F, S>
+where
+    F: Future<Output = Result<Response<RB>, E>> + Send + 'static,
+    S: Store + 'static,
+{
+    pub(crate) fn new(call: F, unsettled: Unsettled<S>) -> Self {
+        let go_on: fn(Pin<Box<F>>, Unsettled<S>) = |call, unsettled| {
+            unsettled.settle_later(async move { call.await.ok().map(|response| response.status().as_u16()) });
+        };
+        Answering { call: Some((Box::pin(call), unsettled)), go_on }
+    }
+}
+
+impl<F, RB, E, S> Future for Answering<F, S>
+where
+    F: Future<Output = Result<Response<RB>, E>>,
+    S: Store + 'static,
+{
+    type Output = Result<(Response<RB>, Unsettled<S>), E>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let (call, _) = self.call.as_mut().expect("Answering polled after it completed");
+        let Poll::Ready(answer) = call.as_mut().poll(cx) else { return Poll::Pending };
+        let (_, unsettled) = self.call.take().expect("taken only here");
+        // A failed call has no status: its reservations, dropped, are refunded.
+        Poll::Ready(answer.map(|response| (response, unsettled)))
+    }
+}
+
+impl<F, S: Store + 'static> Drop for Answering<F, S> {
+    fn drop(&mut self) {
+        if let Some((call, unsettled)) = self.call.take()
+            && !std::thread::panicking()
+        {
+            (self.go_on)(call, unsettled);
         }
     }
 }

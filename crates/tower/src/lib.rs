@@ -10,8 +10,9 @@
 //!   logs and counts, `delay` waits for the request's slot (up to `max_delay`, never past
 //!   [`Options::request_timeout`]: a later slot is a 429 at once);
 //! - rules with `count_status` count after the response (e.g. only failed logins): a request
-//!   dropped before its response (the client left, the server's timeout, a panic unwinding) is
-//!   refunded, and one refused only by the requests in flight holds nothing; a mitigation
+//!   whose client left while the service answered counts the status the service goes on to
+//!   answer, one that comes to no status (the service failed or panicked) is refunded, and one
+//!   refused only by the requests in flight holds nothing; a mitigation
 //!   `timeout` keeps a key mitigated after it went over;
 //! - the client address is the peer's (`ConnectInfo<SocketAddr>` with axum, or a [`PeerAddr`]
 //!   extension), read through trusted proxies only; the TLS fingerprints `ja3`/`ja4` are the

@@ -269,9 +269,11 @@ fn answered<B>(answer: Answer, request: Request<B>, options: Options) -> Answere
     }
 }
 
-/// Waits for a request's slot, calls `inner`, and settles the request's reservations with the
-/// response's status. Dropped before (the client left, the server's timeout, a panic of `inner`
-/// unwinding), the reservations are settled with no status: refunded (see [`Unsettled`]).
+/// Waits for a request's slot, calls `inner`, and settles the request's `count_status`
+/// reservations, if any, with the response's status. Dropped while `inner` answers (the client left, the server's timeout), the
+/// call goes on and its status settles them all the same (see [`future::Answering`]); dropped
+/// before the call (waiting for its slot), or with a panic of `inner` unwinding, they are settled
+/// with no status: refunded (see [`Unsettled`]).
 ///
 /// [`Unsettled`]: tollgate_engine::Unsettled
 async fn proceed<I, S, B, RB>(
@@ -284,15 +286,24 @@ async fn proceed<I, S, B, RB>(
 ) -> Result<Response<Body>, I::Error>
 where
     I: Service<Request<B>, Response = Response<RB>>,
+    I::Future: Send + 'static,
     RB: http_body::Body<Data = Bytes> + Send + 'static,
     RB::Error: Into<BoxError>,
     S: Store + 'static,
 {
-    let unsettled = engine.unsettled(std::mem::take(&mut proceed.pending));
+    let pending = std::mem::take(&mut proceed.pending);
+    let unsettled = (!pending.is_empty()).then(|| engine.unsettled(pending));
     proceed.wait().await;
     let fields = if options.headers_on_allowed { proceed.fields(&policy) } else { None };
-    let response = inner.call(request).await?;
-    unsettled.complete(response.status().as_u16()).await;
+    let response = match unsettled {
+        // Nothing to settle: the call ends with its client, as without the layer.
+        None => inner.call(request).await?,
+        Some(unsettled) => {
+            let (response, unsettled) = future::Answering::new(inner.call(request), unsettled).await?;
+            unsettled.complete(response.status().as_u16()).await;
+            response
+        }
+    };
     Ok(future::finish(response, fields.as_ref(), options))
 }
 

@@ -3,8 +3,9 @@
 //! clock standing still unless a test moves it):
 //!
 //! - `examples/rules/login.toml` counts failed logins only: successful logins in flight at once
-//!   from one address (an office behind a NAT) never lock that address out, and a login whose
-//!   client left (or whose handler panicked) is not counted;
+//!   from one address (an office behind a NAT) never lock that address out, a login whose client
+//!   left counts as its handler answers (a correct one is not counted, a failed one is), and one
+//!   whose handler panicked is not counted;
 //! - a `delay` that cannot end inside the request's time is a 429 at once, charging nothing, and
 //!   the requests waiting for their slot are bounded across keys;
 //! - a client's `cost_header` can raise its cost, never lower it below the rule's `cost`.
@@ -55,10 +56,12 @@ impl Store for Waited {
 }
 
 /// An app behind the layer: `POST /login` answers after `slow` (401 unless `x-password: right`),
-/// `POST /boom` panics, every other path answers "ok" at once; with its hit counter and metrics.
+/// `POST /boom` panics, every other path answers "ok" at once; with its hit counter, how many
+/// logins it answered, and metrics.
 struct App {
     router: Router,
     hits: Arc<AtomicU64>,
+    logins_answered: Arc<AtomicU64>,
     registry: Arc<Registry>,
 }
 
@@ -90,13 +93,17 @@ fn app_with<S: Store + 'static>(
     let engine = Arc::new(build(Engine::builder(store, rules).clock(clock)).build(&mut registry));
     let hits = Arc::new(AtomicU64::new(0));
     let (h1, h2, h3) = (hits.clone(), hits.clone(), hits.clone());
+    let logins_answered = Arc::new(AtomicU64::new(0));
+    let answered = logins_answered.clone();
     let router = Router::new()
         .route(
             "/login",
             post(move |headers: HeaderMap| {
                 h1.fetch_add(1, Ordering::Relaxed);
+                let answered = answered.clone();
                 async move {
                     tokio::time::sleep(slow).await;
+                    answered.fetch_add(1, Ordering::Relaxed);
                     let right = headers.get("x-password").is_some_and(|p| p == "right");
                     if right { (StatusCode::OK, "welcome") } else { (StatusCode::UNAUTHORIZED, "no") }
                 }
@@ -119,7 +126,7 @@ fn app_with<S: Store + 'static>(
             async { "ok" }
         }))
         .layer(RateLimitLayer::from_engine(engine, options));
-    App { router, hits, registry: Arc::new(registry) }
+    App { router, hits, logins_answered, registry: Arc::new(registry) }
 }
 
 fn request(method: &str, uri: &str, peer: &str, headers: &[(&str, &str)]) -> Request<Body> {
@@ -202,7 +209,7 @@ async fn six_good_logins_at_once_from_one_address_lock_nobody_out() {
 /// Before: a login whose client left before the answer (or that the server timed out) was never
 /// settled: five such correct logins held every reservation, and the next correct login was
 /// refused and locked the address out for 60 s. Now a request dropped before its response is
-/// settled with no status, which no rule counts: refunded.
+/// settled with the status its handler goes on to answer: 200, refunded.
 #[tokio::test(start_paused = true)]
 async fn logins_whose_clients_left_are_not_counted() {
     for waited in [false, true] {
@@ -218,6 +225,46 @@ async fn logins_whose_clients_left_are_not_counted() {
         assert_eq!(home.0, StatusCode::OK, "waited: {waited}");
         assert_eq!(app.counted("login-failures", "refunded"), 6, "waited: {waited}");
         assert_eq!(app.counted("login-failures", "rejected"), 0, "waited: {waited}");
+    }
+}
+
+/// Before: a failed login whose client hung up before the answer was refunded, though the handler
+/// went on to check the password and answer 401: an attacker who hangs up after each guess (or
+/// gives up just after the fast answer of a right password) was never locked out (6 guesses
+/// reached the handler, the address was not held, `counted` stayed 0). Now the handler's call goes
+/// on when its client leaves, and the request is settled with the status it answers: 401 counts.
+#[tokio::test(start_paused = true)]
+async fn failed_logins_whose_clients_hung_up_still_count() {
+    const ATTACKER: &str = "203.0.113.5";
+    let guess = || request("POST", "/login", ATTACKER, &[("x-password", "guess")]);
+    for waited in [false, true] {
+        let app = Arc::new(app(LOGIN, Options::default(), Duration::from_secs(1), waited));
+        for _ in 0..5 {
+            let hung_up = tokio::time::timeout(Duration::from_millis(100), app.send(guess())).await;
+            assert!(hung_up.is_err(), "the client hangs up before the answer");
+        }
+        // The handler answers the five meanwhile.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(app.counted("login-failures", "counted"), 5, "waited: {waited}");
+        assert_eq!(app.send(guess()).await.0, StatusCode::TOO_MANY_REQUESTS, "waited: {waited}");
+        let home = app.send(request("GET", "/", ATTACKER, &[])).await;
+        assert_eq!(home.0, StatusCode::TOO_MANY_REQUESTS, "waited: {waited}: the address is held");
+        assert_eq!(app.hits(), 5, "waited: {waited}: the sixth guess never reached the handler");
+    }
+}
+
+/// A request no `count_status` rule reserved for has nothing to settle: its handler is dropped
+/// with its client, as without the layer (only a counted request's call goes on to its status).
+#[tokio::test(start_paused = true)]
+async fn a_request_with_nothing_to_settle_ends_with_its_client() {
+    let rules = "[[rules]]\nname = \"plain\"\nlimit = \"5/1m\"\nkey = [\"client_ip\"]\n";
+    for waited in [false, true] {
+        let app = Arc::new(app(rules, Options::default(), Duration::from_secs(1), waited));
+        let login = request("POST", "/login", "192.0.2.1", &[]);
+        assert!(tokio::time::timeout(Duration::from_millis(100), app.send(login)).await.is_err());
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(app.hits(), 1, "waited: {waited}");
+        assert_eq!(app.logins_answered.load(Ordering::Relaxed), 0, "waited: {waited}: the handler was dropped");
     }
 }
 
