@@ -20,6 +20,7 @@ use tollgate_store::Store;
 
 use crate::options::Options;
 use crate::response;
+use crate::shadow::Learning;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -39,9 +40,10 @@ pin_project! {
     enum State<F, E> {
         // Answered by the middleware.
         Answered { response: Option<Response<Body>> },
-        // Passed on: the inner service's future, and the fields to add to its response (boxed:
-        // rarely asked for, and they would make every future larger).
-        Passed { #[pin] future: F, fields: Option<Box<Fields>>, options: Options },
+        // Passed on: the inner service's future, the fields to add to its response (boxed:
+        // rarely asked for, and they would make every future larger), and what a shadow-ban
+        // rule learns of it (boxed: only under such a rule).
+        Passed { #[pin] future: F, fields: Option<Box<Fields>>, options: Options, learning: Option<Box<Learning>> },
         // Still to be decided or settled.
         Waiting { future: Waiting<E> },
     }
@@ -52,8 +54,13 @@ impl<F, E> ResponseFuture<F, E> {
         ResponseFuture { state: State::Answered { response: Some(response) } }
     }
 
-    pub(crate) fn passed(future: F, fields: Option<Box<Fields>>, options: Options) -> Self {
-        ResponseFuture { state: State::Passed { future, fields, options } }
+    pub(crate) fn passed(
+        future: F,
+        fields: Option<Box<Fields>>,
+        options: Options,
+        learning: Option<Box<Learning>>,
+    ) -> Self {
+        ResponseFuture { state: State::Passed { future, fields, options, learning } }
     }
 
     pub(crate) fn waiting(future: Waiting<E>) -> Self {
@@ -62,12 +69,23 @@ impl<F, E> ResponseFuture<F, E> {
 }
 
 /// The inner service's response as the middleware returns it, with the `RateLimit` fields of an
-/// admitted request when the options ask for them.
-pub(crate) fn finish<RB>(response: Response<RB>, fields: Option<&Fields>, options: Options) -> Response<Body>
+/// admitted request when the options ask for them; learned first, as the service wrote it, by
+/// the shadow-ban rules that learn it.
+pub(crate) fn finish<RB>(
+    response: Response<RB>,
+    fields: Option<&Fields>,
+    options: Options,
+    learning: Option<&Learning>,
+) -> Response<Body>
 where
     RB: http_body::Body<Data = Bytes> + Send + 'static,
     RB::Error: Into<BoxError>,
 {
+    if let Some(learning) = learning {
+        let sized = response.body().size_hint().exact().is_some()
+            || response.headers().contains_key(http::header::CONTENT_LENGTH);
+        learning.record(response.status(), response.headers(), sized);
+    }
     let mut response = response.map(Body::new);
     if let Some(fields) = fields {
         response::rate_limit_fields(
@@ -94,8 +112,10 @@ where
             StateProj::Answered { response } => {
                 Poll::Ready(Ok(response.take().expect("ResponseFuture polled after it completed")))
             }
-            StateProj::Passed { future, fields, options } => match future.poll(cx) {
-                Poll::Ready(Ok(response)) => Poll::Ready(Ok(finish(response, fields.as_deref(), *options))),
+            StateProj::Passed { future, fields, options, learning } => match future.poll(cx) {
+                Poll::Ready(Ok(response)) => {
+                    Poll::Ready(Ok(finish(response, fields.as_deref(), *options, learning.as_deref())))
+                }
                 Poll::Ready(Err(error)) => Poll::Ready(Err(error)),
                 Poll::Pending => Poll::Pending,
             },

@@ -10,17 +10,25 @@ use tower_layer::Layer;
 
 use crate::options::Options;
 use crate::service::RateLimit;
+use crate::shadow::Shadow;
 
 /// Applies a policy engine to every request of the wrapped service. Cheap to clone.
 pub struct RateLimitLayer<S> {
     pub(crate) engine: Arc<Engine<S>>,
     pub(crate) options: Options,
+    /// What its fakes learned of the real responses (shared by its clones and services).
+    shadow: Arc<Shadow>,
     registry: Option<Arc<Registry>>,
 }
 
 impl<S> Clone for RateLimitLayer<S> {
     fn clone(&self) -> Self {
-        RateLimitLayer { engine: self.engine.clone(), options: self.options, registry: self.registry.clone() }
+        RateLimitLayer {
+            engine: self.engine.clone(),
+            options: self.options,
+            shadow: self.shadow.clone(),
+            registry: self.registry.clone(),
+        }
     }
 }
 
@@ -35,12 +43,24 @@ impl<S: Store> RateLimitLayer<S> {
     pub fn with_options(rules: Rules, store: S, options: Options) -> Self {
         let mut registry = Registry::with_prefix("tollgate");
         let engine = Arc::new(Engine::builder(store, rules).routes(options.routes).build(&mut registry));
-        RateLimitLayer { engine, options, registry: Some(Arc::new(registry)) }
+        let shadow = Arc::new(Shadow::new(options.shadow_ban_max_waiting));
+        shadow.register(&mut registry);
+        RateLimitLayer { engine, options, shadow, registry: Some(Arc::new(registry)) }
     }
 
-    /// A layer over an engine built elsewhere (whose metrics its builder registered).
+    /// A layer over an engine built elsewhere (whose metrics its builder registered; the layer's
+    /// own, see [`register_metrics`](Self::register_metrics)).
     pub fn from_engine(engine: Arc<Engine<S>>, options: Options) -> Self {
-        RateLimitLayer { engine, options, registry: None }
+        let shadow = Arc::new(Shadow::new(options.shadow_ban_max_waiting));
+        RateLimitLayer { engine, options, shadow, registry: None }
+    }
+
+    /// Registers the layer's own metrics in `registry` (whose prefix they take), for a layer
+    /// built [`from_engine`](Self::from_engine): `shadow_ban_fakes_total{rule, delay}` and
+    /// `shadow_ban_waiting` (see [`shadow`](crate::shadow)). A layer built
+    /// [`with_options`](Self::with_options) has them in its own registry.
+    pub fn register_metrics(&self, registry: &mut Registry) {
+        self.shadow.register(registry);
     }
 
     /// The engine.
@@ -64,6 +84,6 @@ impl<I, S> Layer<I> for RateLimitLayer<S> {
     type Service = RateLimit<I, S>;
 
     fn layer(&self, inner: I) -> Self::Service {
-        RateLimit { inner, engine: self.engine.clone(), options: self.options }
+        RateLimit { inner, engine: self.engine.clone(), options: self.options, shadow: self.shadow.clone() }
     }
 }

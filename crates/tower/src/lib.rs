@@ -6,7 +6,8 @@
 //! - requests over a limit get `429` with `Retry-After` (whole seconds, rounded up, at least 1),
 //!   `RateLimit-Policy` / `RateLimit` (IETF httpapi draft), optional legacy `X-RateLimit-*`,
 //!   `Cache-Control: no-store` and an RFC 9457 `application/problem+json` body;
-//! - `shadow-ban` answers a configured fake success without calling the service, `dry-run` only
+//! - `shadow-ban` answers a configured fake success without calling the service, with the
+//!   headers and latency of the route's real responses (learned: see [`shadow`]), `dry-run` only
 //!   logs and counts, `delay` waits for the request's slot (up to `max_delay`, never past
 //!   [`Options::request_timeout`]: a later slot is a 429 at once);
 //! - rules with `count_status` count after the response (e.g. only failed logins): a request
@@ -43,6 +44,7 @@ pub mod layer;
 mod options;
 pub mod response;
 pub mod service;
+pub mod shadow;
 
 pub use layer::RateLimitLayer;
 pub use options::Options;

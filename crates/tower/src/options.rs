@@ -2,7 +2,7 @@
 //! the response future.
 
 /// What the middleware writes besides decisions.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct Options {
     /// Also put the `RateLimit` fields on allowed responses.
     pub headers_on_allowed: bool,
@@ -21,4 +21,21 @@ pub struct Options {
     /// charged) rather than spent on a request the server ends first. `tollgate proxy` sets its
     /// `--http-request-timeout`.
     pub request_timeout: Option<std::time::Duration>,
+    /// Most shadow-ban fakes waiting at once for their route's latency (default
+    /// [`DEFAULT_MAX_WAITING`](crate::shadow::DEFAULT_MAX_WAITING), 1,024); the fakes beyond
+    /// are answered at once (`tollgate_shadow_ban_fakes_total{delay="over_cap"}`). 0: every fake
+    /// at once.
+    pub shadow_ban_max_waiting: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            headers_on_allowed: false,
+            legacy_headers: false,
+            routes: false,
+            request_timeout: None,
+            shadow_ban_max_waiting: crate::shadow::DEFAULT_MAX_WAITING,
+        }
+    }
 }

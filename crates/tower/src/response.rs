@@ -1,7 +1,7 @@
 //! The responses and header fields the middleware writes: 429 with `Retry-After`, the IETF
 //! httpapi draft's `RateLimit-Policy` / `RateLimit` structured fields, optional legacy
 //! `X-RateLimit-*`, `Cache-Control: no-store` and an RFC 9457 `application/problem+json` body;
-//! and a shadow-ban's fake success. The values come from `tollgate_engine::render`, which every
+//! and a shadow-ban's bare fake success. The values come from `tollgate_engine::render`, which every
 //! front end shares.
 
 use axum_core::body::Body;
@@ -57,7 +57,9 @@ pub fn too_many_requests(
     response
 }
 
-/// A shadow-ban's fake success: the client cannot tell it was not served.
+/// A shadow-ban's bare fake success: the status, body and content type it is configured with,
+/// nothing else. The middleware answers with more: what it learned of the route's real
+/// responses (see [`shadow`](crate::shadow)).
 pub fn shadow(status: u16, body: &str, content_type: &str) -> Response<Body> {
     let mut response = Response::new(Body::from(body.to_string()));
     *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);

@@ -22,6 +22,7 @@ use tower_service::Service;
 use crate::future::{self, ResponseFuture};
 use crate::options::Options;
 use crate::response;
+use crate::shadow::{Ban, Fake, Learning, Shadow};
 
 /// The peer address, for servers other than axum (which provides `ConnectInfo<SocketAddr>`):
 /// insert it as a request extension.
@@ -53,11 +54,17 @@ pub struct RateLimit<I, S> {
     pub(crate) inner: I,
     pub(crate) engine: Arc<Engine<S>>,
     pub(crate) options: Options,
+    pub(crate) shadow: Arc<Shadow>,
 }
 
 impl<I: Clone, S> Clone for RateLimit<I, S> {
     fn clone(&self) -> Self {
-        RateLimit { inner: self.inner.clone(), engine: self.engine.clone(), options: self.options }
+        RateLimit {
+            inner: self.inner.clone(),
+            engine: self.engine.clone(),
+            options: self.options,
+            shadow: self.shadow.clone(),
+        }
     }
 }
 
@@ -232,6 +239,7 @@ impl<'r> Head<'r> {
     }
 }
 
+/// The response to `answer` (a shadow-ban's is [`Shadow::fake`]'s).
 fn render(answer: Answer, options: Options) -> Response<Body> {
     match answer {
         // Not routed (see `routed`): the request is rejected, never served.
@@ -252,20 +260,31 @@ fn render(answer: Answer, options: Options) -> Response<Body> {
 enum Answered<B> {
     /// Passed on, marked for its quarantine.
     Quarantined(Request<B>),
-    /// Answered with this.
-    Response(Response<Body>),
+    /// Answered with this (a shadow-ban's fake perhaps after a wait).
+    Response(Fake),
 }
 
 /// The request, marked for its quarantine, if `answer` routes it there (the engine does so only
-/// when built to route, see [`Options::routes`]); otherwise the answer's response.
-fn answered<B>(answer: Answer, request: Request<B>, options: Options) -> Answered<B> {
+/// when built to route, see [`Options::routes`]); otherwise the answer's response: for a
+/// shadow-ban, a fake shaped like the route's real responses (see [`crate::shadow`]).
+fn answered<B>(
+    answer: Answer,
+    request: Request<B>,
+    options: Options,
+    shadow: &Arc<Shadow>,
+    policy: &Policy,
+) -> Answered<B> {
     match answer {
         Answer::Route { upstream, fields } => {
             let mut request = request;
             request.extensions_mut().insert(Quarantine { upstream, rule: fields.policy });
             Answered::Quarantined(request)
         }
-        answer => Answered::Response(render(answer, options)),
+        Answer::ShadowBan { status, body, content_type, fields } => {
+            let ban = Ban { status, body, content_type, fields };
+            Answered::Response(shadow.fake(policy, ban, request.method().as_str(), request.uri().path(), options))
+        }
+        answer => Answered::Response(Fake { response: render(answer, options), wait: None }),
     }
 }
 
@@ -283,6 +302,7 @@ async fn proceed<I, S, B, RB>(
     mut inner: I,
     request: Request<B>,
     options: Options,
+    mut learning: Option<Box<Learning>>,
 ) -> Result<Response<Body>, I::Error>
 where
     I: Service<Request<B>, Response = Response<RB>>,
@@ -295,6 +315,9 @@ where
     let unsettled = (!pending.is_empty()).then(|| engine.unsettled(pending));
     proceed.wait().await;
     let fields = if options.headers_on_allowed { proceed.fields(&policy) } else { None };
+    if let Some(learning) = &mut learning {
+        learning.start();
+    }
     let response = match unsettled {
         // Nothing to settle: the call ends with its client, as without the layer.
         None => inner.call(request).await?,
@@ -304,7 +327,7 @@ where
             response
         }
     };
-    Ok(future::finish(response, fields.as_ref(), options))
+    Ok(future::finish(response, fields.as_ref(), options, learning.as_deref()))
 }
 
 impl<I, S, B, RB> Service<Request<B>> for RateLimit<I, S>
@@ -332,33 +355,45 @@ where
         let policy = self.engine.current();
         // Decided here when the store decides in place; `None` when it must be waited for.
         let head = Head::of(&request);
-        let admission = match head.seen(&policy) {
+        let (admission, learning) = match head.seen(&policy) {
             Ok(seen) => {
                 let mut headers = HeaderValues::new();
                 head.header_values(&policy, &mut headers);
                 let within = deadline.map(|(_, timeout)| timeout);
-                self.engine.admit_now(&policy, &head.view(seen, &headers, &policy), within)
+                let view = head.view(seen, &headers, &policy);
+                let admission = self.engine.admit_now(&policy, &view, within);
+                let learning = match &admission {
+                    Some(Admission::Proceed(_)) => self.shadow.learning(&policy, &view),
+                    _ => None,
+                };
+                (admission, learning)
             }
             Err(refusal) => return ResponseFuture::answered(refusal.response()),
         };
         match admission {
-            Some(Admission::Answer(answer)) => match answered(answer, request, options) {
-                Answered::Quarantined(request) => ResponseFuture::passed(self.inner.call(request), None, options),
-                Answered::Response(response) => ResponseFuture::answered(response),
+            Some(Admission::Answer(answer)) => match answered(answer, request, options, &self.shadow, &policy) {
+                Answered::Quarantined(request) => ResponseFuture::passed(self.inner.call(request), None, options, None),
+                Answered::Response(Fake { response, wait: None }) => ResponseFuture::answered(response),
+                Answered::Response(Fake { response, wait: Some(wait) }) => {
+                    ResponseFuture::waiting(Box::pin(async move {
+                        wait.elapse().await;
+                        Ok(response)
+                    }))
+                }
             },
             Some(Admission::Proceed(admitted)) if admitted.delay.is_zero() && admitted.pending.is_empty() => {
                 let fields = if options.headers_on_allowed { admitted.fields(&policy).map(Box::new) } else { None };
-                ResponseFuture::passed(self.inner.call(request), fields, options)
+                ResponseFuture::passed(self.inner.call(request), fields, options, learning)
             }
             admission => {
                 // The inner service was made ready; keep it and leave a fresh clone (tower's usual
                 // swap), as it is called later, from the task.
                 let clone = self.inner.clone();
                 let mut inner = std::mem::replace(&mut self.inner, clone);
-                let (engine, policy) = (self.engine.clone(), Arc::clone(&policy));
+                let (engine, policy, shadow) = (self.engine.clone(), Arc::clone(&policy), self.shadow.clone());
                 ResponseFuture::waiting(Box::pin(async move {
-                    let (admitted, request) = match admission {
-                        Some(Admission::Proceed(admitted)) => (admitted, request),
+                    let (admitted, request, learning) = match admission {
+                        Some(Admission::Proceed(admitted)) => (admitted, request, learning),
                         _ => {
                             // The head is borrowed across the store's wait, the body set aside.
                             let (parts, body) = request.into_parts();
@@ -372,21 +407,31 @@ where
                             let within = deadline.map(|(at, timeout)| timeout.saturating_sub(at.elapsed()));
                             let view = head.view(seen, &headers, &policy);
                             let admission = engine.admit_within(&policy, &view, within).await;
+                            let learning = match &admission {
+                                Admission::Proceed(_) => shadow.learning(&policy, &view),
+                                Admission::Answer(_) => None,
+                            };
                             drop(headers);
                             match admission {
                                 Admission::Answer(answer) => {
-                                    return match answered(answer, Request::from_parts(parts, body), options) {
+                                    let request = Request::from_parts(parts, body);
+                                    return match answered(answer, request, options, &shadow, &policy) {
                                         Answered::Quarantined(request) => {
-                                            inner.call(request).await.map(|r| future::finish(r, None, options))
+                                            inner.call(request).await.map(|r| future::finish(r, None, options, None))
                                         }
-                                        Answered::Response(response) => Ok(response),
+                                        Answered::Response(Fake { response, wait }) => {
+                                            if let Some(wait) = wait {
+                                                wait.elapse().await;
+                                            }
+                                            Ok(response)
+                                        }
                                     };
                                 }
-                                Admission::Proceed(admitted) => (admitted, Request::from_parts(parts, body)),
+                                Admission::Proceed(admitted) => (admitted, Request::from_parts(parts, body), learning),
                             }
                         }
                     };
-                    proceed(engine, policy, admitted, inner, request, options).await
+                    proceed(engine, policy, admitted, inner, request, options, learning).await
                 }))
             }
         }

@@ -1,0 +1,334 @@
+//! A shadow-ban's fake success, shaped like the real responses of the route it stands in for.
+//!
+//! The engine never sees responses, so the middleware learns them: a request let through that a
+//! `shadow-ban` rule's `mitigation.match` selects has its response learned when its status is the
+//! one the rule fakes: its header fields and its latency (the time the service took to the
+//! response head), per rule and per route (the rule, the method and the path as the rule reads
+//! it). Bounded: 512 routes and 64 rules (the least recently learned evicted), each keeping its
+//! last response's first 48 fields (4 KiB of names and values) and its last 16 latencies.
+//!
+//! A fake then carries the fields of its route's last real response (else its rule's): `Date`
+//! now, `Content-Length` and `Content-Type` the fake's, a value two clients were seen to get as it
+//! is, a cookie, an id or a token (by its name) or a value that changed between responses made
+//! anew in its shape (`Set-Cookie` keeps its name and attributes; never another client's value),
+//! any other as it is; chunked if the real responses were. It waits one of the route's recent
+//! latencies, picked at random (at most 30 s), before it is answered; at most
+//! [`Options::shadow_ban_max_waiting`](crate::Options::shadow_ban_max_waiting) fakes wait at
+//! once, the others are answered at once. With `headers_on_allowed` it carries the `RateLimit`
+//! fields an allowed response would: remaining 0. Counted in
+//! `tollgate_shadow_ban_fakes_total{rule, delay}` (`learned`, `none_learned`, `over_cap`) and
+//! `tollgate_shadow_ban_waiting`.
+//!
+//! Learning takes the table's lock only if it is free (a response is a sample; a busy table
+//! skips it), so responses never wait on each other for it.
+
+mod shape;
+mod synth;
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, TryLockError};
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime};
+
+use axum_core::body::Body;
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Response, StatusCode, header};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use smallvec::SmallVec;
+use tokio::time::Instant;
+use tollgate_core::Decision;
+use tollgate_engine::{Fields, Policy};
+use tollgate_rules::Action;
+use tollgate_rules::route::RequestPath;
+
+use self::shape::{Seen, Shape};
+use self::synth::SplitMix;
+use crate::options::Options;
+use crate::response;
+
+/// Most routes whose real responses are learned (over every rule).
+pub(crate) const MAX_ROUTE_SHAPES: usize = 512;
+/// Most rules whose real responses are learned (a reload may rename them all).
+pub(crate) const MAX_RULE_SHAPES: usize = 64;
+/// Longest a fake waits, whatever the route's latency.
+pub(crate) const MAX_FAKE_DELAY: Duration = Duration::from_secs(30);
+/// Most fakes waiting at once, by default ([`Options::shadow_ban_max_waiting`]).
+pub const DEFAULT_MAX_WAITING: usize = 1024;
+
+/// The learned shapes and the fakes waiting, shared by a layer's services.
+#[derive(Debug)]
+pub(crate) struct Shadow {
+    shapes: Mutex<Shapes>,
+    /// Keys the tables (seeded per process: a client cannot aim at one slot).
+    keys: RandomState,
+    max_waiting: usize,
+    waiting: AtomicUsize,
+    metrics: Metrics,
+}
+
+#[derive(Debug)]
+struct Shapes {
+    /// By rule and status: for a route not learned yet.
+    rules: HashMap<u64, Shape>,
+    /// By rule, status, method and path.
+    routes: HashMap<u64, Shape>,
+    /// Counts learnings (orders the shapes for eviction).
+    tick: u64,
+    rng: SplitMix,
+}
+
+impl Shapes {
+    /// Learns `seen` into the shapes of `target`'s rule and route.
+    fn learn(&mut self, target: &Target, seen: &Seen<'_>) {
+        self.tick += 1;
+        let tick = self.tick;
+        for (table, key, most) in
+            [(&mut self.rules, target.rule, MAX_RULE_SHAPES), (&mut self.routes, target.route, MAX_ROUTE_SHAPES)]
+        {
+            if !table.contains_key(&key)
+                && table.len() >= most
+                && let Some(oldest) = table.iter().min_by_key(|(_, shape)| shape.tick).map(|(key, _)| *key)
+            {
+                table.remove(&oldest);
+            }
+            table.entry(key).or_insert_with(|| Shape::new(tick)).learn(seen, tick);
+        }
+    }
+}
+
+/// Where a real response is learned.
+#[derive(Debug)]
+struct Target {
+    rule: u64,
+    route: u64,
+    status: u16,
+}
+
+/// A request let through whose response a shadow-ban rule learns (see [`Shadow::learning`]).
+#[derive(Debug)]
+pub(crate) struct Learning {
+    shadow: Arc<Shadow>,
+    targets: SmallVec<[Target; 2]>,
+    client: IpAddr,
+    started: Instant,
+}
+
+impl Learning {
+    /// Starts the latency's clock (the request is passed on now).
+    pub(crate) fn start(&mut self) {
+        self.started = Instant::now();
+    }
+
+    /// Learns the response (its head: `status`, `headers`, whether its body gave its length) for
+    /// the rules that fake that status.
+    pub(crate) fn record(&self, status: StatusCode, headers: &HeaderMap, sized: bool) {
+        let status = status.as_u16();
+        if !self.targets.iter().any(|t| t.status == status) {
+            return;
+        }
+        let seen = Seen { headers, sized, client: self.client, latency: self.started.elapsed(), at: SystemTime::now() };
+        let mut shapes = match self.shadow.shapes.try_lock() {
+            Ok(shapes) => shapes,
+            Err(TryLockError::WouldBlock) => return,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+        };
+        for target in self.targets.iter().filter(|t| t.status == status) {
+            shapes.learn(target, &seen);
+        }
+    }
+}
+
+/// A fake, and how it waits.
+pub(crate) struct Fake {
+    pub(crate) response: Response<Body>,
+    /// None: answered at once.
+    pub(crate) wait: Option<Wait>,
+}
+
+/// A fake's wait, holding one of the places for waiting fakes until it ends (or is dropped).
+#[derive(Debug)]
+pub(crate) struct Wait {
+    delay: Duration,
+    _place: Place,
+}
+
+impl Wait {
+    pub(crate) async fn elapse(self) {
+        tokio::time::sleep(self.delay).await;
+    }
+}
+
+#[derive(Debug)]
+struct Place(Arc<Shadow>);
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::AcqRel);
+        self.0.metrics.waiting.dec();
+    }
+}
+
+/// What a shadow-ban rule answers (the engine's `Answer::ShadowBan`).
+pub(crate) struct Ban {
+    pub(crate) status: u16,
+    pub(crate) body: String,
+    pub(crate) content_type: String,
+    pub(crate) fields: Box<Fields>,
+}
+
+impl Shadow {
+    pub(crate) fn new(max_waiting: usize) -> Self {
+        Shadow {
+            shapes: Mutex::new(Shapes {
+                rules: HashMap::new(),
+                routes: HashMap::new(),
+                tick: 0,
+                rng: SplitMix::seeded(),
+            }),
+            keys: RandomState::new(),
+            max_waiting,
+            waiting: AtomicUsize::new(0),
+            metrics: Metrics::default(),
+        }
+    }
+
+    /// Registers the fakes' metrics in `registry` (whose prefix they take).
+    pub(crate) fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "shadow_ban_fakes",
+            "Shadow-ban fakes by rule and wait: learned (waited a latency of the route), none_learned \
+             (no real response learned yet: at once), over_cap (too many waiting: at once)",
+            self.metrics.fakes.clone(),
+        );
+        registry.register("shadow_ban_waiting", "Shadow-ban fakes waiting now", self.metrics.waiting.clone());
+    }
+
+    fn rule_key(&self, rule: &str, status: u16) -> u64 {
+        self.keys.hash_one((rule, status))
+    }
+
+    fn route_key(&self, rule: &str, status: u16, method: &str, path: &str) -> u64 {
+        self.keys.hash_one((rule, status, method, path))
+    }
+
+    /// What `request`, let through, teaches the shadow-ban rules whose `mitigation.match`
+    /// selects it: `None` if there are none (no rule shadow-bans, as in most policies).
+    pub(crate) fn learning(
+        self: &Arc<Self>,
+        policy: &Policy,
+        request: &tollgate_rules::Request<'_>,
+    ) -> Option<Box<Learning>> {
+        let mut targets = SmallVec::new();
+        let mut path = None;
+        for rule in &policy.rules.rules {
+            let Action::ShadowBan { status, .. } = &rule.action else { continue };
+            let path = path.get_or_insert_with(|| RequestPath::new(request.path));
+            if rule.mitigation_matcher.matches(request, path, rule.path_match) {
+                targets.push(Target {
+                    rule: self.rule_key(&rule.name, *status),
+                    route: self.route_key(&rule.name, *status, request.method, path.key(rule.path_match)),
+                    status: *status,
+                });
+            }
+        }
+        (!targets.is_empty()).then(|| {
+            Box::new(Learning { shadow: Arc::clone(self), targets, client: request.client_ip, started: Instant::now() })
+        })
+    }
+
+    /// The fake for a request of `method` on `path` that `ban` answers under `policy`.
+    pub(crate) fn fake(
+        self: &Arc<Self>,
+        policy: &Policy,
+        ban: Ban,
+        method: &str,
+        path: &str,
+        options: Options,
+    ) -> Fake {
+        let Ban { status, body, content_type, fields } = ban;
+        let path_match = policy.rules.named(&fields.policy).map(|(_, rule)| rule.path_match).unwrap_or_default();
+        let routed = RequestPath::new(path);
+        let rule_key = self.rule_key(&fields.policy, status);
+        let route_key = self.route_key(&fields.policy, status, method, routed.key(path_match));
+        let content_type = HeaderValue::from_str(&content_type).ok();
+        let mut headers = HeaderMap::new();
+        let (latency, sized) = {
+            let mut shapes = self.shapes.lock().unwrap_or_else(PoisonError::into_inner);
+            let Shapes { rules, routes, rng, .. } = &mut *shapes;
+            match routes.get(&route_key).or_else(|| rules.get(&rule_key)) {
+                Some(shape) => {
+                    shape.write(&mut headers, body.len(), content_type.as_ref(), SystemTime::now(), rng);
+                    (shape.latency(rng), shape.sized())
+                }
+                None => {
+                    if let Some(content_type) = content_type {
+                        headers.insert(header::CONTENT_TYPE, content_type);
+                    }
+                    (None, true)
+                }
+            }
+        };
+        if options.headers_on_allowed {
+            // As the last allowed response said: nothing left (see the docs on what `t` is).
+            let allowed = Decision { allowed: true, remaining: 0, retry_after_ns: 0, ..fields.decision };
+            response::rate_limit_fields(&mut headers, &fields.policy, &fields.limit, &allowed, options.legacy_headers);
+        }
+        let body = if sized { Body::from(body) } else { Body::new(Unsized(Body::from(body))) };
+        let mut response = Response::new(body);
+        *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
+        *response.headers_mut() = headers;
+        let (wait, how) = match latency.map(|latency| latency.min(MAX_FAKE_DELAY)) {
+            None => (None, "none_learned"),
+            Some(delay) => match self.place() {
+                Some(place) => (Some(Wait { delay, _place: place }), "learned"),
+                None => (None, "over_cap"),
+            },
+        };
+        self.metrics.fakes.get_or_create(&FakeLabels { rule: fields.policy.clone(), delay: how }).inc();
+        Fake { response, wait }
+    }
+
+    /// One of the places for waiting fakes, if one is free.
+    fn place(self: &Arc<Self>) -> Option<Place> {
+        let max = self.max_waiting;
+        self.waiting.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1)).ok()?;
+        self.metrics.waiting.inc();
+        Some(Place(Arc::clone(self)))
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FakeLabels {
+    rule: String,
+    delay: &'static str,
+}
+
+#[derive(Debug, Default)]
+struct Metrics {
+    fakes: Family<FakeLabels, Counter>,
+    waiting: Gauge,
+}
+
+/// A body that does not give its length, so that the server sends it chunked, as the route's
+/// real responses were.
+struct Unsized(Body);
+
+impl http_body::Body for Unsized {
+    type Data = Bytes;
+    type Error = axum_core::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        Pin::new(&mut self.0).poll_frame(cx)
+    }
+}

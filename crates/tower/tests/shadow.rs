@@ -1,0 +1,298 @@
+//! A shadow-ban's fake success next to the route's real responses, through the middleware on
+//! tokio's paused clock (the app's latency and the fake's wait are exact and instant): the fake
+//! carries the route's headers (its stable ones as they are, per-response and personal ones
+//! synthesized, never another client's), waits as long as the route's real responses took, keeps
+//! the `RateLimit` fields of an allowed response, and a flood of fakes waits in a bounded way.
+//!
+//! Before: the fake had only `content-type`, answered at once (0 ms against the route's 220 ms)
+//! and, with `headers_on_allowed`, dropped the `RateLimit` fields right after `r=0`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::http::{HeaderMap, Request, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use prometheus_client::registry::Registry;
+use tokio::time::Instant;
+use tollgate_core::ManualClock;
+use tollgate_engine::Engine;
+use tollgate_rules::Rules;
+use tollgate_store::{Check, Limit, MemoryStore, Refund, Reserved, Store, StoreError};
+use tollgate_tower::{Options, RateLimitLayer};
+use tower_service::Service;
+
+const T0: u64 = 1_700_000_000_000_000_000;
+/// How long the route's real responses take.
+const APP_LATENCY: Duration = Duration::from_millis(220);
+
+/// Two requests per minute per client, then the fake page.
+const RULES: &str = "[[rules]]\nname = \"page\"\nlimit = \"2/1m\"\nalgorithm = \"fixed-window\"\nkey = [\"client_ip\"]\n\
+                     [rules.mitigation]\naction = \"shadow-ban\"\nbody = \"<p>fake</p>\"\ncontent_type = \"text/html\"\n";
+
+/// A store that must be waited for, as Redis is: the middleware then decides in a task.
+struct Waited(MemoryStore);
+
+impl Store for Waited {
+    async fn reserve(&self, checks: &[Check<'_>]) -> Result<Reserved, StoreError> {
+        tokio::task::yield_now().await;
+        self.0.reserve(checks).await
+    }
+
+    async fn refund(&self, refunds: &[Refund<'_>]) -> Result<(), StoreError> {
+        self.0.refund(refunds).await
+    }
+
+    async fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> Result<(), StoreError> {
+        self.0.reset(scope, key, limit).await
+    }
+}
+
+struct App {
+    router: Router,
+    hits: Arc<AtomicU64>,
+    registry: Arc<Registry>,
+}
+
+/// `GET /page`, answered after [`APP_LATENCY`] with a server name, an app header, a
+/// per-response id and a session cookie of its own (`sid=S<n>`).
+fn app_on<S: Store + 'static>(store: S, clock: Arc<ManualClock>, rules: &str, options: Options) -> App {
+    let mut registry = Registry::with_prefix("tollgate");
+    let rules = Rules::parse(rules, "test").unwrap();
+    let engine = Arc::new(Engine::builder(store, rules).clock(clock).build(&mut registry));
+    let layer = RateLimitLayer::from_engine(engine, options);
+    layer.register_metrics(&mut registry);
+    let hits = Arc::new(AtomicU64::new(0));
+    let counter = hits.clone();
+    let router = Router::new()
+        .route(
+            "/page",
+            get(move || {
+                let n = counter.fetch_add(1, Ordering::Relaxed) + 1;
+                async move {
+                    tokio::time::sleep(APP_LATENCY).await;
+                    let headers = [
+                        ("server", "upstream/1.2".to_string()),
+                        ("x-app-version", "7".to_string()),
+                        ("x-request-id", format!("{:016x}", 0x9e37_79b9_7f4a_7c15_u64.wrapping_mul(n))),
+                        ("set-cookie", format!("sid=S{n:08}; Path=/; HttpOnly")),
+                        ("content-type", "text/html".to_string()),
+                    ];
+                    let mut response = format!("<p>real {n}</p>").into_response();
+                    for (name, value) in headers {
+                        response.headers_mut().insert(name, value.parse().unwrap());
+                    }
+                    response
+                }
+            }),
+        )
+        .layer(layer);
+    App { router, hits, registry: Arc::new(registry) }
+}
+
+fn app(options: Options) -> App {
+    let clock = Arc::new(ManualClock::new(T0));
+    app_on(MemoryStore::builder().clock(clock.clone()).build(), clock, RULES, options)
+}
+
+fn app_waited(options: Options) -> App {
+    let clock = Arc::new(ManualClock::new(T0));
+    app_on(Waited(MemoryStore::builder().clock(clock.clone()).build()), clock, RULES, options)
+}
+
+fn request(peer: &str) -> Request<Body> {
+    let mut request = Request::builder().uri("/page").body(Body::empty()).unwrap();
+    let peer: SocketAddr = format!("{peer}:40000").parse().unwrap();
+    request.extensions_mut().insert(ConnectInfo(peer));
+    request
+}
+
+/// A response, and how long it took on tokio's clock.
+struct Answer {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: String,
+    took: Duration,
+}
+
+impl App {
+    /// The response future of a request from `peer`, called but not yet polled.
+    async fn call(&self, peer: &str) -> axum::routing::future::RouteFuture<std::convert::Infallible> {
+        let mut router = self.router.clone();
+        std::future::poll_fn(|cx| <Router as Service<Request<Body>>>::poll_ready(&mut router, cx)).await.unwrap();
+        router.call(request(peer))
+    }
+
+    async fn send(&self, peer: &str) -> Answer {
+        let started = Instant::now();
+        let response = self.call(peer).await.await.unwrap();
+        read(response, started).await
+    }
+
+    fn metrics(&self) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry).unwrap();
+        text
+    }
+}
+
+async fn read(response: axum::response::Response, started: Instant) -> Answer {
+    let (parts, body) = response.into_parts();
+    let bytes = axum::body::to_bytes(body, 1 << 20).await.unwrap();
+    let took = started.elapsed();
+    Answer { status: parts.status, headers: parts.headers, body: String::from_utf8_lossy(&bytes).into_owned(), took }
+}
+
+fn value<'h>(headers: &'h HeaderMap, name: &str) -> &'h str {
+    headers.get(name).unwrap_or_else(|| panic!("no {name} in {headers:?}")).to_str().unwrap()
+}
+
+fn names(headers: &HeaderMap) -> Vec<String> {
+    headers.keys().map(ToString::to_string).collect()
+}
+
+/// Each letter or digit as its class: `S00000001` and `S48213907` have one shape.
+fn shape(value: &str) -> String {
+    value
+        .chars()
+        .map(|c| match c {
+            '0'..='9' => '9',
+            'a'..='z' => 'a',
+            'A'..='Z' => 'A',
+            other => other,
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fake_looks_and_waits_like_the_routes_real_responses() {
+    fake_like_real(app(Options::default())).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fake_looks_and_waits_like_the_routes_real_responses_on_a_store_that_must_be_waited_for() {
+    fake_like_real(app_waited(Options::default())).await;
+}
+
+async fn fake_like_real(app: App) {
+    // Two clients' real responses, then the first client's third request: banned.
+    let mut real = Vec::new();
+    for peer in ["192.0.2.1", "192.0.2.2", "192.0.2.1"] {
+        let answer = app.send(peer).await;
+        assert!(answer.body.starts_with("<p>real"), "{}", answer.body);
+        assert!(answer.took >= APP_LATENCY, "{:?}", answer.took);
+        real.push(answer);
+    }
+    let fake = app.send("192.0.2.1").await;
+    assert_eq!((fake.status, fake.body.as_str()), (StatusCode::OK, "<p>fake</p>"));
+    assert_eq!(app.hits.load(Ordering::Relaxed), 3, "the fake never reached the app");
+
+    // The same fields, in the same order.
+    assert_eq!(names(&fake.headers), names(&real[2].headers), "fake {:?}\nreal {:?}", fake.headers, real[2].headers);
+    // The stable ones as the app wrote them.
+    for name in ["server", "x-app-version", "content-type"] {
+        assert_eq!(value(&fake.headers, name), value(&real[2].headers, name), "{name}");
+    }
+    // The per-response id and the session cookie: shaped like the real ones, none of them.
+    let id = value(&fake.headers, "x-request-id");
+    let cookie = value(&fake.headers, "set-cookie");
+    for real in &real {
+        assert_ne!(id, value(&real.headers, "x-request-id"));
+        assert_ne!(cookie, value(&real.headers, "set-cookie"), "another client's session is never replayed");
+        assert_eq!(id.len(), value(&real.headers, "x-request-id").len(), "{id}");
+    }
+    assert!(id.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()), "hex stays hex: {id}");
+    assert!(cookie.starts_with("sid=") && cookie.ends_with("; Path=/; HttpOnly"), "{cookie}");
+    assert_eq!(shape(cookie), shape("sid=S00000001; Path=/; HttpOnly"), "{cookie}");
+
+    // As slow as the route (on tokio's paused clock: no wall-clock bound).
+    assert!(fake.took >= APP_LATENCY, "the fake took {:?}, the route's real responses {APP_LATENCY:?}", fake.took);
+}
+
+/// Before: `RateLimit: "page";r=0;t=…` on the last allowed response, then no field at all.
+#[tokio::test(start_paused = true)]
+async fn with_headers_on_allowed_a_fake_keeps_the_ratelimit_fields() {
+    let app = app(Options { headers_on_allowed: true, legacy_headers: true, ..Options::default() });
+    let first = app.send("192.0.2.1").await;
+    let last = app.send("192.0.2.1").await;
+    assert_eq!(value(&first.headers, "ratelimit").split(";t=").next(), Some("\"page\";r=1"));
+    assert_eq!(value(&last.headers, "ratelimit").split(";t=").next(), Some("\"page\";r=0"));
+    for _ in 0..3 {
+        let fake = app.send("192.0.2.1").await;
+        assert_eq!(fake.body, "<p>fake</p>");
+        assert_eq!(names(&fake.headers), names(&last.headers), "fake {:?}\nreal {:?}", fake.headers, last.headers);
+        assert_eq!(value(&fake.headers, "ratelimit-policy"), value(&last.headers, "ratelimit-policy"));
+        // Remaining 0, as on the last allowed response, and the window's reset.
+        assert_eq!(value(&fake.headers, "ratelimit"), value(&last.headers, "ratelimit"));
+        assert_eq!(value(&fake.headers, "x-ratelimit-remaining"), "0");
+        assert_eq!(value(&fake.headers, "x-ratelimit-limit"), value(&last.headers, "x-ratelimit-limit"));
+    }
+}
+
+fn assert_metrics(app: &App, wanted: &[&str]) {
+    let metrics = app.metrics();
+    for wanted in wanted {
+        assert!(metrics.contains(wanted), "{wanted}: {metrics}");
+    }
+}
+
+/// At most `shadow_ban_max_waiting` fakes wait at once; the others are answered at once, and
+/// counted. Before: no bound (and no wait).
+#[tokio::test(start_paused = true)]
+async fn a_flood_of_fakes_waits_in_a_bounded_way() {
+    let app = app(Options { shadow_ban_max_waiting: 2, ..Options::default() });
+    for _ in 0..2 {
+        app.send("192.0.2.1").await;
+    }
+    // Five fakes at once: each takes its place (or not) when first polled (the router calls the
+    // layer then), in the order they were spawned.
+    let started = Instant::now();
+    let mut answers = Vec::new();
+    for _ in 0..5 {
+        let call = app.call("192.0.2.1").await;
+        answers.push(tokio::spawn(async move { read(call.await.unwrap(), started).await }));
+        tokio::task::yield_now().await;
+    }
+    assert_metrics(
+        &app,
+        &[
+            "tollgate_shadow_ban_fakes_total{rule=\"page\",delay=\"learned\"} 2",
+            "tollgate_shadow_ban_fakes_total{rule=\"page\",delay=\"over_cap\"} 3",
+            "tollgate_shadow_ban_waiting 2",
+        ],
+    );
+    let mut took = Vec::new();
+    for answer in answers {
+        let answer = answer.await.unwrap();
+        assert_eq!(answer.body, "<p>fake</p>");
+        took.push(answer.took);
+    }
+    // Tokio's paused clock: the two that waited took the route's latency, the others nothing.
+    assert!(took[..2].iter().all(|t| *t >= APP_LATENCY) && took[2..].iter().all(|t| *t < APP_LATENCY), "{took:?}");
+    assert_metrics(&app, &["tollgate_shadow_ban_waiting 0"]);
+    // The places are free again.
+    assert!(app.send("192.0.2.1").await.took >= APP_LATENCY);
+    assert_metrics(&app, &["tollgate_shadow_ban_fakes_total{rule=\"page\",delay=\"learned\"} 3"]);
+}
+
+/// A fake of a status the route never answered has nothing to look like: the configured body
+/// and content type alone, at once (documented), counted `none_learned`.
+#[tokio::test(start_paused = true)]
+async fn a_fake_with_nothing_learned_is_bare_and_at_once() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let rules = RULES.replace("action = \"shadow-ban\"", "action = \"shadow-ban\"\nstatus = 203");
+    let app = app_on(MemoryStore::builder().clock(clock.clone()).build(), clock, &rules, Options::default());
+    for _ in 0..2 {
+        app.send("192.0.2.1").await;
+    }
+    let fake = app.send("192.0.2.1").await;
+    assert_eq!((fake.status, fake.body.as_str()), (StatusCode::NON_AUTHORITATIVE_INFORMATION, "<p>fake</p>"));
+    assert_eq!(names(&fake.headers), ["content-type", "content-length"]);
+    assert!(fake.took < APP_LATENCY, "{:?}", fake.took);
+    assert_metrics(&app, &["tollgate_shadow_ban_fakes_total{rule=\"page\",delay=\"none_learned\"} 1"]);
+}
