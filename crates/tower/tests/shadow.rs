@@ -180,9 +180,10 @@ async fn a_fake_looks_and_waits_like_the_routes_real_responses_on_a_store_that_m
 }
 
 async fn fake_like_real(app: App) {
-    // Two clients' real responses, then the first client's third request: banned.
+    // Three clients' real responses (so that a value they all got is known to be nobody's own),
+    // then the first client's third request: banned.
     let mut real = Vec::new();
-    for peer in ["192.0.2.1", "192.0.2.2", "192.0.2.1"] {
+    for peer in ["192.0.2.1", "192.0.2.2", "192.0.2.3", "192.0.2.1"] {
         let answer = app.send(peer).await;
         assert!(answer.body.starts_with("<p>real"), "{}", answer.body);
         assert!(answer.took >= APP_LATENCY, "{:?}", answer.took);
@@ -190,13 +191,13 @@ async fn fake_like_real(app: App) {
     }
     let fake = app.send("192.0.2.1").await;
     assert_eq!((fake.status, fake.body.as_str()), (StatusCode::OK, "<p>fake</p>"));
-    assert_eq!(app.hits.load(Ordering::Relaxed), 3, "the fake never reached the app");
+    assert_eq!(app.hits.load(Ordering::Relaxed), 4, "the fake never reached the app");
 
     // The same fields, in the same order.
-    assert_eq!(names(&fake.headers), names(&real[2].headers), "fake {:?}\nreal {:?}", fake.headers, real[2].headers);
+    assert_eq!(names(&fake.headers), names(&real[3].headers), "fake {:?}\nreal {:?}", fake.headers, real[3].headers);
     // The stable ones as the app wrote them.
     for name in ["server", "x-app-version", "content-type"] {
-        assert_eq!(value(&fake.headers, name), value(&real[2].headers, name), "{name}");
+        assert_eq!(value(&fake.headers, name), value(&real[3].headers, name), "{name}");
     }
     // The per-response id and the session cookie: shaped like the real ones, none of them.
     let id = value(&fake.headers, "x-request-id");

@@ -8,11 +8,13 @@
 //! last response's first 48 fields (4 KiB of names and values) and its last 16 latencies.
 //!
 //! A fake then carries the fields of its route's last real response (else its rule's): `Date`
-//! now, `Content-Length` and `Content-Type` the fake's, a value two clients were seen to get as it
-//! is, a cookie, an id or a token (by its name) or a value that changed between responses made
-//! anew in its shape (`Set-Cookie` keeps its name and attributes; never another client's value),
-//! any other as it is; chunked if the real responses were. It waits one of the route's recent
-//! latencies, picked at random (at most 30 s), before it is answered; at most
+//! now, `Content-Length` and `Content-Type` the fake's, a value that changed between responses
+//! with its changing tokens made anew, a `Set-Cookie` with a value of its own (always), a value
+//! three clients in a row were seen to get or of a field describing the server as it is, any
+//! other (it may be one client's own) made anew in its shape: one client's value is never shown
+//! to another. Chunked if
+//! the real responses were. It waits one of the route's recent latencies, picked at random (at
+//! most 30 s), before it is answered; at most
 //! [`Options::shadow_ban_max_waiting`](crate::Options::shadow_ban_max_waiting) fakes wait at
 //! once, the others are answered at once. With `headers_on_allowed` it carries the `RateLimit`
 //! fields an allowed response would: remaining 0. Counted in

@@ -1,5 +1,5 @@
 //! [`Shape`]: what a fake learns of a route's real responses: their header fields, each with
-//! what was seen of its values (the same for two clients, or changing from one response to the
+//! what was seen of its values (the same for several clients, or changing from one response to the
 //! next), whether they said their length, and their latency (the last few, sampled). Bounded:
 //! at most [`MAX_FIELDS`] fields and [`MAX_FIELD_BYTES`] of names and values, and
 //! [`LATENCIES`] latencies.
@@ -8,6 +8,7 @@ use std::net::IpAddr;
 use std::time::{Duration, SystemTime};
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use smallvec::SmallVec;
 
 use crate::shadow::synth::{self, SplitMix};
 
@@ -17,6 +18,9 @@ pub(crate) const MAX_FIELDS: usize = 48;
 pub(crate) const MAX_FIELD_BYTES: usize = 4 << 10;
 /// How many recent latencies a shape keeps.
 pub(crate) const LATENCIES: usize = 16;
+/// How many different clients in a row must get a value before it is taken for nobody's own
+/// (one person on two addresses is two clients: three make that unlikely).
+pub(crate) const SHARED_BY: usize = 3;
 
 /// Fields a response never carries to the client as they are: the connection's own
 /// (hop-by-hop, RFC 9110 section 7.6.1), which the server writes itself.
@@ -36,12 +40,12 @@ const HOP_BY_HOP: [&str; 8] = [
 struct Field {
     name: HeaderName,
     value: HeaderValue,
-    /// The client the value was last sent to.
-    client: IpAddr,
-    /// Two different clients got this same value: it is nobody's own.
-    shared: bool,
-    /// Its value changed from one learned response to the next: it is per response.
-    varies: bool,
+    /// The different clients that got this same value in a row (up to [`SHARED_BY`]: then it
+    /// is nobody's own).
+    clients: SmallVec<[IpAddr; SHARED_BY]>,
+    /// The tokens of its value (runs of letters and digits) seen to change from one learned
+    /// response to the next, as bits (all: the value itself changed shape): per response.
+    changing: u64,
 }
 
 /// What was learned of one route's (or rule's) real responses.
@@ -99,14 +103,21 @@ impl Shape {
                     break;
                 }
                 let before = self.fields.iter().filter(|f| f.name == name).nth(nth);
-                let (shared, varies) = match before {
+                let mut clients = SmallVec::new();
+                let changing = match before {
                     Some(before) if before.value == value => {
-                        (before.shared || before.client != seen.client, before.varies)
+                        clients.clone_from(&before.clients);
+                        before.changing
                     }
-                    Some(_) => (false, true),
-                    None => (false, false),
+                    Some(before) => {
+                        before.changing | synth::differing_tokens(before.value.as_bytes(), value.as_bytes())
+                    }
+                    None => 0,
                 };
-                fields.push(Field { name: name.clone(), value: value.clone(), client: seen.client, shared, varies });
+                if clients.len() < SHARED_BY && !clients.contains(&seen.client) {
+                    clients.push(seen.client);
+                }
+                fields.push(Field { name: name.clone(), value: value.clone(), clients, changing });
             }
         }
         self.fields = fields;
@@ -130,11 +141,12 @@ impl Shape {
     }
 
     /// Writes the learned fields into `headers` for a fake of `length` bytes of type
-    /// `content_type`, at `now`: `Date` now, `Content-Length` the fake's, `Content-Type` the
-    /// fake's; a value two clients were seen to get, as it is; a value that is presumably one
-    /// client's or one response's own (a cookie, an id: see [`synth::per_client`]), or that
-    /// changed between responses, made anew in its shape (a date moved as far from now as it was
-    /// from the real response); any other as it is.
+    /// `content_type`, at `now`: `Date` now, `Content-Length` and `Content-Type` the fake's; a
+    /// `Set-Cookie` with a value of its own ([`synth::cookie`]), always; a value that changed
+    /// between responses with its changing tokens made anew (a date moved as far from now as it
+    /// was); a value [`SHARED_BY`] clients in a row got, or of a field that describes the server
+    /// ([`synth::of_the_server`]), as it is; any other made anew in its shape (it may be one
+    /// client's own).
     pub(crate) fn write(
         &self,
         headers: &mut HeaderMap,
@@ -144,24 +156,29 @@ impl Shape {
         rng: &mut SplitMix,
     ) {
         for field in &self.fields {
-            let name = &field.name;
+            let (name, real) = (&field.name, field.value.as_bytes());
             let value = if name == header::DATE {
                 HeaderValue::from_str(&synth::date_now(now)).ok()
             } else if name == header::CONTENT_LENGTH {
                 Some(HeaderValue::from(length))
             } else if name == header::CONTENT_TYPE {
                 content_type.cloned()
-            } else if field.shared && !field.varies {
-                Some(field.value.clone())
             } else if name == header::SET_COOKIE {
-                HeaderValue::from_bytes(&synth::cookie(field.value.as_bytes(), self.learned_at, now, rng)).ok()
-            } else if field.varies || synth::per_client(name.as_str()) {
-                self.anew(&field.value, now, rng)
-            } else {
+                HeaderValue::from_bytes(&synth::cookie(real, self.learned_at, now, rng)).ok()
+            } else if field.clients.len() >= SHARED_BY && field.changing == 0 {
                 Some(field.value.clone())
+            } else if field.changing != 0 {
+                match field.value.to_str().ok().and_then(|text| synth::date_moved(text, self.learned_at, now)) {
+                    Some(date) => HeaderValue::from_str(&date).ok(),
+                    None => HeaderValue::from_bytes(&synth::tokens_anew(real, field.changing, rng)).ok(),
+                }
+            } else if synth::of_the_server(name.as_str()) {
+                Some(field.value.clone())
+            } else {
+                HeaderValue::from_bytes(&synth::same_shape(real, rng)).ok()
             };
             if let Some(value) = value {
-                headers.append(field.name.clone(), value);
+                headers.append(name.clone(), value);
             }
         }
         if let Some(content_type) = content_type
@@ -169,14 +186,6 @@ impl Shape {
         {
             headers.insert(header::CONTENT_TYPE, content_type.clone());
         }
-    }
-
-    /// A value made anew in the shape of `value`: a date moved, anything else [`synth::same_shape`].
-    fn anew(&self, value: &HeaderValue, now: SystemTime, rng: &mut SplitMix) -> Option<HeaderValue> {
-        if let Some(date) = value.to_str().ok().and_then(|text| synth::date_moved(text, self.learned_at, now)) {
-            return HeaderValue::from_str(&date).ok();
-        }
-        HeaderValue::from_bytes(&synth::same_shape(value.as_bytes(), rng)).ok()
     }
 }
 
@@ -210,15 +219,40 @@ mod tests {
     }
 
     #[test]
-    fn a_value_is_replayed_once_two_clients_got_it_and_made_anew_once_it_changes() {
+    fn a_value_is_replayed_once_three_clients_in_a_row_got_it_and_never_once_it_changed() {
         let mut shape = Shape::new(0);
-        shape.learn(&seen(&headers(&[("x-session-hint", "abc"), ("x-build", "b1")]), [192, 0, 2, 1]), 1);
-        assert_ne!(written(&shape)["x-session-hint"], "abc", "one client's value is not replayed");
-        assert_eq!(written(&shape)["x-build"], "b1");
-        shape.learn(&seen(&headers(&[("x-session-hint", "abc"), ("x-build", "b2")]), [192, 0, 2, 2]), 2);
-        assert_eq!(written(&shape)["x-session-hint"], "abc", "two clients got it: nobody's own");
-        assert_ne!(written(&shape)["x-build"], "b2", "it changed: per response");
-        assert_eq!(written(&shape)["x-build"].len(), 2);
+        let first = [("server", "nginx"), ("x-user", "alice@example.com"), ("x-build", "b1-7000001")];
+        shape.learn(&seen(&headers(&first), [192, 0, 2, 1]), 1);
+        let out = written(&shape);
+        assert_eq!(out["server"], "nginx", "it describes the server");
+        assert_ne!(out["x-user"], "alice@example.com", "one client's value is never another's");
+        assert_eq!(out["x-user"].len(), "alice@example.com".len());
+        let second = [("server", "nginx"), ("x-user", "alice@example.com"), ("x-build", "b1-8000002")];
+        shape.learn(&seen(&headers(&second), [192, 0, 2, 2]), 2);
+        assert_ne!(written(&shape)["x-user"], "alice@example.com", "one person may have two addresses");
+        shape.learn(&seen(&headers(&second), [192, 0, 2, 2]), 3);
+        assert_ne!(written(&shape)["x-user"], "alice@example.com", "the same client twice is one");
+        shape.learn(&seen(&headers(&second), [192, 0, 2, 3]), 4);
+        let out = written(&shape);
+        assert_eq!(out["x-user"], "alice@example.com", "three clients in a row got it: nobody's own");
+        let build = out["x-build"].to_str().unwrap();
+        assert!(build.starts_with("b1-") && build.len() == 10, "only the changing token is made anew: {build}");
+        // A value that changed is never replayed, whoever gets it next.
+        for client in 4..8 {
+            shape.learn(&seen(&headers(&second), [192, 0, 2, client]), u64::from(client) + 1);
+        }
+        assert_ne!(written(&shape)["x-build"], "b1-8000002");
+    }
+
+    #[test]
+    fn a_cookie_is_never_replayed() {
+        let mut shape = Shape::new(0);
+        for client in 1..=5 {
+            shape.learn(&seen(&headers(&[("set-cookie", "consent=yes123; Path=/")]), [192, 0, 2, client]), 1);
+        }
+        let cookie = written(&shape)["set-cookie"].to_str().unwrap().to_string();
+        assert!(cookie.starts_with("consent=") && cookie.ends_with("; Path=/"), "{cookie}");
+        assert_ne!(cookie, "consent=yes123; Path=/");
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Values a fake writes in place of a real response's: a random value shaped like a real one (a
-//! request id, a session cookie's value), a date moved to now, and which header fields hold
-//! such values. The randomness only has to look like an application's ids: a small
+//! request id, a session cookie's value), only the changing tokens of a value made anew, a date
+//! moved to now, and which header fields describe the server rather than the client. The randomness only has to look like an application's ids: a small
 //! [`SplitMix`] generator, seeded once per process.
 
 use std::hash::BuildHasher;
@@ -124,35 +124,111 @@ pub(crate) fn date_now(now: SystemTime) -> String {
     httpdate::fmt_http_date(now.max(SystemTime::UNIX_EPOCH + Duration::from_secs(1)))
 }
 
-/// Words in a header name that say its value is one client's own: a session, a token, a key.
-const PERSONAL: [&str; 10] =
-    ["cookie", "token", "csrf", "xsrf", "session", "auth", "secret", "signature", "password", "nonce"];
-
-/// Parts (between `-`) of a header name that say its value is new in every response: an id.
-const UNIQUE: [&str; 16] = [
-    "id",
-    "requestid",
-    "reqid",
-    "traceid",
-    "spanid",
-    "correlationid",
-    "uuid",
-    "guid",
-    "trace",
-    "traceparent",
-    "tracestate",
-    "span",
-    "ray",
-    "etag",
-    "correlation",
-    "uid",
+/// Fields that describe the server or the resource, never the client: their values are replayed
+/// from one client's response to another's (any other field's only once several clients got it).
+const OF_THE_SERVER: [&str; 27] = [
+    "server",
+    "content-type",
+    "content-language",
+    "content-encoding",
+    "cache-control",
+    "expires",
+    "pragma",
+    "vary",
+    "age",
+    "last-modified",
+    "accept-ranges",
+    "allow",
+    "alt-svc",
+    "via",
+    "x-powered-by",
+    "strict-transport-security",
+    "content-security-policy",
+    "content-security-policy-report-only",
+    "x-frame-options",
+    "x-content-type-options",
+    "x-xss-protection",
+    "referrer-policy",
+    "permissions-policy",
+    "cross-origin-opener-policy",
+    "cross-origin-embedder-policy",
+    "cross-origin-resource-policy",
+    "x-dns-prefetch-control",
 ];
 
-/// Whether the values of header `name` (lower case) are presumably one client's own or one
-/// response's own, and so never replayed to another client as they are, until two clients were
-/// seen to get the same value (`x-request-id`, `set-cookie`, `x-csrf-token`, `etag`, `cf-ray`).
-pub(crate) fn per_client(name: &str) -> bool {
-    PERSONAL.iter().any(|word| name.contains(word)) || name.split('-').any(|part| UNIQUE.contains(&part))
+/// Whether header `name` (lower case) describes the server or the resource (see
+/// [`OF_THE_SERVER`]).
+pub(crate) fn of_the_server(name: &str) -> bool {
+    OF_THE_SERVER.contains(&name)
+}
+
+/// The runs of letters and digits of `value` (its tokens), and whether `other` has the same
+/// bytes between them: then the tokens that differ, as bits (a token past the 63rd: all).
+pub(crate) fn differing_tokens(value: &[u8], other: &[u8]) -> u64 {
+    let (a, b) = (tokens(value), tokens(other));
+    if a.len() != b.len() || separators(value) != separators(other) {
+        return u64::MAX;
+    }
+    let mut mask = 0;
+    for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+        if value[x.clone()] != other[y.clone()] {
+            mask |= if i < 63 { 1 << i } else { u64::MAX };
+        }
+    }
+    mask
+}
+
+/// `value` with the tokens of `mask` (see [`differing_tokens`]) made anew in their shape.
+pub(crate) fn tokens_anew(value: &[u8], mask: u64, rng: &mut SplitMix) -> Vec<u8> {
+    if mask == u64::MAX {
+        return same_shape(value, rng);
+    }
+    let mut out = Vec::with_capacity(value.len());
+    let mut at = 0;
+    for (i, token) in tokens(value).into_iter().enumerate() {
+        out.extend_from_slice(&value[at..token.start]);
+        if i < 63 && mask & (1 << i) != 0 {
+            out.extend(same_shape(&value[token.clone()], rng));
+        } else {
+            out.extend_from_slice(&value[token.clone()]);
+        }
+        at = token.end;
+    }
+    out.extend_from_slice(&value[at..]);
+    out
+}
+
+fn tokens(value: &[u8]) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
+    let mut start = None;
+    for (i, b) in value.iter().enumerate() {
+        match (b.is_ascii_alphanumeric(), start) {
+            (true, None) => start = Some(i),
+            (false, Some(s)) => {
+                out.push(s..i);
+                start = None;
+            }
+            _ => {}
+        }
+    }
+    if let Some(s) = start {
+        out.push(s..value.len());
+    }
+    out
+}
+
+/// The bytes between the tokens, each token one 0 (two values with the same compare equal
+/// whatever their tokens' lengths).
+fn separators(value: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(value.len());
+    for b in value {
+        if !b.is_ascii_alphanumeric() {
+            out.push(*b);
+        } else if out.last() != Some(&0) {
+            out.push(0);
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -201,13 +277,18 @@ mod tests {
     }
 
     #[test]
-    fn ids_sessions_and_tokens_are_per_client() {
-        for name in ["x-request-id", "set-cookie", "x-csrf-token", "etag", "cf-ray", "x-amzn-requestid", "traceparent"]
-        {
-            assert!(per_client(name), "{name}");
-        }
-        for name in ["server", "content-type", "cache-control", "x-app-version", "vary", "x-powered-by"] {
-            assert!(!per_client(name), "{name}");
-        }
+    fn only_the_tokens_that_change_are_made_anew() {
+        let mut rng = SplitMix::seeded();
+        let (one, two) = (
+            &b"script-src 'nonce-4f2a9c'; object-src 'none'"[..],
+            &b"script-src 'nonce-77b01e'; object-src 'none'"[..],
+        );
+        let mask = differing_tokens(one, two);
+        assert_eq!(mask, 1 << 3, "the nonce alone (script, src, nonce, then it)");
+        let made = String::from_utf8(tokens_anew(two, mask, &mut rng)).unwrap();
+        assert!(made.starts_with("script-src 'nonce-") && made.ends_with("'; object-src 'none'"), "{made}");
+        assert_ne!(made.as_bytes(), two);
+        assert_eq!(differing_tokens(b"a-1", b"a.1"), u64::MAX, "another structure: all of it");
+        assert_eq!(differing_tokens(b"v1.2", b"v1.20"), 1 << 1, "a token's length may change");
     }
 }
