@@ -34,6 +34,10 @@ pub(crate) struct ProxyArgs {
     /// Also send the legacy X-RateLimit-Limit/Remaining/Reset headers.
     #[arg(long)]
     legacy_headers: bool,
+    /// Most shadow-ban fakes waiting at once for their route's latency; the others are answered
+    /// at once (0: every fake at once).
+    #[arg(long, value_name = "N", default_value_t = tollgate_tower::shadow::DEFAULT_MAX_WAITING)]
+    shadow_ban_max_waiting: usize,
     /// Terminate TLS on --listen with this PEM certificate chain (leaf first); needs --tls-key.
     /// The rules can then key on the client's TLS fingerprints, ja3 and ja4.
     #[arg(long, value_name = "FILE", requires = "tls_key")]
@@ -125,6 +129,7 @@ pub(crate) fn run(args: ProxyArgs) -> anyhow::Result<()> {
         options: tollgate_tower::Options {
             headers_on_allowed: args.headers_on_allowed,
             legacy_headers: args.legacy_headers,
+            shadow_ban_max_waiting: args.shadow_ban_max_waiting,
             // The proxy routes whatever the rules quarantine.
             routes: true,
             // Its own: `proxy::run` gives the listener's request timeout.

@@ -131,6 +131,8 @@ pub async fn run(
     // a wait the client may not sit out.
     let options = Options { request_timeout: Some(config.http.request_timeout), ..proxy.options };
     let layer = RateLimitLayer::from_engine(engine.clone(), options);
+    // Its shadow-ban fakes' metrics (`tollgate_shadow_ban_*`) beside the engine's.
+    layer.register_metrics(&mut registry);
     let upstream = Arc::new(upstream::Upstream { base, timeout: proxy.upstream_timeout });
     let (bounds, grace) = (config.http, config.shutdown_grace);
     let limits = proxy.limits;
