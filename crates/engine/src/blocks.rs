@@ -143,6 +143,18 @@ impl Blocks {
         dropped
     }
 
+    /// Ends `key`'s hold under `rule`, if any (a reset).
+    pub(crate) fn unblock(&self, rule: &str, key: &[u8]) {
+        let (index, fingerprint) = self.table.locate(rule, key);
+        let mut shard = self.table.shard(index);
+        if let Some(hold) = shard.remove(&fingerprint) {
+            self.held.fetch_sub(1, Ordering::AcqRel);
+            if !hold.enforced {
+                self.summaries[index].dry_run.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// The dry-run holds a full shard needs for a dry-run hold to make room in them.
     fn dry_run_room(&self) -> usize {
         self.per_shard.div_ceil(8)
@@ -329,6 +341,11 @@ mod tests {
         blocks.block("trial", b"t", 2_000, 100, true);
         summaries_hold(&blocks);
         blocks.block("trial", b"t", 2_000, 100, false);
+        summaries_hold(&blocks);
+        let held = blocks.len();
+        blocks.unblock("trial", b"t");
+        blocks.unblock("trial", b"t");
+        assert_eq!((blocks.until("trial", b"t", 100), blocks.len()), (None, held - 1), "ended once");
         summaries_hold(&blocks);
     }
 }
