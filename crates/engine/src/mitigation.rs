@@ -39,7 +39,7 @@ pub(crate) struct Route {
 pub(crate) type Routes = SmallVec<[Route; 2]>;
 
 /// A denial that lasts `wait`.
-fn denied(rule: &tollgate_rules::Rule, wait: u64) -> Decision {
+pub(crate) fn denied(rule: &tollgate_rules::Rule, wait: u64) -> Decision {
     Decision { allowed: false, limit: rule.limit.capacity(), remaining: 0, retry_after_ns: wait, reset_after_ns: wait }
 }
 

@@ -13,8 +13,9 @@
 //!   the engine then keeps it in its table too. On Redis: one more key read by the same script.
 //! - **Read by a peek** for the requests a rule only mitigates (its `mitigation.match` selects
 //!   requests its `match` does not: every request of an IP held after failed logins): one store
-//!   call of peeks (cost 0, charging nothing) before the request is counted, made only for such
-//!   rules, only for keys this engine does not already hold.
+//!   call ([`Store::held`]: on Redis one script call, on the memory store a table read) before
+//!   the request is counted, made only for such rules, only for keys this engine does not hold
+//!   already.
 //! - **Dry-run holds stay in this engine** (a rule on trial changes nothing an enforced rule
 //!   decides, on any node): its nodes each report what they saw go over.
 
@@ -24,7 +25,7 @@ use tollgate_rules::{Action, Plan, Request, Rules};
 use tollgate_store::{Check, Store};
 
 use crate::admission::Answer;
-use crate::mitigation::{Rates, Routes};
+use crate::mitigation::{Rates, Routes, denied};
 use crate::{Engine, Policy};
 
 /// Per rule, how its holds are read from the store.
@@ -115,15 +116,16 @@ impl<S: Store> Engine<S> {
                 Check::new(key, &policy.checked[rule], 0).scoped(&policy.rules.rules[rule].name).with_hold()
             })
             .collect();
-        let reserved = match self.store.reserve(&peeks).await {
-            Ok(reserved) => reserved,
+        let left = match self.store.held(&peeks).await {
+            Ok(left) => left,
             Err(error) => {
                 tracing::debug!(%error, "the store's holds could not be read: this node's alone apply");
                 return None;
             }
         };
-        for &i in &reserved.held {
-            let (Some(&(rule, key)), Some(&decision)) = (asked.get(i), reserved.decisions.get(i)) else { continue };
+        for (&(rule, key), left) in asked.iter().zip(left) {
+            let Some(left) = left.filter(|&left| left > 0) else { continue };
+            let decision = denied(&policy.rules.rules[rule], left);
             self.held_by_store(policy, rule, key, &decision);
             if let Some(answer) = self.held_answer(policy, (rule, key, decision), plan, rates, routes, held) {
                 return Some(answer);

@@ -319,4 +319,11 @@ impl Store for Backend {
             Backend::Redis(store, _) => store.hold(scope, key, hold_ns).await,
         }
     }
+
+    async fn held(&self, checks: &[Check<'_>]) -> Result<Vec<Option<u64>>, StoreError> {
+        match self {
+            Backend::Memory(store) => Ok(store.held_sync(checks)),
+            Backend::Redis(store, _) => store.held(checks).await,
+        }
+    }
 }

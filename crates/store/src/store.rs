@@ -184,6 +184,24 @@ pub trait Store: Send + Sync {
         async { Err(StoreError::Unsupported("this store keeps no holds".into())) }
     }
 
+    /// The rest of the live hold (ns) of each check's scope and key, `None` where there is none,
+    /// deciding and charging nothing (a request a rule only mitigates: is its key held?). By
+    /// default a [`reserve`](Self::reserve) of the checks as peeks asking for their holds (one
+    /// call; on Redis one script call, its key's states read besides).
+    fn held(&self, checks: &[Check<'_>]) -> impl Future<Output = Result<Vec<Option<u64>>, StoreError>> + Send {
+        async move {
+            let peeks: Vec<Check<'_>> = checks.iter().map(|c| Check { cost: 0, hold: true, ..*c }).collect();
+            let reserved = self.reserve(&peeks).await?;
+            let mut left = vec![None; checks.len()];
+            for &i in &reserved.held {
+                if let (Some(slot), Some(decision)) = (left.get_mut(i), reserved.decisions.get(i)) {
+                    *slot = Some(decision.retry_after_ns);
+                }
+            }
+            Ok(left)
+        }
+    }
+
     /// Whether every call decides in place: its future is ready on its first poll, never waits
     /// (the memory store). Callers may then decide without a task of their own (see
     /// `tollgate_engine::Engine::admit_now`). A store that says so must keep its word.
@@ -236,6 +254,10 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
 
     fn hold(&self, scope: &str, key: &[u8], hold_ns: u64) -> impl Future<Output = Result<(), StoreError>> + Send {
         (**self).hold(scope, key, hold_ns)
+    }
+
+    fn held(&self, checks: &[Check<'_>]) -> impl Future<Output = Result<Vec<Option<u64>>, StoreError>> + Send {
+        (**self).held(checks)
     }
 
     fn decides_in_place(&self) -> bool {

@@ -59,6 +59,12 @@ impl MemoryStore {
         until.checked_sub(now).filter(|&left| left > 0)
     }
 
+    /// [`Store::held`](crate::Store::held) without a future: the table read, no state.
+    pub fn held_sync(&self, checks: &[Check<'_>]) -> Vec<Option<u64>> {
+        let now = self.clock.now_ns();
+        checks.iter().map(|c| self.hold_left(&Check { hold: true, ..*c }, now)).collect()
+    }
+
     /// Drops the hold of `key` in `scope`, if any.
     pub(super) fn unhold(&self, scope: &str, key: &[u8]) {
         self.holds.remove(self.hold_fingerprint(scope, key));

@@ -416,6 +416,10 @@ impl Store for MemoryStore {
         Ok(())
     }
 
+    async fn held(&self, checks: &[Check<'_>]) -> Result<Vec<Option<u64>>, StoreError> {
+        Ok(self.held_sync(checks))
+    }
+
     fn decides_in_place(&self) -> bool {
         true
     }

@@ -34,6 +34,8 @@ pub enum Step {
     /// `reserve` of these checks, each asking for its hold or not, must answer these (allowed,
     /// remaining) in order, and the checks a hold denied with the rest of the hold (ns).
     Held(Vec<(&'static str, Limit, u64, bool)>, Vec<(bool, u64)>, Vec<(usize, u64)>),
+    /// `held` of these keys (under this limit) must answer the rest of each one's hold.
+    HoldLeft(Vec<&'static str>, Limit, Vec<Option<u64>>),
 }
 
 /// A named list of steps.
@@ -52,7 +54,7 @@ fn limit(algorithm: Algorithm, text: &str) -> Limit {
 /// Every case, for every algorithm.
 #[must_use]
 pub fn all() -> Vec<Case> {
-    use Step::{At, Carry, Check, CheckAll, CostError, Held, Hold, ReserveThenRefund, Reset};
+    use Step::{At, Carry, Check, CheckAll, CostError, Held, Hold, HoldLeft, ReserveThenRefund, Reset};
     let mut cases = Vec::new();
     for &a in &Algorithm::ALL {
         let three = limit(a, "3/s");
@@ -157,9 +159,11 @@ pub fn all() -> Vec<Case> {
                     vec![(1, 2 * SEC - SEC / 4)],
                 ),
                 Check("j", three.clone(), 0, (true, 3)),
+                HoldLeft(vec!["j", "k"], three.clone(), vec![None, Some(2 * SEC - SEC / 4)]),
                 Check("other", three.clone(), 0, (true, 3)),
                 Held(vec![("other", three.clone(), 1, true)], vec![(true, 2)], vec![]),
                 At(T0 + 2 * SEC),
+                HoldLeft(vec!["k"], three.clone(), vec![None]),
                 Held(vec![("k", three.clone(), 1, true)], vec![(true, 2)], vec![]),
             ],
         );
@@ -254,6 +258,12 @@ pub async fn run<S: Store>(store: &S, clock: &ManualClock, case: &Case, namespac
                 for &(i, left) in held {
                     assert_eq!(got.decisions[i].reset_after_ns, left, "{at}: the hold's reset");
                 }
+            }
+            Step::HoldLeft(keys, limit, expected) => {
+                let keys: Vec<String> = keys.iter().map(|k| key(k)).collect();
+                let checks: Vec<Check<'_>> = keys.iter().map(|k| Check::new(k.as_bytes(), limit, 1)).collect();
+                let left = store.held(&checks).await.unwrap_or_else(|e| panic!("{at}: {e}"));
+                assert_eq!(&left, expected, "{at}");
             }
             Step::ReserveThenRefund(k, limit, cost) => {
                 let key = key(k);
