@@ -473,6 +473,62 @@ async fn a_key_holding_something_else_fails_alone() {
     }
 }
 
+/// A call asking for holds without the keys they name, or with keys besides (the hold keys
+/// follow the markers, the lessees' key last: one missing shifts the others), or a hold flag that
+/// is neither 0 nor 1, or a hold script call without its key or with a bad length: each is a
+/// `TOLLGATE_ARGS` error naming what is wrong, never a hold silently skipped, another key read as
+/// a hold, or a Lua error on a nil key; and none writes anything.
+#[tokio::test]
+async fn a_malformed_hold_call_is_an_args_error_and_writes_nothing() {
+    let server = RedisServer::start();
+    let (decide, _) = tollgate_store::redis::program::eval_source();
+    let (hold, _) = tollgate_store::redis::program::entry_eval_source("hold");
+    let version = tollgate_store::redis::program::VERSION;
+    let header = |checks: &'static str| vec![version, "", "", "0", checks, "0", "0"];
+    let check = |flag: &'static str| ["gcra", "5", "1000000000", "5", "1", "200000000", "800000000", "1", flag];
+    let call = |script: &str, keys: &[&str], args: Vec<&str>| {
+        let numkeys = keys.len().to_string();
+        let mut cli = vec!["EVAL", script, &numkeys];
+        cli.extend(keys);
+        cli.extend(args);
+        server.cli(&cli)
+    };
+    let one = |flag| [header("1"), check(flag).to_vec()].concat();
+    let (decide, hold) = (decide.as_str(), hold.as_str());
+    let cases = [
+        ("one check, its hold key missing", decide, vec!["{k}"], one("1"), "hold key"),
+        (
+            "two checks, no hold keys",
+            decide,
+            vec!["{k}", "{k}:2"],
+            [header("2"), check("1").to_vec(), check("1").to_vec()].concat(),
+            "hold key",
+        ),
+        (
+            "a lease without its hold key (the lessees' key would be read as the hold)",
+            decide,
+            vec!["{k}", "{k}:lessees"],
+            [one("1"), vec!["node", "1000"]].concat(),
+            "keys",
+        ),
+        ("a key besides the hold key", decide, vec!["{k}", "{k}:hold", "{k}:extra"], one("1"), "keys"),
+        ("a hold key for a check asking for none", decide, vec!["{k}", "{k}:hold"], one("0"), "keys"),
+        ("a hold flag of 2", decide, vec!["{k}", "{k}:hold"], one("2"), "a check hold of 2"),
+        ("a hold without its key", hold, vec![], [header("0"), vec!["1000"]].concat(), "hold key"),
+        ("a hold of -1 ns", hold, vec!["{k}:hold"], [header("0"), vec!["-1"]].concat(), "a hold of -1 ns"),
+    ];
+    for (what, script, keys, args, says) in cases {
+        let reply = call(script, &keys, args);
+        assert!(reply.contains("TOLLGATE_ARGS") && reply.contains(says), "{what}: {reply}");
+    }
+    assert_eq!(server.cli(&["DBSIZE"]).trim(), "0", "a malformed call wrote something");
+    // The same calls well formed are answered (the cases above fail for what they name alone).
+    let reply = call(decide, &["{k}", "{k}:hold"], one("1"));
+    assert!(!reply.contains("ERR") && !reply.contains("TOLLGATE"), "{reply}");
+    let reply = call(hold, &["{k}:hold"], [header("0"), vec!["1000000000"]].concat());
+    assert!(!reply.contains("ERR") && !reply.contains("TOLLGATE"), "{reply}");
+}
+
 #[tokio::test]
 async fn server_time_decisions_and_the_longest_limits() {
     let server = RedisServer::start();

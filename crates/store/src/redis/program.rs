@@ -47,7 +47,7 @@ impl Script {
         Script::with_entry("decide")
     }
 
-    /// The script whose entry is the Lua function `entry` of the body (`decide`, `carry`).
+    /// The script whose entry is the Lua function `entry` of the body (`decide`, `carry`, `hold`).
     pub(crate) fn with_entry(entry: &str) -> Self {
         // What the script shares with the Rust side besides the layout, said once: how long a
         // charge's marker lives, and the largest running total a charge may carry.
@@ -165,6 +165,14 @@ impl Call {
 #[must_use]
 pub fn eval_source() -> (String, String) {
     let script = Script::new();
+    (script.eval, script.sha1)
+}
+
+/// The script of the Lua entry `entry` (`decide`, `carry`, `hold`) as `EVAL` runs it, and its
+/// SHA1 (for tests that call an entry directly).
+#[must_use]
+pub fn entry_eval_source(entry: &str) -> (String, String) {
+    let script = Script::with_entry(entry);
     (script.eval, script.sha1)
 }
 

@@ -101,12 +101,21 @@ local function held(key)
   return nil
 end
 
--- Whether check `i`'s hold applies (its CHECK_HOLD).
-local function holds(argv, i)
+-- Check `i`'s hold key (its CHECK_HOLD is 1: the key is KEYS[at]), or nil (0).
+local function hold_key(KEYS, argv, i, at)
   local flag = argv[HEADER_ARGS + (i - 1) * CHECK_ARGS + CHECK_HOLD]
-  if flag == '1' then return true end
-  if flag ~= '0' then error({ err = 'TOLLGATE_ARGS a check hold of ' .. tostring(flag) }) end
-  return false
+  if flag == '0' then return nil end
+  if flag ~= '1' then error({ err = 'TOLLGATE_ARGS a check hold of ' .. tostring(flag) }) end
+  if not KEYS[at] then error({ err = 'TOLLGATE_ARGS a check asking for its hold without its hold key' }) end
+  return KEYS[at]
+end
+
+-- A call naming other than the `want` keys its layout takes (a key missing would shift the ones
+-- after it: the lessees' key read as a hold) fails before anything is read or written.
+local function keys_are(KEYS, want)
+  if #KEYS ~= want then
+    error({ err = 'TOLLGATE_ARGS the call names ' .. #KEYS .. ' keys, its arguments take ' .. want })
+  end
 end
 
 -- The usual call, one check and nothing else: only what it needs (no tables of keys, charges or
@@ -131,7 +140,9 @@ end
 local function decide(KEYS, ARGV)
   begin(ARGV)
   if #ARGV == HEADER_ARGS + CHECK_ARGS and ARGV[ARG_CHECKS] == '1' and ARGV[ARG_CHARGES] == '0' and ARGV[ARG_REFUNDS] == '0' then
-    return decide_one(KEYS[1], ARGV, holds(ARGV, 1) and KEYS[2] or nil)
+    local hold = hold_key(KEYS, ARGV, 1, 2)
+    keys_are(KEYS, hold and 2 or 1)
+    return decide_one(KEYS[1], ARGV, hold)
   end
   local checks, charges, refunds = tonumber(ARGV[ARG_CHECKS]), tonumber(ARGV[ARG_CHARGES]), tonumber(ARGV[ARG_REFUNDS])
   local charges_at = HEADER_ARGS + checks * CHECK_ARGS
@@ -144,11 +155,10 @@ local function decide(KEYS, ARGV)
   -- The hold keys follow the markers, one per check whose hold applies; the lessees' key, last.
   local hold_of, hold_keys = {}, refund_marker + refunds
   for i = 1, checks do
-    if holds(ARGV, i) then
-      hold_keys = hold_keys + 1
-      hold_of[i] = KEYS[hold_keys]
-    end
+    hold_of[i] = hold_key(KEYS, ARGV, i, hold_keys + 1)
+    if hold_of[i] then hold_keys = hold_keys + 1 end
   end
+  keys_are(KEYS, hold_keys + (leasing and 1 or 0))
 
   local loaded, state, idle, algs = {}, {}, {}, {}
   local function current(key, p)

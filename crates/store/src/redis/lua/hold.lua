@@ -9,6 +9,7 @@
 -- Returns the server's now as seconds and nanoseconds.
 local function hold(KEYS, ARGV)
   begin(ARGV)
+  if #KEYS ~= 1 then error({ err = 'TOLLGATE_ARGS the hold script takes the hold key alone, not ' .. #KEYS .. ' keys' }) end
   local key = KEYS[1]
   local ns = tonumber(ARGV[HEADER_ARGS + HOLD_NS])
   if not ns or ns < 0 or ns ~= math.floor(ns) then
