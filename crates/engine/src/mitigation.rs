@@ -116,7 +116,8 @@ impl<S: Store> Engine<S> {
         };
         for (rule_index, key, _) in mitigating.iter() {
             let rule = &policy.rules.rules[rule_index];
-            let Some(until) = self.blocks.until(&rule.name, key, now) else { continue };
+            let enforcing = rule.action != Action::DryRun;
+            let Some(until) = self.blocks.until_for(&rule.name, key, now, enforcing) else { continue };
             let decision = denied(rule, until - now);
             if let Some(answer) = self.held_answer(policy, (rule_index, key, decision), plan, rates, routes, held) {
                 return Some(answer);

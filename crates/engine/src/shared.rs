@@ -103,7 +103,7 @@ impl<S: Store> Engine<S> {
             .filter(|&(rule, key, _)| {
                 policy.shares.mitigated.get(rule).copied().unwrap_or(false)
                     && !plan.iter().any(|(r, k, _)| r == rule && k == key)
-                    && self.blocks.until(&policy.rules.rules[rule].name, key, now).is_none()
+                    && self.blocks.until_for(&policy.rules.rules[rule].name, key, now, true).is_none()
             })
             .map(|(rule, key, _)| (rule, key))
             .collect();

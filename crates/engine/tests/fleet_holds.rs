@@ -73,12 +73,19 @@ async fn engines_sharing_a_memory_store_hold_a_key_as_one() {
 /// A node's Redis stack as `tollgate proxy` opens it (leases, failure policy, the store), on the
 /// test's manual clock, on `url` with `prefix`.
 fn redis_node(url: &str, prefix: &str, clock: &Arc<ManualClock>) -> Harness<Leased<Fallback<RedisStore>>> {
-    let options = RedisOptions {
-        prefix: prefix.into(),
-        time: TimeSource::Clock(clock.clone()),
-        timeout: Duration::from_secs(2),
-        ..RedisOptions::default()
-    };
+    redis_node_timed(url, prefix, clock, TimeSource::Clock(clock.clone()), RULES)
+}
+
+/// [`redis_node`] with `rules`, its decisions timed by `time`.
+fn redis_node_timed(
+    url: &str,
+    prefix: &str,
+    clock: &Arc<ManualClock>,
+    time: TimeSource,
+    rules: &str,
+) -> Harness<Leased<Fallback<RedisStore>>> {
+    let options =
+        RedisOptions { prefix: prefix.into(), time, timeout: Duration::from_secs(2), ..RedisOptions::default() };
     let redis = RedisStore::open(url, options).unwrap();
     let fallback = Fallback::with_options(
         redis,
@@ -86,7 +93,7 @@ fn redis_node(url: &str, prefix: &str, clock: &Arc<ManualClock>) -> Harness<Leas
         tollgate_store::fallback::FallbackOptions { clock: clock.clone(), ..Default::default() },
     );
     let store = Leased::new(fallback, LeaseOptions::default(), clock.clone());
-    build(store, clock.clone(), RULES, true)
+    build(store, clock.clone(), rules, true)
 }
 
 /// Before: node B let the login through (`proceed`): the hold lived only in node A's process.
@@ -123,6 +130,10 @@ async fn a_dry_run_hold_denies_nothing_on_another_node() {
     assert_eq!(b.outcome(&trial).await, "proceed");
     assert_eq!(b.counted("trial", "allowed"), 1, "node B decides it by the limit, which admits");
     assert_eq!(b.outcome(&post("/login").from(IP)).await, "proceed", "no enforced rule holds the IP");
+    // Node A's dry-run hold never reached the store.
+    let limit = a.engine.policy().rules.named("trial").unwrap().1.limit.clone();
+    let check = Check::new(IP.as_bytes(), &limit, 0).scoped("trial");
+    assert_eq!(store.held(&[check]).await.unwrap(), [None], "the store holds the dry-run rule's key");
 }
 
 /// A store-held key's denial charges nothing: the rule's state on node B is untouched while it
@@ -201,4 +212,102 @@ async fn a_hold_while_over_is_shared() {
     assert_eq!(answer(&b, &get("/").from(IP)).await, ("429:login".into(), secs(6)), "held until the window ends");
     a.advance(secs(6));
     assert_eq!(b.outcome(&get("/").from(IP)).await, "proceed");
+}
+
+/// On Redis's own time (the default), a hold ends when Redis's clock says: two nodes whose clocks
+/// are a year apart, both wrong, hold the key as one for the timeout. A hold whose end a node
+/// computed on its own clock would be over at once on the node behind, or last a year.
+#[tokio::test]
+async fn a_hold_on_redis_time_ends_by_redis_clock_whatever_the_nodes_clocks() {
+    // GCRA, 1 per 10 s: a second login at once is over whatever instant Redis is at.
+    let rules = RULES.replacen("limit = \"1/1s\"\nalgorithm = \"fixed-window\"", "limit = \"1/10s\"", 1);
+    let server = RedisServer::start();
+    let year = secs(365 * 86_400);
+    let (behind, ahead) = (clock(), clock());
+    ahead.advance(year);
+    let node = |clock: &Arc<ManualClock>| redis_node_timed(&server.url(), "time", clock, TimeSource::Server, &rules);
+    let (a, b) = (node(&behind), node(&ahead));
+    assert_eq!(a.outcomes(&post("/login").from(IP), 2).await, ["proceed", "429:login"]);
+    for (name, node) in [("node B, a year ahead", &b), ("a node a year behind", &node(&behind))] {
+        let (outcome, retry) = answer(node, &get("/").from(IP)).await;
+        assert_eq!(outcome, "429:login", "{name}");
+        assert!(retry > Duration::ZERO && retry <= secs(60), "{name}: held {retry:?}, not the rest of 60 s");
+    }
+}
+
+/// Redis failing while a node writes its hold: the node holds the key on its own (its table),
+/// as before holds were shared, and answers without an error; the hold is not in Redis (a node
+/// that did not see it go over decides by the limit).
+#[tokio::test]
+async fn a_hold_redis_cannot_take_still_holds_on_its_node() {
+    let mut server = RedisServer::start();
+    let clock = clock();
+    let a = redis_node(&server.url(), "outage", &clock);
+    server.kill();
+    // Both decided by the failure policy on A's own counts; the hold's write fails.
+    assert_eq!(a.outcomes(&post("/login").from(IP), 2).await, ["proceed", "429:login"]);
+    a.advance(secs(2));
+    assert_eq!(answer(&a, &get("/").from(IP)).await, ("429:login".into(), secs(58)), "A holds the IP");
+    assert_eq!(answer(&a, &post("/login").from(IP)).await, ("429:login".into(), secs(58)), "past login's window");
+    server.restart();
+    let b = redis_node(&server.url(), "outage", &clock);
+    assert_eq!(b.outcome(&get("/").from(IP)).await, "proceed", "Redis never took the hold");
+    assert_eq!(answer(&a, &get("/").from(IP)).await.0, "429:login", "A still holds it");
+}
+
+/// A rule's holds live under its name, as its counts do: across a reload that keeps the name,
+/// every node (one started after the reload too) still holds the key; a rule renamed or removed
+/// holds nothing any more, on any node (its old holds, unread, expire).
+#[tokio::test]
+async fn a_reload_keeps_a_rules_holds_under_its_name_alone() {
+    let clock = clock();
+    let store = Arc::new(memory(&clock));
+    let node = |rules: &str| build(store.clone(), clock.clone(), rules, true);
+    let (a, b) = (node(RULES), node(RULES));
+    assert_eq!(a.outcomes(&post("/login").from(IP), 2).await, ["proceed", "429:login"]);
+    assert_eq!(b.outcome(&get("/").from(IP)).await, "429:login");
+    // The same name, another limit: still held everywhere.
+    let wider = RULES.replacen("limit = \"1/1s\"", "limit = \"5/1s\"", 1);
+    let parse = |text: &str| tollgate_rules::Rules::parse(text, "test").unwrap();
+    a.engine.reload(parse(&wider));
+    b.engine.reload(parse(&wider));
+    a.advance(secs(2));
+    for (name, node) in [("A", &a), ("B", &b), ("a node started after", &node(&wider))] {
+        assert_eq!(answer(node, &get("/").from(IP)).await, ("429:login".into(), secs(58)), "{name}");
+    }
+    // Renamed: the hold stays with the old name, which nothing asks.
+    let renamed = RULES.replacen("name = \"login\"", "name = \"signin\"", 1);
+    a.engine.reload(parse(&renamed));
+    b.engine.reload(parse(&renamed));
+    for (name, node) in [("A", &a), ("B", &b), ("a node started after", &node(&renamed))] {
+        assert_eq!(node.outcome(&get("/").from(IP)).await, "proceed", "{name}");
+    }
+    // Removed: nothing holds the IP.
+    let removed = RULES.split("[[rules]]").nth(2).map(|trial| format!("[[rules]]{trial}")).unwrap();
+    a.engine.reload(parse(&removed));
+    assert_eq!(a.outcome(&get("/").from(IP)).await, "proceed");
+}
+
+/// A rule on trial promoted by a reload (`dry-run` to `reject`): the holds it recorded on trial,
+/// which never left their node, deny nothing there either, so the fleet still holds as one: every
+/// node decides the key by the limit and the store's holds.
+#[tokio::test]
+async fn a_dry_run_hold_denies_nothing_once_its_rule_enforces() {
+    let clock = clock();
+    let store = Arc::new(memory(&clock));
+    let node = || build(store.clone(), clock.clone(), RULES, true);
+    let (a, b) = (node(), node());
+    let trial = post("/trial").from(IP);
+    assert_eq!(a.outcomes(&trial, 2).await, ["proceed", "proceed"]);
+    assert_eq!(a.counted("trial", "dry_run"), 1, "node A would have held the IP 60 s");
+    let enforced = tollgate_rules::Rules::parse(&RULES.replacen("action = \"dry-run\"\n", "", 1), "test").unwrap();
+    a.engine.reload(enforced.clone());
+    b.engine.reload(enforced);
+    // A second on, in windows of their own: the limit admits, nothing holds the IP.
+    for (name, node) in [("node A", &a), ("node B", &b)] {
+        node.advance(secs(1));
+        assert_eq!(node.outcome(&trial).await, "proceed", "{name}");
+    }
+    assert_eq!(a.outcome(&trial).await, "429:trial", "over again: held, enforced");
+    assert_eq!(b.outcome(&get("/trial").from(IP)).await, "429:trial", "and on node B");
 }
