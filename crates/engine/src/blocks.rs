@@ -88,10 +88,19 @@ impl Blocks {
         self.held.load(Ordering::Acquire) > 0
     }
 
-    /// Until when `key` is mitigated under `rule`, if it is at `now`.
+    /// Until when `key` is mitigated under `rule`, if it is at `now`, whatever the hold's class.
+    #[cfg(test)]
     pub(crate) fn until(&self, rule: &str, key: &[u8], now: u64) -> Option<u64> {
+        self.until_for(rule, key, now, false)
+    }
+
+    /// Until when `key` is mitigated under `rule` as it is now, if it is at `now`: a rule that
+    /// enforces (`enforcing`) is not held by a hold it recorded while on trial (dry-run, before a reload made it enforce): that
+    /// hold never left this node, so no other node sharing the store would deny the key.
+    pub(crate) fn until_for(&self, rule: &str, key: &[u8], now: u64, enforcing: bool) -> Option<u64> {
         let (index, fingerprint) = self.table.locate(rule, key);
-        self.table.shard(index).get(&fingerprint).map(|hold| hold.until).filter(|&until| until > now)
+        let hold = self.table.shard(index).get(&fingerprint).copied()?;
+        (hold.until > now && (hold.enforced || !enforcing)).then_some(hold.until)
     }
 
     /// Mitigates `key` under `rule` (an `enforced` rule, or a dry-run one) until `until` (or
@@ -141,6 +150,18 @@ impl Blocks {
         hold.until = hold.until.max(until);
         summary.soonest.fetch_min(hold.until, Ordering::Relaxed);
         dropped
+    }
+
+    /// Ends `key`'s hold under `rule`, if any (a reset).
+    pub(crate) fn unblock(&self, rule: &str, key: &[u8]) {
+        let (index, fingerprint) = self.table.locate(rule, key);
+        let mut shard = self.table.shard(index);
+        if let Some(hold) = shard.remove(&fingerprint) {
+            self.held.fetch_sub(1, Ordering::AcqRel);
+            if !hold.enforced {
+                self.summaries[index].dry_run.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
     }
 
     /// The dry-run holds a full shard needs for a dry-run hold to make room in them.
@@ -330,5 +351,25 @@ mod tests {
         summaries_hold(&blocks);
         blocks.block("trial", b"t", 2_000, 100, false);
         summaries_hold(&blocks);
+        let held = blocks.len();
+        blocks.unblock("trial", b"t");
+        blocks.unblock("trial", b"t");
+        assert_eq!((blocks.until("trial", b"t", 100), blocks.len()), (None, held - 1), "ended once");
+        summaries_hold(&blocks);
+    }
+
+    /// A hold recorded on trial is not in force for its rule once that enforces; an enforced
+    /// hold is, whatever the rule is now; and the rule's next hold, enforced, is.
+    #[test]
+    fn a_dry_run_hold_is_not_in_force_for_a_rule_enforcing() {
+        let blocks = Blocks::new(16);
+        blocks.block("trial", b"t", 1_000, 100, false);
+        assert_eq!(blocks.until_for("trial", b"t", 100, false), Some(1_000), "on trial: reported");
+        assert_eq!(blocks.until_for("trial", b"t", 100, true), None, "enforcing: not held");
+        blocks.block("login", b"t", 1_000, 100, true);
+        assert_eq!(blocks.until_for("login", b"t", 100, true), Some(1_000));
+        assert_eq!(blocks.until_for("login", b"t", 100, false), Some(1_000), "reloaded to dry-run: reported");
+        blocks.block("trial", b"t", 2_000, 100, true);
+        assert_eq!(blocks.until_for("trial", b"t", 100, true), Some(2_000), "held anew, enforced");
     }
 }

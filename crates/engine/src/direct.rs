@@ -114,8 +114,12 @@ impl<S: Store> Engine<S> {
         Ok((decision, limit))
     }
 
-    /// Forgets the state of `key` in `scope` under `limit`'s algorithm.
+    /// Forgets the state of `key` in `scope` under `limit`'s algorithm, and its hold in `scope`
+    /// (a rule's name): in the store, and in this engine's table (another engine sharing the store
+    /// keeps the hold it knows until it ends).
     pub async fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> Result<(), StoreError> {
+        self.blocks.unblock(scope, key);
+        self.metrics.blocked.set(i64::try_from(self.blocks.len()).unwrap_or(i64::MAX));
         self.counted(self.store.reset(scope, key, limit).await)
     }
 }

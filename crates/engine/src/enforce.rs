@@ -116,7 +116,9 @@ impl<S: Store> Engine<S> {
                 .zip(&shapers)
                 .map(|(a, shaper)| {
                     let limit = shaper.as_ref().unwrap_or(&policy.checked[a.rule]);
-                    Check::new(a.key, limit, a.cost).scoped(&policy.rules.rules[a.rule].name)
+                    let check = Check::new(a.key, limit, a.cost).scoped(&policy.rules.rules[a.rule].name);
+                    // A rule with a timeout: its hold, read in the same call (see `shared`).
+                    if policy.shares.counted(a.rule) { check.with_hold() } else { check }
                 })
                 .collect();
             let reserved = match self.counted(self.store.reserve(&checks).await) {
@@ -125,6 +127,9 @@ impl<S: Store> Engine<S> {
             };
             let decisions = &reserved.decisions;
             let over = |i: &usize| !decisions[*i].allowed;
+            // Over by a hold in the store (put there by this engine or another): kept in this
+            // engine's table, not held anew.
+            let by_hold = |i: usize| reserved.is_held(i);
 
             // The first rule over its limit that does not route acts; the request goes no further.
             // A refusal not owed to the key being over (reservations in flight under a
@@ -134,6 +139,9 @@ impl<S: Store> Engine<S> {
             let refusing = |i: &usize| over(i) && !self.routes_for(policy, enforced[*i].rule);
             let not_over = |i: &usize| {
                 let (applies, decision) = (&enforced[*i], decisions[*i]);
+                if by_hold(*i) {
+                    return None;
+                }
                 if self.only_in_flight(policy, applies, &decision) {
                     return Some(busy(decision));
                 }
@@ -141,7 +149,7 @@ impl<S: Store> Engine<S> {
             };
             if let Some(i) = (0..enforced.len()).filter(refusing).find(|i| not_over(i).is_none()) {
                 let applies = enforced[i];
-                let decision = self.over(policy, applies.rule, applies.key, decisions[i], applies.cost);
+                let decision = self.went_over(policy, applies, decisions[i], by_hold(i)).await;
                 return (Admission::Answer(self.mitigate(policy, applies.rule, decision, applies.rate)), false);
             }
             if let Some((i, decision)) = (0..enforced.len()).filter(refusing).find_map(|i| Some((i, not_over(&i)?))) {
@@ -158,7 +166,7 @@ impl<S: Store> Engine<S> {
                     } else {
                         let decision = match not_over(&i) {
                             Some(decision) => decision,
-                            None => self.over(policy, applies.rule, applies.key, *decision, applies.cost),
+                            None => self.went_over(policy, *applies, *decision, by_hold(i)).await,
                         };
                         routes.push(Route { rule: applies.rule, decision, rate: applies.rate });
                     }
@@ -195,6 +203,17 @@ impl<S: Store> Engine<S> {
         }
     }
 
+    /// `applies` was refused as over by `decision`: a hold the store answered (`by_hold`) is kept
+    /// in this engine's table; otherwise the key is held anew ([`over`](Self::over)). The
+    /// decision to answer with.
+    async fn went_over(&self, policy: &Policy, applies: Applies<'_>, decision: Decision, by_hold: bool) -> Decision {
+        if by_hold {
+            self.held_by_store(policy, applies.rule, applies.key, &decision);
+            return decision;
+        }
+        self.over(policy, applies.rule, applies.key, decision, applies.cost).await
+    }
+
     /// Checks a dry-run rule on its own; `flagged`: already logged as over its `when_rate_above`.
     /// The decision it would have made, if the store gave one. Refused only because of the
     /// reservations in flight, it would not have been over: logged, nothing held.
@@ -214,7 +233,7 @@ impl<S: Store> Engine<S> {
                 let decision = if self.only_in_flight(policy, &applied, &refused) {
                     busy(refused)
                 } else {
-                    self.over(policy, applied.rule, applied.key, refused, applied.cost)
+                    self.over(policy, applied.rule, applied.key, refused, applied.cost).await
                 };
                 if !flagged {
                     self.dry_run(policy, applied.rule, applied.key, applied.rate);

@@ -7,8 +7,11 @@
 //! 1. **the measured rates** of the rules that ask for them ([`rates`]: an EWMA per key on the
 //!    real elapsed time, bounded, a top-k; [`Engine::top`]);
 //! 2. **mitigations in force**: a key a rule holds (for its `timeout`, or while over for a
-//!    `mitigation.match` wider than its `match`) is answered by the rule's action at once
-//!    (`blocks`: bounded, sharded, skipped until a first hold);
+//!    `mitigation.match` wider than its `match`) is answered by the rule's action at once. An
+//!    enforced rule's holds live in the store, beside its counts ([`Store::hold`]), so that every
+//!    engine sharing the store holds the key as one; this engine's own table (`blocks`: bounded,
+//!    sharded, skipped until a first hold) answers the holds it knows without asking the store
+//!    (see `shared`);
 //! 3. **the plan**: the rules that count the request, each with its key and cost (or a 400 for a
 //!    bad cost header, or a missing key part under `on_missing = "reject"`), and the keys over
 //!    their `when_rate_above`;
@@ -45,6 +48,7 @@ pub mod reload;
 pub mod render;
 mod settle;
 mod sharded;
+mod shared;
 mod waiting;
 
 use std::future::Future;
@@ -101,6 +105,8 @@ pub struct Policy {
     in_flight: Arc<settle::InFlight>,
     /// Per rule, the limits its keys' use is carried from after a reload changed its algorithm.
     carries: carry::Carries,
+    /// Per rule, how its holds are read from the store (see `shared`).
+    shares: shared::Shares,
 }
 
 /// A rule that applies to the request, with its key (borrowed from the plan), cost and the key's
@@ -247,6 +253,7 @@ impl Policy {
         let uses_fingerprints = rules.rules.iter().any(|r| {
             r.key.iter().any(|k| matches!(k, tollgate_rules::Characteristic::Ja3 | tollgate_rules::Characteristic::Ja4))
         });
+        let shares = shared::Shares::of(&rules);
         Policy {
             measures,
             uses_fingerprints,
@@ -259,6 +266,7 @@ impl Policy {
             names,
             in_flight: in_flight.clone(),
             carries,
+            shares,
         }
     }
 }
@@ -402,8 +410,15 @@ impl<S: Store> Engine<S> {
         // Dry-run rules holding the key: logged, and not asked again.
         let mut held = Routes::new();
 
-        // 1. Mitigations in force.
+        // 1. Mitigations in force: in this engine's table, then in the store (boxed: only rules
+        // mitigating beyond their `match` ask it, and inline it would grow every request's future).
         if let Some(answer) = self.in_force(policy, request, plan, &rates, &mut routes, &mut held) {
+            return Admission::Answer(answer);
+        }
+        if policy.shares.peeks
+            && let Some(request) = request
+            && let Some(answer) = Box::pin(self.in_store(policy, request, plan, &rates, &mut routes, &mut held)).await
+        {
             return Admission::Answer(answer);
         }
 
@@ -413,7 +428,7 @@ impl<S: Store> Engine<S> {
             return Admission::Answer(Answer::BadRequest(error.0));
         }
         let mut flagged = SmallVec::new();
-        if let Some(answer) = self.over_rate(policy, plan, &rates, &mut flagged, &mut routes, &held) {
+        if let Some(answer) = self.over_rate(policy, plan, &rates, &mut flagged, &mut routes, &held).await {
             return Admission::Answer(answer);
         }
         if routes.is_empty() && plan.is_empty() {
@@ -430,7 +445,7 @@ impl<S: Store> Engine<S> {
             let check =
                 Check::new(one.key, &policy.checked[one.rule], one.cost).scoped(&policy.rules.rules[one.rule].name);
             let decided = self.counted(self.store.check_one(check).await);
-            return self.admit_one(policy, one, decided, rate(&rates, 0));
+            return self.admit_one(policy, one, decided, rate(&rates, 0)).await;
         }
 
         // 3. Dry-run rules on their own (never blocking); the others all or nothing. Boxed:
@@ -440,7 +455,7 @@ impl<S: Store> Engine<S> {
     }
 
     /// The admission of a request counted by a single rule (see [`single`]), once decided.
-    fn admit_one(
+    async fn admit_one(
         &self,
         policy: &Policy,
         one: Applies<'_>,
@@ -453,7 +468,7 @@ impl<S: Store> Engine<S> {
                 Admission::Proceed(Proceed { tightest: Some((one.rule, decision)), ..Proceed::free() })
             }
             Ok(decision) => {
-                let decision = self.over(policy, one.rule, one.key, decision, one.cost);
+                let decision = self.over(policy, one.rule, one.key, decision, one.cost).await;
                 Admission::Answer(self.mitigate(policy, one.rule, decision, rate))
             }
             Err(error) => self.store_failed(policy, &[one], &error, Pending::default()),

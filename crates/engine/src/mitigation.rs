@@ -39,7 +39,7 @@ pub(crate) struct Route {
 pub(crate) type Routes = SmallVec<[Route; 2]>;
 
 /// A denial that lasts `wait`.
-fn denied(rule: &tollgate_rules::Rule, wait: u64) -> Decision {
+pub(crate) fn denied(rule: &tollgate_rules::Rule, wait: u64) -> Decision {
     Decision { allowed: false, limit: rule.limit.capacity(), remaining: 0, retry_after_ns: wait, reset_after_ns: wait }
 }
 
@@ -85,13 +85,14 @@ impl<S: Store> Engine<S> {
         self.routes && matches!(policy.rules.rules[rule].action, Action::Route { .. })
     }
 
-    /// The answer of a mitigation in force for `request` (a key a rule holds, see
-    /// [`over`](Self::over)), if any; route rules are added to `routes` (the request is still
-    /// charged to the other rules), dry-run rules are logged and added to `held` (their limit is
-    /// not asked: enforced, they would answer the request, charging nothing). `plan` and `rates`
-    /// are the counting plan's: a key held only while over (no `timeout`) is not held for the
-    /// requests its rule counts, which the limit decides itself.
+    /// The answer of a mitigation in force in this engine's table for `request` (a key a rule
+    /// holds, see [`over`](Self::over)), if any; route rules are added to `routes` (the request is
+    /// still charged to the other rules), dry-run rules are logged and added to `held` (their
+    /// limit is not asked: enforced, they would answer the request, charging nothing). `plan` and
+    /// `rates` are the counting plan's: a key held only while over (no `timeout`) is not held for
+    /// the requests its rule counts, which the limit decides itself.
     /// `request`: none for a caller naming a rule and key, whose mitigating plan is `plan`.
+    /// The store's holds are asked next (`shared`).
     pub(crate) fn in_force(
         &self,
         policy: &Policy,
@@ -115,32 +116,52 @@ impl<S: Store> Engine<S> {
         };
         for (rule_index, key, _) in mitigating.iter() {
             let rule = &policy.rules.rules[rule_index];
-            let Some(until) = self.blocks.until(&rule.name, key, now) else { continue };
-            let counted = plan.iter().position(|(r, k, _)| r == rule_index && k == key);
-            if rule.timeout_ns == 0 && counted.is_some() {
-                continue;
-            }
-            let rate = counted.and_then(|i| rate(rates, i));
+            let enforcing = rule.action != Action::DryRun;
+            let Some(until) = self.blocks.until_for(&rule.name, key, now, enforcing) else { continue };
             let decision = denied(rule, until - now);
-            if rule.action == Action::DryRun {
-                self.dry_run(policy, rule_index, key, rate);
-                held.push(Route { rule: rule_index, decision, rate });
-                continue;
+            if let Some(answer) = self.held_answer(policy, (rule_index, key, decision), plan, rates, routes, held) {
+                return Some(answer);
             }
-            if self.routes_for(policy, rule_index) {
-                routes.push(Route { rule: rule_index, decision, rate });
-                continue;
-            }
-            return Some(self.mitigate(policy, rule_index, decision, rate));
         }
         None
+    }
+
+    /// The answer of rule `rule`'s hold of `key` (`decision`: until its end) for a request
+    /// counted by `plan` with `rates`, if it ends the request; otherwise the rule is added to
+    /// `routes` or (dry-run, logged) to `held`, or left alone (a hold while over of a key the rule
+    /// counts: its limit decides).
+    pub(crate) fn held_answer(
+        &self,
+        policy: &Policy,
+        (rule_index, key, decision): (usize, &[u8], Decision),
+        plan: &Plan,
+        rates: &Rates,
+        routes: &mut Routes,
+        held: &mut Routes,
+    ) -> Option<Answer> {
+        let rule = &policy.rules.rules[rule_index];
+        let counted = plan.iter().position(|(r, k, _)| r == rule_index && k == key);
+        if rule.timeout_ns == 0 && counted.is_some() {
+            return None;
+        }
+        let rate = counted.and_then(|i| rate(rates, i));
+        if rule.action == Action::DryRun {
+            self.dry_run(policy, rule_index, key, rate);
+            held.push(Route { rule: rule_index, decision, rate });
+            return None;
+        }
+        if self.routes_for(policy, rule_index) {
+            routes.push(Route { rule: rule_index, decision, rate });
+            return None;
+        }
+        Some(self.mitigate(policy, rule_index, decision, rate))
     }
 
     /// The rules of `plan` whose key is over their `when_rate_above`: the first reject or
     /// shadow-ban answers the request (its limit is not asked); route rules are added to
     /// `routes`; dry-run ones are logged, and their plan positions added to `flagged` so that they
     /// are not logged twice (those `held` already were).
-    pub(crate) fn over_rate(
+    pub(crate) async fn over_rate(
         &self,
         policy: &Policy,
         plan: &Plan,
@@ -162,7 +183,7 @@ impl<S: Store> Engine<S> {
             let target = (above - measured.per_unit * cost as f64).max(above / 2.0);
             #[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation, clippy::cast_sign_loss)]
             let wait = ((measured.rate / target).log2() * rule.rate_half_life_ns as f64).ceil() as u64;
-            let decision = self.over(policy, rule_index, key, denied(rule, wait), 1);
+            let decision = self.over(policy, rule_index, key, denied(rule, wait), 1).await;
             if rule.action == Action::DryRun {
                 self.dry_run(policy, rule_index, key, Some(measured.rate));
                 flagged.push(i);
@@ -185,7 +206,16 @@ impl<S: Store> Engine<S> {
     /// (otherwise the limit itself says when the key is over: nothing is held, no lookup is
     /// paid). Reported limited by [`top`](Self::top) meanwhile. The decision to answer with: the
     /// whole hold when the timeout outlasts the limit's wait (the next answers say the same).
-    pub(crate) fn over(&self, policy: &Policy, rule: usize, key: &[u8], decision: Decision, cost: u64) -> Decision {
+    /// An enforced rule's hold is put in the store too, before the request is answered (see
+    /// `shared`): every engine on the store holds the key from then on.
+    pub(crate) async fn over(
+        &self,
+        policy: &Policy,
+        rule: usize,
+        key: &[u8],
+        decision: Decision,
+        cost: u64,
+    ) -> Decision {
         let (r, wait) = (&policy.rules.rules[rule], decision.retry_after_ns);
         let hold = if r.timeout_ns > 0 {
             r.timeout_ns.max(wait)
@@ -200,6 +230,9 @@ impl<S: Store> Engine<S> {
             let dropped = self.blocks.block(&r.name, key, now.saturating_add(hold), now, enforced);
             self.metrics.blocks_dropped.inc_by(dropped);
             self.metrics.blocked.set(i64::try_from(self.blocks.len()).unwrap_or(i64::MAX));
+            if enforced {
+                self.share_hold(&r.name, key, hold).await;
+            }
         }
         self.rates.limited(&r.name, key, now.saturating_add(r.timeout_ns.max(wait)));
         if r.timeout_ns > wait { denied(r, r.timeout_ns) } else { decision }

@@ -3,11 +3,12 @@
 //! in the dry-run rules' holds), and a dry-run rule never drops an enforced rule's hold. Each
 //! test puts `victim` over the `login` rule (held 60 s), floods the table with another rule's
 //! holds on keys a client chooses, and checks that `victim` is still held once `login`'s own
-//! limit would admit it again.
+//! limit would admit it again. The store keeps no holds here ([`NoHolds`]): the table alone holds
+//! (a store that keeps them holds every key besides: see `fleet_holds.rs`).
 
 mod support;
 
-use support::{Harness, holding, ms, post, secs};
+use support::{Harness, NoHolds, holding, ms, post, secs};
 
 /// Each test's table: 10 holds a shard, so that a flood of 2,000 keys fills every shard.
 const MAX_BLOCKS: usize = 160;
@@ -26,7 +27,7 @@ fn rules(action: &str) -> String {
 /// Puts `victim` over `login`, then `keys` keys over the flood rule (each sent twice, the second
 /// over: held an hour from then; a millisecond between keys, as on a real clock), then moves past
 /// `login`'s own window.
-async fn victim_then_flood(h: &Harness, keys: u32) {
+async fn victim_then_flood(h: &Harness<NoHolds>, keys: u32) {
     let victim = post("/login").from("198.51.100.9");
     assert_eq!(h.outcomes(&victim, 2).await, ["proceed", "429:login"]);
     for i in 0..keys {

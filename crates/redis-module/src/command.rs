@@ -74,6 +74,9 @@ pub(crate) fn parse(argv: &[&[u8]]) -> Result<Parsed, String> {
         return Err("TOLLGATE_ARGS tollgate.check decides one check, no charges or refunds".into());
     }
     let limit = HEADER_ARGS;
+    if at(limit + CHECK_HOLD) != b"0" {
+        return Err("TOLLGATE_ARGS tollgate.check reads no holds: use the script".into());
+    }
     let name = at(limit + LIMIT_ALGORITHM);
     if !algorithms::decided_natively(name) {
         return Err("TOLLGATE_UNSUPPORTED tollgate.check does not decide this algorithm: use the script".into());
@@ -183,8 +186,8 @@ mod tests {
         parse(&owned.iter().map(Vec::as_slice).collect::<Vec<_>>())
     }
 
-    const GOOD: [&str; 15] = [
-        "3",
+    const GOOD: [&str; 16] = [
+        "4",
         "",
         "",
         "0",
@@ -199,6 +202,7 @@ mod tests {
         "2000000000",
         "60000000000",
         "1",
+        "0",
     ];
 
     #[test]
@@ -214,7 +218,7 @@ mod tests {
     /// another arity: an error naming what is wrong, never a panic or a huge allocation.
     #[test]
     fn hostile_values_are_refused() {
-        let cases: [(usize, &str, &str); 10] = [
+        let cases: [(usize, &str, &str); 11] = [
             (11, "1000000000000", "slices"),
             (11, "0", "slices"),
             (9, "999999999999999999999999999999", "period"),
@@ -225,6 +229,7 @@ mod tests {
             (0, "2", "TOLLGATE_VERSION"),
             (7, "leaky-meter", "TOLLGATE_UNSUPPORTED"),
             (4, "2", "one check"),
+            (15, "1", "no holds"),
         ];
         for (index, value, says) in cases {
             let mut values = GOOD;
@@ -235,6 +240,6 @@ mod tests {
             let error = parsed(&values).unwrap_err();
             assert!(error.contains(says), "{value} at {index}: {error}");
         }
-        assert!(parsed(&GOOD[..14]).unwrap_err().contains("takes a key and 15 values"));
+        assert!(parsed(&GOOD[..15]).unwrap_err().contains("takes a key and 16 values"));
     }
 }

@@ -4,7 +4,7 @@
 
 macro_rules! version {
     () => {
-        "3"
+        "4"
     };
 }
 
@@ -45,8 +45,10 @@ layout! {
     LIMIT_EMISSION = 6;
     LIMIT_TOLERANCE = 7;
     LIMIT_COST = 8;
-    /// A check is its limit and cost.
-    CHECK_ARGS = 8;
+    /// A check is its limit and cost, then whether its scope's hold on its key applies (1: the key
+    /// of that hold follows the call's markers in KEYS; 0: none).
+    CHECK_HOLD = 9;
+    CHECK_ARGS = 9;
     /// A charge: its limit and cost, then its age, origin (node, running total), what the sender knew
     /// (remaining, the snapshot it follows from: instant, used, previous) and whether that is a view.
     CHARGE_AGE = 9;
@@ -66,10 +68,13 @@ layout! {
     LEASE_LESSEE = 1;
     LEASE_LIFETIME = 2;
     LEASE_ARGS = 2;
-    /// Integers per check in the reply (allowed, limit, remaining, retry, reset, used, previous);
-    /// the server's now (seconds, nanoseconds) follows them, then a lease's two.
+    /// Integers per check in the reply (allowed: 1, 0, or 2 when denied by a live hold; limit,
+    /// remaining, retry, reset, used, previous); the server's now (seconds, nanoseconds) follows
+    /// them, then a lease's two.
     REPLY_CHECK = 7;
     REPLY_NOW = 2;
     /// A lease's two (units granted, lessees) end the reply.
     LEASE_REPLY = 2;
+    /// The hold script's value after the header: the hold's length in ns.
+    HOLD_NS = 1;
 }

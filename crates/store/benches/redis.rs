@@ -79,10 +79,11 @@ fn raw(server: &RedisServer, function: &str, key: &str, limit: &Limit, spread: b
         limit.emission_interval_ns(),
         limit.tolerance_ns(),
         1,
+        0,
     ]
     .map(|n| n.to_string());
-    // The layout's version, now from TIME, no TTL margin, one check, no charges, no refunds (see
-    // the store's `program.rs`).
+    // The layout's version, now from TIME, no TTL margin, one check, no charges, no refunds; the
+    // check's limit, its cost, and no hold (see the store's `program.rs`).
     command.args([
         "FCALL",
         function,

@@ -90,6 +90,8 @@ pub struct BackendOptions {
 
 /// Any of the stores a configuration names.
 #[derive(Debug)]
+// Made once per process and shared: its size moves nothing on the hot path.
+#[allow(clippy::large_enum_variant)]
 pub enum Backend {
     /// The embedded store.
     Memory(MemoryStore),
@@ -305,6 +307,23 @@ impl Store for Backend {
         match self {
             Backend::Memory(store) => store.carry_sync(scope, key, from, to),
             Backend::Redis(store, _) => store.carry(scope, key, from, to).await,
+        }
+    }
+
+    async fn hold(&self, scope: &str, key: &[u8], hold_ns: u64) -> Result<(), StoreError> {
+        match self {
+            Backend::Memory(store) => {
+                store.hold_sync(scope, key, hold_ns);
+                Ok(())
+            }
+            Backend::Redis(store, _) => store.hold(scope, key, hold_ns).await,
+        }
+    }
+
+    async fn held(&self, checks: &[Check<'_>]) -> Result<Vec<Option<u64>>, StoreError> {
+        match self {
+            Backend::Memory(store) => Ok(store.held_sync(checks)),
+            Backend::Redis(store, _) => store.held(checks).await,
         }
     }
 }

@@ -69,5 +69,5 @@ pub use memory::{MemoryStore, MemoryStoreBuilder};
 #[cfg(feature = "redis")]
 pub use redis::{RedisOptions, RedisStore, RedisTarget, TimeSource, TlsConfig};
 pub use remote::{Charge, Domain, Remote, Reply};
-pub use store::{Check, Refund, Reserved, Store, all_allowed};
+pub use store::{Check, MAX_HOLD_NS, Refund, Reserved, Store, all_allowed, held_decision};
 pub use tollgate_core::{Algorithm, Clock, Decision, Limit, ManualClock, SystemClock};

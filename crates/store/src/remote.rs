@@ -133,6 +133,8 @@ pub struct Decided {
     /// give-back that failed may have run: it is not tried again). The caller's to keep, or to
     /// give back with a refund.
     pub consumed: bool,
+    /// Whether a live hold denied it (see [`Check::hold`]).
+    pub held: bool,
 }
 
 /// What a remote answers to [`Remote::decide`].
@@ -144,6 +146,16 @@ pub struct Reply {
     pub snapshots: Vec<Snapshot>,
     /// The remote's now, in ns since the epoch.
     pub now_ns: u64,
+    /// The checks denied by a live hold (see [`Check::hold`]), by index, ascending.
+    pub held: Vec<usize>,
+}
+
+impl Reply {
+    /// Decisions and snapshots at `now_ns`, none of them by a hold.
+    #[must_use]
+    pub fn new(decisions: Vec<Decision>, snapshots: Vec<Snapshot>, now_ns: u64) -> Self {
+        Reply { decisions, snapshots, now_ns, held: Vec::new() }
+    }
 }
 
 /// A fault domain: the server a key's calls go to now, named by its address (`""` for a remote

@@ -20,13 +20,19 @@ pub struct Check<'a> {
     pub limit: &'a Limit,
     /// The cost of the request under this limit (0 peeks).
     pub cost: u64,
+    /// Whether a hold on this scope and key ([`Store::hold`]) applies to this check: a live one
+    /// denies it, and so the whole request (nothing is charged anywhere), its decision giving the
+    /// rest of the hold as its retry, and [`Reserved::held`] naming it. Read in the same call as
+    /// the decision (on Redis, one more key read by the same script). Ignored in charges and
+    /// refunds.
+    pub hold: bool,
 }
 
 impl<'a> Check<'a> {
     /// An ad-hoc check (empty scope).
     #[must_use]
     pub fn new(key: &'a [u8], limit: &'a Limit, cost: u64) -> Self {
-        Check { scope: "", key, limit, cost }
+        Check { scope: "", key, limit, cost, hold: false }
     }
 
     /// This check in `scope` (a rule's or named limit's name).
@@ -34,6 +40,23 @@ impl<'a> Check<'a> {
     pub fn scoped(self, scope: &'a str) -> Self {
         Check { scope, ..self }
     }
+
+    /// This check, denied while its scope holds its key (see [`hold`](Self::hold)).
+    #[must_use]
+    pub fn with_hold(self) -> Self {
+        Check { hold: true, ..self }
+    }
+}
+
+/// The longest hold a store keeps: 100 days (longer ones are kept this long). Every hold the
+/// rules make is shorter (a `timeout` is at most 50 days).
+pub const MAX_HOLD_NS: u64 = 100 * 86_400 * 1_000_000_000;
+
+/// The decision of a check denied by a live hold with `left` ns to go, under a limit whose peek
+/// is `peek`: nothing is left until the hold ends.
+#[must_use]
+pub fn held_decision(peek: &Decision, left: u64) -> Decision {
+    Decision { allowed: false, limit: peek.limit, remaining: 0, retry_after_ns: left, reset_after_ns: left }
 }
 
 /// What a store answered to a [`Store::reserve`]: the decisions, and the store's instant when it
@@ -47,13 +70,21 @@ pub struct Reserved {
     /// Each check's instant, when they differ (keys decided slot by slot on a Redis Cluster);
     /// empty when every check was decided at `at`.
     pub per_check: Vec<u64>,
+    /// The checks denied by a live hold (see [`Check::hold`]), by index, ascending; usually none.
+    pub held: Vec<usize>,
 }
 
 impl Reserved {
-    /// Decisions all made at `at`.
+    /// Decisions all made at `at`, none of them by a hold.
     #[must_use]
     pub fn at(decisions: Vec<Decision>, at: u64) -> Self {
-        Reserved { decisions, at, per_check: Vec::new() }
+        Reserved { decisions, at, per_check: Vec::new(), held: Vec::new() }
+    }
+
+    /// Whether check `i` was denied by a live hold.
+    #[must_use]
+    pub fn is_held(&self, i: usize) -> bool {
+        self.held.contains(&i)
     }
 
     /// The instant check `i` was decided at.
@@ -118,7 +149,8 @@ pub trait Store: Send + Sync {
         self.check(key, limit, 0)
     }
 
-    /// Forgets the state of `key` in `scope` under `limit`'s algorithm: the key is idle again.
+    /// Forgets the state of `key` in `scope` under `limit`'s algorithm, and any hold of `key` in
+    /// `scope`: the key is idle again.
     fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Carries `key`'s use in `scope` from its state under `from`'s algorithm to its state under
@@ -138,6 +170,36 @@ pub trait Store: Send + Sync {
     ) -> impl Future<Output = Result<u64, StoreError>> + Send {
         let _ = (scope, key, from, to);
         async { Err(StoreError::Unsupported("this store cannot carry a key's use to another algorithm".into())) }
+    }
+
+    /// Holds `key` in `scope` for `hold_ns` (at most [`MAX_HOLD_NS`]) from the store's now (or
+    /// longer, if it already is):
+    /// meanwhile every check of `key` in `scope` that asks ([`Check::hold`]) is denied, charging
+    /// nothing, by whichever caller of the store (a node of a fleet sharing it, or a process
+    /// restarted). The hold lives beside the key's counts and expires with itself. A store that
+    /// keeps no holds answers [`StoreError::Unsupported`] (the default): its caller holds the key
+    /// on its own.
+    fn hold(&self, scope: &str, key: &[u8], hold_ns: u64) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = (scope, key, hold_ns);
+        async { Err(StoreError::Unsupported("this store keeps no holds".into())) }
+    }
+
+    /// The rest of the live hold (ns) of each check's scope and key, `None` where there is none,
+    /// deciding and charging nothing (a request a rule only mitigates: is its key held?). By
+    /// default a [`reserve`](Self::reserve) of the checks as peeks asking for their holds (one
+    /// call; on Redis one script call, its key's states read besides).
+    fn held(&self, checks: &[Check<'_>]) -> impl Future<Output = Result<Vec<Option<u64>>, StoreError>> + Send {
+        async move {
+            let peeks: Vec<Check<'_>> = checks.iter().map(|c| Check { cost: 0, hold: true, ..*c }).collect();
+            let reserved = self.reserve(&peeks).await?;
+            let mut left = vec![None; checks.len()];
+            for &i in &reserved.held {
+                if let (Some(slot), Some(decision)) = (left.get_mut(i), reserved.decisions.get(i)) {
+                    *slot = Some(decision.retry_after_ns);
+                }
+            }
+            Ok(left)
+        }
     }
 
     /// Whether every call decides in place: its future is ready on its first poll, never waits
@@ -188,6 +250,14 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
         to: &Limit,
     ) -> impl Future<Output = Result<u64, StoreError>> + Send {
         (**self).carry(scope, key, from, to)
+    }
+
+    fn hold(&self, scope: &str, key: &[u8], hold_ns: u64) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).hold(scope, key, hold_ns)
+    }
+
+    fn held(&self, checks: &[Check<'_>]) -> impl Future<Output = Result<Vec<Option<u64>>, StoreError>> + Send {
+        (**self).held(checks)
     }
 
     fn decides_in_place(&self) -> bool {

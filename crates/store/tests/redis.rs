@@ -200,12 +200,17 @@ async fn the_native_module_decides_exactly_like_the_script_and_the_memory_store(
 }
 
 /// Random limits across the whole range, random keys, costs, clock jumps, charges, views and
-/// refunds: every field of every decision equal to the memory store's.
+/// refunds, holds: every field of every decision equal to the memory store's, and the checks a
+/// hold denied.
 async fn differential(server: &RedisServer, module: bool) {
     // TOLLGATE_SEED=n explores another sequence (the suite runs the fixed one).
     let seed = std::env::var("TOLLGATE_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x9E37_79B9_7F4A_7C15);
     let mut rng = Rng(seed);
+    // Holds, drawn apart so that the other draws stay the sequence they were before holds.
+    let mut holds = Rng(seed ^ 0x5EED_0F40_71D5);
     let keys: [&[u8]; 3] = [b"a", b"{tag}:b", b"\xff\x00}{"];
+    // Decisions a hold made, and decisions asking for a hold that none made.
+    let (mut by_hold, mut not_held) = (0, 0);
     for round in 0..140 {
         let algorithm = Algorithm::ALL[round % Algorithm::ALL.len()];
         // The limit of a key may change between calls: a reload, another caller's parameters.
@@ -242,7 +247,18 @@ async fn differential(server: &RedisServer, module: bool) {
                 1 => 0,
                 _ => 1,
             };
-            let check = [Check::new(key, limit, cost)];
+            // Now and then a hold (for up to two periods; a later one than what is held stays), and
+            // a check asking for its hold.
+            if holds.below(8) == 0 {
+                let ns = holds.below(2 * period + 1);
+                memory.hold("", key, ns).await.unwrap();
+                redis.hold("", key, ns).await.unwrap();
+            }
+            let check = [if holds.below(3) == 0 {
+                Check::new(key, limit, cost).with_hold()
+            } else {
+                Check::new(key, limit, cost)
+            }];
             let now = tollgate_store::Clock::now_ns(&*clock);
             latest = latest.max(now);
             let charge_cost = if rng.below(4) == 0 { u64::MAX / 4 } else { 1 + rng.below(limit.capacity()) };
@@ -307,6 +323,8 @@ async fn differential(server: &RedisServer, module: bool) {
             let want = memory.decide(&check, &charges).await.unwrap();
             let got = redis.decide(&check, &charges).await.unwrap();
             assert_eq!(got, want, "{limit} round {round} step {step}: key {key:?} cost {cost} charges {charges:?}");
+            by_hold += got.held.len();
+            not_held += usize::from(check[0].hold && got.held.is_empty());
             if let Some(c) = new_charge {
                 sent.push((c, now - c.age_ns, now));
             }
@@ -331,6 +349,7 @@ async fn differential(server: &RedisServer, module: bool) {
             }
         }
     }
+    assert!(by_hold > 100 && not_held > 100, "holds made {by_hold} decisions, and asked for {not_held} others")
 }
 
 /// A sliding log far beyond 8,000 entries (the old script's DEL + RPUSH(unpack) failed there,
@@ -406,14 +425,18 @@ async fn every_key_written_has_a_ttl_no_longer_than_needed() {
         let charge = [Charge::new(Check::new(b"charged", &limit, 9), SEC)];
         store.decide(&[], &charge).await.unwrap();
     }
+    // A hold lives as long as itself.
+    store.hold("login", b"held", 30 * SEC).await.unwrap();
     let keys = server.cli(&["--scan"]);
     let keys: Vec<&str> = keys.lines().filter(|k| !k.is_empty()).collect();
     assert!(keys.len() >= 7 * 51, "{} keys", keys.len());
     for key in keys {
         let ttl: i64 = server.cli(&["pttl", key]).trim().parse().unwrap();
         // Every state here is idle within one minute (5/min, at most 5 admitted), a sliding window
-        // counter within two, a charged key (9 of 5: in debt) within two; -1 would be no TTL.
+        // counter within two, a charged key (9 of 5: in debt) within two, the hold within 30 s;
+        // -1 would be no TTL.
         assert!(ttl > 0 && ttl <= 120_000, "{key} has PTTL {ttl}");
+        assert!(!key.contains(":hold:") || ttl <= 30_000, "{key} has PTTL {ttl}");
     }
 }
 
@@ -446,8 +469,64 @@ async fn a_key_holding_something_else_fails_alone() {
     for reply in
         [server.cli(&[&["FCALL", &function][..], &call].concat()), server.cli(&[&["EVAL", &eval][..], &call].concat())]
     {
-        assert!(reply.contains("TOLLGATE_VERSION the script reads layout 3, the call is 2"), "{reply}");
+        assert!(reply.contains("TOLLGATE_VERSION the script reads layout 4, the call is 2"), "{reply}");
     }
+}
+
+/// A call asking for holds without the keys they name, or with keys besides (the hold keys
+/// follow the markers, the lessees' key last: one missing shifts the others), or a hold flag that
+/// is neither 0 nor 1, or a hold script call without its key or with a bad length: each is a
+/// `TOLLGATE_ARGS` error naming what is wrong, never a hold silently skipped, another key read as
+/// a hold, or a Lua error on a nil key; and none writes anything.
+#[tokio::test]
+async fn a_malformed_hold_call_is_an_args_error_and_writes_nothing() {
+    let server = RedisServer::start();
+    let (decide, _) = tollgate_store::redis::program::eval_source();
+    let (hold, _) = tollgate_store::redis::program::entry_eval_source("hold");
+    let version = tollgate_store::redis::program::VERSION;
+    let header = |checks: &'static str| vec![version, "", "", "0", checks, "0", "0"];
+    let check = |flag: &'static str| ["gcra", "5", "1000000000", "5", "1", "200000000", "800000000", "1", flag];
+    let call = |script: &str, keys: &[&str], args: Vec<&str>| {
+        let numkeys = keys.len().to_string();
+        let mut cli = vec!["EVAL", script, &numkeys];
+        cli.extend(keys);
+        cli.extend(args);
+        server.cli(&cli)
+    };
+    let one = |flag| [header("1"), check(flag).to_vec()].concat();
+    let (decide, hold) = (decide.as_str(), hold.as_str());
+    let cases = [
+        ("one check, its hold key missing", decide, vec!["{k}"], one("1"), "hold key"),
+        (
+            "two checks, no hold keys",
+            decide,
+            vec!["{k}", "{k}:2"],
+            [header("2"), check("1").to_vec(), check("1").to_vec()].concat(),
+            "hold key",
+        ),
+        (
+            "a lease without its hold key (the lessees' key would be read as the hold)",
+            decide,
+            vec!["{k}", "{k}:lessees"],
+            [one("1"), vec!["node", "1000"]].concat(),
+            "keys",
+        ),
+        ("a key besides the hold key", decide, vec!["{k}", "{k}:hold", "{k}:extra"], one("1"), "keys"),
+        ("a hold key for a check asking for none", decide, vec!["{k}", "{k}:hold"], one("0"), "keys"),
+        ("a hold flag of 2", decide, vec!["{k}", "{k}:hold"], one("2"), "a check hold of 2"),
+        ("a hold without its key", hold, vec![], [header("0"), vec!["1000"]].concat(), "hold key"),
+        ("a hold of -1 ns", hold, vec!["{k}:hold"], [header("0"), vec!["-1"]].concat(), "a hold of -1 ns"),
+    ];
+    for (what, script, keys, args, says) in cases {
+        let reply = call(script, &keys, args);
+        assert!(reply.contains("TOLLGATE_ARGS") && reply.contains(says), "{what}: {reply}");
+    }
+    assert_eq!(server.cli(&["DBSIZE"]).trim(), "0", "a malformed call wrote something");
+    // The same calls well formed are answered (the cases above fail for what they name alone).
+    let reply = call(decide, &["{k}", "{k}:hold"], one("1"));
+    assert!(!reply.contains("ERR") && !reply.contains("TOLLGATE"), "{reply}");
+    let reply = call(hold, &["{k}:hold"], [header("0"), vec!["1000000000"]].concat());
+    assert!(!reply.contains("ERR") && !reply.contains("TOLLGATE"), "{reply}");
 }
 
 #[tokio::test]

@@ -142,6 +142,19 @@ pub(crate) fn build<S: Store>(store: S, clock: Arc<ManualClock>, rules: &str, ro
     Harness { engine, clock, registry }
 }
 
+/// `rules` on `store`, timed by `clock`, the engine built as `tune` says.
+pub(crate) fn build_tuned<S: Store>(
+    store: S,
+    clock: Arc<ManualClock>,
+    rules: &str,
+    tune: impl FnOnce(EngineBuilder<S>) -> EngineBuilder<S>,
+) -> Harness<S> {
+    let mut registry = Registry::with_prefix("tollgate");
+    let rules = Rules::parse(rules, "test").unwrap_or_else(|e| panic!("{e}"));
+    let engine = tune(Engine::builder(store, rules).clock(clock.clone())).build(&mut registry);
+    Harness { engine, clock, registry }
+}
+
 /// `rules` on a memory store, the engine built as `tune` says.
 pub(crate) fn tuned(
     rules: &str,
@@ -154,14 +167,43 @@ pub(crate) fn tuned(
     Harness { engine, clock, registry }
 }
 
-/// `rules` on a memory store, holding at most `max_blocks` keys under mitigation.
-pub(crate) fn holding(rules: &str, max_blocks: usize) -> Harness {
+/// `rules` on a memory store that keeps no holds ([`NoHolds`]: the engine's table alone holds
+/// keys), holding at most `max_blocks` keys under mitigation.
+pub(crate) fn holding(rules: &str, max_blocks: usize) -> Harness<NoHolds> {
     let clock = clock();
     let mut registry = Registry::with_prefix("tollgate");
     let rules = Rules::parse(rules, "test").unwrap_or_else(|e| panic!("{e}"));
-    let engine =
-        Engine::builder(memory(&clock), rules).clock(clock.clone()).max_blocks(max_blocks).build(&mut registry);
+    let store = NoHolds(memory(&clock));
+    let engine = Engine::builder(store, rules).clock(clock.clone()).max_blocks(max_blocks).build(&mut registry);
     Harness { engine, clock, registry }
+}
+
+/// A memory store keeping no holds (`Store::hold` answers `Unsupported`, as a store's default
+/// does): what the engine's own table of holds does alone.
+#[derive(Debug)]
+pub(crate) struct NoHolds(pub(crate) MemoryStore);
+
+impl Store for NoHolds {
+    async fn reserve(&self, checks: &[Check<'_>]) -> Result<tollgate_store::Reserved, tollgate_store::StoreError> {
+        self.0.reserve(checks).await
+    }
+
+    async fn refund(&self, refunds: &[tollgate_store::Refund<'_>]) -> Result<(), tollgate_store::StoreError> {
+        self.0.refund(refunds).await
+    }
+
+    async fn reset(
+        &self,
+        scope: &str,
+        key: &[u8],
+        limit: &tollgate_core::Limit,
+    ) -> Result<(), tollgate_store::StoreError> {
+        self.0.reset(scope, key, limit).await
+    }
+
+    fn decides_in_place(&self) -> bool {
+        true
+    }
 }
 
 /// What a request got, in a word: `proceed`, `429:RULE`, `shadow:RULE`, `route:RULE`, `400` or

@@ -63,7 +63,7 @@ impl<R: Remote> Shared<R> {
         if self.policy == FailurePolicy::Local {
             let (seen, snapshots): (Vec<Check<'_>>, Vec<Snapshot>) =
                 checks.iter().zip(decided).filter_map(|(c, d)| Some((*c, d.as_ref()?.snapshot))).unzip();
-            self.ledger.record(&seen, &Reply { decisions: Vec::new(), snapshots, now_ns: at }, at, epoch);
+            self.ledger.record(&seen, &Reply::new(Vec::new(), snapshots, at), at, epoch);
             // An answered key's charges rode on its server's call: paid (else counted twice, in its
             // snapshot and in the debt, and the next call would tell the remote so).
             let answered = |d: &Debt| {
@@ -106,7 +106,13 @@ impl<R: Remote> Shared<R> {
             .collect::<Option<Vec<Decision>>>()
             .ok_or(StoreError::NoChecks)?;
         let per_check = decided.iter().map(|d| d.map_or(at, |d| d.snapshot.at)).collect();
-        Ok(Reserved { decisions, at, per_check })
+        // A hold a server answered stands with its answer.
+        let held = if admitted || denied {
+            (0..checks.len()).filter(|&i| decided[i].is_some_and(|d| d.held)).collect()
+        } else {
+            Vec::new()
+        };
+        Ok(Reserved { decisions, at, per_check, held })
     }
 
     /// Gives back on the remote what `decided` says stays counted there, unless its server's

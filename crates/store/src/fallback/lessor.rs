@@ -47,8 +47,7 @@ impl<R: Remote + Lessor> Fallback<R> {
         drop(in_flight);
         match result {
             Ok(grant) => {
-                let reply =
-                    Reply { decisions: vec![grant.decision], snapshots: vec![grant.snapshot], now_ns: grant.at };
+                let reply = Reply::new(vec![grant.decision], vec![grant.snapshot], grant.at);
                 sh.answered(&[Check { cost: grant.granted, ..check }], &[], &reply, &breakers, epoch);
                 Ok(grant)
             }

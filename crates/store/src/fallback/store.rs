@@ -20,7 +20,7 @@ impl<R: Remote> Store for Fallback<R> {
     async fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> Result<(), StoreError> {
         timed(self.shared.timer.as_ref(), async {
             self.shared.remote.reset(scope, key, limit).await?;
-            self.shared.ledger.forget(&Check { scope, key, limit, cost: 0 });
+            self.shared.ledger.forget(&Check { scope, key, limit, cost: 0, hold: false });
             Ok(())
         })
         .await
@@ -31,7 +31,7 @@ impl<R: Remote> Store for Fallback<R> {
     /// still sent there (recreating the old state, which a later carry moves on).
     async fn carry(&self, scope: &str, key: &[u8], from: &Limit, to: &Limit) -> Result<u64, StoreError> {
         timed(self.shared.timer.as_ref(), async {
-            let check = Check { scope, key, limit: to, cost: 0 };
+            let check = Check { scope, key, limit: to, cost: 0, hold: false };
             let breakers = self.shared.breakers_of(std::slice::from_ref(&check));
             if breakers.iter().any(|(_, b)| b.is_open()) {
                 return Err(StoreError::Backend("the backend is failing: nothing carried now".into()));
@@ -46,9 +46,34 @@ impl<R: Remote> Store for Fallback<R> {
         })
         .await
     }
+
+    async fn hold(&self, scope: &str, key: &[u8], hold_ns: u64) -> Result<(), StoreError> {
+        timed(self.shared.timer.as_ref(), self.hold_untimed(scope, key, hold_ns)).await
+    }
 }
 
 impl<R: Remote> Fallback<R> {
+    /// On the backend, while its breaker is closed; otherwise, or when it fails, an error: the
+    /// caller holds the key on its own meanwhile (the failure policy keeps no holds: they are the
+    /// engine's, which keeps each in its own table too).
+    async fn hold_untimed(&self, scope: &str, key: &[u8], hold_ns: u64) -> Result<(), StoreError> {
+        let sh = &self.shared;
+        // The hold's key shares its state key's server (one hash tag): any limit names it.
+        let limit = tollgate_core::Limit::per_second(1).build().map_err(StoreError::from)?;
+        let check = Check { scope, key, limit: &limit, cost: 0, hold: true };
+        let breakers = sh.breakers_of(std::slice::from_ref(&check));
+        if let Some((domain, _)) = breakers.iter().find(|(_, b)| b.is_open()) {
+            return Err(StoreError::Backend(format!("circuit breaker open for {domain}: the hold is kept locally")));
+        }
+        match sh.remote.hold(scope, key, hold_ns).await {
+            Err(error) if error.is_backend() => {
+                sh.failed(&error, &breakers);
+                Err(error)
+            }
+            other => other,
+        }
+    }
+
     async fn reserve_untimed(&self, checks: &[Check<'_>]) -> Result<Reserved, StoreError> {
         if checks.is_empty() {
             return Err(StoreError::NoChecks);
@@ -89,7 +114,7 @@ impl<R: Remote> Fallback<R> {
                 } else {
                     reply.snapshots.iter().map(|s| s.at).collect()
                 };
-                Ok(Reserved { decisions: reply.decisions, at: reply.now_ns, per_check })
+                Ok(Reserved { decisions: reply.decisions, at: reply.now_ns, per_check, held: reply.held })
             }
             Err(StoreError::Partial(partial)) => sh.fall_back_partly(checks, &partial, &debts, epoch).await,
             Err(error) if error.is_backend() => {

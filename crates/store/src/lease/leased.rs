@@ -105,13 +105,15 @@ impl<S: Store + Lessor + Clone + 'static> Store for Leased<S> {
         if let [check] = checks
             && check.cost > 0
             && check.cost <= check.limit.capacity()
+            && !check.hold
         {
             return self.reserve_one(check).await;
         }
-        // Peeks and requests under several limits are decided exactly (see the module docs).
+        // Peeks, requests under several limits and checks asking for their holds are decided
+        // exactly (see the module docs); only the others make a key hot.
         self.book.count_exact();
         let now = self.clock.now_ns();
-        for check in checks.iter().filter(|c| c.cost <= c.limit.capacity()) {
+        for check in checks.iter().filter(|c| c.cost <= c.limit.capacity() && !c.hold) {
             self.send(self.book.observe_exact(check, now));
         }
         Box::pin(self.inner.reserve(checks)).await
@@ -128,7 +130,7 @@ impl<S: Store + Lessor + Clone + 'static> Store for Leased<S> {
     }
 
     async fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> Result<(), StoreError> {
-        self.book.forget(&Check { scope, key, limit, cost: 0 });
+        self.book.forget(&Check { scope, key, limit, cost: 0, hold: false });
         self.inner.reset(scope, key, limit).await
     }
 
@@ -136,5 +138,9 @@ impl<S: Store + Lessor + Clone + 'static> Store for Leased<S> {
     /// lifetime, its unused part counted as used: an under-grant).
     async fn carry(&self, scope: &str, key: &[u8], from: &Limit, to: &Limit) -> Result<u64, StoreError> {
         self.inner.carry(scope, key, from, to).await
+    }
+
+    async fn hold(&self, scope: &str, key: &[u8], hold_ns: u64) -> Result<(), StoreError> {
+        self.inner.hold(scope, key, hold_ns).await
     }
 }

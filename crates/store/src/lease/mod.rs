@@ -36,6 +36,10 @@
 //! (a slice is spent in the window it was counted in, so each window counts what it admits).
 //! `tests/lease_bound.rs` checks this with an oracle and shows it is reached.
 //!
+//! **Holds.** A check asking for its key's hold ([`Check::hold`]: a rule with a mitigation
+//! `timeout`) is decided exactly and never makes its key hot: a slice spent locally would not see
+//! a hold another node put on the key.
+//!
 //! **A request with several limits** is decided locally when every one of its limits is leased
 //! and covered; otherwise it takes the exact path (one call for all), which stays exact.
 

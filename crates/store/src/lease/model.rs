@@ -49,8 +49,8 @@ impl LeaseModel {
         let want = want.clamp(1, check.limit.capacity().max(1));
         let left = self.store.check_one_sync(Check { cost: 0, ..check })?.remaining;
         let wanted = want.min(left);
-        let (decisions, snapshots, at) = self.store.check_many(&[Check { cost: wanted.max(1), ..check }], &[], true)?;
-        let decision = decisions[0];
+        let reply = self.store.check_many(&[Check { cost: wanted.max(1), ..check }], &[], true)?;
+        let (decision, snapshots, at) = (reply.decisions[0], reply.snapshots, reply.now_ns);
         let granted = if decision.allowed { wanted } else { 0 };
         // In whole ms, at least one, as the script.
         let lifetime_ms = u64::try_from(lifetime.as_millis()).unwrap_or(u64::MAX).max(1);

@@ -6,7 +6,8 @@
 //! Holding the write locks excludes the lock-free GCRA path too, since it runs under the read
 //! lock. Each key's state is copied into a scratch value; charges and checks are applied in order
 //! to the copies (a key named twice sees its earlier effect), and the copies are written back:
-//! the charges' always, the checks' only if every check admitted.
+//! the charges' always, the checks' only if every check admitted. A check its scope holds (see
+//! `holds`) is denied, charging nothing, as the Redis script denies it.
 
 use std::sync::RwLockWriteGuard;
 use std::sync::atomic::Ordering;
@@ -15,9 +16,9 @@ use tollgate_core::{Algorithm, Decision, Limit, Snapshot, State, algorithm::Gcra
 
 use super::MemoryStore;
 use super::slots::{GcraSlot, StateSlot};
-use crate::remote::{CHARGES_REMEMBERED, Charge};
+use crate::remote::{CHARGES_REMEMBERED, Charge, Reply};
 use crate::table::Shard;
-use crate::{Check, StoreError};
+use crate::{Check, StoreError, held_decision};
 
 /// A key's state while a call is decided: GCRA's bare TAT, or any other state.
 #[derive(Clone)]
@@ -80,14 +81,14 @@ pub(super) fn fresh(limit: &Limit) -> Scratch {
 impl MemoryStore {
     /// Records `charges` (`(charge, at)`: `charge.check.cost` at instant `at`, each unit at most
     /// once per origin, then the key's remaining lowered to what the charge says its sender knew),
-    /// then decides `checks` all or nothing; returns the decisions, if `snapshots` each check's
-    /// snapshot, and now.
+    /// then decides `checks` all or nothing (a check whose key its scope holds denied); returns
+    /// the decisions, if `snapshots` each check's snapshot, now and the checks a hold denied.
     pub(crate) fn check_many(
         &self,
         checks: &[Check<'_>],
         charges: &[(Charge<'_>, u64)],
         snapshots: bool,
-    ) -> Result<(Vec<Decision>, Vec<Snapshot>, u64), StoreError> {
+    ) -> Result<Reply, StoreError> {
         let now = self.clock.now_ns();
         let every = charges.iter().map(|(c, _)| &c.check).chain(checks);
         let mut keys: Vec<Key<'_>> = Vec::new();
@@ -163,9 +164,10 @@ impl MemoryStore {
         for &(i, node, total) in &applied {
             self.applied.remember(keys[i].fingerprint, node, total, until, now);
         }
-        // 2. Checks, in order.
+        // 2. Checks, in order; one its scope holds is denied, consuming nothing.
         let mut decisions = Vec::with_capacity(checks.len());
-        for check in checks {
+        let mut held = Vec::new();
+        for (c, check) in checks.iter().enumerate() {
             let i = index(&keys, check);
             let key = &mut keys[i];
             let mut state = key
@@ -174,6 +176,11 @@ impl MemoryStore {
                 .or_else(|| key.charged.clone())
                 .or_else(|| key.stored.clone())
                 .unwrap_or_else(|| fresh(check.limit));
+            if let Some(left) = self.hold_left(check, now) {
+                held.push(c);
+                decisions.push(held_decision(&state.check(now, check.limit, 0)?, left));
+                continue;
+            }
             let decision = state.check(now, check.limit, check.cost)?;
             if decision.allowed && check.cost > 0 {
                 key.checked = Some(state);
@@ -212,7 +219,7 @@ impl MemoryStore {
                 self.write(&mut guards, key.fingerprint, key.limit, state, now, &keep);
             }
         }
-        Ok((decisions, snapshots, now))
+        Ok(Reply { decisions, snapshots, now_ns: now, held })
     }
 
     /// The shards `gcra` and `states` (each sorted, without repeats) locked for write, GCRA's

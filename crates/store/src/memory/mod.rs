@@ -5,10 +5,12 @@
 //! for each other. The six other algorithms keep their `State` in a table whose shard lock is
 //! held for the few instructions of one step. Both tables are bounded in keys and in bytes (see
 //! [`table`]); both are locked for write, in a fixed order, only to insert, evict, or check
-//! several keys at once.
+//! several keys at once. Holds ([`Store::hold`]) live in a third table of the same kind (see
+//! `holds`).
 
 mod applied;
 mod carry;
+mod holds;
 mod many;
 mod remote;
 mod slots;
@@ -18,7 +20,7 @@ use std::sync::Arc;
 use tollgate_core::{Algorithm, Clock, Decision, Limit, State, SystemClock, algorithm::Gcra};
 
 use crate::table::SlotTable;
-use crate::{Check, Refund, Reserved, Store, StoreError};
+use crate::{Check, Refund, Reserved, Store, StoreError, held_decision};
 use slots::{GcraSlot, StateSlot, decide_gcra};
 
 /// The default bound on keys per table (GCRA keys, and keys of the other algorithms).
@@ -34,6 +36,8 @@ pub const DEFAULT_MAX_MEMORY: usize = 512 << 20;
 pub struct MemoryStore {
     gcra: SlotTable<GcraSlot>,
     states: SlotTable<StateSlot>,
+    /// The holds (see `holds`); boxed, as only checks asking for holds read it.
+    holds: Box<SlotTable<holds::HoldSlot>>,
     clock: Arc<dyn Clock>,
     hasher: foldhash::quality::RandomState,
     max_keys: usize,
@@ -67,15 +71,15 @@ pub struct MemoryStoreBuilder {
 }
 
 impl MemoryStoreBuilder {
-    /// At most this many GCRA keys, and at most this many keys of the other algorithms
-    /// (default 1,000,000; at least 1). Idle keys are evicted first.
+    /// At most this many GCRA keys, at most this many keys of the other algorithms, and at most
+    /// this many holds (default 1,000,000; at least 1). Idle keys (ended holds) are evicted first.
     #[must_use]
     pub fn max_keys(mut self, max_keys: usize) -> Self {
         self.max_keys = max_keys.max(1);
         self
     }
 
-    /// At most about this many bytes in all: both tables and every state's heap memory (default
+    /// At most about this many bytes in all: the tables and every state's heap memory (default
     /// [`DEFAULT_MAX_MEMORY`]). Idle keys are evicted first. A single state larger than a shard's
     /// share of the budget (a sliding log holds up to 16 bytes per admitted request) is kept.
     #[must_use]
@@ -109,11 +113,14 @@ impl MemoryStoreBuilder {
         let shards = self.shards.unwrap_or_else(|| by_keys.min(by_memory).clamp(1, 64));
         // No more shards than keys, so that the per-shard bounds add up to at most the total.
         let shards = shards.min(self.max_keys.next_power_of_two() / 2).max(1);
-        // Each table gets half the byte budget.
-        let bytes = self.max_memory / 2;
+        // The holds get a sixteenth of the byte budget (a hold is 16 bytes), each other table half
+        // of the rest.
+        let for_holds = self.max_memory / 16;
+        let bytes = (self.max_memory - for_holds) / 2;
         MemoryStore {
             gcra: SlotTable::new(shards, self.max_keys, bytes),
             states: SlotTable::new(shards, self.max_keys, bytes),
+            holds: Box::new(SlotTable::new(shards, self.max_keys, for_holds)),
             clock: self.clock,
             hasher: foldhash::quality::RandomState::default(),
             max_keys: self.max_keys,
@@ -175,6 +182,20 @@ impl MemoryStore {
     }
 
     fn check_one_at(&self, check: Check<'_>, now: u64) -> Result<Decision, StoreError> {
+        Ok(self.decide_one(check, now)?.0)
+    }
+
+    /// One check at `now`, and whether a live hold denied it.
+    fn decide_one(&self, check: Check<'_>, now: u64) -> Result<(Decision, bool), StoreError> {
+        if let Some(left) = self.hold_left(&check, now) {
+            let peek = self.decide_state(Check { cost: 0, ..check }, now)?;
+            return Ok((held_decision(&peek, left), true));
+        }
+        Ok((self.decide_state(check, now)?, false))
+    }
+
+    /// One check at `now`, by its state alone.
+    fn decide_state(&self, check: Check<'_>, now: u64) -> Result<Decision, StoreError> {
         let fingerprint = self.fingerprint(&check);
         if check.limit.algorithm() == Algorithm::Gcra {
             self.check_gcra(fingerprint, check.limit, check.cost, now)
@@ -194,11 +215,12 @@ impl MemoryStore {
             [] => Err(StoreError::NoChecks),
             [one] => {
                 let at = self.clock.now_ns();
-                Ok(Reserved::at(vec![self.check_one_at(*one, at)?], at))
+                let (decision, held) = self.decide_one(*one, at)?;
+                Ok(Reserved { held: if held { vec![0] } else { Vec::new() }, ..Reserved::at(vec![decision], at) })
             }
             _ => {
-                let (decisions, _, at) = self.check_many(checks, &[], false)?;
-                Ok(Reserved::at(decisions, at))
+                let reply = self.check_many(checks, &[], false)?;
+                Ok(Reserved { held: reply.held, ..Reserved::at(reply.decisions, reply.now_ns) })
             }
         }
     }
@@ -249,6 +271,7 @@ impl MemoryStore {
 
     /// [`Store::reset`] without a future.
     pub fn reset_sync(&self, scope: &str, key: &[u8], limit: &Limit) {
+        self.unhold(scope, key);
         let fingerprint = self.remove(scope, key, limit);
         let now = self.clock.now_ns();
         self.applied.reset(fingerprint, now.saturating_add(view_horizon(limit)), now);
@@ -289,7 +312,7 @@ impl MemoryStore {
     /// Bytes the store holds: its tables' allocations and the states' heap memory.
     #[must_use]
     pub fn bytes(&self) -> usize {
-        std::mem::size_of::<Self>() + self.gcra.bytes() + self.states.bytes()
+        std::mem::size_of::<Self>() + self.gcra.bytes() + self.states.bytes() + self.holds.bytes()
     }
 
     /// Keys evicted so far to stay within the bound.
@@ -386,6 +409,15 @@ impl Store for MemoryStore {
 
     async fn carry(&self, scope: &str, key: &[u8], from: &Limit, to: &Limit) -> Result<u64, StoreError> {
         self.carry_sync(scope, key, from, to)
+    }
+
+    async fn hold(&self, scope: &str, key: &[u8], hold_ns: u64) -> Result<(), StoreError> {
+        self.hold_sync(scope, key, hold_ns);
+        Ok(())
+    }
+
+    async fn held(&self, checks: &[Check<'_>]) -> Result<Vec<Option<u64>>, StoreError> {
+        Ok(self.held_sync(checks))
     }
 
     fn decides_in_place(&self) -> bool {

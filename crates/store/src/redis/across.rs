@@ -70,8 +70,8 @@ impl RedisStore {
             let admits = !denied && reply.decisions.iter().all(|d| d.allowed);
             // Each check keeps its own slot's instant (in its snapshot): a refund needs it.
             for (k, &i) in group.checks.iter().enumerate() {
-                let (decision, snapshot) = (reply.decisions[k], reply.snapshots[k]);
-                decided[i] = Some(Decided { decision, snapshot, consumed: admits && checks[i].cost > 0 });
+                let (decision, snapshot, held) = (reply.decisions[k], reply.snapshots[k], reply.held.contains(&k));
+                decided[i] = Some(Decided { decision, snapshot, consumed: admits && checks[i].cost > 0, held });
             }
             if admits {
                 admitted.push(&group.checks);
@@ -89,7 +89,7 @@ impl RedisStore {
                     Ok(reply) => {
                         for (k, &i) in indices.iter().enumerate() {
                             let (decision, snapshot) = (reply.decisions[k], reply.snapshots[k]);
-                            decided[i] = Some(Decided { decision, snapshot, consumed: false });
+                            decided[i] = Some(Decided { decision, snapshot, consumed: false, held: false });
                         }
                     }
                     Err(error) => {
@@ -110,13 +110,14 @@ impl RedisStore {
         }
         match failure {
             None => {
+                let held = (0..checks.len()).filter(|&i| decided[i].is_some_and(|d| d.held)).collect();
                 let (decisions, snapshots) = decided
                     .into_iter()
                     .map(|d| d.map(|d| (d.decision, d.snapshot)).ok_or(StoreError::NoChecks))
                     .collect::<Result<Vec<(Decision, Snapshot)>, _>>()?
                     .into_iter()
                     .unzip();
-                Ok(Reply { decisions, snapshots, now_ns })
+                Ok(Reply { decisions, snapshots, now_ns, held })
             }
             // Nothing answered: the failure is the call's own.
             Some((error, _)) if decided.iter().all(Option::is_none) => Err(error),

@@ -6,7 +6,7 @@
 use tollgate_core::Limit;
 
 use super::RedisStore;
-use super::program::{CHECK_ARGS, Call};
+use super::program::{CHECK_ARGS, CHECK_HOLD, Call};
 use super::reply::script_error;
 use crate::StoreError;
 
@@ -19,8 +19,8 @@ impl RedisStore {
         let keys = [self.state_key(scope, key, from)?, self.state_key(scope, key, to)?];
         let mut call = Call::new(&self.carry_script, &keys);
         self.header(&mut call, 0, 0, 0);
-        call.part(CHECK_ARGS).limit(from, 0);
-        call.part(CHECK_ARGS).limit(to, 0);
+        call.part(CHECK_ARGS).limit(from, 0).put(CHECK_HOLD, 0);
+        call.part(CHECK_ARGS).limit(to, 0).put(CHECK_HOLD, 0);
         let cmd = call.into_cmd();
         self.script_calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let reply =

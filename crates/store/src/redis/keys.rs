@@ -2,7 +2,10 @@
 //!
 //! - `PREFIX:ALGORITHM:{KEY}` for an ad-hoc key without a hash tag;
 //! - `PREFIX:ALGORITHM:t:KEY` for an ad-hoc key with one;
-//! - `PREFIX:ALGORITHM:@SCOPE:` followed by either form, for a rule's or named limit's key.
+//! - `PREFIX:ALGORITHM:@SCOPE:` followed by either form, for a rule's or named limit's key;
+//! - `PREFIX:hold:@SCOPE:` followed by either form for the key's hold in that scope (see
+//!   `Store::hold`: one per scope and key, whatever the algorithm; `hold` is no algorithm, so no
+//!   state key is a hold's).
 //!
 //! **Cluster slots (the hash-tag rule).** A key that contains a Redis Cluster hash tag (a non-empty
 //! `{…}`: its first `{` and the first `}` after it) is placed by that tag, so keys sharing a tag
@@ -21,6 +24,16 @@ use crate::StoreError;
 
 /// The Redis key holding `key`'s state in `scope` under `algorithm`.
 pub(super) fn state_key(prefix: &str, scope: &str, algorithm: Algorithm, key: &[u8]) -> Result<Vec<u8>, StoreError> {
+    scoped(prefix, algorithm.as_str(), scope, key)
+}
+
+/// The Redis key holding `key`'s hold in `scope`: in the slot of its states (the same hash tag).
+pub(super) fn hold_key(prefix: &str, scope: &str, key: &[u8]) -> Result<Vec<u8>, StoreError> {
+    scoped(prefix, "hold", scope, key)
+}
+
+/// `PREFIX:KIND:`, `@SCOPE:` unless the scope is empty, then `key`'s form.
+fn scoped(prefix: &str, kind: &str, scope: &str, key: &[u8]) -> Result<Vec<u8>, StoreError> {
     if scope.contains([':', '{', '}']) {
         return Err(StoreError::Unsupported(format!(
             "scope {scope:?}: a rule or limit name used on Redis cannot contain ':', '{{' or '}}'"
@@ -29,7 +42,7 @@ pub(super) fn state_key(prefix: &str, scope: &str, algorithm: Algorithm, key: &[
     let mut out = Vec::with_capacity(prefix.len() + scope.len() + key.len() + 24);
     out.extend_from_slice(prefix.as_bytes());
     out.push(b':');
-    out.extend_from_slice(algorithm.as_str().as_bytes());
+    out.extend_from_slice(kind.as_bytes());
     out.push(b':');
     if !scope.is_empty() {
         out.push(b'@');
@@ -166,5 +179,16 @@ mod tests {
         assert_eq!(slot(&applied_key("tg", &state)), slot(&state));
         assert_eq!(lessees, b"tg:lessees:gcra:@api:t:{u}:x");
         assert!(Algorithm::ALL.iter().all(|a| a.as_str() != "lessees"));
+    }
+
+    #[test]
+    fn a_hold_shares_its_keys_slot_and_is_never_a_state_key() {
+        let hold = hold_key("tg", "login", b"198.51.100.7").unwrap();
+        assert_eq!(hold, b"tg:hold:@login:{198.51.100.7}");
+        for algorithm in Algorithm::ALL {
+            assert_eq!(slot(&hold), slot(&key("login", algorithm, b"198.51.100.7")));
+            assert_ne!(algorithm.as_str(), "hold");
+        }
+        assert_eq!(slot(&hold_key("tg", "r", b"{u}:x").unwrap()), slot(b"u"));
     }
 }

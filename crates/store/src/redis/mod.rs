@@ -31,6 +31,7 @@ mod connection;
 mod follow;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
+mod hold;
 mod keys;
 mod lease;
 mod link;
@@ -101,6 +102,8 @@ pub struct RedisStore {
     script: Arc<Script>,
     /// The script carrying a key's use to another algorithm (see `carry`).
     carry_script: Arc<Script>,
+    /// The script holding a key (see `hold`).
+    hold_script: Arc<Script>,
     /// Script calls sent (one `FCALL` or `EVALSHA` each), for the calls-per-decision figure.
     script_calls: Arc<std::sync::atomic::AtomicU64>,
 }
@@ -181,6 +184,7 @@ impl RedisStore {
             options,
             script: Arc::new(Script::new()),
             carry_script: Arc::new(Script::with_entry("carry")),
+            hold_script: Arc::new(Script::with_entry("hold")),
             script_calls: Arc::default(),
         }
     }
@@ -206,6 +210,7 @@ impl RedisStore {
             options,
             script: self.script.clone(),
             carry_script: self.carry_script.clone(),
+            hold_script: self.hold_script.clone(),
             script_calls: self.script_calls.clone(),
         })
     }
@@ -273,6 +278,10 @@ impl RedisStore {
         let applied: Vec<Vec<u8>> =
             keys[checks.len()..].iter().map(|k| keys::applied_key(&self.options.prefix, k)).collect();
         keys.extend(applied);
+        // The hold key of each check asking for its hold (in its state key's slot).
+        for check in checks.iter().filter(|c| c.hold) {
+            keys.push(keys::hold_key(&self.options.prefix, check.scope, check.key)?);
+        }
         if lease.is_some() {
             keys.push(keys::lessees_key(&self.options.prefix, &keys[0]));
         }
@@ -286,13 +295,14 @@ impl RedisStore {
         // `node.rs`).
         let native = self.options.module
             && lease.is_none()
+            && checks.iter().all(|c| !c.hold)
             && charges.is_empty()
             && refunds.is_empty()
             && matches!(checks, [check] if decided_natively(check.limit.algorithm().as_str().as_bytes()));
         let mut call = if native { Call::module(&keys[0]) } else { Call::new(&self.script, &keys) };
         self.header(&mut call, checks.len(), charges.len(), refunds.len());
         for check in checks {
-            call.part(CHECK_ARGS).limit(check.limit, check.cost);
+            call.part(CHECK_ARGS).limit(check.limit, check.cost).put(CHECK_HOLD, u8::from(check.hold));
         }
         for charge in charges {
             call.part(CHARGE_ARGS).limit(charge.check.limit, charge.check.cost).put(CHARGE_AGE, charge.age_ns);
@@ -331,14 +341,18 @@ impl RedisStore {
             .map_err(|failure| script_error(&failure, &keys))?;
         let reply: Vec<i64> = redis::from_redis_value(reply)
             .map_err(|e| StoreError::Backend(format!("the script answered something else than integers: {e}")))?;
-        match (lease, checks) {
-            (None, _) => Ok((parse_reply(&reply, checks.len())?, None)),
+        let parsed = match (lease, checks) {
+            (None, _) => (parse_reply(&reply, checks.len())?, None),
             (Some(_), [check]) => {
                 let (reply, granted, lessees) = parse_lease_reply(&reply, check.cost)?;
-                Ok((reply, Some((granted, lessees))))
+                (reply, Some((granted, lessees)))
             }
-            (Some(_), _) => Err(StoreError::Backend("a lease is of one check".into())),
+            (Some(_), _) => return Err(StoreError::Backend("a lease is of one check".into())),
+        };
+        if let Some(&i) = parsed.0.held.iter().find(|&&i| checks.get(i).is_none_or(|c| !c.hold)) {
+            return Err(StoreError::Backend(format!("the script answered check {i} held, which asked for no hold")));
         }
+        Ok(parsed)
     }
 }
 
@@ -362,7 +376,7 @@ impl Store for RedisStore {
         } else {
             reply.snapshots.iter().map(|s| s.at).collect()
         };
-        Ok(Reserved { decisions: reply.decisions, at: reply.now_ns, per_check })
+        Ok(Reserved { decisions: reply.decisions, at: reply.now_ns, per_check, held: reply.held })
     }
 
     async fn refund(&self, refunds: &[Refund<'_>]) -> Result<(), StoreError> {
@@ -375,6 +389,7 @@ impl Store for RedisStore {
     }
 
     async fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> Result<(), StoreError> {
+        let hold = keys::hold_key(&self.options.prefix, scope, key)?;
         let key = self.state_key(scope, key, limit)?;
         let marker = keys::applied_key(&self.options.prefix, &key);
         let run = |cmd: redis::Cmd| {
@@ -405,11 +420,18 @@ impl Store for RedisStore {
             run(redis::cmd("PEXPIRE").arg(marker.as_slice()).arg(horizon_ms).clone()).await?;
         }
         run(redis::cmd("DEL").arg(key.as_slice()).clone()).await?;
+        // The hold too, in the state's slot (a reset cut short before it leaves the hold, and
+        // the caller an error).
+        run(redis::cmd("DEL").arg(hold.as_slice()).clone()).await?;
         Ok(())
     }
 
     async fn carry(&self, scope: &str, key: &[u8], from: &Limit, to: &Limit) -> Result<u64, StoreError> {
         self.carry_use(scope, key, from, to).await
+    }
+
+    async fn hold(&self, scope: &str, key: &[u8], hold_ns: u64) -> Result<(), StoreError> {
+        self.hold_key_for(scope, key, hold_ns).await
     }
 }
 
@@ -421,7 +443,7 @@ impl Remote for RedisStore {
             for group in self.groups(&[], charges)? {
                 now_ns = now_ns.max(self.call(&[], &group.charges, &[]).await?.now_ns);
             }
-            return Ok(Reply { decisions: Vec::new(), snapshots: Vec::new(), now_ns });
+            return Ok(Reply::new(Vec::new(), Vec::new(), now_ns));
         }
         self.decide_across(checks, charges).await
     }

@@ -12,8 +12,8 @@
 
 pub use tollgate_redis_module::layout::*;
 
-/// The script's body (after the layout): the Lua sources; it defines `decide(KEYS, ARGV)` and
-/// `carry(KEYS, ARGV)`, each the entry of a script of its own.
+/// The script's body (after the layout): the Lua sources; it defines `decide(KEYS, ARGV)`,
+/// `carry(KEYS, ARGV)` and `hold(KEYS, ARGV)`, each the entry of a script of its own.
 const BODY: &str = concat!(
     include_str!("lua/prelude.lua"),
     include_str!("lua/gcra.lua"),
@@ -25,6 +25,7 @@ const BODY: &str = concat!(
     include_str!("lua/sliding_log.lua"),
     include_str!("lua/decide.lua"),
     include_str!("lua/carry.lua"),
+    include_str!("lua/hold.lua"),
 );
 
 /// The script, in both forms.
@@ -46,7 +47,7 @@ impl Script {
         Script::with_entry("decide")
     }
 
-    /// The script whose entry is the Lua function `entry` of the body (`decide`, `carry`).
+    /// The script whose entry is the Lua function `entry` of the body (`decide`, `carry`, `hold`).
     pub(crate) fn with_entry(entry: &str) -> Self {
         // What the script shares with the Rust side besides the layout, said once: how long a
         // charge's marker lives, and the largest running total a charge may carry.
@@ -142,7 +143,7 @@ impl Call {
         self
     }
 
-    /// The limit and cost of a check, charge or refund (its first [`CHECK_ARGS`] values).
+    /// The limit and cost of a check, charge or refund (its first [`LIMIT_COST`] values).
     pub(super) fn limit(&mut self, limit: &tollgate_core::Limit, cost: u64) -> &mut Self {
         self.put(LIMIT_ALGORITHM, limit.algorithm().as_str())
             .put(LIMIT_COUNT, limit.count())
@@ -167,6 +168,14 @@ pub fn eval_source() -> (String, String) {
     (script.eval, script.sha1)
 }
 
+/// The script of the Lua entry `entry` (`decide`, `carry`, `hold`) as `EVAL` runs it, and its
+/// SHA1 (for tests that call an entry directly).
+#[must_use]
+pub fn entry_eval_source(entry: &str) -> (String, String) {
+    let script = Script::with_entry(entry);
+    (script.eval, script.sha1)
+}
+
 /// The script as a Redis Functions library, and the name of its function (for tests and benches
 /// that call it directly).
 #[must_use]
@@ -184,7 +193,7 @@ mod tests {
         assert!(LAYOUT_LUA.starts_with("local ARG_VERSION = 1\nlocal ARG_NOW_SEC = 2\n"));
         assert!(LAYOUT_LUA.contains("\nlocal CHARGE_ARGS = 16\n"));
         assert_eq!(HEADER_ARGS, ARG_REFUNDS);
-        assert_eq!(CHECK_ARGS, LIMIT_COST);
+        assert_eq!(CHECK_ARGS, CHECK_HOLD);
         assert_eq!(CHARGE_ARGS, CHARGE_VIEW);
         assert_eq!(REFUND_ARGS, REFUND_RESET);
         assert_eq!(LEASE_ARGS, LEASE_LIFETIME);

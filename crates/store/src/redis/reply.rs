@@ -50,7 +50,8 @@ fn bounded(text: &str) -> String {
 }
 
 /// [`REPLY_CHECK`] values per check (the decision and the snapshot), then the server's seconds and
-/// nanoseconds ([`REPLY_NOW`]). Every value is checked: a decision admitted (1) or denied (0),
+/// nanoseconds ([`REPLY_NOW`]). Every value is checked: a decision admitted (1) or denied (0; 2
+/// by a hold, with nothing remaining: the caller checks that the check asked for it),
 /// never more remaining than its limit, no negative field, a time within range.
 pub(super) fn parse_reply(reply: &[i64], n: usize) -> Result<Reply, StoreError> {
     let expected = n.checked_mul(REPLY_CHECK).and_then(|v| v.checked_add(REPLY_NOW));
@@ -68,13 +69,21 @@ pub(super) fn parse_reply(reply: &[i64], n: usize) -> Result<Reply, StoreError> 
         .ok_or_else(|| StoreError::Backend("the server's time is out of range".into()))?;
     let mut decisions = Vec::with_capacity(n);
     let mut snapshots = Vec::with_capacity(n);
-    for d in reply[..REPLY_CHECK * n].chunks_exact(REPLY_CHECK) {
+    let mut held = Vec::new();
+    for (i, d) in reply[..REPLY_CHECK * n].chunks_exact(REPLY_CHECK).enumerate() {
         let allowed = match d[0] {
             0 => false,
             1 => true,
+            2 => {
+                held.push(i);
+                false
+            }
             other => return Err(StoreError::Backend(format!("the script answered allowed = {other}"))),
         };
         let (limit, remaining) = (field(d[1])?, field(d[2])?);
+        if held.last() == Some(&i) && remaining > 0 {
+            return Err(StoreError::Backend(format!("the script answered a hold with {remaining} remaining")));
+        }
         if remaining > limit {
             return Err(StoreError::Backend(format!(
                 "the script answered {remaining} remaining of a limit of {limit}"
@@ -89,7 +98,7 @@ pub(super) fn parse_reply(reply: &[i64], n: usize) -> Result<Reply, StoreError> 
         });
         snapshots.push(Snapshot { at: now_ns, used: field(d[5])?, previous: field(d[6])? });
     }
-    Ok(Reply { decisions, snapshots, now_ns })
+    Ok(Reply { decisions, snapshots, now_ns, held })
 }
 
 /// A lease's reply ([`parse_reply`] of its one check, then [`LEASE_REPLY`] values: the units
@@ -145,8 +154,12 @@ mod tests {
         assert_eq!(read.now_ns, 1_700_000_000_000_000_005);
         assert!(read.decisions[0].allowed && !read.decisions[1].allowed);
         assert_eq!(read.snapshots[1], Snapshot { at: read.now_ns, used: 10, previous: 2 });
+        assert!(read.held.is_empty());
+        let held = parse_reply(&reply(&[admitted, [2, 10, 0, 7, 7, 3, 0]]), 2).unwrap();
+        assert_eq!((held.held, held.decisions[1].allowed, held.decisions[1].retry_after_ns), (vec![1], false, 7));
         for (bad, n) in [
-            (reply(&[[2, 10, 9, 0, 0, 1, 0]]), 1),
+            (reply(&[[3, 10, 9, 0, 0, 1, 0]]), 1),
+            (reply(&[[2, 10, 1, 7, 7, 1, 0]]), 1),
             (reply(&[[1, 10, 11, 0, 0, 1, 0]]), 1),
             (reply(&[[1, 10, -1, 0, 0, 1, 0]]), 1),
             (reply(&[admitted]), 2),

@@ -1,5 +1,5 @@
 //! Store-level cases, table-driven with explicit instants: what the shared traces cannot say
-//! (several keys at once, reset, per-key limits, errors), for every algorithm.
+//! (several keys at once, reset, per-key limits, errors, holds), for every algorithm.
 
 use std::sync::Arc;
 
@@ -29,6 +29,13 @@ pub enum Step {
     ReserveThenRefund(&'static str, Limit, u64),
     /// `carry(key, from, to)` must answer this many units carried.
     Carry(&'static str, Limit, Limit, u64),
+    /// `hold(key, ns)`.
+    Hold(&'static str, u64),
+    /// `reserve` of these checks, each asking for its hold or not, must answer these (allowed,
+    /// remaining) in order, and the checks a hold denied with the rest of the hold (ns).
+    Held(Vec<(&'static str, Limit, u64, bool)>, Vec<(bool, u64)>, Vec<(usize, u64)>),
+    /// `held` of these keys (under this limit) must answer the rest of each one's hold.
+    HoldLeft(Vec<&'static str>, Limit, Vec<Option<u64>>),
 }
 
 /// A named list of steps.
@@ -47,7 +54,7 @@ fn limit(algorithm: Algorithm, text: &str) -> Limit {
 /// Every case, for every algorithm.
 #[must_use]
 pub fn all() -> Vec<Case> {
-    use Step::{At, Carry, Check, CheckAll, CostError, ReserveThenRefund, Reset};
+    use Step::{At, Carry, Check, CheckAll, CostError, Held, Hold, HoldLeft, ReserveThenRefund, Reset};
     let mut cases = Vec::new();
     for &a in &Algorithm::ALL {
         let three = limit(a, "3/s");
@@ -135,6 +142,42 @@ pub fn all() -> Vec<Case> {
             );
         }
         case(
+            "a hold denies the checks asking for it until it ends, charging nothing anywhere",
+            vec![
+                At(T0),
+                Check("k", three.clone(), 1, (true, 2)),
+                Hold("k", 2 * SEC),
+                Held(vec![("k", three.clone(), 1, true)], vec![(false, 0)], vec![(0, 2 * SEC)]),
+                // A check not asking for it is decided by its limit; nothing was consumed.
+                Held(vec![("k", three.clone(), 0, false)], vec![(true, 2)], vec![]),
+                // A shorter hold leaves the longer one.
+                Hold("k", SEC / 2),
+                At(T0 + SEC / 4),
+                Held(
+                    vec![("j", three.clone(), 1, false), ("k", three.clone(), 1, true)],
+                    vec![(true, 3), (false, 0)],
+                    vec![(1, 2 * SEC - SEC / 4)],
+                ),
+                Check("j", three.clone(), 0, (true, 3)),
+                HoldLeft(vec!["j", "k"], three.clone(), vec![None, Some(2 * SEC - SEC / 4)]),
+                Check("other", three.clone(), 0, (true, 3)),
+                Held(vec![("other", three.clone(), 1, true)], vec![(true, 2)], vec![]),
+                At(T0 + 2 * SEC),
+                HoldLeft(vec!["k"], three.clone(), vec![None]),
+                Held(vec![("k", three.clone(), 1, true)], vec![(true, 2)], vec![]),
+            ],
+        );
+        case(
+            "reset ends a hold",
+            vec![
+                At(T0),
+                Hold("k", 60 * SEC),
+                Held(vec![("k", three.clone(), 1, true)], vec![(false, 0)], vec![(0, 60 * SEC)]),
+                Reset("k", three.clone()),
+                Held(vec![("k", three.clone(), 1, true)], vec![(true, 2)], vec![]),
+            ],
+        );
+        case(
             "a clock going backwards never over-grants",
             vec![
                 At(T0 + SEC / 2),
@@ -195,6 +238,32 @@ pub async fn run<S: Store>(store: &S, clock: &ManualClock, case: &Case, namespac
                 let carried =
                     store.carry("", key(k).as_bytes(), from, to).await.unwrap_or_else(|e| panic!("{at}: {e}"));
                 assert_eq!(carried, *units, "{at}");
+            }
+            Step::Hold(k, ns) => store.hold("", key(k).as_bytes(), *ns).await.unwrap_or_else(|e| panic!("{at}: {e}")),
+            Step::Held(checks, expected, held) => {
+                let keys: Vec<String> = checks.iter().map(|(k, ..)| key(k)).collect();
+                let checks: Vec<Check<'_>> = checks
+                    .iter()
+                    .zip(&keys)
+                    .map(|((_, limit, cost, hold), key)| {
+                        let check = Check::new(key.as_bytes(), limit, *cost);
+                        if *hold { check.with_hold() } else { check }
+                    })
+                    .collect();
+                let got = store.reserve(&checks).await.unwrap_or_else(|e| panic!("{at}: {e}"));
+                let decided: Vec<(bool, u64)> = got.decisions.iter().map(|d| (d.allowed, d.remaining)).collect();
+                assert_eq!(&decided, expected, "{at}");
+                let rest: Vec<(usize, u64)> = got.held.iter().map(|&i| (i, got.decisions[i].retry_after_ns)).collect();
+                assert_eq!(&rest, held, "{at}");
+                for &(i, left) in held {
+                    assert_eq!(got.decisions[i].reset_after_ns, left, "{at}: the hold's reset");
+                }
+            }
+            Step::HoldLeft(keys, limit, expected) => {
+                let keys: Vec<String> = keys.iter().map(|k| key(k)).collect();
+                let checks: Vec<Check<'_>> = keys.iter().map(|k| Check::new(k.as_bytes(), limit, 1)).collect();
+                let left = store.held(&checks).await.unwrap_or_else(|e| panic!("{at}: {e}"));
+                assert_eq!(&left, expected, "{at}");
             }
             Step::ReserveThenRefund(k, limit, cost) => {
                 let key = key(k);

@@ -66,7 +66,7 @@ fn injected() -> StoreError {
 impl<R: Remote> Store for Faulty<R> {
     async fn reserve(&self, checks: &[Check<'_>]) -> Result<Reserved, StoreError> {
         let reply = self.decide(checks, &[]).await?;
-        Ok(Reserved::at(reply.decisions, reply.now_ns))
+        Ok(Reserved { held: reply.held, ..Reserved::at(reply.decisions, reply.now_ns) })
     }
 
     async fn refund(&self, refunds: &[Refund<'_>]) -> Result<(), StoreError> {
@@ -86,6 +86,11 @@ impl<R: Remote> Store for Faulty<R> {
 
     async fn carry(&self, scope: &str, key: &[u8], from: &Limit, to: &Limit) -> Result<u64, StoreError> {
         self.inner.carry(scope, key, from, to).await
+    }
+
+    /// On the inner store, without a fault (the faults are the decisions').
+    async fn hold(&self, scope: &str, key: &[u8], hold_ns: u64) -> Result<(), StoreError> {
+        self.inner.hold(scope, key, hold_ns).await
     }
 }
 

@@ -78,7 +78,10 @@ macro_rules! store_by_decide {
                 checks: &[tollgate_store::Check<'_>],
             ) -> Result<tollgate_store::Reserved, tollgate_store::StoreError> {
                 let reply = tollgate_store::remote::Remote::decide(self, checks, &[]).await?;
-                Ok(tollgate_store::Reserved::at(reply.decisions, reply.now_ns))
+                Ok(tollgate_store::Reserved {
+                    held: reply.held,
+                    ..tollgate_store::Reserved::at(reply.decisions, reply.now_ns)
+                })
             }
 
             async fn refund(&self, refunds: &[tollgate_store::Refund<'_>]) -> Result<(), tollgate_store::StoreError> {
@@ -106,7 +109,7 @@ pub(crate) fn failed_after_first(
     use tollgate_store::remote::{Decided, Partial};
     let (decision, snapshot) = (reply.decisions[0], reply.snapshots[0]);
     let mut decided = vec![None; checks.len()];
-    decided[0] = Some(Decided { decision, snapshot, consumed: decision.allowed && checks[0].cost > 0 });
+    decided[0] = Some(Decided { decision, snapshot, consumed: decision.allowed && checks[0].cost > 0, held: false });
     let error = tollgate_store::StoreError::Timeout(Duration::from_millis(50));
     tollgate_store::StoreError::Partial(Box::new(Partial { decided, failed: (1..checks.len()).collect(), error }))
 }

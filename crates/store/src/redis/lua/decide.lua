@@ -3,10 +3,12 @@
 -- KEYS: the state key of each check, then of each charge, then of each refund, then the marker
 --       key of each charge and of each refund (its state key's `applied` hash: sending node ->
 --       highest running total applied; `refunded`: the instant of its latest refund; `reset` while
---       a reset is recent), then with a lease the key counting its lessees.
+--       a reset is recent), then the hold key of each check asking for its hold (in order), then
+--       with a lease the key counting its lessees.
 -- ARGV: a header (ARG_*: the layout's version, now as seconds and nanoseconds, both '' to use the
 --       server's TIME, the TTL margin in ms, how many checks, charges and refunds), then
---       CHECK_ARGS per check (LIMIT_*: the limit, the cost), CHARGE_ARGS per charge (the same,
+--       CHECK_ARGS per check (LIMIT_*: the limit, the cost; CHECK_HOLD: 1 if its hold applies, else
+--       0), CHARGE_ARGS per charge (the same 8 LIMIT_*,
 --       then CHARGE_*: its age in ns, the sending node ('': none), its running total, the key's
 --       remaining as the sender knows it, this charge included (-1: nothing known), the snapshot
 --       that follows from (its instant in decimal ns since the epoch, '': none; used; previous),
@@ -24,8 +26,10 @@
 -- saw: the key expired early, restarted empty, promoted without the last writes), unless the key
 -- was reset or refunded since the sender's snapshot; a view only if the key's state at the
 -- snapshot's instant is behind it. Then the checks are decided in order; their states are
--- written only if every check admitted (the charges are written anyway).
--- Returns REPLY_CHECK integers per check: allowed (1/0), limit, remaining, retry_after_ns,
+-- written only if every check admitted (the charges are written anyway). A check whose hold is
+-- in force (its hold key holds an instant after now: see `hold.lua`) is denied, consuming nothing,
+-- its retry and reset the rest of the hold.
+-- Returns REPLY_CHECK integers per check: allowed (1/0, 2: denied by a hold), limit, remaining, retry_after_ns,
 -- reset_after_ns, and the key's snapshot after the call (used, previous; see tollgate-core's
 -- Snapshot), then the server's now as seconds and nanoseconds.
 -- A lease (hot keys, see the store's `lease` module) is one check whose cost is the most wanted:
@@ -88,12 +92,43 @@ local function parsed(argv, b, key)
   return p, tonumber(argv[b + LIMIT_COST])
 end
 
+-- The ns left of the hold at `key` (its end, a decimal instant), or nil: none, or ended.
+local function held(key)
+  local ends = redis.call('GET', key)
+  if not ends then return nil end
+  local left = rel(key, ends)
+  if left > 0 then return left end
+  return nil
+end
+
+-- Check `i`'s hold key (its CHECK_HOLD is 1: the key is KEYS[at]), or nil (0).
+local function hold_key(KEYS, argv, i, at)
+  local flag = argv[HEADER_ARGS + (i - 1) * CHECK_ARGS + CHECK_HOLD]
+  if flag == '0' then return nil end
+  if flag ~= '1' then error({ err = 'TOLLGATE_ARGS a check hold of ' .. tostring(flag) }) end
+  if not KEYS[at] then error({ err = 'TOLLGATE_ARGS a check asking for its hold without its hold key' }) end
+  return KEYS[at]
+end
+
+-- A call naming other than the `want` keys its layout takes (a key missing would shift the ones
+-- after it: the lessees' key read as a hold) fails before anything is read or written.
+local function keys_are(KEYS, want)
+  if #KEYS ~= want then
+    error({ err = 'TOLLGATE_ARGS the call names ' .. #KEYS .. ' keys, its arguments take ' .. want })
+  end
+end
+
 -- The usual call, one check and nothing else: only what it needs (no tables of keys, charges or
--- markers, the limit parsed once).
-local function decide_one(key, argv)
+-- markers, the limit parsed once); `hold`: its hold key, if its hold applies.
+local function decide_one(key, argv, hold)
   local p, cost = parsed(argv, HEADER_ARGS, key)
   local A = ALGS[p.alg]
   local st = A.load(key)
+  local left = hold and held(hold)
+  if left then
+    local used, previous = A.snapshot(st, p)
+    return { 2, A.check(st, p, 0)[2], 0, left, left, used, previous, S, N }
+  end
   local d, new, idle = A.check(st, p, cost)
   if new then st = new end
   -- Read before anything is written (the log's view reads the list as it was).
@@ -105,7 +140,9 @@ end
 local function decide(KEYS, ARGV)
   begin(ARGV)
   if #ARGV == HEADER_ARGS + CHECK_ARGS and ARGV[ARG_CHECKS] == '1' and ARGV[ARG_CHARGES] == '0' and ARGV[ARG_REFUNDS] == '0' then
-    return decide_one(KEYS[1], ARGV)
+    local hold = hold_key(KEYS, ARGV, 1, 2)
+    keys_are(KEYS, hold and 2 or 1)
+    return decide_one(KEYS[1], ARGV, hold)
   end
   local checks, charges, refunds = tonumber(ARGV[ARG_CHECKS]), tonumber(ARGV[ARG_CHARGES]), tonumber(ARGV[ARG_REFUNDS])
   local charges_at = HEADER_ARGS + checks * CHECK_ARGS
@@ -115,6 +152,13 @@ local function decide(KEYS, ARGV)
   -- The keys: KEYS[i] the i-th check's; then the charges', the refunds', their markers.
   local charge_key, refund_key = checks, checks + charges
   local charge_marker, refund_marker = checks + charges + refunds, checks + charges + refunds + charges
+  -- The hold keys follow the markers, one per check whose hold applies; the lessees' key, last.
+  local hold_of, hold_keys = {}, refund_marker + refunds
+  for i = 1, checks do
+    hold_of[i] = hold_key(KEYS, ARGV, i, hold_keys + 1)
+    if hold_of[i] then hold_keys = hold_keys + 1 end
+  end
+  keys_are(KEYS, hold_keys + (leasing and 1 or 0))
 
   local loaded, state, idle, algs = {}, {}, {}, {}
   local function current(key, p)
@@ -203,22 +247,29 @@ local function decide(KEYS, ARGV)
   local granted = 0
 
   -- 2. Checks, in order; a key checked twice sees its first check's pending state.
-  local ps, decisions = {}, {}
+  local ps, decisions, by_hold = {}, {}, {}
   local all = true
   for i = 1, checks do
     local key = KEYS[i]
     local p, cost = params(ARGV, HEADER_ARGS + (i - 1) * CHECK_ARGS, key)
-    if leasing then
-      -- As much of the wanted slice as is left (the peek's `remaining` is exactly the largest cost
-      -- the algorithm admits now), or one unit, to be denied with that unit's retry.
-      local left = ALGS[p.alg].check(current(key, p), p, 0)[3]
-      granted = math.min(cost, left)
-      cost = math.max(granted, 1)
+    local left = hold_of[i] and held(hold_of[i])
+    if left then
+      -- Held: denied whatever the limit says, nothing consumed.
+      decisions[i] = { false, ALGS[p.alg].check(current(key, p), p, 0)[2], 0, left, left }
+      ps[i], by_hold[i], all, granted = p, true, false, 0
+    else
+      if leasing then
+        -- As much of the wanted slice as is left (the peek's `remaining` is exactly the largest
+        -- cost the algorithm admits now), or one unit, to be denied with that unit's retry.
+        local rest = ALGS[p.alg].check(current(key, p), p, 0)[3]
+        granted = math.min(cost, rest)
+        cost = math.max(granted, 1)
+      end
+      local d, new, at_idle = ALGS[p.alg].check(current(key, p), p, cost)
+      if new then state[key], idle[key] = new, at_idle end
+      if d[1] == false then all = false; granted = 0 end
+      ps[i], decisions[i] = p, d
     end
-    local d, new, at_idle = ALGS[p.alg].check(current(key, p), p, cost)
-    if new then state[key], idle[key] = new, at_idle end
-    if d[1] == false then all = false; granted = 0 end
-    ps[i], decisions[i] = p, d
   end
 
   -- 3. Everything is kept if every check admitted; otherwise only the charges, and the checks that
@@ -235,7 +286,7 @@ local function decide(KEYS, ARGV)
   local out = {}
   for i = 1, checks do
     local d = decisions[i]
-    out[#out + 1] = d[1] and 1 or 0
+    out[#out + 1] = by_hold[i] and 2 or (d[1] and 1 or 0)
     for j = 2, 5 do out[#out + 1] = d[j] end
     local used, previous = ALGS[ps[i].alg].snapshot(current(KEYS[i], ps[i]), ps[i])
     out[#out + 1] = used
@@ -244,7 +295,7 @@ local function decide(KEYS, ARGV)
   out[#out + 1] = S
   out[#out + 1] = N
   if leasing then
-    local lessees = KEYS[refund_marker + refunds + 1]
+    local lessees = KEYS[hold_keys + 1]
     local now_ms = S * 1000 + math.floor(N / 1000000)
     local lifetime = tonumber(ARGV[lease_at + LEASE_LIFETIME])
     redis.call('ZREMRANGEBYSCORE', lessees, '-inf', now_ms)
