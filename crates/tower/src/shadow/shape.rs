@@ -102,6 +102,9 @@ impl Shape {
                 if fields.len() == MAX_FIELDS || bytes > MAX_FIELD_BYTES {
                     break;
                 }
+                // A copy: a value hyper read is a slice of its connection's read buffer (up to
+                // 400 KiB), which a shared one would keep for as long as the shape.
+                let Ok(value) = HeaderValue::from_bytes(value.as_bytes()) else { continue };
                 let before = self.fields.iter().filter(|f| f.name == name).nth(nth);
                 let mut clients = SmallVec::new();
                 let changing = match before {
@@ -117,7 +120,7 @@ impl Shape {
                 if clients.len() < SHARED_BY && !clients.contains(&seen.client) {
                     clients.push(seen.client);
                 }
-                fields.push(Field { name: name.clone(), value: value.clone(), clients, changing });
+                fields.push(Field { name: name.clone(), value, clients, changing });
             }
         }
         self.fields = fields;
@@ -267,6 +270,36 @@ mod tests {
         let out = written(&shape);
         assert_eq!(out.len(), MAX_FIELDS + 1, "the fields kept and the fake's content type");
         assert!(!out.contains_key("connection"));
+    }
+
+    /// A header value read by hyper is a slice of the connection's read buffer (up to 400 KiB
+    /// after a large body): a shape keeping it kept the whole buffer, 576 shapes ~230 MB.
+    #[test]
+    fn a_learned_value_holds_its_own_bytes_not_the_buffer_it_was_read_into() {
+        struct Buffer {
+            _alive: std::sync::Arc<()>,
+            read: Vec<u8>,
+        }
+        impl AsRef<[u8]> for Buffer {
+            fn as_ref(&self) -> &[u8] {
+                &self.read
+            }
+        }
+        let alive = std::sync::Arc::new(());
+        let mut read = b"shop".to_vec();
+        read.resize(64 << 10, b'x');
+        let buffer = bytes::Bytes::from_owner(Buffer { _alive: alive.clone(), read });
+        let mut real = HeaderMap::new();
+        real.insert("x-app", HeaderValue::from_maybe_shared(buffer.slice(..4)).unwrap());
+        drop(buffer);
+        let mut shape = Shape::new(0);
+        shape.learn(&seen(&real, [192, 0, 2, 1]), 1);
+        drop(real);
+        assert_eq!(
+            std::sync::Arc::strong_count(&alive),
+            1,
+            "the shape keeps the 64 KiB buffer the value was read into"
+        );
     }
 
     #[test]
