@@ -4,7 +4,7 @@
 //! at most [`MAX_FIELDS`] fields and [`MAX_FIELD_BYTES`] of names and values, and
 //! [`LATENCIES`] latencies.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv6Addr};
 use std::time::{Duration, SystemTime};
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -19,7 +19,8 @@ pub(crate) const MAX_FIELD_BYTES: usize = 4 << 10;
 /// How many recent latencies a shape keeps.
 pub(crate) const LATENCIES: usize = 16;
 /// How many different clients in a row must get a value before it is taken for nobody's own
-/// (one person on two addresses is two clients: three make that unlikely).
+/// (one person on two addresses is two clients: three make that unlikely). An IPv6 client is its
+/// /64 (see [`one_client`]).
 pub(crate) const SHARED_BY: usize = 3;
 
 /// Fields a response never carries to the client as they are: the connection's own
@@ -34,6 +35,16 @@ const HOP_BY_HOP: [&str; 8] = [
     "upgrade",
     "proxy-authenticate",
 ];
+
+/// The client `address` stands for: an IPv6 address's /64 (a host's temporary addresses are
+/// one client, as the `client_ip` key and the proxy's connection cap read them), an IPv4-mapped
+/// one as IPv4.
+fn one_client(address: IpAddr) -> IpAddr {
+    match address.to_canonical() {
+        IpAddr::V6(v6) => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & !u128::from(u64::MAX))),
+        v4 => v4,
+    }
+}
 
 /// One header field of the last real response learned.
 #[derive(Debug)]
@@ -91,6 +102,7 @@ impl Shape {
     /// values when the last response had it too (the same name, the same position among the
     /// lines of that name).
     pub(crate) fn learn(&mut self, seen: &Seen<'_>, tick: u64) {
+        let client = one_client(seen.client);
         let mut fields = Vec::with_capacity(seen.headers.len().min(MAX_FIELDS));
         let mut bytes = 0;
         for name in seen.headers.keys() {
@@ -117,8 +129,8 @@ impl Shape {
                     }
                     None => 0,
                 };
-                if clients.len() < SHARED_BY && !clients.contains(&seen.client) {
-                    clients.push(seen.client);
+                if clients.len() < SHARED_BY && !clients.contains(&client) {
+                    clients.push(client);
                 }
                 fields.push(Field { name: name.clone(), value, clients, changing });
             }
@@ -300,6 +312,29 @@ mod tests {
             1,
             "the shape keeps the 64 KiB buffer the value was read into"
         );
+    }
+
+    /// An IPv6 host's addresses are one client (its /64, as the `client_ip` key and the
+    /// proxy's connection cap read it), and so is an IPv4 client seen as IPv4-mapped IPv6.
+    /// Before: one host's three temporary addresses (or an IPv4 client seen both ways) made its
+    /// own value nobody's.
+    #[test]
+    fn one_hosts_addresses_are_one_client() {
+        for addresses in [
+            ["2001:db8:1:2::1", "2001:db8:1:2::2", "2001:db8:1:2:aaaa::3"],
+            ["192.0.2.1", "::ffff:192.0.2.1", "2001:db8:1:2::1"],
+        ] {
+            let mut shape = Shape::new(0);
+            let real = headers(&[("x-user", "alice@example.com")]);
+            for (tick, address) in (1..).zip(addresses) {
+                shape.learn(&Seen { client: address.parse().unwrap(), ..seen(&real, [0; 4]) }, tick);
+            }
+            assert_ne!(
+                written(&shape)["x-user"],
+                "alice@example.com",
+                "{addresses:?}: one host's value shown to another"
+            );
+        }
     }
 
     #[test]
