@@ -51,8 +51,9 @@ fn one_client(address: IpAddr) -> IpAddr {
 struct Field {
     name: HeaderName,
     value: HeaderValue,
-    /// The different clients that got this same value in a row (up to [`SHARED_BY`]: then it
-    /// is nobody's own).
+    /// The different clients that got this value in a row (up to [`SHARED_BY`]: then it is
+    /// nobody's own); once it changed (in the same structure), those that got its tokens that
+    /// never changed.
     clients: SmallVec<[IpAddr; SHARED_BY]>,
     /// The tokens of its value (runs of letters and digits) seen to change from one learned
     /// response to the next, as bits (all: the value itself changed shape): per response.
@@ -100,7 +101,9 @@ impl Shape {
 
     /// Learns `seen`: its fields replace the last response's, each keeping what was seen of its
     /// values when the last response had it too (the same name, the same position among the
-    /// lines of that name).
+    /// lines of that name). A value's clients go on while its structure stays (its tokens that
+    /// never changed are then those every one of them got); a value of another structure starts
+    /// them anew.
     pub(crate) fn learn(&mut self, seen: &Seen<'_>, tick: u64) {
         let client = one_client(seen.client);
         let mut fields = Vec::with_capacity(seen.headers.len().min(MAX_FIELDS));
@@ -120,12 +123,17 @@ impl Shape {
                 let before = self.fields.iter().filter(|f| f.name == name).nth(nth);
                 let mut clients = SmallVec::new();
                 let changing = match before {
-                    Some(before) if before.value == value => {
-                        clients.clone_from(&before.clients);
-                        before.changing
-                    }
                     Some(before) => {
-                        before.changing | synth::differing_tokens(before.value.as_bytes(), value.as_bytes())
+                        let changing = if before.value == value {
+                            before.changing
+                        } else {
+                            before.changing | synth::differing_tokens(before.value.as_bytes(), value.as_bytes())
+                        };
+                        // Its tokens that never changed were got by every client so far.
+                        if changing != u64::MAX {
+                            clients.clone_from(&before.clients);
+                        }
+                        changing
                     }
                     None => 0,
                 };
@@ -159,7 +167,8 @@ impl Shape {
     /// `content_type`, at `now`: `Date` now, `Content-Length` and `Content-Type` the fake's; a
     /// `Set-Cookie` with a value of its own ([`synth::cookie`]), always; a value that changed
     /// between responses with its changing tokens made anew (a date moved as far from now as it
-    /// was); a value [`SHARED_BY`] clients in a row got, or of a field that describes the server
+    /// was), its others kept once [`SHARED_BY`] clients in a row got them (else made anew too);
+    /// a value [`SHARED_BY`] clients in a row got, or of a field that describes the server
     /// ([`synth::of_the_server`]), as it is; any other made anew in its shape (it may be one
     /// client's own).
     pub(crate) fn write(
@@ -183,9 +192,12 @@ impl Shape {
             } else if field.clients.len() >= SHARED_BY && field.changing == 0 {
                 Some(field.value.clone())
             } else if field.changing != 0 {
+                let steady = field.clients.len() >= SHARED_BY || synth::of_the_server(name.as_str());
                 match field.value.to_str().ok().and_then(|text| synth::date_moved(text, self.learned_at, now)) {
                     Some(date) => HeaderValue::from_str(&date).ok(),
-                    None => HeaderValue::from_bytes(&synth::tokens_anew(real, field.changing, rng)).ok(),
+                    None if steady => HeaderValue::from_bytes(&synth::tokens_anew(real, field.changing, rng)).ok(),
+                    // Its steady tokens too may be one client's own.
+                    None => HeaderValue::from_bytes(&synth::same_shape(real, rng)).ok(),
                 }
             } else if synth::of_the_server(name.as_str()) {
                 Some(field.value.clone())
@@ -312,6 +324,29 @@ mod tests {
             1,
             "the shape keeps the 64 KiB buffer the value was read into"
         );
+    }
+
+    /// Before: `user=alice;req=…` from alice alone, twice, was written with `alice` as it was
+    /// (only the changing `req` token made anew), to any client.
+    #[test]
+    fn the_steady_part_of_a_changing_value_is_replayed_only_once_three_clients_got_it() {
+        let mut shape = Shape::new(0);
+        for req in 1..=2 {
+            let real = headers(&[("x-trace", &format!("user=alice;req={req}"))]);
+            shape.learn(&seen(&real, [192, 0, 2, 1]), req);
+        }
+        let out = written(&shape);
+        let trace = out["x-trace"].to_str().unwrap();
+        assert!(!trace.contains("alice"), "one client's token shown to another: {trace}");
+        assert_eq!(trace.len(), "user=alice;req=2".len(), "{trace}");
+        let mut shape = Shape::new(0);
+        for client in 1..=3 {
+            let real = headers(&[("x-trace", &format!("app=shop;req={client}"))]);
+            shape.learn(&seen(&real, [192, 0, 2, client]), u64::from(client));
+            let out = written(&shape);
+            let trace = out["x-trace"].to_str().unwrap();
+            assert_eq!(trace.starts_with("app=shop;req="), client == 3, "after {client} clients: {trace}");
+        }
     }
 
     /// An IPv6 host's addresses are one client (its /64, as the `client_ip` key and the
