@@ -46,6 +46,16 @@ fn one_client(address: IpAddr) -> IpAddr {
     }
 }
 
+/// Fields that describe the real body, which a fake's (the rule's, as it is) is not: its coding
+/// (a client would fail to decode the fake), its digests and its range.
+const OF_THE_REAL_BODY: [&str; 6] =
+    ["content-encoding", "content-range", "content-md5", "digest", "content-digest", "repr-digest"];
+
+/// Whether a field of a real response is learned: not the connection's own, nor the real body's.
+fn learned(name: &HeaderName) -> bool {
+    !HOP_BY_HOP.contains(&name.as_str()) && !OF_THE_REAL_BODY.contains(&name.as_str())
+}
+
 /// One header field of the last real response learned.
 #[derive(Debug)]
 struct Field {
@@ -108,10 +118,7 @@ impl Shape {
         let client = one_client(seen.client);
         let mut fields = Vec::with_capacity(seen.headers.len().min(MAX_FIELDS));
         let mut bytes = 0;
-        for name in seen.headers.keys() {
-            if HOP_BY_HOP.contains(&name.as_str()) {
-                continue;
-            }
+        for name in seen.headers.keys().filter(|name| learned(name)) {
             for (nth, value) in seen.headers.get_all(name).iter().enumerate() {
                 bytes += name.as_str().len() + value.len();
                 if fields.len() == MAX_FIELDS || bytes > MAX_FIELD_BYTES {
@@ -238,6 +245,10 @@ mod tests {
         map
     }
 
+    fn names(headers: &HeaderMap) -> Vec<&str> {
+        headers.keys().map(HeaderName::as_str).collect()
+    }
+
     fn written(shape: &Shape) -> HeaderMap {
         let mut out = HeaderMap::new();
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_100);
@@ -324,6 +335,24 @@ mod tests {
             1,
             "the shape keeps the 64 KiB buffer the value was read into"
         );
+    }
+
+    /// The fake's body is the rule's, as it is: a field describing the encoding or the digest of
+    /// the real body would make a client fail to read it. Before: `Content-Encoding: gzip` on a
+    /// plain body (a browser's `ERR_CONTENT_DECODING_FAILED`), and the real body's digests.
+    #[test]
+    fn a_fake_carries_nothing_that_describes_the_real_body() {
+        let mut shape = Shape::new(0);
+        let real = headers(&[
+            ("content-encoding", "gzip"),
+            ("content-digest", "sha-256=:RK/0qy18MlBSVnWgjwz6lZEWjP/lF5HF9bvEF8FabDg=:"),
+            ("content-md5", "Q2hlY2sgSW50ZWdyaXR5IQ=="),
+            ("vary", "Accept-Encoding"),
+        ]);
+        for client in 1..=3 {
+            shape.learn(&seen(&real, [192, 0, 2, client]), u64::from(client));
+        }
+        assert_eq!(names(&written(&shape)), ["vary", "content-type"], "{:?}", written(&shape));
     }
 
     /// Before: `user=alice;req=…` from alice alone, twice, was written with `alice` as it was

@@ -126,11 +126,10 @@ pub(crate) fn date_now(now: SystemTime) -> String {
 
 /// Fields that describe the server or the resource, never the client: their values are replayed
 /// from one client's response to another's (any other field's only once several clients got it).
-const OF_THE_SERVER: [&str; 27] = [
+const OF_THE_SERVER: [&str; 26] = [
     "server",
     "content-type",
     "content-language",
-    "content-encoding",
     "cache-control",
     "expires",
     "pragma",
