@@ -156,6 +156,12 @@ fn names(headers: &HeaderMap) -> Vec<String> {
     headers.keys().map(ToString::to_string).collect()
 }
 
+/// A fake's field names, its `Cache-Control: private` (which no real response here has) left out.
+fn fake_names(headers: &HeaderMap) -> Vec<String> {
+    assert_eq!(value(headers, "cache-control"), "private", "a fake is one client's: {headers:?}");
+    names(headers).into_iter().filter(|name| name != "cache-control").collect()
+}
+
 /// Each letter or digit as its class: `S00000001` and `S48213907` have one shape.
 fn shape(value: &str) -> String {
     value
@@ -193,8 +199,14 @@ async fn fake_like_real(app: App) {
     assert_eq!((fake.status, fake.body.as_str()), (StatusCode::OK, "<p>fake</p>"));
     assert_eq!(app.hits.load(Ordering::Relaxed), 4, "the fake never reached the app");
 
-    // The same fields, in the same order.
-    assert_eq!(names(&fake.headers), names(&real[3].headers), "fake {:?}\nreal {:?}", fake.headers, real[3].headers);
+    // The same fields, in the same order, and a `Cache-Control` that no shared cache stores.
+    assert_eq!(
+        fake_names(&fake.headers),
+        names(&real[3].headers),
+        "fake {:?}\nreal {:?}",
+        fake.headers,
+        real[3].headers
+    );
     // The stable ones as the app wrote them.
     for name in ["server", "x-app-version", "content-type"] {
         assert_eq!(value(&fake.headers, name), value(&real[3].headers, name), "{name}");
@@ -226,7 +238,7 @@ async fn with_headers_on_allowed_a_fake_keeps_the_ratelimit_fields() {
     for _ in 0..3 {
         let fake = app.send("192.0.2.1").await;
         assert_eq!(fake.body, "<p>fake</p>");
-        assert_eq!(names(&fake.headers), names(&last.headers), "fake {:?}\nreal {:?}", fake.headers, last.headers);
+        assert_eq!(fake_names(&fake.headers), names(&last.headers), "fake {:?}\nreal {:?}", fake.headers, last.headers);
         assert_eq!(value(&fake.headers, "ratelimit-policy"), value(&last.headers, "ratelimit-policy"));
         // Remaining 0, as on the last allowed response, and the window's reset.
         assert_eq!(value(&fake.headers, "ratelimit"), value(&last.headers, "ratelimit"));
@@ -293,7 +305,8 @@ async fn a_fake_with_nothing_learned_is_bare_and_at_once() {
     }
     let fake = app.send("192.0.2.1").await;
     assert_eq!((fake.status, fake.body.as_str()), (StatusCode::NON_AUTHORITATIVE_INFORMATION, "<p>fake</p>"));
-    assert_eq!(names(&fake.headers), ["content-type", "content-length"]);
+    assert_eq!(names(&fake.headers), ["content-type", "cache-control", "content-length"]);
+    assert_eq!(value(&fake.headers, "cache-control"), "private", "a fake is one client's");
     assert!(fake.took < APP_LATENCY, "{:?}", fake.took);
     assert_metrics(&app, &["tollgate_shadow_ban_fakes_total{rule=\"page\",delay=\"none_learned\"} 1"]);
 }

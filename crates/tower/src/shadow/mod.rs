@@ -274,6 +274,8 @@ impl Shadow {
                     if let Some(content_type) = content_type {
                         headers.insert(header::CONTENT_TYPE, content_type);
                     }
+                    // A cache in front that stored it would answer it to every client.
+                    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("private"));
                     (None, true)
                 }
             }

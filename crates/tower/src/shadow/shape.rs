@@ -51,9 +51,11 @@ fn one_client(address: IpAddr) -> IpAddr {
 const OF_THE_REAL_BODY: [&str; 6] =
     ["content-encoding", "content-range", "content-md5", "digest", "content-digest", "repr-digest"];
 
-/// Whether a field of a real response is learned: not the connection's own, nor the real body's.
+/// Whether a field of a real response is learned: not the connection's own, nor the real body's,
+/// nor one that tells a cache in front how long to store it (see [`synth::for_caches_in_front`]).
 fn learned(name: &HeaderName) -> bool {
-    !HOP_BY_HOP.contains(&name.as_str()) && !OF_THE_REAL_BODY.contains(&name.as_str())
+    let name = name.as_str();
+    !HOP_BY_HOP.contains(&name) && !OF_THE_REAL_BODY.contains(&name) && !synth::for_caches_in_front(name)
 }
 
 /// One header field of the last real response learned.
@@ -172,7 +174,9 @@ impl Shape {
 
     /// Writes the learned fields into `headers` for a fake of `length` bytes of type
     /// `content_type`, at `now`: `Date` now, `Content-Length` and `Content-Type` the fake's; a
-    /// `Set-Cookie` with a value of its own ([`synth::cookie`]), always; a value that changed
+    /// `Cache-Control` that no shared cache stores ([`synth::private_cache_control`]: the fake is
+    /// one client's), always; a `Set-Cookie` with a value of its own ([`synth::cookie`]), always;
+    /// a value that changed
     /// between responses with its changing tokens made anew (a date moved as far from now as it
     /// was), its others kept once [`SHARED_BY`] clients in a row got them (else made anew too);
     /// a value [`SHARED_BY`] clients in a row got, or of a field that describes the server
@@ -186,6 +190,12 @@ impl Shape {
         now: SystemTime,
         rng: &mut SplitMix,
     ) {
+        // `private` is said once, on the first `Cache-Control` line, unless one keeps shared
+        // caches away already.
+        let mut private_said = self
+            .fields
+            .iter()
+            .any(|f| f.name == header::CACHE_CONTROL && f.value.to_str().is_ok_and(synth::keeps_shared_caches_away));
         for field in &self.fields {
             let (name, real) = (&field.name, field.value.as_bytes());
             let value = if name == header::DATE {
@@ -194,6 +204,13 @@ impl Shape {
                 Some(HeaderValue::from(length))
             } else if name == header::CONTENT_TYPE {
                 content_type.cloned()
+            } else if name == header::CACHE_CONTROL {
+                let private = !std::mem::replace(&mut private_said, true);
+                let value = field
+                    .value
+                    .to_str()
+                    .map_or_else(|_| "private".into(), |v| synth::private_cache_control(v, private));
+                HeaderValue::from_str(&value).ok()
             } else if name == header::SET_COOKIE {
                 HeaderValue::from_bytes(&synth::cookie(real, self.learned_at, now, rng)).ok()
             } else if field.clients.len() >= SHARED_BY && field.changing == 0 {
@@ -214,6 +231,9 @@ impl Shape {
             if let Some(value) = value {
                 headers.append(name.clone(), value);
             }
+        }
+        if !headers.contains_key(header::CACHE_CONTROL) {
+            headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("private"));
         }
         if let Some(content_type) = content_type
             && !headers.contains_key(header::CONTENT_TYPE)
@@ -303,7 +323,7 @@ mod tests {
         let mut shape = Shape::new(0);
         shape.learn(&seen(&many, [192, 0, 2, 1]), 1);
         let out = written(&shape);
-        assert_eq!(out.len(), MAX_FIELDS + 1, "the fields kept and the fake's content type");
+        assert_eq!(out.len(), MAX_FIELDS + 2, "the fields kept, and the fake's cache control and content type");
         assert!(!out.contains_key("connection"));
     }
 
@@ -352,7 +372,35 @@ mod tests {
         for client in 1..=3 {
             shape.learn(&seen(&real, [192, 0, 2, client]), u64::from(client));
         }
-        assert_eq!(names(&written(&shape)), ["vary", "content-type"], "{:?}", written(&shape));
+        assert_eq!(names(&written(&shape)), ["vary", "cache-control", "content-type"], "{:?}", written(&shape));
+    }
+
+    /// A fake is one client's: a cache in front (a CDN) that stored it would serve it to every
+    /// client of the route. Before: `Cache-Control: public, max-age=600` as the real responses',
+    /// and the CDN's own fields, which it obeys over `Cache-Control`.
+    #[test]
+    fn a_fake_is_never_stored_by_a_shared_cache() {
+        let mut shape = Shape::new(0);
+        let real = headers(&[
+            ("cache-control", "public, max-age=600, s-maxage=3600"),
+            ("cdn-cache-control", "max-age=600"),
+            ("cloudflare-cdn-cache-control", "max-age=600"),
+            ("surrogate-control", "max-age=600"),
+            ("x-accel-expires", "600"),
+            ("last-modified", "Tue, 14 Nov 2023 22:13:20 GMT"),
+        ]);
+        for client in 1..=3 {
+            shape.learn(&seen(&real, [192, 0, 2, client]), u64::from(client));
+        }
+        let out = written(&shape);
+        assert_eq!(out["cache-control"], "private, max-age=600", "{out:?}");
+        assert_eq!(names(&out), ["cache-control", "last-modified", "content-type"], "{out:?}");
+        let mut bare = Shape::new(0);
+        bare.learn(&seen(&headers(&[("last-modified", "Tue, 14 Nov 2023 22:13:20 GMT")]), [192, 0, 2, 1]), 1);
+        assert_eq!(written(&bare)["cache-control"], "private", "heuristically cacheable: made private");
+        let mut kept = Shape::new(0);
+        kept.learn(&seen(&headers(&[("cache-control", "no-store")]), [192, 0, 2, 1]), 1);
+        assert_eq!(written(&kept)["cache-control"], "no-store");
     }
 
     /// Before: `user=alice;req=…` from alice alone, twice, was written with `alice` as it was

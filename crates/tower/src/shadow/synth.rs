@@ -3,6 +3,7 @@
 //! moved to now, and which header fields describe the server rather than the client. The randomness only has to look like an application's ids: a small
 //! [`SplitMix`] generator, seeded once per process.
 
+use std::borrow::Cow;
 use std::hash::BuildHasher;
 use std::time::{Duration, SystemTime};
 
@@ -124,13 +125,54 @@ pub(crate) fn date_now(now: SystemTime) -> String {
     httpdate::fmt_http_date(now.max(SystemTime::UNIX_EPOCH + Duration::from_secs(1)))
 }
 
+/// A fake's `Cache-Control` from a real one's `value`: `public` made `private` and `s-maxage` (a
+/// shared cache's own max-age) dropped, every other directive as it was, with `private` added
+/// when `add_private`. A fake is one client's: a cache in front (a CDN) that stored it would
+/// answer it to every client of the route.
+pub(crate) fn private_cache_control(value: &str, add_private: bool) -> String {
+    let mut directives: Vec<Cow<'_, str>> = value
+        .split(',')
+        .filter(|d| !directive_is(d, "s-maxage") && !d.trim().is_empty())
+        .map(|d| match d.trim_end().strip_suffix(d.trim()) {
+            // `public` alone (no value): `private` with the same spacing.
+            Some(spacing) if d.trim().eq_ignore_ascii_case("public") => Cow::Owned(format!("{spacing}private")),
+            _ => Cow::Borrowed(d),
+        })
+        .collect();
+    if add_private {
+        directives.push(Cow::Borrowed(if directives.is_empty() { "private" } else { " private" }));
+    }
+    directives.join(",").trim_start().to_string()
+}
+
+/// Whether a `Cache-Control` value already keeps shared caches from storing a response
+/// (`private`, `no-store`) or says `public` (made `private` by [`private_cache_control`]).
+pub(crate) fn keeps_shared_caches_away(value: &str) -> bool {
+    value.split(',').any(|d| ["private", "no-store", "public"].iter().any(|name| directive_is(d, name)))
+}
+
+/// Whether `directive` (with its spacing, and perhaps `=value`) is `name`.
+fn directive_is(directive: &str, name: &str) -> bool {
+    directive.split('=').next().is_some_and(|n| n.trim().eq_ignore_ascii_case(name))
+}
+
+/// Whether a field tells a cache in front how long to store a response, over `Cache-Control`:
+/// the targeted fields (RFC 9213: `CDN-Cache-Control`, `Cloudflare-CDN-Cache-Control`…),
+/// `Surrogate-Control`, nginx's `X-Accel-Expires`. Never on a fake (see
+/// [`private_cache_control`]); a cache in front reads them and usually removes them.
+pub(crate) fn for_caches_in_front(name: &str) -> bool {
+    name == "cdn-cache-control"
+        || name.ends_with("-cdn-cache-control")
+        || name == "surrogate-control"
+        || name == "x-accel-expires"
+}
+
 /// Fields that describe the server or the resource, never the client: their values are replayed
 /// from one client's response to another's (any other field's only once several clients got it).
-const OF_THE_SERVER: [&str; 26] = [
+const OF_THE_SERVER: [&str; 25] = [
     "server",
     "content-type",
     "content-language",
-    "cache-control",
     "expires",
     "pragma",
     "vary",
