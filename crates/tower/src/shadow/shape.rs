@@ -403,6 +403,22 @@ mod tests {
         assert_eq!(written(&kept)["cache-control"], "no-store");
     }
 
+    /// `private` naming fields (RFC 9111 section 5.2.2.7) lets a shared cache store the rest of
+    /// the response: it is made a bare `private`. Before: `private="set-cookie", max-age=600`
+    /// as it was, so a CDN kept the fake (without its cookie) for every client.
+    #[test]
+    fn a_qualified_private_is_made_bare() {
+        for (real, fake) in [
+            ("private=\"set-cookie\", max-age=600", "private, max-age=600"),
+            ("max-age=60, PRIVATE=\"Set-Cookie, X-User\"", "max-age=60, private"),
+            ("no-cache=\"set-cookie\", public", "no-cache=\"set-cookie\", private"),
+        ] {
+            let mut shape = Shape::new(0);
+            shape.learn(&seen(&headers(&[("cache-control", real)]), [192, 0, 2, 1]), 1);
+            assert_eq!(written(&shape)["cache-control"], fake, "{real}");
+        }
+    }
+
     /// Before: `user=alice;req=…` from alice alone, twice, was written with `alice` as it was
     /// (only the changing `req` token made anew), to any client.
     #[test]

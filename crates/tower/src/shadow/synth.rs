@@ -125,18 +125,21 @@ pub(crate) fn date_now(now: SystemTime) -> String {
     httpdate::fmt_http_date(now.max(SystemTime::UNIX_EPOCH + Duration::from_secs(1)))
 }
 
-/// A fake's `Cache-Control` from a real one's `value`: `public` made `private` and `s-maxage` (a
-/// shared cache's own max-age) dropped, every other directive as it was, with `private` added
-/// when `add_private`. A fake is one client's: a cache in front (a CDN) that stored it would
-/// answer it to every client of the route.
+/// A fake's `Cache-Control` from a real one's `value`: `public` and a `private` that names
+/// fields (which lets a shared cache store the rest) made a bare `private`, `s-maxage` (a shared
+/// cache's own max-age) dropped, every other directive as it was, with `private` added when
+/// `add_private`. A fake is one client's: a cache in front (a CDN) that stored it would answer
+/// it to every client of the route.
 pub(crate) fn private_cache_control(value: &str, add_private: bool) -> String {
-    let mut directives: Vec<Cow<'_, str>> = value
-        .split(',')
+    let mut directives: Vec<Cow<'_, str>> = directives(value)
         .filter(|d| !directive_is(d, "s-maxage") && !d.trim().is_empty())
-        .map(|d| match d.trim_end().strip_suffix(d.trim()) {
-            // `public` alone (no value): `private` with the same spacing.
-            Some(spacing) if d.trim().eq_ignore_ascii_case("public") => Cow::Owned(format!("{spacing}private")),
-            _ => Cow::Borrowed(d),
+        .map(|d| {
+            if directive_is(d, "public") || directive_is(d, "private") {
+                let spacing = &d[..d.len() - d.trim_start().len()];
+                Cow::Owned(format!("{spacing}private"))
+            } else {
+                Cow::Borrowed(d)
+            }
         })
         .collect();
     if add_private {
@@ -145,10 +148,26 @@ pub(crate) fn private_cache_control(value: &str, add_private: bool) -> String {
     directives.join(",").trim_start().to_string()
 }
 
-/// Whether a `Cache-Control` value already keeps shared caches from storing a response
-/// (`private`, `no-store`) or says `public` (made `private` by [`private_cache_control`]).
+/// Whether a `Cache-Control` value keeps shared caches from storing a fake once made by
+/// [`private_cache_control`]: it says `private` (perhaps naming fields), `public` or `no-store`.
 pub(crate) fn keeps_shared_caches_away(value: &str) -> bool {
-    value.split(',').any(|d| ["private", "no-store", "public"].iter().any(|name| directive_is(d, name)))
+    directives(value).any(|d| ["private", "no-store", "public"].iter().any(|name| directive_is(d, name)))
+}
+
+/// The directives of a `Cache-Control` value, each with its spacing: split at the commas
+/// outside quoted strings (`private="Set-Cookie, X-User"` is one).
+fn directives(value: &str) -> impl Iterator<Item = &str> {
+    let (mut quoted, mut escaped) = (false, false);
+    value.split(move |c| {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if quoted => escaped = true,
+            '"' => quoted = !quoted,
+            ',' if !quoted => return true,
+            _ => {}
+        }
+        false
+    })
 }
 
 /// Whether `directive` (with its spacing, and perhaps `=value`) is `name`.
