@@ -91,6 +91,14 @@ fn app_on<S: Store + 'static>(store: S, clock: Arc<ManualClock>, rules: &str, op
                 }
             }),
         )
+        // The site's name, as a multi-site upstream (a tenant's subdomain) names it.
+        .route(
+            "/site",
+            get(|headers: HeaderMap| async move {
+                let host = headers.get("host").cloned().unwrap_or(axum::http::HeaderValue::from_static(""));
+                ([("x-site", host)], "<p>real</p>")
+            }),
+        )
         .layer(layer);
     App { router, hits, registry: Arc::new(registry) }
 }
@@ -106,7 +114,11 @@ fn app_waited(options: Options) -> App {
 }
 
 fn request(peer: &str) -> Request<Body> {
-    let mut request = Request::builder().uri("/page").body(Body::empty()).unwrap();
+    request_to(peer, "/page", "example.com")
+}
+
+fn request_to(peer: &str, path: &str, host: &str) -> Request<Body> {
+    let mut request = Request::builder().uri(path).header("host", host).body(Body::empty()).unwrap();
     let peer: SocketAddr = format!("{peer}:40000").parse().unwrap();
     request.extensions_mut().insert(ConnectInfo(peer));
     request
@@ -123,14 +135,22 @@ struct Answer {
 impl App {
     /// The response future of a request from `peer`, called but not yet polled.
     async fn call(&self, peer: &str) -> axum::routing::future::RouteFuture<std::convert::Infallible> {
+        self.call_with(request(peer)).await
+    }
+
+    async fn call_with(&self, request: Request<Body>) -> axum::routing::future::RouteFuture<std::convert::Infallible> {
         let mut router = self.router.clone();
         std::future::poll_fn(|cx| <Router as Service<Request<Body>>>::poll_ready(&mut router, cx)).await.unwrap();
-        router.call(request(peer))
+        router.call(request)
     }
 
     async fn send(&self, peer: &str) -> Answer {
+        self.send_to(peer, "/page", "example.com").await
+    }
+
+    async fn send_to(&self, peer: &str, path: &str, host: &str) -> Answer {
         let started = Instant::now();
-        let response = self.call(peer).await.await.unwrap();
+        let response = self.call_with(request_to(peer, path, host)).await.await.unwrap();
         read(response, started).await
     }
 
@@ -309,4 +329,25 @@ async fn a_fake_with_nothing_learned_is_bare_and_at_once() {
     assert_eq!(value(&fake.headers, "cache-control"), "private", "a fake is one client's");
     assert!(fake.took < APP_LATENCY, "{:?}", fake.took);
     assert_metrics(&app, &["tollgate_shadow_ban_fakes_total{rule=\"page\",delay=\"none_learned\"} 1"]);
+}
+
+/// One upstream serving several sites (tenants on subdomains): a fake on one site never carries
+/// another site's fields, which three of its clients got alike. Before: `x-site: alice.example`
+/// on bob.example's fake.
+#[tokio::test(start_paused = true)]
+async fn a_fake_on_one_site_never_carries_anothers_fields() {
+    let app = app(Options::default());
+    // Bob's budget, on his site's page.
+    for _ in 0..2 {
+        app.send_to("192.0.2.9", "/page", "bob.example").await;
+    }
+    for peer in ["192.0.2.1", "192.0.2.2", "192.0.2.3"] {
+        let real = app.send_to(peer, "/site", "alice.example").await;
+        assert_eq!(value(&real.headers, "x-site"), "alice.example");
+    }
+    // Bob's third: banned, on a route of his site not learned yet: his site's page's fields.
+    let fake = app.send_to("192.0.2.9", "/site", "Bob.Example:80").await;
+    assert_eq!(fake.body, "<p>fake</p>");
+    assert!(fake.headers.get("x-site").is_none(), "another site's field: {:?}", fake.headers);
+    assert_eq!(value(&fake.headers, "server"), "upstream/1.2", "{:?}", fake.headers);
 }

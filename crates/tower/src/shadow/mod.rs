@@ -3,18 +3,20 @@
 //! The engine never sees responses, so the middleware learns them: a request let through that a
 //! `shadow-ban` rule's `mitigation.match` selects has its response learned when its status is the
 //! one the rule fakes: its header fields and its latency (the time the service took to the
-//! response head), per rule and per route (the rule, the method and the path as the rule reads
-//! it). Bounded: 512 routes and 64 rules (the least recently learned evicted), each keeping its
-//! last response's first 48 fields (4 KiB of names and values) and its last 16 latencies.
+//! response head), per rule and host and per route (the rule, the host, the method and the path
+//! as the rule reads it): one upstream's sites (a tenant's subdomain) never show each other's
+//! fields. Bounded: 512 routes and 64 rules and hosts (the least recently learned evicted), each
+//! keeping its last response's first 48 fields (4 KiB of names and values) and its last 16
+//! latencies.
 //!
-//! A fake then carries the fields of its route's last real response (else its rule's): `Date`
-//! now, `Content-Length` and `Content-Type` the fake's, a value that changed between responses
-//! with its changing tokens made anew, a `Set-Cookie` with a value of its own (always), a value
-//! three clients in a row were seen to get or of a field describing the server as it is, any
-//! other (it may be one client's own) made anew in its shape: one client's value is never shown
-//! to another. Chunked if
-//! the real responses were. It waits one of the route's recent latencies, picked at random (at
-//! most 30 s), before it is answered; at most
+//! A fake then carries the fields of its route's last real response (else its rule's on its
+//! host): `Date` now, `Content-Length` and `Content-Type` the fake's, a `Cache-Control` no shared
+//! cache stores (it is one client's), nothing of the real body's encoding or digest, a value that
+//! changed between responses with its changing tokens made anew, a `Set-Cookie` with a value of
+//! its own (always), a value three clients in a row were seen to get or of a field describing
+//! the server as it is, any other (it may be one client's own) made anew in its shape: one
+//! client's value is never shown to another. Chunked if the real responses were. It waits one of
+//! the route's recent latencies, picked at random (at most 30 s), before it is answered; at most
 //! [`Options::shadow_ban_max_waiting`](crate::Options::shadow_ban_max_waiting) fakes wait at
 //! once, the others are answered at once. With `headers_on_allowed` it carries the `RateLimit`
 //! fields an allowed response would: remaining 0. Counted in
@@ -28,7 +30,7 @@ mod shape;
 mod synth;
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
+use std::hash::{BuildHasher, Hash, Hasher, RandomState};
 use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -58,7 +60,7 @@ use crate::response;
 
 /// Most routes whose real responses are learned (over every rule).
 pub(crate) const MAX_ROUTE_SHAPES: usize = 512;
-/// Most rules whose real responses are learned (a reload may rename them all).
+/// Most rules and hosts whose real responses are learned (a reload may rename every rule).
 pub(crate) const MAX_RULE_SHAPES: usize = 64;
 /// Longest a fake waits, whatever the route's latency.
 pub(crate) const MAX_FAKE_DELAY: Duration = Duration::from_secs(30);
@@ -78,9 +80,9 @@ pub(crate) struct Shadow {
 
 #[derive(Debug)]
 struct Shapes {
-    /// By rule and status: for a route not learned yet.
+    /// By rule, status and host: for a route not learned yet.
     rules: HashMap<u64, Shape>,
-    /// By rule, status, method and path.
+    /// By rule, status, host, method and path.
     routes: HashMap<u64, Shape>,
     /// Counts learnings (orders the shapes for eviction).
     tick: u64,
@@ -213,20 +215,22 @@ impl Shadow {
         registry.register("shadow_ban_waiting", "Shadow-ban fakes waiting now", self.metrics.waiting.clone());
     }
 
-    fn rule_key(&self, rule: &str, status: u16) -> u64 {
-        self.keys.hash_one((rule, status))
+    fn rule_key(&self, rule: &str, status: u16, host: &str) -> u64 {
+        self.keys.hash_one((rule, status, HostKey(host)))
     }
 
-    fn route_key(&self, rule: &str, status: u16, method: &str, path: &str) -> u64 {
-        self.keys.hash_one((rule, status, method, path))
+    fn route_key(&self, rule: &str, status: u16, host: &str, method: &str, path: &str) -> u64 {
+        self.keys.hash_one((rule, status, HostKey(host), method, path))
     }
 
-    /// What `request`, let through, teaches the shadow-ban rules whose `mitigation.match`
-    /// selects it: `None` if there are none (no rule shadow-bans, as in most policies).
+    /// What `request` to `host` (see [`host_of`]), let through, teaches the shadow-ban rules whose
+    /// `mitigation.match` selects it: `None` if there are none (no rule shadow-bans, as in most
+    /// policies).
     pub(crate) fn learning(
         self: &Arc<Self>,
         policy: &Policy,
         request: &tollgate_rules::Request<'_>,
+        host: &str,
     ) -> Option<Box<Learning>> {
         let mut targets = SmallVec::new();
         let mut path = None;
@@ -235,8 +239,8 @@ impl Shadow {
             let path = path.get_or_insert_with(|| RequestPath::new(request.path));
             if rule.mitigation_matcher.matches(request, path, rule.path_match) {
                 targets.push(Target {
-                    rule: self.rule_key(&rule.name, *status),
-                    route: self.route_key(&rule.name, *status, request.method, path.key(rule.path_match)),
+                    rule: self.rule_key(&rule.name, *status, host),
+                    route: self.route_key(&rule.name, *status, host, request.method, path.key(rule.path_match)),
                     status: *status,
                 });
             }
@@ -246,20 +250,20 @@ impl Shadow {
         })
     }
 
-    /// The fake for a request of `method` on `path` that `ban` answers under `policy`.
+    /// The fake for a request of `method` to `host` (see [`host_of`]) on `path` that `ban`
+    /// answers under `policy`.
     pub(crate) fn fake(
         self: &Arc<Self>,
         policy: &Policy,
         ban: Ban,
-        method: &str,
-        path: &str,
+        (method, host, path): (&str, &str, &str),
         options: Options,
     ) -> Fake {
         let Ban { status, body, content_type, fields } = ban;
         let path_match = policy.rules.named(&fields.policy).map(|(_, rule)| rule.path_match).unwrap_or_default();
         let routed = RequestPath::new(path);
-        let rule_key = self.rule_key(&fields.policy, status);
-        let route_key = self.route_key(&fields.policy, status, method, routed.key(path_match));
+        let rule_key = self.rule_key(&fields.policy, status, host);
+        let route_key = self.route_key(&fields.policy, status, host, method, routed.key(path_match));
         let content_type = HeaderValue::from_str(&content_type).ok();
         let mut headers = HeaderMap::new();
         let (latency, sized) = {
@@ -306,6 +310,27 @@ impl Shadow {
         self.waiting.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1)).ok()?;
         self.metrics.waiting.inc();
         Some(Place(Arc::clone(self)))
+    }
+}
+
+/// The host a request names, as the shapes are keyed: its target's authority (absolute form),
+/// else its first `Host` line (a request whose `Host` lines differ is refused before when a rule
+/// reads the host; else the first is as good a key as any), without its port.
+pub(crate) fn host_of<'r>(uri: &'r http::Uri, headers: &'r HeaderMap) -> &'r str {
+    let host = uri.host().or_else(|| headers.get(header::HOST).and_then(|host| host.to_str().ok())).unwrap_or("");
+    tollgate_rules::canonical::host(host)
+}
+
+/// A host as a key: its letters' case ignored (`Example.COM` is `example.com`).
+struct HostKey<'h>(&'h str);
+
+impl Hash for HostKey<'_> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        for byte in self.0.bytes() {
+            state.write_u8(byte.to_ascii_lowercase());
+        }
+        // As `str` does: a host is never a prefix of the next field.
+        state.write_u8(0xff);
     }
 }
 
