@@ -351,3 +351,35 @@ async fn a_fake_on_one_site_never_carries_anothers_fields() {
     assert!(fake.headers.get("x-site").is_none(), "another site's field: {:?}", fake.headers);
     assert_eq!(value(&fake.headers, "server"), "upstream/1.2", "{:?}", fake.headers);
 }
+
+/// A banned client that names a host nothing was learned on (any `Host` reaches a single-site
+/// upstream alike) still gets the rule's shape, from any host: the server's fields as they are,
+/// the application's made anew (another site's values are never shown), a learned latency.
+/// Before: a bare fake, answered at once, where the real one has every field.
+#[tokio::test(start_paused = true)]
+async fn a_fake_on_a_host_never_learned_keeps_the_rules_shape_but_no_sites_values() {
+    let app = app(Options::default());
+    for peer in ["192.0.2.1", "192.0.2.2", "192.0.2.3"] {
+        app.send_to(peer, "/page", "example.com").await;
+    }
+    let mut last = None;
+    for _ in 0..2 {
+        last = Some(app.send_to("192.0.2.9", "/page", "example.com").await);
+    }
+    let last = last.unwrap();
+    let fake = app.send_to("192.0.2.9", "/page", "never-seen.example").await;
+    assert_eq!(fake.body, "<p>fake</p>");
+    assert_eq!(fake_names(&fake.headers), names(&last.headers), "fake {:?}\nreal {:?}", fake.headers, last.headers);
+    assert_eq!(value(&fake.headers, "server"), "upstream/1.2");
+    assert_eq!(shape(value(&fake.headers, "x-app-version")), "9");
+    assert!(fake.took >= APP_LATENCY, "{:?}", fake.took);
+
+    // Another site's value, which three of its clients got alike, is made anew.
+    for peer in ["192.0.2.1", "192.0.2.2", "192.0.2.3"] {
+        app.send_to(peer, "/site", "alice.example").await;
+    }
+    let fake = app.send_to("192.0.2.9", "/site", "carol.example").await;
+    assert_eq!(fake.body, "<p>fake</p>");
+    let site = value(&fake.headers, "x-site");
+    assert!(site != "alice.example" && shape(site) == "aaaaa.aaaaaaa", "another site's value: {:?}", fake.headers);
+}

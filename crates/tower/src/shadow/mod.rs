@@ -3,16 +3,17 @@
 //! The engine never sees responses, so the middleware learns them: a request let through that a
 //! `shadow-ban` rule's `mitigation.match` selects has its response learned when its status is the
 //! one the rule fakes: its header fields and its latency (the time the service took to the
-//! response head), per rule and host and per route (the rule, the host, the method and the path
-//! as the rule reads it): one upstream's sites (a tenant's subdomain) never show each other's
-//! fields. Bounded: 512 routes and 64 rules and hosts (the least recently learned evicted), each
-//! keeping its last response's first 48 fields (4 KiB of names and values) and its last 16
-//! latencies.
+//! response head), per rule, per rule and host and per route (the rule, the host, the method and
+//! the path as the rule reads it): one upstream's sites (a tenant's subdomain) never show each
+//! other's values. Bounded: 512 routes, 64 rules and hosts and 64 rules (the least recently
+//! learned evicted), each keeping its last response's first 48 fields (4 KiB of names and
+//! values) and its last 16 latencies.
 //!
 //! A fake then carries the fields of its route's last real response (else its rule's on its
-//! host): `Date` now, `Content-Length` and `Content-Type` the fake's, a `Cache-Control` no shared
-//! cache stores (it is one client's), nothing of the real body's encoding or digest, a value that
-//! changed between responses with its changing tokens made anew, a `Set-Cookie` with a value of
+//! host, else its rule's on any host, with no value replayed for having been shared): `Date`
+//! now, `Content-Length` and `Content-Type` the fake's, a `Cache-Control` no shared cache stores
+//! (it is one client's), nothing of the real body's encoding or digest, a value that changed
+//! between responses with its changing tokens made anew, a `Set-Cookie` with a value of
 //! its own (always), a value three clients in a row were seen to get or of a field describing
 //! the server as it is, any other (it may be one client's own) made anew in its shape: one
 //! client's value is never shown to another. Chunked if the real responses were. It waits one of
@@ -60,7 +61,8 @@ use crate::response;
 
 /// Most routes whose real responses are learned (over every rule).
 pub(crate) const MAX_ROUTE_SHAPES: usize = 512;
-/// Most rules and hosts whose real responses are learned (a reload may rename every rule).
+/// Most rules whose real responses are learned on any host (a reload may rename them all), and
+/// most rules and hosts.
 pub(crate) const MAX_RULE_SHAPES: usize = 64;
 /// Longest a fake waits, whatever the route's latency.
 pub(crate) const MAX_FAKE_DELAY: Duration = Duration::from_secs(30);
@@ -80,8 +82,10 @@ pub(crate) struct Shadow {
 
 #[derive(Debug)]
 struct Shapes {
-    /// By rule, status and host: for a route not learned yet.
+    /// By rule and status, on any host: for a host not learned yet (its values not replayed).
     rules: HashMap<u64, Shape>,
+    /// By rule, status and host: for a route not learned yet.
+    hosts: HashMap<u64, Shape>,
     /// By rule, status, host, method and path.
     routes: HashMap<u64, Shape>,
     /// Counts learnings (orders the shapes for eviction).
@@ -90,13 +94,15 @@ struct Shapes {
 }
 
 impl Shapes {
-    /// Learns `seen` into the shapes of `target`'s rule and route.
+    /// Learns `seen` into the shapes of `target`'s rule, its host and its route.
     fn learn(&mut self, target: &Target, seen: &Seen<'_>) {
         self.tick += 1;
         let tick = self.tick;
-        for (table, key, most) in
-            [(&mut self.rules, target.rule, MAX_RULE_SHAPES), (&mut self.routes, target.route, MAX_ROUTE_SHAPES)]
-        {
+        for (table, key, most) in [
+            (&mut self.rules, target.rule, MAX_RULE_SHAPES),
+            (&mut self.hosts, target.host, MAX_RULE_SHAPES),
+            (&mut self.routes, target.route, MAX_ROUTE_SHAPES),
+        ] {
             if !table.contains_key(&key)
                 && table.len() >= most
                 && let Some(oldest) = table.iter().min_by_key(|(_, shape)| shape.tick).map(|(key, _)| *key)
@@ -112,6 +118,7 @@ impl Shapes {
 #[derive(Debug)]
 struct Target {
     rule: u64,
+    host: u64,
     route: u64,
     status: u16,
 }
@@ -193,6 +200,7 @@ impl Shadow {
         Shadow {
             shapes: Mutex::new(Shapes {
                 rules: HashMap::new(),
+                hosts: HashMap::new(),
                 routes: HashMap::new(),
                 tick: 0,
                 rng: SplitMix::seeded(),
@@ -215,7 +223,11 @@ impl Shadow {
         registry.register("shadow_ban_waiting", "Shadow-ban fakes waiting now", self.metrics.waiting.clone());
     }
 
-    fn rule_key(&self, rule: &str, status: u16, host: &str) -> u64 {
+    fn rule_key(&self, rule: &str, status: u16) -> u64 {
+        self.keys.hash_one((rule, status))
+    }
+
+    fn host_key(&self, rule: &str, status: u16, host: &str) -> u64 {
         self.keys.hash_one((rule, status, HostKey(host)))
     }
 
@@ -239,7 +251,8 @@ impl Shadow {
             let path = path.get_or_insert_with(|| RequestPath::new(request.path));
             if rule.mitigation_matcher.matches(request, path, rule.path_match) {
                 targets.push(Target {
-                    rule: self.rule_key(&rule.name, *status, host),
+                    rule: self.rule_key(&rule.name, *status),
+                    host: self.host_key(&rule.name, *status, host),
                     route: self.route_key(&rule.name, *status, host, request.method, path.key(rule.path_match)),
                     status: *status,
                 });
@@ -262,16 +275,20 @@ impl Shadow {
         let Ban { status, body, content_type, fields } = ban;
         let path_match = policy.rules.named(&fields.policy).map(|(_, rule)| rule.path_match).unwrap_or_default();
         let routed = RequestPath::new(path);
-        let rule_key = self.rule_key(&fields.policy, status, host);
+        let rule_key = self.rule_key(&fields.policy, status);
+        let host_key = self.host_key(&fields.policy, status, host);
         let route_key = self.route_key(&fields.policy, status, host, method, routed.key(path_match));
         let content_type = HeaderValue::from_str(&content_type).ok();
         let mut headers = HeaderMap::new();
         let (latency, sized) = {
             let mut shapes = self.shapes.lock().unwrap_or_else(PoisonError::into_inner);
-            let Shapes { rules, routes, rng, .. } = &mut *shapes;
-            match routes.get(&route_key).or_else(|| rules.get(&rule_key)) {
-                Some(shape) => {
-                    shape.write(&mut headers, body.len(), content_type.as_ref(), SystemTime::now(), rng);
+            let Shapes { rules, hosts, routes, rng, .. } = &mut *shapes;
+            // Another host's shape: its values are another site's, never replayed.
+            let learned = routes.get(&route_key).or_else(|| hosts.get(&host_key)).map(|shape| (shape, true));
+            match learned.or_else(|| rules.get(&rule_key).map(|shape| (shape, false))) {
+                Some((shape, this_host)) => {
+                    let now = SystemTime::now();
+                    shape.write(&mut headers, body.len(), content_type.as_ref(), this_host, now, rng);
                     (shape.latency(rng), shape.sized())
                 }
                 None => {

@@ -173,7 +173,8 @@ impl Shape {
     }
 
     /// Writes the learned fields into `headers` for a fake of `length` bytes of type
-    /// `content_type`, at `now`: `Date` now, `Content-Length` and `Content-Type` the fake's; a
+    /// `content_type`, at `now`, on the host they were learned on if `this_host` (else no value
+    /// is replayed for having been shared: it is another site's): `Date` now, `Content-Length` and `Content-Type` the fake's; a
     /// `Cache-Control` that no shared cache stores ([`synth::private_cache_control`]: the fake is
     /// one client's), always; a `Set-Cookie` with a value of its own ([`synth::cookie`]), always;
     /// a value that changed
@@ -187,6 +188,7 @@ impl Shape {
         headers: &mut HeaderMap,
         length: usize,
         content_type: Option<&HeaderValue>,
+        this_host: bool,
         now: SystemTime,
         rng: &mut SplitMix,
     ) {
@@ -196,6 +198,7 @@ impl Shape {
             .fields
             .iter()
             .any(|f| f.name == header::CACHE_CONTROL && f.value.to_str().is_ok_and(synth::keeps_shared_caches_away));
+        let shared = |field: &Field| this_host && field.clients.len() >= SHARED_BY;
         for field in &self.fields {
             let (name, real) = (&field.name, field.value.as_bytes());
             let value = if name == header::DATE {
@@ -213,10 +216,10 @@ impl Shape {
                 HeaderValue::from_str(&value).ok()
             } else if name == header::SET_COOKIE {
                 HeaderValue::from_bytes(&synth::cookie(real, self.learned_at, now, rng)).ok()
-            } else if field.clients.len() >= SHARED_BY && field.changing == 0 {
+            } else if shared(field) && field.changing == 0 {
                 Some(field.value.clone())
             } else if field.changing != 0 {
-                let steady = field.clients.len() >= SHARED_BY || synth::of_the_server(name.as_str());
+                let steady = shared(field) || synth::of_the_server(name.as_str());
                 match field.value.to_str().ok().and_then(|text| synth::date_moved(text, self.learned_at, now)) {
                     Some(date) => HeaderValue::from_str(&date).ok(),
                     None if steady => HeaderValue::from_bytes(&synth::tokens_anew(real, field.changing, rng)).ok(),
@@ -272,7 +275,7 @@ mod tests {
     fn written(shape: &Shape) -> HeaderMap {
         let mut out = HeaderMap::new();
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_100);
-        shape.write(&mut out, 5, Some(&HeaderValue::from_static("text/plain")), now, &mut SplitMix::seeded());
+        shape.write(&mut out, 5, Some(&HeaderValue::from_static("text/plain")), true, now, &mut SplitMix::seeded());
         out
     }
 
