@@ -35,6 +35,10 @@ const APP_LATENCY: Duration = Duration::from_millis(220);
 const RULES: &str = "[[rules]]\nname = \"page\"\nlimit = \"2/1m\"\nalgorithm = \"fixed-window\"\nkey = [\"client_ip\"]\n\
                      [rules.mitigation]\naction = \"shadow-ban\"\nbody = \"<p>fake</p>\"\ncontent_type = \"text/html\"\n";
 
+/// The validators of `/static`, the same for every client.
+const STATIC_ETAG: &str = "\"9bc04e77370bcf3e\"";
+const STATIC_MODIFIED: &str = "Tue, 14 Nov 2023 22:13:20 GMT";
+
 /// A store that must be waited for, as Redis is: the middleware then decides in a task.
 struct Waited(MemoryStore);
 
@@ -88,6 +92,25 @@ fn app_on<S: Store + 'static>(store: S, clock: Arc<ManualClock>, rules: &str, op
                         response.headers_mut().insert(name, value.parse().unwrap());
                     }
                     response
+                }
+            }),
+        )
+        // A static page and its validators, revalidated as nginx does (304 only when every
+        // validator sent matches).
+        .route(
+            "/static",
+            get(|headers: HeaderMap| async move {
+                let validators =
+                    [("etag", STATIC_ETAG), ("last-modified", STATIC_MODIFIED), ("cache-control", "max-age=60")];
+                let tag = headers.get("if-none-match");
+                let date = headers.get("if-modified-since");
+                if (tag.is_some() || date.is_some())
+                    && tag.is_none_or(|tag| tag == STATIC_ETAG)
+                    && date.is_none_or(|date| date == STATIC_MODIFIED)
+                {
+                    (StatusCode::NOT_MODIFIED, validators).into_response()
+                } else {
+                    (validators, "<p>static</p>").into_response()
                 }
             }),
         )
@@ -149,8 +172,12 @@ impl App {
     }
 
     async fn send_to(&self, peer: &str, path: &str, host: &str) -> Answer {
+        self.send_request(request_to(peer, path, host)).await
+    }
+
+    async fn send_request(&self, request: Request<Body>) -> Answer {
         let started = Instant::now();
-        let response = self.call_with(request_to(peer, path, host)).await.await.unwrap();
+        let response = self.call_with(request).await.await.unwrap();
         read(response, started).await
     }
 
@@ -382,4 +409,32 @@ async fn a_fake_on_a_host_never_learned_keeps_the_rules_shape_but_no_sites_value
     assert_eq!(fake.body, "<p>fake</p>");
     let site = value(&fake.headers, "x-site");
     assert!(site != "alice.example" && shape(site) == "aaaaa.aaaaaaa", "another site's value: {:?}", fake.headers);
+}
+
+/// A fake the client's cache keeps (`max-age`, then revalidated) is never taken for the real
+/// page once the ban ends: revalidated with the fake's own validators, the app answers the real
+/// page. Before: the fake's `ETag` and `Last-Modified` were the real ones, the app answered 304,
+/// and the client's cache went on showing the fake.
+#[tokio::test(start_paused = true)]
+async fn a_cached_fake_is_never_revalidated_as_the_real_page() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let app = app_on(MemoryStore::builder().clock(clock.clone()).build(), clock.clone(), RULES, Options::default());
+    for peer in ["192.0.2.1", "192.0.2.2", "192.0.2.3", "192.0.2.9", "192.0.2.9"] {
+        assert_eq!(app.send_to(peer, "/static", "example.com").await.body, "<p>static</p>");
+    }
+    let fake = app.send_to("192.0.2.9", "/static", "example.com").await;
+    assert_eq!(fake.body, "<p>fake</p>");
+    // The ban ends with its window, and the client's cache revalidates what it kept.
+    clock.advance(Duration::from_secs(60));
+    let mut request = request_to("192.0.2.9", "/static", "example.com");
+    for (condition, validator) in [("if-none-match", "etag"), ("if-modified-since", "last-modified")] {
+        request.headers_mut().insert(condition, fake.headers[validator].clone());
+    }
+    let revalidated = app.send_request(request).await;
+    assert_eq!(
+        (revalidated.status, revalidated.body.as_str()),
+        (StatusCode::OK, "<p>static</p>"),
+        "{:?}",
+        fake.headers
+    );
 }

@@ -176,7 +176,9 @@ impl Shape {
     /// `content_type`, at `now`, on the host they were learned on if `this_host` (else no value
     /// is replayed for having been shared: it is another site's): `Date` now, `Content-Length` and `Content-Type` the fake's; a
     /// `Cache-Control` that no shared cache stores ([`synth::private_cache_control`]: the fake is
-    /// one client's), always; a `Set-Cookie` with a value of its own ([`synth::cookie`]), always;
+    /// one client's), always; validators that never match the real resource's (a cache that
+    /// kept the fake would go on showing it after the ban, the upstream answering 304): an `ETag`
+    /// of its own, always, and without one, `Last-Modified` a second earlier; a `Set-Cookie` with a value of its own ([`synth::cookie`]), always;
     /// a value that changed
     /// between responses with its changing tokens made anew (a date moved as far from now as it
     /// was), its others kept once [`SHARED_BY`] clients in a row got them (else made anew too);
@@ -199,6 +201,8 @@ impl Shape {
             .iter()
             .any(|f| f.name == header::CACHE_CONTROL && f.value.to_str().is_ok_and(synth::keeps_shared_caches_away));
         let shared = |field: &Field| this_host && field.clients.len() >= SHARED_BY;
+        // A cache revalidates with the `ETag` if there is one, else with `Last-Modified`.
+        let tagged = self.fields.iter().any(|f| f.name == header::ETAG);
         for field in &self.fields {
             let (name, real) = (&field.name, field.value.as_bytes());
             let value = if name == header::DATE {
@@ -216,6 +220,8 @@ impl Shape {
                 HeaderValue::from_str(&value).ok()
             } else if name == header::SET_COOKIE {
                 HeaderValue::from_bytes(&synth::cookie(real, self.learned_at, now, rng)).ok()
+            } else if name == header::ETAG {
+                HeaderValue::from_bytes(&synth::same_shape(real, rng)).ok()
             } else if shared(field) && field.changing == 0 {
                 Some(field.value.clone())
             } else if field.changing != 0 {
@@ -230,6 +236,10 @@ impl Shape {
                 Some(field.value.clone())
             } else {
                 HeaderValue::from_bytes(&synth::same_shape(real, rng)).ok()
+            };
+            let value = match value {
+                Some(date) if name == header::LAST_MODIFIED && !tagged => synth::a_second_before(&date),
+                value => value,
             };
             if let Some(value) = value {
                 headers.append(name.clone(), value);
@@ -466,6 +476,27 @@ mod tests {
                 "{addresses:?}: one host's value shown to another"
             );
         }
+    }
+
+    /// A fake a client's cache keeps must not be revalidated as the real resource once the ban
+    /// ends (the upstream would answer 304, and the cache go on showing the fake): its `ETag` is
+    /// always its own, and without one its `Last-Modified` is a second before the real one's.
+    /// Before: the real `ETag` (three clients got it) and `Last-Modified`, as they were.
+    #[test]
+    fn a_fakes_validators_never_validate_the_real_resource() {
+        let modified = "Tue, 14 Nov 2023 22:13:20 GMT";
+        let mut tagged = Shape::new(0);
+        let mut dated = Shape::new(0);
+        for client in 1..=3 {
+            let real = headers(&[("etag", "W/\"9bc04e77370bcf3e\""), ("last-modified", modified)]);
+            tagged.learn(&seen(&real, [192, 0, 2, client]), u64::from(client));
+            dated.learn(&seen(&headers(&[("last-modified", modified)]), [192, 0, 2, client]), u64::from(client));
+        }
+        let out = written(&tagged);
+        let etag = out["etag"].to_str().unwrap();
+        assert!(etag != "W/\"9bc04e77370bcf3e\"" && etag.starts_with("W/\"") && etag.len() == 20, "{etag}");
+        assert_eq!(out["last-modified"], modified, "the ETag is what a cache revalidates with");
+        assert_eq!(written(&dated)["last-modified"], "Tue, 14 Nov 2023 22:13:19 GMT");
     }
 
     #[test]

@@ -7,6 +7,8 @@ use std::borrow::Cow;
 use std::hash::BuildHasher;
 use std::time::{Duration, SystemTime};
 
+use http::HeaderValue;
+
 /// splitmix64: fast, and good enough for values that only have to look random.
 #[derive(Debug)]
 pub(crate) struct SplitMix(u64);
@@ -118,6 +120,18 @@ pub(crate) fn date_moved(value: &str, learned_at: SystemTime, now: SystemTime) -
     // `fmt_http_date` panics before 1970; such a date is not worth keeping.
     moved.duration_since(SystemTime::UNIX_EPOCH).ok()?;
     Some(httpdate::fmt_http_date(moved))
+}
+
+/// An HTTP date a second before `value`'s, as a fake's `Last-Modified`: a cache revalidating
+/// the fake with it (`If-Modified-Since`) is told the real resource was modified since. `value`
+/// as it is if it is no date.
+pub(crate) fn a_second_before(value: &HeaderValue) -> Option<HeaderValue> {
+    let Some(date) = value.to_str().ok().and_then(|text| httpdate::parse_http_date(text).ok()) else {
+        return Some(value.clone());
+    };
+    let before = date.checked_sub(Duration::from_secs(1))?;
+    before.duration_since(SystemTime::UNIX_EPOCH).ok()?;
+    HeaderValue::from_str(&httpdate::fmt_http_date(before)).ok()
 }
 
 /// `now` as an HTTP date.
