@@ -282,9 +282,7 @@ fn answered<B>(
         }
         Answer::ShadowBan { status, body, content_type, fields } => {
             let ban = Ban { status, body, content_type, fields };
-            let host = shadow::host_of(request.uri(), request.headers());
-            let route = (request.method().as_str(), host, request.uri().path());
-            Answered::Response(shadow.fake(policy, ban, route, options))
+            Answered::Response(shadow.fake(policy, ban, &request, options))
         }
         answer => Answered::Response(Fake { response: render(answer, options), wait: None }),
     }

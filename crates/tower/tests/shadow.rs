@@ -438,3 +438,23 @@ async fn a_cached_fake_is_never_revalidated_as_the_real_page() {
         fake.headers
     );
 }
+
+/// A client that sends its session cookie is never sent another in its place: once the ban
+/// ends its session goes on (a real logout's `Set-Cookie` would not be replayed either). Before:
+/// `set-cookie: sid=<random>` on the fake, which the browser kept in place of its own.
+#[tokio::test(start_paused = true)]
+async fn a_fake_never_replaces_a_cookie_the_client_sent() {
+    let app = app(Options::default());
+    for peer in ["192.0.2.1", "192.0.2.2", "192.0.2.3", "192.0.2.1"] {
+        app.send(peer).await;
+    }
+    let mut request = request("192.0.2.1");
+    request.headers_mut().insert("cookie", "theme=dark; sid=S00000001".parse().unwrap());
+    let fake = app.send_request(request).await;
+    assert_eq!(fake.body, "<p>fake</p>");
+    assert!(fake.headers.get("set-cookie").is_none(), "{:?}", fake.headers);
+    assert_eq!(value(&fake.headers, "x-app-version"), "7");
+    // Without it: a cookie of its own, as the real responses set one.
+    let fake = app.send("192.0.2.1").await;
+    assert!(value(&fake.headers, "set-cookie").starts_with("sid="), "{:?}", fake.headers);
+}

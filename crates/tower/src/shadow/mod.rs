@@ -54,7 +54,7 @@ use tollgate_engine::{Fields, Policy};
 use tollgate_rules::Action;
 use tollgate_rules::route::RequestPath;
 
-use self::shape::{Seen, Shape};
+use self::shape::{FakeFor, Seen, Shape};
 use self::synth::SplitMix;
 use crate::options::Options;
 use crate::response;
@@ -263,16 +263,18 @@ impl Shadow {
         })
     }
 
-    /// The fake for a request of `method` to `host` (see [`host_of`]) on `path` that `ban`
-    /// answers under `policy`.
-    pub(crate) fn fake(
+    /// The fake for `request` (its method, its host as [`host_of`] reads it, its path, its
+    /// cookies) that `ban` answers under `policy`.
+    pub(crate) fn fake<B>(
         self: &Arc<Self>,
         policy: &Policy,
         ban: Ban,
-        (method, host, path): (&str, &str, &str),
+        request: &http::Request<B>,
         options: Options,
     ) -> Fake {
         let Ban { status, body, content_type, fields } = ban;
+        let (method, host, path) =
+            (request.method().as_str(), host_of(request.uri(), request.headers()), request.uri().path());
         let path_match = policy.rules.named(&fields.policy).map(|(_, rule)| rule.path_match).unwrap_or_default();
         let routed = RequestPath::new(path);
         let rule_key = self.rule_key(&fields.policy, status);
@@ -287,8 +289,15 @@ impl Shadow {
             let learned = routes.get(&route_key).or_else(|| hosts.get(&host_key)).map(|shape| (shape, true));
             match learned.or_else(|| rules.get(&rule_key).map(|shape| (shape, false))) {
                 Some((shape, this_host)) => {
-                    let now = SystemTime::now();
-                    shape.write(&mut headers, body.len(), content_type.as_ref(), this_host, now, rng);
+                    let cookies: SmallVec<[&HeaderValue; 2]> =
+                        request.headers().get_all(header::COOKIE).iter().collect();
+                    let fake = FakeFor {
+                        length: body.len(),
+                        content_type: content_type.as_ref(),
+                        this_host,
+                        cookies: &cookies,
+                    };
+                    shape.write(&mut headers, &fake, SystemTime::now(), rng);
                     (shape.latency(rng), shape.sized())
                 }
                 None => {

@@ -89,6 +89,18 @@ pub(crate) struct Shape {
     pub(crate) tick: u64,
 }
 
+/// What a fake is written for.
+pub(crate) struct FakeFor<'a> {
+    /// The length of its body.
+    pub(crate) length: usize,
+    pub(crate) content_type: Option<&'a HeaderValue>,
+    /// Whether the shape was learned on the request's host (else no value is replayed for having
+    /// been shared: it is another site's).
+    pub(crate) this_host: bool,
+    /// The request's `Cookie` lines.
+    pub(crate) cookies: &'a [&'a HeaderValue],
+}
+
 /// A real response as it is learned.
 pub(crate) struct Seen<'r> {
     pub(crate) headers: &'r HeaderMap,
@@ -172,28 +184,20 @@ impl Shape {
         self.sized
     }
 
-    /// Writes the learned fields into `headers` for a fake of `length` bytes of type
-    /// `content_type`, at `now`, on the host they were learned on if `this_host` (else no value
-    /// is replayed for having been shared: it is another site's): `Date` now, `Content-Length` and `Content-Type` the fake's; a
-    /// `Cache-Control` that no shared cache stores ([`synth::private_cache_control`]: the fake is
-    /// one client's), always; validators that never match the real resource's (a cache that
-    /// kept the fake would go on showing it after the ban, the upstream answering 304): an `ETag`
-    /// of its own, always, and without one, `Last-Modified` a second earlier; a `Set-Cookie` with a value of its own ([`synth::cookie`]), always;
-    /// a value that changed
-    /// between responses with its changing tokens made anew (a date moved as far from now as it
-    /// was), its others kept once [`SHARED_BY`] clients in a row got them (else made anew too);
-    /// a value [`SHARED_BY`] clients in a row got, or of a field that describes the server
-    /// ([`synth::of_the_server`]), as it is; any other made anew in its shape (it may be one
-    /// client's own).
-    pub(crate) fn write(
-        &self,
-        headers: &mut HeaderMap,
-        length: usize,
-        content_type: Option<&HeaderValue>,
-        this_host: bool,
-        now: SystemTime,
-        rng: &mut SplitMix,
-    ) {
+    /// Writes the learned fields into `headers` for `fake`, at `now`: `Date` now,
+    /// `Content-Length` and `Content-Type` the fake's; a `Cache-Control` that no shared cache
+    /// stores ([`synth::private_cache_control`]: the fake is one client's), always; validators
+    /// that never match the real resource's (a cache that kept the fake would go on showing it
+    /// after the ban, the upstream answering 304): an `ETag` of its own, always, and without one,
+    /// `Last-Modified` a second earlier; a `Set-Cookie` with a value of its own
+    /// ([`synth::cookie`]), unless the client sent a cookie of that name (it would replace it); a
+    /// value that changed between responses with its changing tokens made anew (a date moved as
+    /// far from now as it was), its others kept once [`SHARED_BY`] clients in a row got them
+    /// (else made anew too); a value [`SHARED_BY`] clients in a row got (on this host), or of a
+    /// field that describes the server ([`synth::of_the_server`]), as it is; any other made anew
+    /// in its shape (it may be one client's own).
+    pub(crate) fn write(&self, headers: &mut HeaderMap, fake: &FakeFor<'_>, now: SystemTime, rng: &mut SplitMix) {
+        let FakeFor { length, content_type, this_host, .. } = *fake;
         // `private` is said once, on the first `Cache-Control` line, unless one keeps shared
         // caches away already.
         let mut private_said = self
@@ -219,7 +223,9 @@ impl Shape {
                     .map_or_else(|_| "private".into(), |v| synth::private_cache_control(v, private));
                 HeaderValue::from_str(&value).ok()
             } else if name == header::SET_COOKIE {
-                HeaderValue::from_bytes(&synth::cookie(real, self.learned_at, now, rng)).ok()
+                let sent =
+                    fake.cookies.iter().any(|line| synth::names_cookie(line.as_bytes(), synth::cookie_name(real)));
+                (!sent).then(|| HeaderValue::from_bytes(&synth::cookie(real, self.learned_at, now, rng)).ok()).flatten()
             } else if name == header::ETAG {
                 HeaderValue::from_bytes(&synth::same_shape(real, rng)).ok()
             } else if shared(field) && field.changing == 0 {
@@ -285,7 +291,9 @@ mod tests {
     fn written(shape: &Shape) -> HeaderMap {
         let mut out = HeaderMap::new();
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_100);
-        shape.write(&mut out, 5, Some(&HeaderValue::from_static("text/plain")), true, now, &mut SplitMix::seeded());
+        let text = HeaderValue::from_static("text/plain");
+        let fake = FakeFor { length: 5, content_type: Some(&text), this_host: true, cookies: &[] };
+        shape.write(&mut out, &fake, now, &mut SplitMix::seeded());
         out
     }
 
