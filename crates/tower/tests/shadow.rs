@@ -203,9 +203,10 @@ fn names(headers: &HeaderMap) -> Vec<String> {
     headers.keys().map(ToString::to_string).collect()
 }
 
-/// A fake's field names, its `Cache-Control: private` (which no real response here has) left out.
+/// A fake's field names, its `Cache-Control` (which no real response here has) left out: no
+/// shared cache stores it, nor any past the ban (here the window's 40 s left).
 fn fake_names(headers: &HeaderMap) -> Vec<String> {
-    assert_eq!(value(headers, "cache-control"), "private", "a fake is one client's: {headers:?}");
+    assert_eq!(value(headers, "cache-control"), "private, max-age=40", "a fake is one client's: {headers:?}");
     names(headers).into_iter().filter(|name| name != "cache-control").collect()
 }
 
@@ -353,7 +354,7 @@ async fn a_fake_with_nothing_learned_is_bare_and_at_once() {
     let fake = app.send("192.0.2.1").await;
     assert_eq!((fake.status, fake.body.as_str()), (StatusCode::NON_AUTHORITATIVE_INFORMATION, "<p>fake</p>"));
     assert_eq!(names(&fake.headers), ["content-type", "cache-control", "content-length"]);
-    assert_eq!(value(&fake.headers, "cache-control"), "private", "a fake is one client's");
+    assert_eq!(value(&fake.headers, "cache-control"), "private, max-age=40", "a fake is one client's, for its ban");
     assert!(fake.took < APP_LATENCY, "{:?}", fake.took);
     assert_metrics(&app, &["tollgate_shadow_ban_fakes_total{rule=\"page\",delay=\"none_learned\"} 1"]);
 }
@@ -457,4 +458,19 @@ async fn a_fake_never_replaces_a_cookie_the_client_sent() {
     // Without it: a cookie of its own, as the real responses set one.
     let fake = app.send("192.0.2.1").await;
     assert!(value(&fake.headers, "set-cookie").starts_with("sid="), "{:?}", fake.headers);
+}
+
+/// A fake the client's cache keeps is kept no longer than the ban: its `max-age` is at most the
+/// time until the client is let through again (here the window's 40 s left; the real one says
+/// 60). Before: `max-age=60`, and a year for a real `max-age=31536000, immutable`, which kept a
+/// wrongly banned client's cache showing the fake long after its ban.
+#[tokio::test(start_paused = true)]
+async fn a_fake_is_never_cached_past_its_ban() {
+    let app = app(Options::default());
+    for _ in 0..2 {
+        assert_eq!(app.send_to("192.0.2.9", "/static", "example.com").await.body, "<p>static</p>");
+    }
+    let fake = app.send_to("192.0.2.9", "/static", "example.com").await;
+    assert_eq!(fake.body, "<p>fake</p>");
+    assert_eq!(value(&fake.headers, "cache-control"), "max-age=40, private", "{:?}", fake.headers);
 }

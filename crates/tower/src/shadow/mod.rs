@@ -12,12 +12,13 @@
 //! A fake then carries the fields of its route's last real response (else its rule's on its
 //! host, else its rule's on any host, with no value replayed for having been shared): `Date`
 //! now, `Content-Length` and `Content-Type` the fake's, a `Cache-Control` no shared cache stores
-//! (it is one client's), nothing of the real body's encoding or digest, a value that changed
-//! between responses with its changing tokens made anew, a `Set-Cookie` with a value of
-//! its own (always), a value three clients in a row were seen to get or of a field describing
-//! the server as it is, any other (it may be one client's own) made anew in its shape: one
-//! client's value is never shown to another. Chunked if the real responses were. It waits one of
-//! the route's recent latencies, picked at random (at most 30 s), before it is answered; at most
+//! it under (it is one client's) nor any cache past the ban, validators of its own, nothing of
+//! the real body's encoding or digest, a value that changed between responses with its changing
+//! tokens made anew, a `Set-Cookie` with a value of its own (none for a cookie the client sent),
+//! a value three clients in a row were seen to get or of a field describing the server as it
+//! is, any other (it may be one client's own) made anew in its shape: one client's value is
+//! never shown to another. Chunked if the real responses were. It waits one of the shape's
+//! recent latencies, picked at random (at most 30 s), before it is answered; at most
 //! [`Options::shadow_ban_max_waiting`](crate::Options::shadow_ban_max_waiting) fakes wait at
 //! once, the others are answered at once. With `headers_on_allowed` it carries the `RateLimit`
 //! fields an allowed response would: remaining 0. Counted in
@@ -27,6 +28,7 @@
 //! Learning takes the table's lock only if it is free (a response is a sample; a busy table
 //! skips it), so responses never wait on each other for it.
 
+mod cache;
 mod shape;
 mod synth;
 
@@ -50,10 +52,11 @@ use prometheus_client::registry::Registry;
 use smallvec::SmallVec;
 use tokio::time::Instant;
 use tollgate_core::Decision;
-use tollgate_engine::{Fields, Policy};
+use tollgate_engine::{Fields, Policy, render};
 use tollgate_rules::Action;
 use tollgate_rules::route::RequestPath;
 
+use self::cache::FakeCacheControl;
 use self::shape::{FakeFor, Seen, Shape};
 use self::synth::SplitMix;
 use crate::options::Options;
@@ -281,6 +284,8 @@ impl Shadow {
         let host_key = self.host_key(&fields.policy, status, host);
         let route_key = self.route_key(&fields.policy, status, host, method, routed.key(path_match));
         let content_type = HeaderValue::from_str(&content_type).ok();
+        // No cache keeps the fake past the time the client is let through again.
+        let fresh_for = render::retry_after_seconds(&fields.decision);
         let mut headers = HeaderMap::new();
         let (latency, sized) = {
             let mut shapes = self.shapes.lock().unwrap_or_else(PoisonError::into_inner);
@@ -296,6 +301,7 @@ impl Shadow {
                         content_type: content_type.as_ref(),
                         this_host,
                         cookies: &cookies,
+                        fresh_for,
                     };
                     shape.write(&mut headers, &fake, SystemTime::now(), rng);
                     (shape.latency(rng), shape.sized())
@@ -305,7 +311,9 @@ impl Shadow {
                         headers.insert(header::CONTENT_TYPE, content_type);
                     }
                     // A cache in front that stored it would answer it to every client.
-                    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("private"));
+                    if let Ok(line) = HeaderValue::from_str(&FakeCacheControl::alone(fresh_for)) {
+                        headers.insert(header::CACHE_CONTROL, line);
+                    }
                     (None, true)
                 }
             }

@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use smallvec::SmallVec;
 
+use crate::shadow::cache::{self, FakeCacheControl};
 use crate::shadow::synth::{self, SplitMix};
 
 /// Most header fields a shape keeps (the fields after them are not learned).
@@ -52,10 +53,10 @@ const OF_THE_REAL_BODY: [&str; 6] =
     ["content-encoding", "content-range", "content-md5", "digest", "content-digest", "repr-digest"];
 
 /// Whether a field of a real response is learned: not the connection's own, nor the real body's,
-/// nor one that tells a cache in front how long to store it (see [`synth::for_caches_in_front`]).
+/// nor one that tells a cache in front how long to store it (see [`cache::for_caches_in_front`]).
 fn learned(name: &HeaderName) -> bool {
     let name = name.as_str();
-    !HOP_BY_HOP.contains(&name) && !OF_THE_REAL_BODY.contains(&name) && !synth::for_caches_in_front(name)
+    !HOP_BY_HOP.contains(&name) && !OF_THE_REAL_BODY.contains(&name) && !cache::for_caches_in_front(name)
 }
 
 /// One header field of the last real response learned.
@@ -99,6 +100,8 @@ pub(crate) struct FakeFor<'a> {
     pub(crate) this_host: bool,
     /// The request's `Cookie` lines.
     pub(crate) cookies: &'a [&'a HeaderValue],
+    /// Longest a cache may keep the fake, in seconds: until the client is let through again.
+    pub(crate) fresh_for: u64,
 }
 
 /// A real response as it is learned.
@@ -185,8 +188,8 @@ impl Shape {
     }
 
     /// Writes the learned fields into `headers` for `fake`, at `now`: `Date` now,
-    /// `Content-Length` and `Content-Type` the fake's; a `Cache-Control` that no shared cache
-    /// stores ([`synth::private_cache_control`]: the fake is one client's), always; validators
+    /// `Content-Length` and `Content-Type` the fake's; a `Cache-Control` under which no shared
+    /// cache stores the fake, nor any cache past the ban ([`FakeCacheControl`]), always; validators
     /// that never match the real resource's (a cache that kept the fake would go on showing it
     /// after the ban, the upstream answering 304): an `ETag` of its own, always, and without one,
     /// `Last-Modified` a second earlier; a `Set-Cookie` with a value of its own
@@ -197,13 +200,10 @@ impl Shape {
     /// field that describes the server ([`synth::of_the_server`]), as it is; any other made anew
     /// in its shape (it may be one client's own).
     pub(crate) fn write(&self, headers: &mut HeaderMap, fake: &FakeFor<'_>, now: SystemTime, rng: &mut SplitMix) {
-        let FakeFor { length, content_type, this_host, .. } = *fake;
-        // `private` is said once, on the first `Cache-Control` line, unless one keeps shared
-        // caches away already.
-        let mut private_said = self
-            .fields
-            .iter()
-            .any(|f| f.name == header::CACHE_CONTROL && f.value.to_str().is_ok_and(synth::keeps_shared_caches_away));
+        let FakeFor { length, content_type, this_host, fresh_for, .. } = *fake;
+        let lines =
+            self.fields.iter().filter(|f| f.name == header::CACHE_CONTROL).filter_map(|f| f.value.to_str().ok());
+        let mut cache_control = FakeCacheControl::new(lines, fresh_for);
         let shared = |field: &Field| this_host && field.clients.len() >= SHARED_BY;
         // A cache revalidates with the `ETag` if there is one, else with `Last-Modified`.
         let tagged = self.fields.iter().any(|f| f.name == header::ETAG);
@@ -216,12 +216,8 @@ impl Shape {
             } else if name == header::CONTENT_TYPE {
                 content_type.cloned()
             } else if name == header::CACHE_CONTROL {
-                let private = !std::mem::replace(&mut private_said, true);
-                let value = field
-                    .value
-                    .to_str()
-                    .map_or_else(|_| "private".into(), |v| synth::private_cache_control(v, private));
-                HeaderValue::from_str(&value).ok()
+                let line = field.value.to_str().ok().and_then(|line| cache_control.line(line));
+                line.and_then(|line| HeaderValue::from_str(&line).ok())
             } else if name == header::SET_COOKIE {
                 let sent =
                     fake.cookies.iter().any(|line| synth::names_cookie(line.as_bytes(), synth::cookie_name(real)));
@@ -244,15 +240,17 @@ impl Shape {
                 HeaderValue::from_bytes(&synth::same_shape(real, rng)).ok()
             };
             let value = match value {
-                Some(date) if name == header::LAST_MODIFIED && !tagged => synth::a_second_before(&date),
+                Some(date) if name == header::LAST_MODIFIED && !tagged => cache::a_second_before(&date),
                 value => value,
             };
             if let Some(value) = value {
                 headers.append(name.clone(), value);
             }
         }
-        if !headers.contains_key(header::CACHE_CONTROL) {
-            headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("private"));
+        if !headers.contains_key(header::CACHE_CONTROL)
+            && let Ok(line) = HeaderValue::from_str(&FakeCacheControl::alone(fresh_for))
+        {
+            headers.insert(header::CACHE_CONTROL, line);
         }
         if let Some(content_type) = content_type
             && !headers.contains_key(header::CONTENT_TYPE)
@@ -292,7 +290,7 @@ mod tests {
         let mut out = HeaderMap::new();
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_100);
         let text = HeaderValue::from_static("text/plain");
-        let fake = FakeFor { length: 5, content_type: Some(&text), this_host: true, cookies: &[] };
+        let fake = FakeFor { length: 5, content_type: Some(&text), this_host: true, cookies: &[], fresh_for: 45 };
         shape.write(&mut out, &fake, now, &mut SplitMix::seeded());
         out
     }
@@ -414,30 +412,14 @@ mod tests {
             shape.learn(&seen(&real, [192, 0, 2, client]), u64::from(client));
         }
         let out = written(&shape);
-        assert_eq!(out["cache-control"], "private, max-age=600", "{out:?}");
+        assert_eq!(out["cache-control"], "private, max-age=45", "{out:?}");
         assert_eq!(names(&out), ["cache-control", "last-modified", "content-type"], "{out:?}");
         let mut bare = Shape::new(0);
         bare.learn(&seen(&headers(&[("last-modified", "Tue, 14 Nov 2023 22:13:20 GMT")]), [192, 0, 2, 1]), 1);
-        assert_eq!(written(&bare)["cache-control"], "private", "heuristically cacheable: made private");
+        assert_eq!(written(&bare)["cache-control"], "private, max-age=45", "heuristically cacheable: made private");
         let mut kept = Shape::new(0);
         kept.learn(&seen(&headers(&[("cache-control", "no-store")]), [192, 0, 2, 1]), 1);
         assert_eq!(written(&kept)["cache-control"], "no-store");
-    }
-
-    /// `private` naming fields (RFC 9111 section 5.2.2.7) lets a shared cache store the rest of
-    /// the response: it is made a bare `private`. Before: `private="set-cookie", max-age=600`
-    /// as it was, so a CDN kept the fake (without its cookie) for every client.
-    #[test]
-    fn a_qualified_private_is_made_bare() {
-        for (real, fake) in [
-            ("private=\"set-cookie\", max-age=600", "private, max-age=600"),
-            ("max-age=60, PRIVATE=\"Set-Cookie, X-User\"", "max-age=60, private"),
-            ("no-cache=\"set-cookie\", public", "no-cache=\"set-cookie\", private"),
-        ] {
-            let mut shape = Shape::new(0);
-            shape.learn(&seen(&headers(&[("cache-control", real)]), [192, 0, 2, 1]), 1);
-            assert_eq!(written(&shape)["cache-control"], fake, "{real}");
-        }
     }
 
     /// Before: `user=alice;req=…` from alice alone, twice, was written with `alice` as it was

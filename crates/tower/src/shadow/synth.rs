@@ -3,11 +3,8 @@
 //! moved to now, and which header fields describe the server rather than the client. The randomness only has to look like an application's ids: a small
 //! [`SplitMix`] generator, seeded once per process.
 
-use std::borrow::Cow;
 use std::hash::BuildHasher;
 use std::time::{Duration, SystemTime};
-
-use http::HeaderValue;
 
 /// splitmix64: fast, and good enough for values that only have to look random.
 #[derive(Debug)]
@@ -137,82 +134,9 @@ pub(crate) fn date_moved(value: &str, learned_at: SystemTime, now: SystemTime) -
     Some(httpdate::fmt_http_date(moved))
 }
 
-/// An HTTP date a second before `value`'s, as a fake's `Last-Modified`: a cache revalidating
-/// the fake with it (`If-Modified-Since`) is told the real resource was modified since. `value`
-/// as it is if it is no date.
-pub(crate) fn a_second_before(value: &HeaderValue) -> Option<HeaderValue> {
-    let Some(date) = value.to_str().ok().and_then(|text| httpdate::parse_http_date(text).ok()) else {
-        return Some(value.clone());
-    };
-    let before = date.checked_sub(Duration::from_secs(1))?;
-    before.duration_since(SystemTime::UNIX_EPOCH).ok()?;
-    HeaderValue::from_str(&httpdate::fmt_http_date(before)).ok()
-}
-
 /// `now` as an HTTP date.
 pub(crate) fn date_now(now: SystemTime) -> String {
     httpdate::fmt_http_date(now.max(SystemTime::UNIX_EPOCH + Duration::from_secs(1)))
-}
-
-/// A fake's `Cache-Control` from a real one's `value`: `public` and a `private` that names
-/// fields (which lets a shared cache store the rest) made a bare `private`, `s-maxage` (a shared
-/// cache's own max-age) dropped, every other directive as it was, with `private` added when
-/// `add_private`. A fake is one client's: a cache in front (a CDN) that stored it would answer
-/// it to every client of the route.
-pub(crate) fn private_cache_control(value: &str, add_private: bool) -> String {
-    let mut directives: Vec<Cow<'_, str>> = directives(value)
-        .filter(|d| !directive_is(d, "s-maxage") && !d.trim().is_empty())
-        .map(|d| {
-            if directive_is(d, "public") || directive_is(d, "private") {
-                let spacing = &d[..d.len() - d.trim_start().len()];
-                Cow::Owned(format!("{spacing}private"))
-            } else {
-                Cow::Borrowed(d)
-            }
-        })
-        .collect();
-    if add_private {
-        directives.push(Cow::Borrowed(if directives.is_empty() { "private" } else { " private" }));
-    }
-    directives.join(",").trim_start().to_string()
-}
-
-/// Whether a `Cache-Control` value keeps shared caches from storing a fake once made by
-/// [`private_cache_control`]: it says `private` (perhaps naming fields), `public` or `no-store`.
-pub(crate) fn keeps_shared_caches_away(value: &str) -> bool {
-    directives(value).any(|d| ["private", "no-store", "public"].iter().any(|name| directive_is(d, name)))
-}
-
-/// The directives of a `Cache-Control` value, each with its spacing: split at the commas
-/// outside quoted strings (`private="Set-Cookie, X-User"` is one).
-fn directives(value: &str) -> impl Iterator<Item = &str> {
-    let (mut quoted, mut escaped) = (false, false);
-    value.split(move |c| {
-        match c {
-            _ if escaped => escaped = false,
-            '\\' if quoted => escaped = true,
-            '"' => quoted = !quoted,
-            ',' if !quoted => return true,
-            _ => {}
-        }
-        false
-    })
-}
-
-/// Whether `directive` (with its spacing, and perhaps `=value`) is `name`.
-fn directive_is(directive: &str, name: &str) -> bool {
-    directive.split('=').next().is_some_and(|n| n.trim().eq_ignore_ascii_case(name))
-}
-
-/// Whether a field tells a cache in front how long to store a response, over `Cache-Control`:
-/// the targeted fields (RFC 9213: `CDN-Cache-Control`, `Cloudflare-CDN-Cache-Control`…),
-/// `Surrogate-Control`, nginx's `X-Accel-Expires`. Never on a fake (see
-/// [`private_cache_control`]); a cache in front reads them and usually removes them.
-pub(crate) fn for_caches_in_front(name: &str) -> bool {
-    name == "cdn-cache-control"
-        || name.ends_with("-cdn-cache-control")
-        || name == "surrogate-control"
-        || name == "x-accel-expires"
 }
 
 /// Fields that describe the server or the resource, never the client: their values are replayed
