@@ -474,3 +474,27 @@ async fn a_fake_is_never_cached_past_its_ban() {
     assert_eq!(fake.body, "<p>fake</p>");
     assert_eq!(value(&fake.headers, "cache-control"), "max-age=40, private", "{:?}", fake.headers);
 }
+
+/// A client that names other addresses in a forwarding header is still one client (the header
+/// counts only from a trusted proxy): its own value is never taken for one three clients got.
+/// Through a trusted proxy the same three requests are three clients.
+#[tokio::test(start_paused = true)]
+async fn forwarded_addresses_count_as_clients_only_from_a_trusted_proxy() {
+    for (trusted, replayed) in [("", false), ("trusted_proxies = [\"192.0.2.1/32\"]\n", true)] {
+        let clock = Arc::new(ManualClock::new(T0));
+        let rules = format!("{trusted}{}", RULES.replace("2/1m", "4/1m"));
+        let app = app_on(MemoryStore::builder().clock(clock.clone()).build(), clock, &rules, Options::default());
+        // Then 198.51.100.1's fifth, over either way (as one client of the peer's, or as itself).
+        for last in [".1", ".2", ".3", ".1", ".1", ".1"] {
+            let forwarded = format!("198.51.100{last}");
+            let mut request = request_to("192.0.2.1", "/site", "alice.example");
+            request.headers_mut().insert("x-forwarded-for", forwarded.parse().unwrap());
+            app.send_request(request).await;
+        }
+        let mut request = request_to("192.0.2.1", "/site", "alice.example");
+        request.headers_mut().insert("x-forwarded-for", "198.51.100.1".parse().unwrap());
+        let fake = app.send_request(request).await;
+        assert_eq!(fake.body, "<p>fake</p>", "{trusted}");
+        assert_eq!(value(&fake.headers, "x-site") == "alice.example", replayed, "{trusted}: {:?}", fake.headers);
+    }
+}
