@@ -67,13 +67,32 @@ async fn page(n: u64, latency: Duration, chunked: bool) -> AxumResponse {
     response
 }
 
+/// `<html>real page</html>`, gzipped.
+const GZIPPED: [u8; 38] = [
+    0x1f, 0x8b, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x02, 0x03, 0xb3, 0xc9, 0x28, 0xc9, 0xcd, 0xb1, 0x2b, 0x4a, 0x4d,
+    0xcc, 0x51, 0x28, 0x48, 0x4c, 0x4f, 0xb5, 0xd1, 0x07, 0xf3, 0x01, 0xfa, 0x33, 0xcf, 0x3c, 0x16, 0x00, 0x00, 0x00,
+];
+
+/// A page as a web server compresses it and lets a CDN keep it: the same for every client.
+async fn compressed() -> AxumResponse {
+    let headers = [
+        ("content-type", "text/html"),
+        ("content-encoding", "gzip"),
+        ("vary", "Accept-Encoding"),
+        ("cache-control", "public, max-age=600"),
+        ("cdn-cache-control", "max-age=3600"),
+    ];
+    (headers, &GZIPPED[..]).into_response()
+}
+
 async fn upstream() -> (SocketAddr, Arc<AtomicU64>) {
     let hits = Arc::new(AtomicU64::new(0));
     let (a, b, c) = (hits.clone(), hits.clone(), hits.clone());
     let app = Router::new()
         .route("/page", get(move || page(a.fetch_add(1, Ordering::Relaxed) + 1, LATENCY, false)))
         .route("/stream", get(move || page(b.fetch_add(1, Ordering::Relaxed) + 1, LATENCY, true)))
-        .route("/long", get(move || page(c.fetch_add(1, Ordering::Relaxed) + 1, LONG, false)));
+        .route("/long", get(move || page(c.fetch_add(1, Ordering::Relaxed) + 1, LONG, false)))
+        .route("/compressed", get(compressed));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -155,8 +174,11 @@ async fn a_fake_looks_and_waits_like_the_upstreams_real_responses() {
         assert_eq!((fake.status, fake.body.as_slice()), (200, &b"<p>fake</p>"[..]), "{fake:?}");
         assert_eq!(hits.load(Ordering::Relaxed), before + 4, "the fake never reached the upstream");
 
-        // The same header lines in the same order, the stable ones as the upstream sent them.
-        assert_eq!(names(&fake), names(last), "{path}: fake {:?}\nreal {:?}", fake.headers, last.headers);
+        // The same header lines in the same order, the stable ones as the upstream sent them,
+        // and a `Cache-Control` no shared cache stores (documented: a fake is one client's).
+        assert!(value(&fake, "cache-control").starts_with("private, max-age="), "{path}: {:?}", fake.headers);
+        let fake_names: Vec<_> = names(&fake).into_iter().filter(|name| *name != "cache-control").collect();
+        assert_eq!(fake_names, names(last), "{path}: fake {:?}\nreal {:?}", fake.headers, last.headers);
         for name in ["server", "x-app-version", "content-type", "ratelimit-policy"] {
             assert_eq!(value(&fake, name), value(last, name), "{path}: {name}");
         }
@@ -219,5 +241,29 @@ async fn a_flood_of_fakes_waits_in_a_bounded_way() {
     ] {
         assert!(metrics.contains(wanted), "{wanted}: {metrics}");
     }
+    proxy.stop().await;
+}
+
+/// A compressed, publicly cacheable page: the fake's body is the rule's as it is, so it says no
+/// `Content-Encoding` (a browser would fail to decode it), and no cache in front may store it
+/// (it would answer it to every client). Before: `content-encoding: gzip` on `<p>fake</p>`, and
+/// `cache-control: public, max-age=600` with `cdn-cache-control: max-age=3600`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fake_of_a_compressed_public_page_is_plain_and_private() {
+    let (up, _) = upstream().await;
+    let proxy = start(up, Options::default()).await;
+    let mut real = Vec::new();
+    for client in ["198.51.100.21", "198.51.100.22", "198.51.100.23", "198.51.100.21"] {
+        real.push(get_from(&proxy, "/compressed", client).await.0);
+    }
+    let last = &real[3];
+    assert_eq!((last.header("content-encoding"), last.body.as_slice()), (Some("gzip"), &GZIPPED[..]));
+    let (fake, _) = get_from(&proxy, "/compressed", "198.51.100.21").await;
+    assert_eq!(fake.body, b"<p>fake</p>", "{fake:?}");
+    assert_eq!(fake.header("content-encoding"), None, "a plain body said to be gzip: {:?}", fake.headers);
+    // No longer than the ban either: the window's 40 s left on the proxy's stopped clock.
+    assert_eq!(fake.header("cache-control"), Some("private, max-age=40"), "{:?}", fake.headers);
+    assert_eq!(fake.header("cdn-cache-control"), None, "{:?}", fake.headers);
+    assert_eq!(value(&fake, "vary"), "Accept-Encoding");
     proxy.stop().await;
 }

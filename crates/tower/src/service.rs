@@ -22,7 +22,7 @@ use tower_service::Service;
 use crate::future::{self, ResponseFuture};
 use crate::options::Options;
 use crate::response;
-use crate::shadow::{Ban, Fake, Learning, Shadow};
+use crate::shadow::{self, Ban, Fake, Learning, Shadow};
 
 /// The peer address, for servers other than axum (which provides `ConnectInfo<SocketAddr>`):
 /// insert it as a request extension.
@@ -282,7 +282,7 @@ fn answered<B>(
         }
         Answer::ShadowBan { status, body, content_type, fields } => {
             let ban = Ban { status, body, content_type, fields };
-            Answered::Response(shadow.fake(policy, ban, request.method().as_str(), request.uri().path(), options))
+            Answered::Response(shadow.fake(policy, ban, &request, options))
         }
         answer => Answered::Response(Fake { response: render(answer, options), wait: None }),
     }
@@ -363,7 +363,9 @@ where
                 let view = head.view(seen, &headers, &policy);
                 let admission = self.engine.admit_now(&policy, &view, within);
                 let learning = match &admission {
-                    Some(Admission::Proceed(_)) => self.shadow.learning(&policy, &view),
+                    Some(Admission::Proceed(_)) => {
+                        self.shadow.learning(&policy, &view, shadow::host_of(head.uri, head.headers))
+                    }
                     _ => None,
                 };
                 (admission, learning)
@@ -408,7 +410,9 @@ where
                             let view = head.view(seen, &headers, &policy);
                             let admission = engine.admit_within(&policy, &view, within).await;
                             let learning = match &admission {
-                                Admission::Proceed(_) => shadow.learning(&policy, &view),
+                                Admission::Proceed(_) => {
+                                    shadow.learning(&policy, &view, shadow::host_of(head.uri, head.headers))
+                                }
                                 Admission::Answer(_) => None,
                             };
                             drop(headers);

@@ -35,6 +35,10 @@ const APP_LATENCY: Duration = Duration::from_millis(220);
 const RULES: &str = "[[rules]]\nname = \"page\"\nlimit = \"2/1m\"\nalgorithm = \"fixed-window\"\nkey = [\"client_ip\"]\n\
                      [rules.mitigation]\naction = \"shadow-ban\"\nbody = \"<p>fake</p>\"\ncontent_type = \"text/html\"\n";
 
+/// The validators of `/static`, the same for every client.
+const STATIC_ETAG: &str = "\"9bc04e77370bcf3e\"";
+const STATIC_MODIFIED: &str = "Tue, 14 Nov 2023 22:13:20 GMT";
+
 /// A store that must be waited for, as Redis is: the middleware then decides in a task.
 struct Waited(MemoryStore);
 
@@ -91,6 +95,33 @@ fn app_on<S: Store + 'static>(store: S, clock: Arc<ManualClock>, rules: &str, op
                 }
             }),
         )
+        // A static page and its validators, revalidated as nginx does (304 only when every
+        // validator sent matches).
+        .route(
+            "/static",
+            get(|headers: HeaderMap| async move {
+                let validators =
+                    [("etag", STATIC_ETAG), ("last-modified", STATIC_MODIFIED), ("cache-control", "max-age=60")];
+                let tag = headers.get("if-none-match");
+                let date = headers.get("if-modified-since");
+                if (tag.is_some() || date.is_some())
+                    && tag.is_none_or(|tag| tag == STATIC_ETAG)
+                    && date.is_none_or(|date| date == STATIC_MODIFIED)
+                {
+                    (StatusCode::NOT_MODIFIED, validators).into_response()
+                } else {
+                    (validators, "<p>static</p>").into_response()
+                }
+            }),
+        )
+        // The site's name, as a multi-site upstream (a tenant's subdomain) names it.
+        .route(
+            "/site",
+            get(|headers: HeaderMap| async move {
+                let host = headers.get("host").cloned().unwrap_or(axum::http::HeaderValue::from_static(""));
+                ([("x-site", host)], "<p>real</p>")
+            }),
+        )
         .layer(layer);
     App { router, hits, registry: Arc::new(registry) }
 }
@@ -106,7 +137,11 @@ fn app_waited(options: Options) -> App {
 }
 
 fn request(peer: &str) -> Request<Body> {
-    let mut request = Request::builder().uri("/page").body(Body::empty()).unwrap();
+    request_to(peer, "/page", "example.com")
+}
+
+fn request_to(peer: &str, path: &str, host: &str) -> Request<Body> {
+    let mut request = Request::builder().uri(path).header("host", host).body(Body::empty()).unwrap();
     let peer: SocketAddr = format!("{peer}:40000").parse().unwrap();
     request.extensions_mut().insert(ConnectInfo(peer));
     request
@@ -123,14 +158,26 @@ struct Answer {
 impl App {
     /// The response future of a request from `peer`, called but not yet polled.
     async fn call(&self, peer: &str) -> axum::routing::future::RouteFuture<std::convert::Infallible> {
+        self.call_with(request(peer)).await
+    }
+
+    async fn call_with(&self, request: Request<Body>) -> axum::routing::future::RouteFuture<std::convert::Infallible> {
         let mut router = self.router.clone();
         std::future::poll_fn(|cx| <Router as Service<Request<Body>>>::poll_ready(&mut router, cx)).await.unwrap();
-        router.call(request(peer))
+        router.call(request)
     }
 
     async fn send(&self, peer: &str) -> Answer {
+        self.send_to(peer, "/page", "example.com").await
+    }
+
+    async fn send_to(&self, peer: &str, path: &str, host: &str) -> Answer {
+        self.send_request(request_to(peer, path, host)).await
+    }
+
+    async fn send_request(&self, request: Request<Body>) -> Answer {
         let started = Instant::now();
-        let response = self.call(peer).await.await.unwrap();
+        let response = self.call_with(request).await.await.unwrap();
         read(response, started).await
     }
 
@@ -154,6 +201,13 @@ fn value<'h>(headers: &'h HeaderMap, name: &str) -> &'h str {
 
 fn names(headers: &HeaderMap) -> Vec<String> {
     headers.keys().map(ToString::to_string).collect()
+}
+
+/// A fake's field names, its `Cache-Control` (which no real response here has) left out: no
+/// shared cache stores it, nor any past the ban (here the window's 40 s left).
+fn fake_names(headers: &HeaderMap) -> Vec<String> {
+    assert_eq!(value(headers, "cache-control"), "private, max-age=40", "a fake is one client's: {headers:?}");
+    names(headers).into_iter().filter(|name| name != "cache-control").collect()
 }
 
 /// Each letter or digit as its class: `S00000001` and `S48213907` have one shape.
@@ -193,8 +247,14 @@ async fn fake_like_real(app: App) {
     assert_eq!((fake.status, fake.body.as_str()), (StatusCode::OK, "<p>fake</p>"));
     assert_eq!(app.hits.load(Ordering::Relaxed), 4, "the fake never reached the app");
 
-    // The same fields, in the same order.
-    assert_eq!(names(&fake.headers), names(&real[3].headers), "fake {:?}\nreal {:?}", fake.headers, real[3].headers);
+    // The same fields, in the same order, and a `Cache-Control` that no shared cache stores.
+    assert_eq!(
+        fake_names(&fake.headers),
+        names(&real[3].headers),
+        "fake {:?}\nreal {:?}",
+        fake.headers,
+        real[3].headers
+    );
     // The stable ones as the app wrote them.
     for name in ["server", "x-app-version", "content-type"] {
         assert_eq!(value(&fake.headers, name), value(&real[3].headers, name), "{name}");
@@ -226,7 +286,7 @@ async fn with_headers_on_allowed_a_fake_keeps_the_ratelimit_fields() {
     for _ in 0..3 {
         let fake = app.send("192.0.2.1").await;
         assert_eq!(fake.body, "<p>fake</p>");
-        assert_eq!(names(&fake.headers), names(&last.headers), "fake {:?}\nreal {:?}", fake.headers, last.headers);
+        assert_eq!(fake_names(&fake.headers), names(&last.headers), "fake {:?}\nreal {:?}", fake.headers, last.headers);
         assert_eq!(value(&fake.headers, "ratelimit-policy"), value(&last.headers, "ratelimit-policy"));
         // Remaining 0, as on the last allowed response, and the window's reset.
         assert_eq!(value(&fake.headers, "ratelimit"), value(&last.headers, "ratelimit"));
@@ -293,7 +353,148 @@ async fn a_fake_with_nothing_learned_is_bare_and_at_once() {
     }
     let fake = app.send("192.0.2.1").await;
     assert_eq!((fake.status, fake.body.as_str()), (StatusCode::NON_AUTHORITATIVE_INFORMATION, "<p>fake</p>"));
-    assert_eq!(names(&fake.headers), ["content-type", "content-length"]);
+    assert_eq!(names(&fake.headers), ["content-type", "cache-control", "content-length"]);
+    assert_eq!(value(&fake.headers, "cache-control"), "private, max-age=40", "a fake is one client's, for its ban");
     assert!(fake.took < APP_LATENCY, "{:?}", fake.took);
     assert_metrics(&app, &["tollgate_shadow_ban_fakes_total{rule=\"page\",delay=\"none_learned\"} 1"]);
+}
+
+/// One upstream serving several sites (tenants on subdomains): a fake on one site never carries
+/// another site's fields, which three of its clients got alike. Before: `x-site: alice.example`
+/// on bob.example's fake.
+#[tokio::test(start_paused = true)]
+async fn a_fake_on_one_site_never_carries_anothers_fields() {
+    let app = app(Options::default());
+    // Bob's budget, on his site's page.
+    for _ in 0..2 {
+        app.send_to("192.0.2.9", "/page", "bob.example").await;
+    }
+    for peer in ["192.0.2.1", "192.0.2.2", "192.0.2.3"] {
+        let real = app.send_to(peer, "/site", "alice.example").await;
+        assert_eq!(value(&real.headers, "x-site"), "alice.example");
+    }
+    // Bob's third: banned, on a route of his site not learned yet: his site's page's fields.
+    let fake = app.send_to("192.0.2.9", "/site", "Bob.Example:80").await;
+    assert_eq!(fake.body, "<p>fake</p>");
+    assert!(fake.headers.get("x-site").is_none(), "another site's field: {:?}", fake.headers);
+    assert_eq!(value(&fake.headers, "server"), "upstream/1.2", "{:?}", fake.headers);
+}
+
+/// A banned client that names a host nothing was learned on (any `Host` reaches a single-site
+/// upstream alike) still gets the rule's shape, from any host: the server's fields as they are,
+/// the application's made anew (another site's values are never shown), a learned latency.
+/// Before: a bare fake, answered at once, where the real one has every field.
+#[tokio::test(start_paused = true)]
+async fn a_fake_on_a_host_never_learned_keeps_the_rules_shape_but_no_sites_values() {
+    let app = app(Options::default());
+    for peer in ["192.0.2.1", "192.0.2.2", "192.0.2.3"] {
+        app.send_to(peer, "/page", "example.com").await;
+    }
+    let mut last = None;
+    for _ in 0..2 {
+        last = Some(app.send_to("192.0.2.9", "/page", "example.com").await);
+    }
+    let last = last.unwrap();
+    let fake = app.send_to("192.0.2.9", "/page", "never-seen.example").await;
+    assert_eq!(fake.body, "<p>fake</p>");
+    assert_eq!(fake_names(&fake.headers), names(&last.headers), "fake {:?}\nreal {:?}", fake.headers, last.headers);
+    assert_eq!(value(&fake.headers, "server"), "upstream/1.2");
+    assert_eq!(shape(value(&fake.headers, "x-app-version")), "9");
+    assert!(fake.took >= APP_LATENCY, "{:?}", fake.took);
+
+    // Another site's value, which three of its clients got alike, is made anew.
+    for peer in ["192.0.2.1", "192.0.2.2", "192.0.2.3"] {
+        app.send_to(peer, "/site", "alice.example").await;
+    }
+    let fake = app.send_to("192.0.2.9", "/site", "carol.example").await;
+    assert_eq!(fake.body, "<p>fake</p>");
+    let site = value(&fake.headers, "x-site");
+    assert!(site != "alice.example" && shape(site) == "aaaaa.aaaaaaa", "another site's value: {:?}", fake.headers);
+}
+
+/// A fake the client's cache keeps (`max-age`, then revalidated) is never taken for the real
+/// page once the ban ends: revalidated with the fake's own validators, the app answers the real
+/// page. Before: the fake's `ETag` and `Last-Modified` were the real ones, the app answered 304,
+/// and the client's cache went on showing the fake.
+#[tokio::test(start_paused = true)]
+async fn a_cached_fake_is_never_revalidated_as_the_real_page() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let app = app_on(MemoryStore::builder().clock(clock.clone()).build(), clock.clone(), RULES, Options::default());
+    for peer in ["192.0.2.1", "192.0.2.2", "192.0.2.3", "192.0.2.9", "192.0.2.9"] {
+        assert_eq!(app.send_to(peer, "/static", "example.com").await.body, "<p>static</p>");
+    }
+    let fake = app.send_to("192.0.2.9", "/static", "example.com").await;
+    assert_eq!(fake.body, "<p>fake</p>");
+    // The ban ends with its window, and the client's cache revalidates what it kept.
+    clock.advance(Duration::from_secs(60));
+    let mut request = request_to("192.0.2.9", "/static", "example.com");
+    for (condition, validator) in [("if-none-match", "etag"), ("if-modified-since", "last-modified")] {
+        request.headers_mut().insert(condition, fake.headers[validator].clone());
+    }
+    let revalidated = app.send_request(request).await;
+    assert_eq!(
+        (revalidated.status, revalidated.body.as_str()),
+        (StatusCode::OK, "<p>static</p>"),
+        "{:?}",
+        fake.headers
+    );
+}
+
+/// A client that sends its session cookie is never sent another in its place: once the ban
+/// ends its session goes on (a real logout's `Set-Cookie` would not be replayed either). Before:
+/// `set-cookie: sid=<random>` on the fake, which the browser kept in place of its own.
+#[tokio::test(start_paused = true)]
+async fn a_fake_never_replaces_a_cookie_the_client_sent() {
+    let app = app(Options::default());
+    for peer in ["192.0.2.1", "192.0.2.2", "192.0.2.3", "192.0.2.1"] {
+        app.send(peer).await;
+    }
+    let mut request = request("192.0.2.1");
+    request.headers_mut().insert("cookie", "theme=dark; sid=S00000001".parse().unwrap());
+    let fake = app.send_request(request).await;
+    assert_eq!(fake.body, "<p>fake</p>");
+    assert!(fake.headers.get("set-cookie").is_none(), "{:?}", fake.headers);
+    assert_eq!(value(&fake.headers, "x-app-version"), "7");
+    // Without it: a cookie of its own, as the real responses set one.
+    let fake = app.send("192.0.2.1").await;
+    assert!(value(&fake.headers, "set-cookie").starts_with("sid="), "{:?}", fake.headers);
+}
+
+/// A fake the client's cache keeps is kept no longer than the ban: its `max-age` is at most the
+/// time until the client is let through again (here the window's 40 s left; the real one says
+/// 60). Before: `max-age=60`, and a year for a real `max-age=31536000, immutable`, which kept a
+/// wrongly banned client's cache showing the fake long after its ban.
+#[tokio::test(start_paused = true)]
+async fn a_fake_is_never_cached_past_its_ban() {
+    let app = app(Options::default());
+    for _ in 0..2 {
+        assert_eq!(app.send_to("192.0.2.9", "/static", "example.com").await.body, "<p>static</p>");
+    }
+    let fake = app.send_to("192.0.2.9", "/static", "example.com").await;
+    assert_eq!(fake.body, "<p>fake</p>");
+    assert_eq!(value(&fake.headers, "cache-control"), "max-age=40, private", "{:?}", fake.headers);
+}
+
+/// A client that names other addresses in a forwarding header is still one client (the header
+/// counts only from a trusted proxy): its own value is never taken for one three clients got.
+/// Through a trusted proxy the same three requests are three clients.
+#[tokio::test(start_paused = true)]
+async fn forwarded_addresses_count_as_clients_only_from_a_trusted_proxy() {
+    for (trusted, replayed) in [("", false), ("trusted_proxies = [\"192.0.2.1/32\"]\n", true)] {
+        let clock = Arc::new(ManualClock::new(T0));
+        let rules = format!("{trusted}{}", RULES.replace("2/1m", "4/1m"));
+        let app = app_on(MemoryStore::builder().clock(clock.clone()).build(), clock, &rules, Options::default());
+        // Then 198.51.100.1's fifth, over either way (as one client of the peer's, or as itself).
+        for last in [".1", ".2", ".3", ".1", ".1", ".1"] {
+            let forwarded = format!("198.51.100{last}");
+            let mut request = request_to("192.0.2.1", "/site", "alice.example");
+            request.headers_mut().insert("x-forwarded-for", forwarded.parse().unwrap());
+            app.send_request(request).await;
+        }
+        let mut request = request_to("192.0.2.1", "/site", "alice.example");
+        request.headers_mut().insert("x-forwarded-for", "198.51.100.1".parse().unwrap());
+        let fake = app.send_request(request).await;
+        assert_eq!(fake.body, "<p>fake</p>", "{trusted}");
+        assert_eq!(value(&fake.headers, "x-site") == "alice.example", replayed, "{trusted}: {:?}", fake.headers);
+    }
 }

@@ -3,18 +3,22 @@
 //! The engine never sees responses, so the middleware learns them: a request let through that a
 //! `shadow-ban` rule's `mitigation.match` selects has its response learned when its status is the
 //! one the rule fakes: its header fields and its latency (the time the service took to the
-//! response head), per rule and per route (the rule, the method and the path as the rule reads
-//! it). Bounded: 512 routes and 64 rules (the least recently learned evicted), each keeping its
-//! last response's first 48 fields (4 KiB of names and values) and its last 16 latencies.
+//! response head), per rule, per rule and host and per route (the rule, the host, the method and
+//! the path as the rule reads it): one upstream's sites (a tenant's subdomain) never show each
+//! other's values. Bounded: 512 routes, 64 rules and hosts and 64 rules (the least recently
+//! learned evicted), each keeping its last response's first 48 fields (4 KiB of names and
+//! values) and its last 16 latencies.
 //!
-//! A fake then carries the fields of its route's last real response (else its rule's): `Date`
-//! now, `Content-Length` and `Content-Type` the fake's, a value that changed between responses
-//! with its changing tokens made anew, a `Set-Cookie` with a value of its own (always), a value
-//! three clients in a row were seen to get or of a field describing the server as it is, any
-//! other (it may be one client's own) made anew in its shape: one client's value is never shown
-//! to another. Chunked if
-//! the real responses were. It waits one of the route's recent latencies, picked at random (at
-//! most 30 s), before it is answered; at most
+//! A fake then carries the fields of its route's last real response (else its rule's on its
+//! host, else its rule's on any host, with no value replayed for having been shared): `Date`
+//! now, `Content-Length` and `Content-Type` the fake's, a `Cache-Control` no shared cache stores
+//! it under (it is one client's) nor any cache past the ban, validators of its own, nothing of
+//! the real body's encoding or digest, a value that changed between responses with its changing
+//! tokens made anew, a `Set-Cookie` with a value of its own (none for a cookie the client sent),
+//! a value three clients in a row were seen to get or of a field describing the server as it
+//! is, any other (it may be one client's own) made anew in its shape: one client's value is
+//! never shown to another. Chunked if the real responses were. It waits one of the shape's
+//! recent latencies, picked at random (at most 30 s), before it is answered; at most
 //! [`Options::shadow_ban_max_waiting`](crate::Options::shadow_ban_max_waiting) fakes wait at
 //! once, the others are answered at once. With `headers_on_allowed` it carries the `RateLimit`
 //! fields an allowed response would: remaining 0. Counted in
@@ -24,11 +28,12 @@
 //! Learning takes the table's lock only if it is free (a response is a sample; a busy table
 //! skips it), so responses never wait on each other for it.
 
+mod cache;
 mod shape;
 mod synth;
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
+use std::hash::{BuildHasher, Hash, Hasher, RandomState};
 use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -47,18 +52,20 @@ use prometheus_client::registry::Registry;
 use smallvec::SmallVec;
 use tokio::time::Instant;
 use tollgate_core::Decision;
-use tollgate_engine::{Fields, Policy};
+use tollgate_engine::{Fields, Policy, render};
 use tollgate_rules::Action;
 use tollgate_rules::route::RequestPath;
 
-use self::shape::{Seen, Shape};
+use self::cache::FakeCacheControl;
+use self::shape::{FakeFor, Seen, Shape};
 use self::synth::SplitMix;
 use crate::options::Options;
 use crate::response;
 
 /// Most routes whose real responses are learned (over every rule).
 pub(crate) const MAX_ROUTE_SHAPES: usize = 512;
-/// Most rules whose real responses are learned (a reload may rename them all).
+/// Most rules whose real responses are learned on any host (a reload may rename them all), and
+/// most rules and hosts.
 pub(crate) const MAX_RULE_SHAPES: usize = 64;
 /// Longest a fake waits, whatever the route's latency.
 pub(crate) const MAX_FAKE_DELAY: Duration = Duration::from_secs(30);
@@ -78,9 +85,11 @@ pub(crate) struct Shadow {
 
 #[derive(Debug)]
 struct Shapes {
-    /// By rule and status: for a route not learned yet.
+    /// By rule and status, on any host: for a host not learned yet (its values not replayed).
     rules: HashMap<u64, Shape>,
-    /// By rule, status, method and path.
+    /// By rule, status and host: for a route not learned yet.
+    hosts: HashMap<u64, Shape>,
+    /// By rule, status, host, method and path.
     routes: HashMap<u64, Shape>,
     /// Counts learnings (orders the shapes for eviction).
     tick: u64,
@@ -88,13 +97,15 @@ struct Shapes {
 }
 
 impl Shapes {
-    /// Learns `seen` into the shapes of `target`'s rule and route.
+    /// Learns `seen` into the shapes of `target`'s rule, its host and its route.
     fn learn(&mut self, target: &Target, seen: &Seen<'_>) {
         self.tick += 1;
         let tick = self.tick;
-        for (table, key, most) in
-            [(&mut self.rules, target.rule, MAX_RULE_SHAPES), (&mut self.routes, target.route, MAX_ROUTE_SHAPES)]
-        {
+        for (table, key, most) in [
+            (&mut self.rules, target.rule, MAX_RULE_SHAPES),
+            (&mut self.hosts, target.host, MAX_RULE_SHAPES),
+            (&mut self.routes, target.route, MAX_ROUTE_SHAPES),
+        ] {
             if !table.contains_key(&key)
                 && table.len() >= most
                 && let Some(oldest) = table.iter().min_by_key(|(_, shape)| shape.tick).map(|(key, _)| *key)
@@ -110,6 +121,7 @@ impl Shapes {
 #[derive(Debug)]
 struct Target {
     rule: u64,
+    host: u64,
     route: u64,
     status: u16,
 }
@@ -191,6 +203,7 @@ impl Shadow {
         Shadow {
             shapes: Mutex::new(Shapes {
                 rules: HashMap::new(),
+                hosts: HashMap::new(),
                 routes: HashMap::new(),
                 tick: 0,
                 rng: SplitMix::seeded(),
@@ -217,16 +230,22 @@ impl Shadow {
         self.keys.hash_one((rule, status))
     }
 
-    fn route_key(&self, rule: &str, status: u16, method: &str, path: &str) -> u64 {
-        self.keys.hash_one((rule, status, method, path))
+    fn host_key(&self, rule: &str, status: u16, host: &str) -> u64 {
+        self.keys.hash_one((rule, status, HostKey(host)))
     }
 
-    /// What `request`, let through, teaches the shadow-ban rules whose `mitigation.match`
-    /// selects it: `None` if there are none (no rule shadow-bans, as in most policies).
+    fn route_key(&self, rule: &str, status: u16, host: &str, method: &str, path: &str) -> u64 {
+        self.keys.hash_one((rule, status, HostKey(host), method, path))
+    }
+
+    /// What `request` to `host` (see [`host_of`]), let through, teaches the shadow-ban rules whose
+    /// `mitigation.match` selects it: `None` if there are none (no rule shadow-bans, as in most
+    /// policies).
     pub(crate) fn learning(
         self: &Arc<Self>,
         policy: &Policy,
         request: &tollgate_rules::Request<'_>,
+        host: &str,
     ) -> Option<Box<Learning>> {
         let mut targets = SmallVec::new();
         let mut path = None;
@@ -236,7 +255,8 @@ impl Shadow {
             if rule.mitigation_matcher.matches(request, path, rule.path_match) {
                 targets.push(Target {
                     rule: self.rule_key(&rule.name, *status),
-                    route: self.route_key(&rule.name, *status, request.method, path.key(rule.path_match)),
+                    host: self.host_key(&rule.name, *status, host),
+                    route: self.route_key(&rule.name, *status, host, request.method, path.key(rule.path_match)),
                     status: *status,
                 });
             }
@@ -246,33 +266,53 @@ impl Shadow {
         })
     }
 
-    /// The fake for a request of `method` on `path` that `ban` answers under `policy`.
-    pub(crate) fn fake(
+    /// The fake for `request` (its method, its host as [`host_of`] reads it, its path, its
+    /// cookies) that `ban` answers under `policy`.
+    pub(crate) fn fake<B>(
         self: &Arc<Self>,
         policy: &Policy,
         ban: Ban,
-        method: &str,
-        path: &str,
+        request: &http::Request<B>,
         options: Options,
     ) -> Fake {
         let Ban { status, body, content_type, fields } = ban;
+        let (method, host, path) =
+            (request.method().as_str(), host_of(request.uri(), request.headers()), request.uri().path());
         let path_match = policy.rules.named(&fields.policy).map(|(_, rule)| rule.path_match).unwrap_or_default();
         let routed = RequestPath::new(path);
         let rule_key = self.rule_key(&fields.policy, status);
-        let route_key = self.route_key(&fields.policy, status, method, routed.key(path_match));
+        let host_key = self.host_key(&fields.policy, status, host);
+        let route_key = self.route_key(&fields.policy, status, host, method, routed.key(path_match));
         let content_type = HeaderValue::from_str(&content_type).ok();
+        // No cache keeps the fake past the time the client is let through again.
+        let fresh_for = render::retry_after_seconds(&fields.decision);
         let mut headers = HeaderMap::new();
         let (latency, sized) = {
             let mut shapes = self.shapes.lock().unwrap_or_else(PoisonError::into_inner);
-            let Shapes { rules, routes, rng, .. } = &mut *shapes;
-            match routes.get(&route_key).or_else(|| rules.get(&rule_key)) {
-                Some(shape) => {
-                    shape.write(&mut headers, body.len(), content_type.as_ref(), SystemTime::now(), rng);
+            let Shapes { rules, hosts, routes, rng, .. } = &mut *shapes;
+            // Another host's shape: its values are another site's, never replayed.
+            let learned = routes.get(&route_key).or_else(|| hosts.get(&host_key)).map(|shape| (shape, true));
+            match learned.or_else(|| rules.get(&rule_key).map(|shape| (shape, false))) {
+                Some((shape, this_host)) => {
+                    let cookies: SmallVec<[&HeaderValue; 2]> =
+                        request.headers().get_all(header::COOKIE).iter().collect();
+                    let fake = FakeFor {
+                        length: body.len(),
+                        content_type: content_type.as_ref(),
+                        this_host,
+                        cookies: &cookies,
+                        fresh_for,
+                    };
+                    shape.write(&mut headers, &fake, SystemTime::now(), rng);
                     (shape.latency(rng), shape.sized())
                 }
                 None => {
                     if let Some(content_type) = content_type {
                         headers.insert(header::CONTENT_TYPE, content_type);
+                    }
+                    // A cache in front that stored it would answer it to every client.
+                    if let Ok(line) = HeaderValue::from_str(&FakeCacheControl::alone(fresh_for)) {
+                        headers.insert(header::CACHE_CONTROL, line);
                     }
                     (None, true)
                 }
@@ -304,6 +344,27 @@ impl Shadow {
         self.waiting.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1)).ok()?;
         self.metrics.waiting.inc();
         Some(Place(Arc::clone(self)))
+    }
+}
+
+/// The host a request names, as the shapes are keyed: its target's authority (absolute form),
+/// else its first `Host` line (a request whose `Host` lines differ is refused before when a rule
+/// reads the host; else the first is as good a key as any), without its port.
+pub(crate) fn host_of<'r>(uri: &'r http::Uri, headers: &'r HeaderMap) -> &'r str {
+    let host = uri.host().or_else(|| headers.get(header::HOST).and_then(|host| host.to_str().ok())).unwrap_or("");
+    tollgate_rules::canonical::host(host)
+}
+
+/// A host as a key: its letters' case ignored (`Example.COM` is `example.com`).
+struct HostKey<'h>(&'h str);
+
+impl Hash for HostKey<'_> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        for byte in self.0.bytes() {
+            state.write_u8(byte.to_ascii_lowercase());
+        }
+        // As `str` does: a host is never a prefix of the next field.
+        state.write_u8(0xff);
     }
 }
 

@@ -97,6 +97,21 @@ pub(crate) fn cookie(value: &[u8], learned_at: SystemTime, now: SystemTime, rng:
     out
 }
 
+/// The name of the cookie a `Set-Cookie` value sets (all of its pair without `=`: RFC 6265
+/// section 5.2 reads that as a value with an empty name).
+pub(crate) fn cookie_name(set_cookie: &[u8]) -> &[u8] {
+    let pair = set_cookie.split(|&b| b == b';').next().unwrap_or_default();
+    match pair.iter().position(|&b| b == b'=') {
+        Some(at) => pair[..at].trim_ascii(),
+        None => b"",
+    }
+}
+
+/// Whether a `Cookie` line names the cookie `name`.
+pub(crate) fn names_cookie(line: &[u8], name: &[u8]) -> bool {
+    line.split(|&b| b == b';').any(|pair| cookie_name(pair) == name)
+}
+
 /// An `Expires=DATE` attribute (with its spacing) with DATE moved by `now - learned_at`.
 fn expires_moved(attribute: &[u8], learned_at: SystemTime, now: SystemTime) -> Option<Vec<u8>> {
     let text = std::str::from_utf8(attribute).ok()?;
@@ -126,12 +141,10 @@ pub(crate) fn date_now(now: SystemTime) -> String {
 
 /// Fields that describe the server or the resource, never the client: their values are replayed
 /// from one client's response to another's (any other field's only once several clients got it).
-const OF_THE_SERVER: [&str; 27] = [
+const OF_THE_SERVER: [&str; 25] = [
     "server",
     "content-type",
     "content-language",
-    "content-encoding",
-    "cache-control",
     "expires",
     "pragma",
     "vary",
@@ -274,6 +287,15 @@ mod tests {
         assert!(made.starts_with("sid=") && made.ends_with(&expected), "{made}");
         assert_eq!(made.len(), real.len(), "{made}");
         assert_ne!(&made[..10], &real[..10]);
+    }
+
+    #[test]
+    fn a_cookie_line_names_only_the_cookies_it_has() {
+        assert_eq!(cookie_name(b"sid=abc; Path=/"), b"sid");
+        assert_eq!(cookie_name(b" sid =abc"), b"sid");
+        assert_eq!(cookie_name(b"abc; Path=/"), b"", "a value alone");
+        assert!(names_cookie(b"theme=dark; sid=S1", b"sid"));
+        assert!(!names_cookie(b"sid2=S1; xsid=S2; theme=sid", b"sid"));
     }
 
     #[test]
