@@ -115,6 +115,30 @@ async fn nodes_sharing_a_redis_cluster_hold_a_key_as_one() {
     holds_across(&node(), &node(), node).await;
 }
 
+/// A `global` rule (one key: the empty one) and a rule keyed on a header whose value starts with
+/// `}`, each with a `timeout`, on a 3-node Redis Cluster: both hold as one. Before: every decision
+/// of theirs failed (the hold's Redis key in another slot than the state's: a cross-slot call),
+/// answered 503 by `on_error`, a whole site down for a `global` rule that worked before holds.
+#[tokio::test]
+async fn keys_whose_braces_make_no_tag_hold_as_one_on_a_cluster() {
+    let rules = "[[rules]]\nname = \"everyone\"\nlimit = \"1/1s\"\nalgorithm = \"fixed-window\"\n\
+        key = [\"global\"]\nmatch = { path = \"/all\" }\n[rules.mitigation]\ntimeout = \"60s\"\n\
+        [[rules]]\nname = \"tenant\"\nlimit = \"1/1s\"\nalgorithm = \"fixed-window\"\n\
+        key = [\"header:x-tenant\"]\nmatch = { path = \"/t\" }\n[rules.mitigation]\ntimeout = \"60s\"\n";
+    let cluster = RedisCluster::start();
+    let url = format!("redis+cluster://{}", cluster.urls().join(",").replace("redis://", ""));
+    let clock = clock();
+    let node = || redis_node_timed(&url, "tagless", &clock, TimeSource::Clock(clock.clone()), rules);
+    let (a, b) = (node(), node());
+    let all = get("/all").from(IP);
+    let tenant = get("/t").from(IP).header("x-tenant", "}acme");
+    assert_eq!(a.outcomes(&all, 2).await, ["proceed", "429:everyone"], "the global key");
+    assert_eq!(a.outcomes(&tenant, 2).await, ["proceed", "429:tenant"], "a key starting with }}");
+    a.advance(secs(2));
+    assert_eq!(answer(&b, &all).await, ("429:everyone".into(), secs(58)), "node B holds the global key");
+    assert_eq!(answer(&b, &tenant).await, ("429:tenant".into(), secs(58)), "and the tenant");
+}
+
 /// A dry-run rule's hold denies nothing anywhere: node A reports it (`dry_run`), node B decides
 /// the rule's requests by its limit, and an enforced rule's store never sees it.
 #[tokio::test]
