@@ -620,6 +620,28 @@ async fn impossible_script_and_time_replies_fail_their_call() {
     assert!(store.check(b"k", &limit(), 1).await.unwrap().allowed);
 }
 
+/// A check denied by a hold (allowed = 2) is told the rest of the hold, as its retry and its
+/// reset: never nothing, never two different ends, never beyond the furthest instant the script
+/// reads (104 days). Before, any such reply was taken: a lying server made a node hold a key for
+/// 292 years (`i64::MAX` ns) in its own table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_impossible_hold_reply_fails_its_call() {
+    let time = resp::array(&[resp::bulk("1700000000"), resp::bulk("0")]);
+    let limit = limit();
+    let check = tollgate_store::Check::new(b"k", &limit, 0).scoped("login").with_hold();
+    for (retry, reset) in [(i64::MAX, i64::MAX), (9_000_000_000_000_001, 9_000_000_000_000_001), (0, 0), (5, 7)] {
+        let reply = [2, 10, 0, retry, reset, 10, 0, 1_700_000_000, 0];
+        let (_server, store) = answering(time.clone(), reply.to_vec());
+        match store.held(&[check]).await {
+            Err(StoreError::Backend(error)) => assert!(error.contains("hold"), "{retry} {reset}: {error}"),
+            other => panic!("a hold of {retry} ns, reset in {reset}: {other:?}"),
+        }
+    }
+    let furthest = 9_000_000_000_000_000;
+    let (_server, store) = answering(time, [2, 10, 0, furthest, furthest, 10, 0, 1_700_000_000, 0].to_vec());
+    assert_eq!(store.held(&[check]).await.unwrap(), [Some(9_000_000_000_000_000)]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_granting_more_than_asked_fails() {
     use tollgate_store::lease::Lessor;
