@@ -642,6 +642,42 @@ async fn an_impossible_hold_reply_fails_its_call() {
     assert_eq!(store.held(&[check]).await.unwrap(), [Some(9_000_000_000_000_000)]);
 }
 
+/// A hold is written to its end even when its caller stops waiting (the client that put its key
+/// over hung up, and its request's future was dropped): here on a server that does not have the
+/// hold's function yet (the first hold since Redis started), whose `FUNCTION LOAD` answers after
+/// the caller left. Before: the call that was to follow the load was never sent (the Redis client
+/// drops a queued command whose caller is gone), and no other node ever saw the hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_whose_caller_leaves_is_still_written() {
+    let loaded = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let held = |c: &[Vec<u8>]| is(c, &["FCALL"]) && c.get(1).is_some_and(|f| f.ends_with(b"_hold"));
+    let server = FakeRedis::start({
+        let loaded = loaded.clone();
+        move |command| {
+            if held(command) && !loaded.load(std::sync::atomic::Ordering::SeqCst) {
+                Answer::Raw(resp::error("ERR Function not found"))
+            } else if held(command) {
+                Answer::Raw(resp::array(&[resp::int(1_700_000_000), resp::int(0)]))
+            } else if is(command, &["FUNCTION", "LOAD"]) {
+                std::thread::sleep(Duration::from_millis(300));
+                loaded.store(true, std::sync::atomic::Ordering::SeqCst);
+                Answer::Raw(resp::bulk("tollgate"))
+            } else {
+                Answer::Raw(resp::error("ERR unknown command"))
+            }
+        }
+    });
+    let store = RedisStore::open(&format!("redis://{}", server.address()), options(Duration::from_secs(2))).unwrap();
+    let hold = store.hold("login", b"198.51.100.7", 60_000_000_000);
+    assert!(tokio::time::timeout(Duration::from_millis(100), hold).await.is_err(), "the caller left during the load");
+    let deadline = Instant::now() + DEADLINE;
+    while server.received().iter().filter(|c| held(c)).count() < 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let calls: Vec<String> = server.received().iter().map(|c| String::from_utf8_lossy(&c[0]).into_owned()).collect();
+    assert_eq!(server.received().iter().filter(|c| held(c)).count(), 2, "the hold after the load: {calls:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_granting_more_than_asked_fails() {
     use tollgate_store::lease::Lessor;
