@@ -238,6 +238,64 @@ async fn a_hold_while_over_is_shared() {
     assert_eq!(b.outcome(&get("/").from(IP)).await, "proceed");
 }
 
+/// A memory store counting the holds written to it.
+struct CountedHolds(Arc<tollgate_store::MemoryStore>, std::sync::atomic::AtomicU64);
+
+impl Store for CountedHolds {
+    async fn reserve(&self, checks: &[Check<'_>]) -> Result<tollgate_store::Reserved, tollgate_store::StoreError> {
+        self.0.reserve(checks).await
+    }
+
+    async fn refund(&self, refunds: &[tollgate_store::Refund<'_>]) -> Result<(), tollgate_store::StoreError> {
+        self.0.refund(refunds).await
+    }
+
+    async fn reset(
+        &self,
+        scope: &str,
+        key: &[u8],
+        limit: &tollgate_core::Limit,
+    ) -> Result<(), tollgate_store::StoreError> {
+        self.0.reset(scope, key, limit).await
+    }
+
+    async fn hold(&self, scope: &str, key: &[u8], hold_ns: u64) -> Result<(), tollgate_store::StoreError> {
+        self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.0.hold(scope, key, hold_ns).await
+    }
+
+    async fn held(&self, checks: &[Check<'_>]) -> Result<Vec<Option<u64>>, tollgate_store::StoreError> {
+        self.0.held(checks).await
+    }
+}
+
+/// A hold while over is written once per node, not once per denial: a client flooding the
+/// logins its key is over for costs the store one call each (its decision), as before holds were
+/// shared, and the other nodes still hold it. Before: every denial wrote the hold again, doubling
+/// the store's calls under the flood (21 writes for 21 denials).
+#[tokio::test]
+async fn a_hold_while_over_is_written_once_not_per_denial() {
+    let rules = "[[rules]]\nname = \"login\"\nlimit = \"1/10s\"\nalgorithm = \"fixed-window\"\n\
+        key = [\"client_ip\"]\nmatch = { method = \"POST\", path = \"/login\" }\n\
+        [rules.mitigation]\nmatch = {}\n";
+    let clock = clock();
+    let memory = Arc::new(memory(&clock));
+    let a = build(CountedHolds(memory.clone(), 0.into()), clock.clone(), rules, true);
+    let login = post("/login").from(IP);
+    assert_eq!(a.outcome(&login).await, "proceed");
+    for _ in 0..21 {
+        assert_eq!(a.outcome(&login).await, "429:login");
+        a.advance(Duration::from_millis(100));
+    }
+    let b = build(memory.clone(), clock.clone(), rules, true);
+    assert_eq!(answer(&b, &get("/").from(IP)).await.0, "429:login", "the other nodes hold the key");
+    let written = a.engine.store().1.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(written, 1, "holds written for 21 denials of one key over one window");
+    a.advance(secs(10));
+    assert_eq!(a.outcomes(&login, 2).await, ["proceed", "429:login"], "over again in the next window");
+    assert_eq!(a.engine.store().1.load(std::sync::atomic::Ordering::Relaxed), 2, "its hold written anew");
+}
+
 /// On Redis's own time (the default), a hold ends when Redis's clock says: two nodes whose clocks
 /// are a year apart, both wrong, hold the key as one for the timeout. A hold whose end a node
 /// computed on its own clock would be over at once on the node behind, or last a year.
