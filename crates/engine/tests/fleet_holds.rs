@@ -370,6 +370,27 @@ async fn a_reload_keeps_a_rules_holds_under_its_name_alone() {
     assert_eq!(a.outcome(&get("/").from(IP)).await, "proceed");
 }
 
+/// A hold keeps the end it was given: a reload shortening the rule's `timeout` (an hour to a
+/// minute) shortens the holds made from then on, not those in force, on any node (as a count
+/// keeps what it counted); renaming the rule lifts them all at once.
+#[tokio::test]
+async fn a_reload_shortening_the_timeout_keeps_the_holds_in_force() {
+    let hour = RULES.replacen("timeout = \"60s\"", "timeout = \"1h\"", 1);
+    let clock = clock();
+    let store = Arc::new(memory(&clock));
+    let node = |rules: &str| build(store.clone(), clock.clone(), rules, true);
+    let a = node(&hour);
+    assert_eq!(a.outcomes(&post("/login").from(IP), 2).await, ["proceed", "429:login"]);
+    a.engine.reload(tollgate_rules::Rules::parse(RULES, "test").unwrap());
+    a.advance(secs(120));
+    for (name, node) in [("A", &a), ("a node started after", &node(RULES))] {
+        assert_eq!(answer(node, &get("/").from(IP)).await, ("429:login".into(), secs(3_480)), "{name}");
+    }
+    let other = "198.51.100.8";
+    assert_eq!(a.outcomes(&post("/login").from(other), 2).await, ["proceed", "429:login"]);
+    assert_eq!(answer(&node(RULES), &get("/").from(other)).await, ("429:login".into(), secs(60)), "held anew: 60 s");
+}
+
 /// A rule on trial promoted by a reload (`dry-run` to `reject`): the holds it recorded on trial,
 /// which never left their node, deny nothing there either, so the fleet still holds as one: every
 /// node decides the key by the limit and the store's holds.
