@@ -207,7 +207,8 @@ impl<S: Store> Engine<S> {
     /// paid). Reported limited by [`top`](Self::top) meanwhile. The decision to answer with: the
     /// whole hold when the timeout outlasts the limit's wait (the next answers say the same).
     /// An enforced rule's hold is put in the store too, before the request is answered (see
-    /// `shared`): every engine on the store holds the key from then on.
+    /// `shared`): every engine on the store holds the key from then on; once per hold and node
+    /// (a hold this engine keeps already, ending within an eighth of this one, is not put again).
     pub(crate) async fn over(
         &self,
         policy: &Policy,
@@ -227,10 +228,16 @@ impl<S: Store> Engine<S> {
         let now = self.clock.now_ns();
         if hold > 0 {
             let enforced = r.action != Action::DryRun;
-            let dropped = self.blocks.block(&r.name, key, now.saturating_add(hold), now, enforced);
+            let end = now.saturating_add(hold);
+            // Held here already, about as long (within an eighth of this hold): the store has it
+            // (or could not take it), and is not asked again. Without a `timeout` every denial of
+            // the requests the rule counts comes here, each with the same end (when the limit
+            // admits again, give or take a round trip).
+            let known = self.blocks.until_for(&r.name, key, now, true).is_some_and(|until| until >= end - hold / 8);
+            let dropped = self.blocks.block(&r.name, key, end, now, enforced);
             self.metrics.blocks_dropped.inc_by(dropped);
             self.metrics.blocked.set(i64::try_from(self.blocks.len()).unwrap_or(i64::MAX));
-            if enforced {
+            if enforced && !known {
                 self.share_hold(&r.name, key, hold).await;
             }
         }

@@ -115,6 +115,30 @@ async fn nodes_sharing_a_redis_cluster_hold_a_key_as_one() {
     holds_across(&node(), &node(), node).await;
 }
 
+/// A `global` rule (one key: the empty one) and a rule keyed on a header whose value starts with
+/// `}`, each with a `timeout`, on a 3-node Redis Cluster: both hold as one. Before: every decision
+/// of theirs failed (the hold's Redis key in another slot than the state's: a cross-slot call),
+/// answered 503 by `on_error`, a whole site down for a `global` rule that worked before holds.
+#[tokio::test]
+async fn keys_whose_braces_make_no_tag_hold_as_one_on_a_cluster() {
+    let rules = "[[rules]]\nname = \"everyone\"\nlimit = \"1/1s\"\nalgorithm = \"fixed-window\"\n\
+        key = [\"global\"]\nmatch = { path = \"/all\" }\n[rules.mitigation]\ntimeout = \"60s\"\n\
+        [[rules]]\nname = \"tenant\"\nlimit = \"1/1s\"\nalgorithm = \"fixed-window\"\n\
+        key = [\"header:x-tenant\"]\nmatch = { path = \"/t\" }\n[rules.mitigation]\ntimeout = \"60s\"\n";
+    let cluster = RedisCluster::start();
+    let url = format!("redis+cluster://{}", cluster.urls().join(",").replace("redis://", ""));
+    let clock = clock();
+    let node = || redis_node_timed(&url, "tagless", &clock, TimeSource::Clock(clock.clone()), rules);
+    let (a, b) = (node(), node());
+    let all = get("/all").from(IP);
+    let tenant = get("/t").from(IP).header("x-tenant", "}acme");
+    assert_eq!(a.outcomes(&all, 2).await, ["proceed", "429:everyone"], "the global key");
+    assert_eq!(a.outcomes(&tenant, 2).await, ["proceed", "429:tenant"], "a key starting with }}");
+    a.advance(secs(2));
+    assert_eq!(answer(&b, &all).await, ("429:everyone".into(), secs(58)), "node B holds the global key");
+    assert_eq!(answer(&b, &tenant).await, ("429:tenant".into(), secs(58)), "and the tenant");
+}
+
 /// A dry-run rule's hold denies nothing anywhere: node A reports it (`dry_run`), node B decides
 /// the rule's requests by its limit, and an enforced rule's store never sees it.
 #[tokio::test]
@@ -214,6 +238,64 @@ async fn a_hold_while_over_is_shared() {
     assert_eq!(b.outcome(&get("/").from(IP)).await, "proceed");
 }
 
+/// A memory store counting the holds written to it.
+struct CountedHolds(Arc<tollgate_store::MemoryStore>, std::sync::atomic::AtomicU64);
+
+impl Store for CountedHolds {
+    async fn reserve(&self, checks: &[Check<'_>]) -> Result<tollgate_store::Reserved, tollgate_store::StoreError> {
+        self.0.reserve(checks).await
+    }
+
+    async fn refund(&self, refunds: &[tollgate_store::Refund<'_>]) -> Result<(), tollgate_store::StoreError> {
+        self.0.refund(refunds).await
+    }
+
+    async fn reset(
+        &self,
+        scope: &str,
+        key: &[u8],
+        limit: &tollgate_core::Limit,
+    ) -> Result<(), tollgate_store::StoreError> {
+        self.0.reset(scope, key, limit).await
+    }
+
+    async fn hold(&self, scope: &str, key: &[u8], hold_ns: u64) -> Result<(), tollgate_store::StoreError> {
+        self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.0.hold(scope, key, hold_ns).await
+    }
+
+    async fn held(&self, checks: &[Check<'_>]) -> Result<Vec<Option<u64>>, tollgate_store::StoreError> {
+        self.0.held(checks).await
+    }
+}
+
+/// A hold while over is written once per node, not once per denial: a client flooding the
+/// logins its key is over for costs the store one call each (its decision), as before holds were
+/// shared, and the other nodes still hold it. Before: every denial wrote the hold again, doubling
+/// the store's calls under the flood (21 writes for 21 denials).
+#[tokio::test]
+async fn a_hold_while_over_is_written_once_not_per_denial() {
+    let rules = "[[rules]]\nname = \"login\"\nlimit = \"1/10s\"\nalgorithm = \"fixed-window\"\n\
+        key = [\"client_ip\"]\nmatch = { method = \"POST\", path = \"/login\" }\n\
+        [rules.mitigation]\nmatch = {}\n";
+    let clock = clock();
+    let memory = Arc::new(memory(&clock));
+    let a = build(CountedHolds(memory.clone(), 0.into()), clock.clone(), rules, true);
+    let login = post("/login").from(IP);
+    assert_eq!(a.outcome(&login).await, "proceed");
+    for _ in 0..21 {
+        assert_eq!(a.outcome(&login).await, "429:login");
+        a.advance(Duration::from_millis(100));
+    }
+    let b = build(memory.clone(), clock.clone(), rules, true);
+    assert_eq!(answer(&b, &get("/").from(IP)).await.0, "429:login", "the other nodes hold the key");
+    let written = a.engine.store().1.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(written, 1, "holds written for 21 denials of one key over one window");
+    a.advance(secs(10));
+    assert_eq!(a.outcomes(&login, 2).await, ["proceed", "429:login"], "over again in the next window");
+    assert_eq!(a.engine.store().1.load(std::sync::atomic::Ordering::Relaxed), 2, "its hold written anew");
+}
+
 /// On Redis's own time (the default), a hold ends when Redis's clock says: two nodes whose clocks
 /// are a year apart, both wrong, hold the key as one for the timeout. A hold whose end a node
 /// computed on its own clock would be over at once on the node behind, or last a year.
@@ -286,6 +368,27 @@ async fn a_reload_keeps_a_rules_holds_under_its_name_alone() {
     let removed = RULES.split("[[rules]]").nth(2).map(|trial| format!("[[rules]]{trial}")).unwrap();
     a.engine.reload(parse(&removed));
     assert_eq!(a.outcome(&get("/").from(IP)).await, "proceed");
+}
+
+/// A hold keeps the end it was given: a reload shortening the rule's `timeout` (an hour to a
+/// minute) shortens the holds made from then on, not those in force, on any node (as a count
+/// keeps what it counted); renaming the rule lifts them all at once.
+#[tokio::test]
+async fn a_reload_shortening_the_timeout_keeps_the_holds_in_force() {
+    let hour = RULES.replacen("timeout = \"60s\"", "timeout = \"1h\"", 1);
+    let clock = clock();
+    let store = Arc::new(memory(&clock));
+    let node = |rules: &str| build(store.clone(), clock.clone(), rules, true);
+    let a = node(&hour);
+    assert_eq!(a.outcomes(&post("/login").from(IP), 2).await, ["proceed", "429:login"]);
+    a.engine.reload(tollgate_rules::Rules::parse(RULES, "test").unwrap());
+    a.advance(secs(120));
+    for (name, node) in [("A", &a), ("a node started after", &node(RULES))] {
+        assert_eq!(answer(node, &get("/").from(IP)).await, ("429:login".into(), secs(3_480)), "{name}");
+    }
+    let other = "198.51.100.8";
+    assert_eq!(a.outcomes(&post("/login").from(other), 2).await, ["proceed", "429:login"]);
+    assert_eq!(answer(&node(RULES), &get("/").from(other)).await, ("429:login".into(), secs(60)), "held anew: 60 s");
 }
 
 /// A rule on trial promoted by a reload (`dry-run` to `reject`): the holds it recorded on trial,

@@ -177,8 +177,10 @@ pub trait Store: Send + Sync {
     /// meanwhile every check of `key` in `scope` that asks ([`Check::hold`]) is denied, charging
     /// nothing, by whichever caller of the store (a node of a fleet sharing it, or a process
     /// restarted). The hold lives beside the key's counts and expires with itself. A store that
-    /// keeps no holds answers [`StoreError::Unsupported`] (the default): its caller holds the key
-    /// on its own.
+    /// waits for a server writes the hold to its end even if the future is dropped first (the
+    /// client that put the key over hung up: its request's future is dropped, the hold must not
+    /// be). A store that keeps no holds answers [`StoreError::Unsupported`] (the default): its
+    /// caller holds the key on its own.
     fn hold(&self, scope: &str, key: &[u8], hold_ns: u64) -> impl Future<Output = Result<(), StoreError>> + Send {
         let _ = (scope, key, hold_ns);
         async { Err(StoreError::Unsupported("this store keeps no holds".into())) }

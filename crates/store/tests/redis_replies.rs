@@ -620,6 +620,64 @@ async fn impossible_script_and_time_replies_fail_their_call() {
     assert!(store.check(b"k", &limit(), 1).await.unwrap().allowed);
 }
 
+/// A check denied by a hold (allowed = 2) is told the rest of the hold, as its retry and its
+/// reset: never nothing, never two different ends, never beyond the furthest instant the script
+/// reads (104 days). Before, any such reply was taken: a lying server made a node hold a key for
+/// 292 years (`i64::MAX` ns) in its own table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_impossible_hold_reply_fails_its_call() {
+    let time = resp::array(&[resp::bulk("1700000000"), resp::bulk("0")]);
+    let limit = limit();
+    let check = tollgate_store::Check::new(b"k", &limit, 0).scoped("login").with_hold();
+    for (retry, reset) in [(i64::MAX, i64::MAX), (9_000_000_000_000_001, 9_000_000_000_000_001), (0, 0), (5, 7)] {
+        let reply = [2, 10, 0, retry, reset, 10, 0, 1_700_000_000, 0];
+        let (_server, store) = answering(time.clone(), reply.to_vec());
+        match store.held(&[check]).await {
+            Err(StoreError::Backend(error)) => assert!(error.contains("hold"), "{retry} {reset}: {error}"),
+            other => panic!("a hold of {retry} ns, reset in {reset}: {other:?}"),
+        }
+    }
+    let furthest = 9_000_000_000_000_000;
+    let (_server, store) = answering(time, [2, 10, 0, furthest, furthest, 10, 0, 1_700_000_000, 0].to_vec());
+    assert_eq!(store.held(&[check]).await.unwrap(), [Some(9_000_000_000_000_000)]);
+}
+
+/// A hold is written to its end even when its caller stops waiting (the client that put its key
+/// over hung up, and its request's future was dropped): here on a server that does not have the
+/// hold's function yet (the first hold since Redis started), whose `FUNCTION LOAD` answers after
+/// the caller left. Before: the call that was to follow the load was never sent (the Redis client
+/// drops a queued command whose caller is gone), and no other node ever saw the hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_whose_caller_leaves_is_still_written() {
+    let loaded = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let held = |c: &[Vec<u8>]| is(c, &["FCALL"]) && c.get(1).is_some_and(|f| f.ends_with(b"_hold"));
+    let server = FakeRedis::start({
+        let loaded = loaded.clone();
+        move |command| {
+            if held(command) && !loaded.load(std::sync::atomic::Ordering::SeqCst) {
+                Answer::Raw(resp::error("ERR Function not found"))
+            } else if held(command) {
+                Answer::Raw(resp::array(&[resp::int(1_700_000_000), resp::int(0)]))
+            } else if is(command, &["FUNCTION", "LOAD"]) {
+                std::thread::sleep(Duration::from_millis(300));
+                loaded.store(true, std::sync::atomic::Ordering::SeqCst);
+                Answer::Raw(resp::bulk("tollgate"))
+            } else {
+                Answer::Raw(resp::error("ERR unknown command"))
+            }
+        }
+    });
+    let store = RedisStore::open(&format!("redis://{}", server.address()), options(Duration::from_secs(2))).unwrap();
+    let hold = store.hold("login", b"198.51.100.7", 60_000_000_000);
+    assert!(tokio::time::timeout(Duration::from_millis(100), hold).await.is_err(), "the caller left during the load");
+    let deadline = Instant::now() + DEADLINE;
+    while server.received().iter().filter(|c| held(c)).count() < 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let calls: Vec<String> = server.received().iter().map(|c| String::from_utf8_lossy(&c[0]).into_owned()).collect();
+    assert_eq!(server.received().iter().filter(|c| held(c)).count(), 2, "the hold after the load: {calls:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_granting_more_than_asked_fails() {
     use tollgate_store::lease::Lessor;

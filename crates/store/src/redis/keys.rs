@@ -2,6 +2,8 @@
 //!
 //! - `PREFIX:ALGORITHM:{KEY}` for an ad-hoc key without a hash tag;
 //! - `PREFIX:ALGORITHM:t:KEY` for an ad-hoc key with one;
+//! - `PREFIX:ALGORITHM:e:{e}KEY` for an ad-hoc key without one that is empty or starts with `}`
+//!   (in braces, its tag would be empty: see below);
 //! - `PREFIX:ALGORITHM:@SCOPE:` followed by either form, for a rule's or named limit's key;
 //! - `PREFIX:hold:@SCOPE:` followed by either form for the key's hold in that scope (see
 //!   `Store::hold`: one per scope and key, whatever the algorithm; `hold` is no algorithm, so no
@@ -12,9 +14,12 @@
 //! share a slot and can be checked together; that is how one request's several limits
 //! (`{user42}:minute`, `{user42}:day`) are decided all-or-nothing in one script on a cluster.
 //! Any other key is wrapped in braces and placed by itself, except that a `}` in it ends the tag
-//! early (`a}b` is placed by `a`): still one slot per key, just not chosen by the whole key.
+//! early (`a}b` is placed by `a`): still one slot per key, just not chosen by the whole key. A key
+//! whose braces would hold an empty tag (the empty key of a `global` rule, or `}x`) would be no
+//! tag at all, each Redis key of it placed by its whole name (its states, markers and hold in
+//! different slots, a cross-slot call to decide it): such keys are placed by the fixed tag `e`.
 //!
-//! The marker after `ALGORITHM:` (`{`, `t` or `@`) tells the forms apart, and a scope holds no
+//! The marker after `ALGORITHM:` (`{`, `t`, `e` or `@`) tells the forms apart, and a scope holds no
 //! `:` (refused), so two different (scope, key) pairs never share a Redis key: before this scheme,
 //! `user` and `{user}` did.
 
@@ -51,6 +56,11 @@ fn scoped(prefix: &str, kind: &str, scope: &str, key: &[u8]) -> Result<Vec<u8>, 
     }
     if has_hash_tag(key) {
         out.extend_from_slice(b"t:");
+        out.extend_from_slice(key);
+    } else if key.first().is_none_or(|&b| b == b'}') {
+        // Its braces would make an empty tag, which places a Redis key by its whole name: its
+        // states, markers and hold each in a slot of its own. A fixed tag keeps them together.
+        out.extend_from_slice(b"e:{e}");
         out.extend_from_slice(key);
     } else {
         out.push(b'{');
@@ -147,11 +157,14 @@ mod tests {
         assert_eq!(key("", Algorithm::Gcra, b"a{}b"), b"tg:gcra:{a{}b}", "an empty tag is no tag");
         assert_eq!(key("api", Algorithm::Gcra, b"u"), b"tg:gcra:@api:{u}");
         assert_eq!(key("", Algorithm::Gcra, b"\xff\x00k"), b"tg:gcra:{\xff\x00k}", "any bytes");
+        assert_eq!(key("all", Algorithm::Gcra, b""), b"tg:gcra:@all:e:{e}", "its braces would be an empty tag");
+        assert_eq!(key("", Algorithm::Gcra, b"}x"), b"tg:gcra:e:{e}}x");
     }
 
     #[test]
     fn different_keys_never_share_a_redis_key() {
-        let keys: [&[u8]; 6] = [b"user", b"{user}", b"t:{user}", b"@api:{u}", b"u", b"{u}"];
+        let keys: [&[u8]; 11] =
+            [b"user", b"{user}", b"t:{user}", b"@api:{u}", b"u", b"{u}", b"", b"}", b"e:{e}", b"{e}", b"e"];
         let mut seen = std::collections::HashSet::new();
         for scope in ["", "api"] {
             for k in keys {
@@ -179,6 +192,24 @@ mod tests {
         assert_eq!(slot(&applied_key("tg", &state)), slot(&state));
         assert_eq!(lessees, b"tg:lessees:gcra:@api:t:{u}:x");
         assert!(Algorithm::ALL.iter().all(|a| a.as_str() != "lessees"));
+    }
+
+    /// A key whose braces would make an empty tag (the empty key of a `global` rule, or one
+    /// starting with `}`) must still be one slot: its states, its markers and its hold together.
+    /// Placed by their whole names, each was in a slot of its own, and on a cluster a decision
+    /// reading the hold (every request of a `global` rule with a `timeout`) failed as cross-slot.
+    #[test]
+    fn a_key_whose_braces_make_no_tag_keeps_its_keys_in_one_slot() {
+        for k in [&b""[..], b"}", b"}x", b"}}", b"}{}", b"}a}"] {
+            let at = slot(&key("login", Algorithm::Gcra, k));
+            for algorithm in Algorithm::ALL {
+                let state = key("login", algorithm, k);
+                assert_eq!(slot(&state), at, "{k:?}: {algorithm}'s state");
+                assert_eq!(slot(&applied_key("tg", &state)), at, "{k:?}: {algorithm}'s marker");
+                assert_eq!(slot(&lessees_key("tg", &state)), at, "{k:?}: {algorithm}'s lessees");
+            }
+            assert_eq!(slot(&hold_key("tg", "login", k).unwrap()), at, "{k:?}: its hold");
+        }
     }
 
     #[test]

@@ -49,9 +49,14 @@ fn bounded(text: &str) -> String {
     }
 }
 
+/// The furthest from now the script reads an instant (`FAR` in `lua/prelude.lua`: 104 days); a
+/// hold's end further is read as this far.
+const FAR_NS: u64 = 9_000_000 * 1_000_000_000;
+
 /// [`REPLY_CHECK`] values per check (the decision and the snapshot), then the server's seconds and
 /// nanoseconds ([`REPLY_NOW`]). Every value is checked: a decision admitted (1) or denied (0; 2
-/// by a hold, with nothing remaining: the caller checks that the check asked for it),
+/// by a hold, with nothing remaining and the rest of the hold, at most [`FAR_NS`], as its retry
+/// and reset: the caller checks that the check asked for it),
 /// never more remaining than its limit, no negative field, a time within range.
 pub(super) fn parse_reply(reply: &[i64], n: usize) -> Result<Reply, StoreError> {
     let expected = n.checked_mul(REPLY_CHECK).and_then(|v| v.checked_add(REPLY_NOW));
@@ -81,21 +86,24 @@ pub(super) fn parse_reply(reply: &[i64], n: usize) -> Result<Reply, StoreError> 
             other => return Err(StoreError::Backend(format!("the script answered allowed = {other}"))),
         };
         let (limit, remaining) = (field(d[1])?, field(d[2])?);
-        if held.last() == Some(&i) && remaining > 0 {
-            return Err(StoreError::Backend(format!("the script answered a hold with {remaining} remaining")));
+        let (retry_after_ns, reset_after_ns) = (field(d[3])?, field(d[4])?);
+        if held.last() == Some(&i) {
+            if remaining > 0 {
+                return Err(StoreError::Backend(format!("the script answered a hold with {remaining} remaining")));
+            }
+            // The rest of the hold, as both: some, and no further than the script reads an end.
+            if retry_after_ns != reset_after_ns || !(1..=FAR_NS).contains(&retry_after_ns) {
+                return Err(StoreError::Backend(format!(
+                    "the script answered a hold ending in {retry_after_ns} ns, reset in {reset_after_ns} ns"
+                )));
+            }
         }
         if remaining > limit {
             return Err(StoreError::Backend(format!(
                 "the script answered {remaining} remaining of a limit of {limit}"
             )));
         }
-        decisions.push(Decision {
-            allowed,
-            limit,
-            remaining,
-            retry_after_ns: field(d[3])?,
-            reset_after_ns: field(d[4])?,
-        });
+        decisions.push(Decision { allowed, limit, remaining, retry_after_ns, reset_after_ns });
         snapshots.push(Snapshot { at: now_ns, used: field(d[5])?, previous: field(d[6])? });
     }
     Ok(Reply { decisions, snapshots, now_ns, held })
@@ -171,6 +179,9 @@ mod tests {
             assert!(parse_reply(&bad, n).is_err(), "{bad:?} for {n}");
         }
         assert!(parse_reply(&NOW, 0).unwrap().decisions.is_empty());
+        // The bound on a hold is the script's own.
+        assert!(include_str!("lua/prelude.lua").contains("\nlocal FAR_SEC = 9000000\n"));
+        assert_eq!(FAR_NS, 9_000_000 * 1_000_000_000);
     }
 
     #[test]
