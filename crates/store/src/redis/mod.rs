@@ -40,6 +40,7 @@ mod reply;
 mod sentinel;
 pub mod target;
 mod topology;
+mod wire;
 
 use std::sync::Arc;
 use std::time::Duration;
