@@ -1,4 +1,4 @@
-//! One Redis server: its connection (multiplexed, made on first use, remade after a failure, TLS
+//! One Redis server: its connection (calls batched, made on first use, remade after a failure, TLS
 //! and ACL user as the target says, every reply bounded: see `link.rs`), the script call
 //! (`FCALL`, the library loaded where it is missing; `EVALSHA` on a server without functions,
 //! `NOSCRIPT` handled) and `ASKING` when a migration asks for it, and its errors read: a demoted
