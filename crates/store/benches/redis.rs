@@ -42,7 +42,7 @@ fn script_calls(server: &RedisServer) -> u64 {
     calls("fcall") + calls("evalsha") + calls("eval")
 }
 
-/// tollgate: `TASKS` tasks sharing one multiplexed connection, `DECISIONS` checks in all.
+/// tollgate: `TASKS` tasks sharing one connection (calls batched), `DECISIONS` checks in all.
 async fn tollgate(store: Arc<RedisStore>, limit: &Limit, spread: bool) -> f64 {
     let started = Instant::now();
     let tasks: Vec<_> = (0..TASKS)

@@ -1,21 +1,16 @@
-//! What one server may send, bounded before it is parsed. The driver (the `redis` crate) keeps a
-//! reply in memory until it is whole, however long it says it is (`$9999999999`) or however long
-//! it goes on (`*2147483647` and values, forever): a broken server, a compromised one, or anyone
-//! on the path of a plain link could make tollgate's memory grow at the link's speed until the
-//! process is killed. Every connection reads through [`Bounded`], which follows the RESP framing
-//! of what it reads (lengths, counts, nesting: no value is built) and ends the connection, with an
-//! error naming the bound, as soon as one reply would take more than [`MAX_REPLY_BYTES`] or
+//! What one server may send, bounded before it is parsed. A reader keeps a reply in memory until
+//! it is whole, however long it says it is (`$9999999999`) or however long it goes on
+//! (`*2147483647` and values, forever): a broken server, a compromised one, or anyone on the path
+//! of a plain link could make tollgate's memory grow at the link's speed until the process is
+//! killed. Every connection (`wire.rs`) follows the RESP framing of what it reads with
+//! [`Framing`] (lengths, counts, nesting: no value is built), which also says where each reply
+//! ends (so that a reply is parsed once, whole), and ends the connection, with an error naming
+//! the bound, as soon as one reply would take more than [`MAX_REPLY_BYTES`] or
 //! [`MAX_REPLY_VALUES`]. The calls waiting on it fail like on any lost connection, and the next
 //! one makes another.
 //!
 //! The largest reply tollgate asks for is `CLUSTER SLOTS`: 16,384 one-slot ranges with a primary
 //! and 16 replicas each are about 11 MB and 1.2 million values, within both bounds.
-
-use std::io;
-use std::pin::Pin;
-use std::task::{Context, Poll};
-
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// The most bytes one reply may take.
 pub(super) const MAX_REPLY_BYTES: u64 = 16 << 20;
@@ -62,18 +57,28 @@ impl Default for Framing {
 
 impl Framing {
     /// Follows `input`, the next bytes read; an error says which bound a reply passed, or what is
-    /// not RESP (which the driver would refuse too).
-    pub(super) fn read(&mut self, mut input: &[u8]) -> Result<(), String> {
-        while let Some((&byte, rest)) = input.split_first() {
+    /// not RESP (which the parser would refuse too).
+    #[cfg(test)]
+    pub(super) fn read(&mut self, input: &[u8]) -> Result<(), String> {
+        self.split(input, |_| {})
+    }
+
+    /// Follows `input`, the next bytes read, calling `ended` with the offset in `input` just past
+    /// each reply that ends in it; an error says which bound a reply passed, or what is not RESP.
+    pub(super) fn split(&mut self, input: &[u8], mut ended: impl FnMut(usize)) -> Result<(), String> {
+        let mut rest_of = input;
+        while let Some((&byte, rest)) = rest_of.split_first() {
             if let State::Payload(left) = &mut self.state {
                 // A string's bytes are skipped whole, not looked at one by one.
-                let taken = (*left).min(input.len() as u64);
+                let taken = (*left).min(rest_of.len() as u64);
                 *left -= taken;
                 let done = *left == 0;
-                input = &input[usize::try_from(taken).unwrap_or(input.len())..];
+                rest_of = &rest_of[usize::try_from(taken).unwrap_or(rest_of.len())..];
                 if done {
                     self.state = State::Type;
-                    self.value_done();
+                    if self.value_done() {
+                        ended(input.len() - rest_of.len());
+                    }
                 }
                 continue;
             }
@@ -81,21 +86,27 @@ impl Framing {
             if self.bytes > MAX_REPLY_BYTES {
                 return Err(format!("a reply of more than {MAX_REPLY_BYTES} bytes"));
             }
-            input = rest;
-            match &mut self.state {
-                State::Type => self.start(byte)?,
+            rest_of = rest;
+            let reply_done = match &mut self.state {
+                State::Type => {
+                    self.start(byte)?;
+                    false
+                }
                 State::Line { cr } => match (byte, *cr) {
                     (b'\n', true) => {
                         self.state = State::Type;
-                        self.value_done();
+                        self.value_done()
                     }
-                    _ => *cr = byte == b'\r',
+                    _ => {
+                        *cr = byte == b'\r';
+                        false
+                    }
                 },
                 State::Header { kind, text, cr } => match (byte, *cr) {
                     (b'\n', true) => {
                         text.pop(); // its `\r`
                         let (kind, text) = (*kind, std::mem::take(text));
-                        self.header(kind, &text)?;
+                        self.header(kind, &text)?
                     }
                     _ if text.len() >= MAX_HEADER => {
                         return Err(format!("a length line of more than {MAX_HEADER} bytes"));
@@ -103,9 +114,13 @@ impl Framing {
                     _ => {
                         text.push(byte);
                         *cr = byte == b'\r';
+                        false
                     }
                 },
                 State::Payload(_) => unreachable!("handled above"),
+            };
+            if reply_done {
+                ended(input.len() - rest_of.len());
             }
         }
         Ok(())
@@ -127,8 +142,9 @@ impl Framing {
         Ok(())
     }
 
-    /// The length or count line `text` of a value of type `kind` has been read.
-    fn header(&mut self, kind: u8, text: &[u8]) -> Result<(), String> {
+    /// The length or count line `text` of a value of type `kind` has been read; whether that ended
+    /// the reply.
+    fn header(&mut self, kind: u8, text: &[u8]) -> Result<bool, String> {
         // As the driver reads it.
         let number = std::str::from_utf8(text).ok().and_then(|t| t.trim().parse::<i64>().ok());
         let Some(number) = number else { return Err("a length that is not a number".into()) };
@@ -142,7 +158,7 @@ impl Framing {
                 }
                 self.bytes = bytes;
                 self.state = State::Payload(length + 2);
-                return Ok(());
+                return Ok(false);
             }
             // Nil, or a push of nothing.
             (b'$' | b'*' | b'~' | b'>', Err(_)) | (b'>', Ok(0)) => 0,
@@ -156,95 +172,37 @@ impl Framing {
             return Err(format!("{count} values in one reply (at most {MAX_REPLY_VALUES})"));
         }
         if count == 0 {
-            self.value_done();
+            return Ok(self.value_done());
         } else if self.open.len() >= MAX_DEPTH {
             return Err(format!("values nested more than {MAX_DEPTH} deep"));
-        } else {
-            self.open.push(count);
         }
-        Ok(())
+        self.open.push(count);
+        Ok(false)
     }
 
-    /// A value ended: so does each array it completes, and the reply once none is open.
-    fn value_done(&mut self) {
+    /// A value ended: so does each array it completes, and the reply once none is open (then
+    /// `true`).
+    fn value_done(&mut self) -> bool {
         while let Some(left) = self.open.last_mut() {
             *left -= 1;
             if *left > 0 {
-                return;
+                return false;
             }
             self.open.pop();
         }
         self.bytes = 0;
         self.values = 0;
+        true
     }
 }
 
-/// A server's stream, its replies bounded (see the module docs): once one passes a bound, every
-/// read fails.
-pub(super) struct Bounded<S> {
-    inner: S,
-    framing: Framing,
-    refused: Option<String>,
-}
-
-impl<S> Bounded<S> {
-    pub(super) fn new(inner: S) -> Self {
-        Bounded { inner, framing: Framing::default(), refused: None }
-    }
-}
-
-/// The error a read ends with once a reply passed a bound: the connection is to be made again
-/// (a connection aborted, for the driver).
-fn refusal(what: &str) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::ConnectionAborted,
+/// The error a connection ends with once a reply passed a bound (a connection aborted: the calls
+/// waiting on it fail as on any lost connection, and the next call makes another).
+pub(super) fn refusal(what: &str) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::ConnectionAborted,
         format!("{what} from the server: refused, and its connection ended"),
     )
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for Bounded<S> {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        let this = &mut *self;
-        if let Some(what) = &this.refused {
-            return Poll::Ready(Err(refusal(what)));
-        }
-        let before = buf.filled().len();
-        std::task::ready!(Pin::new(&mut this.inner).poll_read(cx, buf))?;
-        if let Err(what) = this.framing.read(&buf.filled()[before..]) {
-            // Nothing of this read reaches the driver.
-            buf.set_filled(before);
-            let error = refusal(&what);
-            this.refused = Some(what);
-            return Poll::Ready(Err(error));
-        }
-        Poll::Ready(Ok(()))
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for Bounded<S> {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
 }
 
 #[cfg(test)]

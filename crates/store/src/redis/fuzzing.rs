@@ -1,8 +1,8 @@
 //! The body of the `redis_reply` fuzz target (feature `fuzzing`): arbitrary bytes as a Redis
 //! server's reply, read by everything in the store that reads one (`CLUSTER SLOTS`, `MOVED` and
 //! `ASK`, a Sentinel's `GET-MASTER-ADDR-BY-NAME` and `ROLE`, the decision script's reply, a
-//! lease's, `TIME`), and by the framing that bounds each reply before the driver parses it
-//! (`bounded.rs`: the same outcome in one read or byte by byte). Nothing may panic, and whatever
+//! lease's, `TIME`), and by the framing that bounds each reply and finds where it ends before it is
+//! parsed (`bounded.rs`: the same outcome and the same ends in one read or byte by byte). Nothing may panic, and whatever
 //! is accepted must hold what the code using it relies on: slots below 16,384 and each given
 //! once, ports from 1 to 65,535, hosts that can be hosts, decisions admitted or denied with no
 //! more remaining than their limit, never more units granted than asked.
@@ -14,10 +14,19 @@ use super::topology::{self, Redirect, SLOTS};
 
 /// Bytes as a server's reply (see the module docs).
 pub fn replies(data: &[u8]) {
-    let mut whole = Framing::default();
-    let mut by_byte = Framing::default();
-    let (read_whole, read_by_byte) = (whole.read(data).is_ok(), data.chunks(1).all(|b| by_byte.read(b).is_ok()));
+    // Where each reply ends (what the connection cuts the stream at), read whole and byte by byte.
+    let (mut whole, mut by_byte) = (Framing::default(), Framing::default());
+    let (mut ends_whole, mut ends_by_byte) = (Vec::new(), Vec::new());
+    let read_whole = whole.split(data, |end| ends_whole.push(end)).is_ok();
+    let read_by_byte = data
+        .iter()
+        .enumerate()
+        .all(|(i, b)| by_byte.split(std::slice::from_ref(b), |end| ends_by_byte.push(i + end)).is_ok());
     assert_eq!(read_whole, read_by_byte, "the framing depends on how the bytes arrive");
+    if read_whole {
+        assert_eq!(ends_whole, ends_by_byte, "the replies end elsewhere depending on how the bytes arrive");
+        assert!(ends_whole.windows(2).all(|w| w[0] < w[1]) && ends_whole.last().is_none_or(|&e| e <= data.len()));
+    }
 
     let Ok(value) = redis::parse_redis_value(data) else { return };
     let asked = Address { host: "10.0.0.9".into(), port: 7000 };

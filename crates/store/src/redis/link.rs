@@ -1,7 +1,7 @@
 //! One server's connection, made by tollgate rather than by the driver's connection manager:
-//! TCP, or TLS (rustls) as the target says, read through [`Bounded`] so that no reply can take
-//! more than its bounds (see `bounded.rs`), then handed to the driver's multiplexed connection
-//! (concurrent calls pipelined on one socket, each reply awaited within the call timeout).
+//! TCP, or TLS (rustls) as the target says, authenticated (`AUTH`) and on its database
+//! (`SELECT`), driven by [`Wire`] (concurrent calls batched on one socket, every reply bounded:
+//! see `wire.rs` and `bounded.rs`).
 //!
 //! - **Made on first use, again after it breaks.** A connection lost, or ended by a reply past
 //!   its bounds, is made again by the next call: one attempt, within the call timeout, which the
@@ -15,32 +15,19 @@ use std::io;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, ErrorKind, RedisConnectionInfo, RedisError, RedisResult};
+use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 
-use super::bounded::Bounded;
 use super::node::Settings;
 use super::target::{Address, TlsConfig};
+use super::wire::{Tasks, Wire};
 
-/// A socket, plain or TLS.
-trait Socket: AsyncRead + AsyncWrite + Send + Unpin {}
-
-impl<S: AsyncRead + AsyncWrite + Send + Unpin> Socket for S {}
-
-/// A connection made, and the task that drives its socket, ended with it.
+/// A connection made, and the tasks that drive its socket, ended with it.
 pub(super) struct Connected {
-    pub(super) connection: MultiplexedConnection,
-    driver: tokio::task::AbortHandle,
-}
-
-impl Drop for Connected {
-    fn drop(&mut self) {
-        self.driver.abort();
-    }
+    pub(super) wire: Wire,
+    _tasks: Tasks,
 }
 
 /// What an attempt at connecting ends with.
@@ -74,17 +61,16 @@ pub(super) struct Link {
 /// What connecting to a server takes.
 struct Server {
     address: Address,
-    redis: RedisConnectionInfo,
     settings: Arc<Settings>,
     /// The TLS configuration, built at the first connection.
     tls: OnceLock<Arc<rustls::ClientConfig>>,
 }
 
 impl Link {
-    /// The connection to `address`, authenticated and on the database `redis` says; none is made
-    /// yet.
-    pub(super) fn new(address: Address, redis: RedisConnectionInfo, settings: Arc<Settings>) -> Self {
-        let server = Arc::new(Server { address, redis, settings, tls: OnceLock::new() });
+    /// The connection to `address`, authenticated and on the database `settings` say; none is
+    /// made yet.
+    pub(super) fn new(address: Address, settings: Arc<Settings>) -> Self {
+        let server = Arc::new(Server { address, settings, tls: OnceLock::new() });
         Link { server, current: Mutex::new(Attempt::new(0)) }
     }
 
@@ -136,28 +122,71 @@ fn ended() -> RedisError {
 }
 
 impl Server {
-    /// A new connection, made within `within`, each reply on it awaited as long.
+    /// A new connection, made (authenticated, its database selected) within `within`.
     async fn connect(&self, within: Duration) -> RedisResult<Arc<Connected>> {
         let made = async {
             let tcp = tokio::net::TcpStream::connect((self.address.host.as_str(), self.address.port)).await?;
-            let socket: Box<dyn Socket> = match &self.settings.tls {
-                None => Box::new(tcp),
+            tcp.set_nodelay(true)?;
+            let (wire, tasks) = match &self.settings.tls {
+                None => {
+                    let (read, write) = tcp.into_split();
+                    Wire::start(read, write)
+                }
                 Some(tls) => {
                     let name = ServerName::try_from(self.address.host.clone()).map_err(|e| {
                         RedisError::from((ErrorKind::InvalidClientConfig, "not a TLS server name", e.to_string()))
                     })?;
                     let connector = tokio_rustls::TlsConnector::from(self.tls_config(tls)?);
-                    Box::new(connector.connect(name, tcp).await?)
+                    let (read, write) = tokio::io::split(connector.connect(name, tcp).await?);
+                    Wire::start(read, write)
                 }
             };
-            let config = AsyncConnectionConfig::new().set_response_timeout(Some(within));
-            MultiplexedConnection::new_with_config(&self.redis, Bounded::new(socket), config).await
+            let connected = Connected { wire, _tasks: tasks };
+            self.set_up(&connected.wire).await?;
+            Ok::<_, RedisError>(connected)
         };
-        let (connection, driver) = tokio::time::timeout(within, made)
+        let connected = tokio::time::timeout(within, made)
             .await
             .map_err(|_| RedisError::from(io::Error::from(io::ErrorKind::TimedOut)))??;
-        let driver = tokio::spawn(driver).abort_handle();
-        Ok(Arc::new(Connected { connection, driver }))
+        Ok(Arc::new(connected))
+    }
+
+    /// Authenticates the connection and selects its database, as the settings say (in one write).
+    async fn set_up(&self, wire: &Wire) -> RedisResult<()> {
+        let settings = &self.settings;
+        let mut setup = redis::pipe();
+        if let Some(password) = &settings.password {
+            let auth = setup.cmd("AUTH");
+            if let Some(user) = &settings.username {
+                auth.arg(user);
+            }
+            auth.arg(password);
+        }
+        if settings.db != 0 {
+            setup.cmd("SELECT").arg(settings.db);
+        }
+        if setup.is_empty() {
+            return Ok(());
+        }
+        let replies = wire.call(setup.get_packed_pipeline(), setup.len()).await?;
+        let mut replies = replies.into_iter();
+        if settings.password.is_some()
+            && let Some(Value::ServerError(refused)) = replies.next()
+        {
+            let detail = refused.details().unwrap_or_default().to_string();
+            return Err(RedisError::from((ErrorKind::AuthenticationFailed, "Password authentication failed", detail)));
+        }
+        if settings.db != 0
+            && let Some(Value::ServerError(refused)) = replies.next()
+        {
+            let detail = format!("{} {}", refused.code(), refused.details().unwrap_or_default());
+            return Err(RedisError::from((
+                ErrorKind::Server(ServerErrorKind::ResponseError),
+                "Redis server refused to switch database",
+                detail,
+            )));
+        }
+        Ok(())
     }
 
     fn tls_config(&self, tls: &TlsConfig) -> RedisResult<Arc<rustls::ClientConfig>> {

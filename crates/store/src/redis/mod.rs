@@ -17,8 +17,8 @@
 //!   and computes around "now" so that every value it handles is exact, for every limit `Limit`
 //!   accepts (periods and `burst * T` up to 50 days).
 //! - **Bounded waits.** Each call has a timeout (default 50 ms), redirects included; each
-//!   server's connection is multiplexed (concurrent calls are pipelined automatically) and
-//!   reconnects by itself. A call that may have run is never sent twice.
+//!   server has one connection that batches (the calls ready in the same instant go out in one
+//!   write, see `wire.rs`) and reconnects by itself. A call that may have run is never sent twice.
 //! - **A remote for the failure policy** ([`Remote`]): the script also records charges (what a
 //!   node admitted while Redis could not be reached) and answers each key's snapshot and the
 //!   server's time, which [`Fallback`](crate::Fallback) uses.
@@ -41,6 +41,7 @@ mod reply;
 mod sentinel;
 pub mod target;
 mod topology;
+mod wire;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! One Redis server: its connection (multiplexed, made on first use, remade after a failure, TLS
+//! One Redis server: its connection (calls batched, made on first use, remade after a failure, TLS
 //! and ACL user as the target says, every reply bounded: see `link.rs`), the script call
 //! (`FCALL`, the library loaded where it is missing; `EVALSHA` on a server without functions,
 //! `NOSCRIPT` handled) and `ASKING` when a migration asks for it, and its errors read: a demoted
@@ -9,12 +9,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 
 use super::link::Link;
 use super::program::{Script, is_module_call};
 use super::target::{Address, RedisTarget, TlsConfig};
+use super::wire::{Wire, last};
 use crate::remote::Domain;
 
 /// How to connect to every server of one kind (the data servers, or the Sentinels). Its `Debug`
@@ -126,9 +126,9 @@ impl std::fmt::Debug for Node {
 impl Node {
     /// The server at `address`; returns at once (the connection is made on first use).
     pub(super) fn open(address: Address, settings: Arc<Settings>) -> Result<Arc<Node>, RedisError> {
-        // The user, password and database, as the driver's client reads them.
-        let redis = settings.client(&address)?.get_connection_info().redis_settings().clone();
-        let link = Link::new(address.clone(), redis, settings.clone());
+        // The settings are checked as the driver's client reads them.
+        settings.client(&address)?;
+        let link = Link::new(address.clone(), settings.clone());
         let domain = Domain::from(address.to_string());
         Ok(Arc::new(Node {
             address,
@@ -146,7 +146,7 @@ impl Node {
     /// the script loaded after `NOSCRIPT`.
     pub(super) async fn run(&self, cmd: &Cmd, script: Option<&Script>, asking: bool) -> RedisResult<Value> {
         let (generation, connected) = self.link.get().await?;
-        let reply = self.run_on(connected.connection.clone(), cmd, script, asking).await;
+        let reply = self.run_on(&connected.wire, cmd, script, asking).await;
         if let Err(error) = &reply
             && error.is_unrecoverable_error()
         {
@@ -156,18 +156,12 @@ impl Node {
         reply
     }
 
-    async fn run_on(
-        &self,
-        mut connection: MultiplexedConnection,
-        cmd: &Cmd,
-        script: Option<&Script>,
-        asking: bool,
-    ) -> RedisResult<Value> {
-        let Some(script) = script else { return send(&mut connection, cmd, asking).await };
+    async fn run_on(&self, connection: &Wire, cmd: &Cmd, script: Option<&Script>, asking: bool) -> RedisResult<Value> {
+        let Some(script) = script else { return send(connection, cmd, asking).await };
         let fcall;
         let cmd = if is_module_call(cmd) {
             if !self.no_module.load(Ordering::Relaxed) {
-                match send(&mut connection, cmd, asking).await {
+                match send(connection, cmd, asking).await {
                     Err(e) if is_module_missing(&e) => {
                         tracing::warn!(
                             server = %self.address,
@@ -186,13 +180,13 @@ impl Node {
             cmd
         };
         if !self.eval_only.load(Ordering::Relaxed) {
-            let error = match send(&mut connection, cmd, asking).await {
+            let error = match send(connection, cmd, asking).await {
                 Err(e) if is_function_missing(&e) => {
                     let mut load = redis::cmd("FUNCTION");
                     load.arg("LOAD").arg(&script.library);
-                    match load.query_async::<()>(&mut connection).await {
+                    match connection.run(&load).await {
                         Err(e) if !is_library_present(&e) => e,
-                        _ => return send(&mut connection, cmd, asking).await,
+                        _ => return send(connection, cmd, asking).await,
                     }
                 }
                 Err(e) => e,
@@ -210,18 +204,22 @@ impl Node {
             self.eval_only.store(true, Ordering::Relaxed);
         }
         let eval = script.evalsha(cmd);
-        match send(&mut connection, &eval, asking).await {
+        match send(connection, &eval, asking).await {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                redis::cmd("SCRIPT").arg("LOAD").arg(&script.eval).query_async::<()>(&mut connection).await?;
-                send(&mut connection, &eval, asking).await
+                connection.run(redis::cmd("SCRIPT").arg("LOAD").arg(&script.eval)).await?;
+                send(connection, &eval, asking).await
             }
             reply => reply,
         }
     }
 
-    /// A command on this server's shared connection, its reply converted.
+    /// A command on this server's shared connection, its reply converted, awaited within the
+    /// call timeout (a script call's deadline is its caller's).
     pub(super) async fn query<T: redis::FromRedisValue>(&self, cmd: &Cmd) -> RedisResult<T> {
-        Ok(redis::from_redis_value(self.run(cmd, None, false).await?)?)
+        let reply = tokio::time::timeout(self.settings.timeout, self.run(cmd, None, false))
+            .await
+            .map_err(|_| RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut)))??;
+        Ok(redis::from_redis_value(reply)?)
     }
 
     /// Why a new connection to this server fails, if it does (a `PING` on a connection of its
@@ -229,7 +227,7 @@ impl Node {
     pub(super) async fn diagnose(&self) -> Option<String> {
         let attempt = async {
             let connected = self.link.connect(self.settings.timeout.max(Duration::from_millis(500))).await?;
-            redis::cmd("PING").query_async::<()>(&mut connected.connection.clone()).await
+            connected.wire.run(&redis::cmd("PING")).await.map(drop)
         };
         match tokio::time::timeout(Duration::from_secs(2), attempt).await {
             Ok(Ok(())) => None,
@@ -251,15 +249,15 @@ impl Node {
     }
 }
 
-async fn send(connection: &mut MultiplexedConnection, cmd: &Cmd, asking: bool) -> RedisResult<Value> {
+async fn send(connection: &Wire, cmd: &Cmd, asking: bool) -> RedisResult<Value> {
     if !asking {
-        return connection.req_packed_command(cmd).await?.extract_error();
+        return connection.run(cmd).await;
     }
-    // One write: nothing else on the multiplexed connection comes between ASKING and the command.
-    let mut pipe = redis::pipe();
-    pipe.cmd("ASKING").add_command(cmd.clone());
-    let mut replies = connection.req_packed_commands(&pipe, 1, 1).await?;
-    replies.pop().ok_or_else(|| RedisError::from((ErrorKind::Parse, "no reply after ASKING")))?.extract_error()
+    // One write: nothing else on the connection comes between ASKING and the command (whose reply
+    // is the call's).
+    let mut packed = redis::cmd("ASKING").get_packed_command();
+    cmd.write_packed_command(&mut packed);
+    last(connection.call(packed, 2).await?)
 }
 
 /// Whether `error` says the server has no `TOLLGATE.CHECK` (the module not loaded), the ACL
