@@ -270,6 +270,8 @@ for algorithm in gcra token-bucket leaky-bucket fixed-window sliding-window sub-
   direct=$(usec "$TG_REDIS" fcall)
   printf '  %-16s %7.2f us %6.2fx %7.2f us %6.2fx' "$algorithm" "$via" "$(ratio "$via" "$cell_usec")" \
     "$direct" "$(ratio "$direct" "$cell_usec")"
+  # The module leaves the sliding log (a list it would have to read whole) to the script.
+  if [ "$algorithm" = sliding-log ]; then printf '  %s\n' "(the script's)"; continue; fi
   redis-cli -p "$NATIVE_REDIS" config resetstat >/dev/null
   rps "$SERVE_NATIVE" TG.CHECK "$algorithm:__rand_int__" "$algorithm" 30 60000 "${slices[@]}" >/dev/null
   via=$(usec "$NATIVE_REDIS" tollgate.check)

@@ -1,19 +1,22 @@
-//! `TOLLGATE.CHECK key ARGV...`: the script's call of one check (its ARGV as [`layout`] lays it
-//! out, after the key), decided natively for the algorithms of [`algorithms`]; anything else is
+//! `TOLLGATE.CHECK key ARGV...`: the script's call of one check (its ARGV as
+//! `tollgate_store::layout` lays it out, after the key), decided natively by tollgate-core's step
+//! for the algorithms the layout gives the module (`MODULE_ALGORITHMS`); anything else is
 //! refused, for the script.
 
-use crate::algorithms::{self, Algorithm, Params};
-use crate::layout::*;
-use crate::sliding_log::{self, List, Stop};
-use crate::time::{BadState, Now};
+use std::time::Duration;
+
+use tollgate_core::{Algorithm, Limit};
+use tollgate_store::layout::*;
+
+use crate::stored::{self, Now, number};
 
 /// The bounds of a call's values: what `tollgate-core` accepts in a limit, with room for the
-/// tolerance (`burst · T`) and a cost; none may exceed 2^63, so that every product of two fits
-/// the `i128` the algorithms compute in.
+/// tolerance (`burst · T`) and a cost; none may exceed 2^63, so that each fits a `u64` and every
+/// product of two an `i128`.
 const MAX_VALUE: i128 = 1 << 63;
 
 /// What the command sees of Redis (the module's FFI gives it): its arguments, the key's value,
-/// the writes, the reply.
+/// the write, the reply.
 pub(crate) trait Host {
     /// Argument `i` (0: the command's name).
     fn arg(&self, i: usize) -> &[u8];
@@ -21,13 +24,6 @@ pub(crate) trait Host {
     fn argc(&self) -> usize;
     /// `GET` of the key (argument 1).
     fn get(&self) -> Read;
-    /// `LLEN` of the key (`None`: Redis's error, answered).
-    fn llen(&self) -> Option<i64>;
-    /// `LINDEX` of the key (`Some(None)`: out of range; `None`: Redis's error, answered).
-    fn lindex(&self, index: i64) -> Option<Option<Vec<u8>>>;
-    /// A write to the key's list, replicated as such; false if Redis refused it (its error
-    /// answered).
-    fn write_list(&self, write: &crate::sliding_log::Write) -> bool;
     /// The key set to `value` for `px_ms`, replicated as `SET key value PX ms`.
     fn set(&self, value: &str, px_ms: i64) -> bool;
     /// Replies with an array of integers.
@@ -44,18 +40,53 @@ pub(crate) enum Read {
     Value(Vec<u8>),
     /// An error Redis answered (a key of another type): already given as the reply.
     Answered,
-    /// An integer.
-    Integer(i64),
+}
+
+/// A limit as the call carries it (the layout's `LIMIT_*`), and the TTL margin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Params {
+    pub(crate) count: i128,
+    pub(crate) period: i128,
+    pub(crate) burst: i128,
+    pub(crate) slices: i128,
+    pub(crate) emission: i128,
+    pub(crate) tolerance: i128,
+    pub(crate) cost: i128,
+    pub(crate) margin_ms: i128,
 }
 
 /// A parsed call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Parsed {
-    /// `None`: the sliding log.
-    pub(crate) algorithm: Option<Algorithm>,
+    pub(crate) algorithm: Algorithm,
     pub(crate) params: Params,
+    /// The limit the call's values describe, as tollgate-core builds it.
+    pub(crate) limit: Limit,
     /// `None`: the server's clock.
     pub(crate) now: Option<Now>,
+}
+
+/// A bounded value as `u64` (the bounds keep every one within it).
+fn unsigned(value: i128) -> u64 {
+    u64::try_from(value).unwrap_or(u64::MAX)
+}
+
+/// The limit of the call's values: one tollgate-core builds from its algorithm, count, period,
+/// burst and slices, whose emission interval and tolerance are the call's too.
+fn limit_of(algorithm: Algorithm, p: &Params) -> Result<Limit, String> {
+    let mut builder = Limit::builder(unsigned(p.count), Duration::from_nanos(unsigned(p.period))).algorithm(algorithm);
+    if algorithm.is_bucket() {
+        builder = builder.burst(unsigned(p.burst));
+    }
+    if algorithm == Algorithm::SubWindow {
+        builder = builder.slices(unsigned(p.slices));
+    }
+    let limit = builder.build().map_err(|e| format!("TOLLGATE_ARGS not a limit tollgate builds: {e}"))?;
+    let derived = [limit.burst(), limit.slices(), limit.emission_interval_ns(), limit.tolerance_ns()];
+    if derived != [p.burst, p.slices, p.emission, p.tolerance].map(unsigned) {
+        return Err("TOLLGATE_ARGS burst, slices, emission interval or tolerance disagree with the limit".into());
+    }
+    Ok(limit)
 }
 
 /// Parses the call's arguments after the command's name and the key (its ARGV), refusing any
@@ -77,13 +108,13 @@ pub(crate) fn parse(argv: &[&[u8]]) -> Result<Parsed, String> {
     if at(limit + CHECK_HOLD) != b"0" {
         return Err("TOLLGATE_ARGS tollgate.check reads no holds: use the script".into());
     }
-    let name = at(limit + LIMIT_ALGORITHM);
-    if !algorithms::decided_natively(name) {
-        return Err("TOLLGATE_UNSUPPORTED tollgate.check does not decide this algorithm: use the script".into());
-    }
-    let algorithm = Algorithm::from_name(name);
+    let algorithm = std::str::from_utf8(at(limit + LIMIT_ALGORITHM))
+        .ok()
+        .and_then(|name| name.parse::<Algorithm>().ok())
+        .filter(|algorithm| module_decides(*algorithm))
+        .ok_or("TOLLGATE_UNSUPPORTED tollgate.check does not decide this algorithm: use the script")?;
     let value = |offset: usize, what: &str, least: i128, most: i128| {
-        crate::time::number(at(offset))
+        number(at(offset))
             .filter(|v| (least..=most).contains(v))
             .ok_or_else(|| format!("TOLLGATE_ARGS {what} must be a number from {least} to {most}"))
     };
@@ -105,7 +136,8 @@ pub(crate) fn parse(argv: &[&[u8]]) -> Result<Parsed, String> {
             nsec: value(ARG_NOW_NSEC, "now's nanoseconds", 0, 999_999_999)?,
         }),
     };
-    Ok(Parsed { algorithm, params, now })
+    let limit = limit_of(algorithm, &params)?;
+    Ok(Parsed { algorithm, params, limit, now })
 }
 
 pub(crate) fn check(call: &impl Host) {
@@ -117,9 +149,9 @@ pub(crate) fn check(call: &impl Host) {
 }
 
 /// The reply, `None` when Redis's own error was answered already.
-fn decide(call: &impl Host) -> Result<Option<[i64; 9]>, String> {
+fn decide(call: &impl Host) -> Result<Option<[i64; REPLY_CHECK + REPLY_NOW]>, String> {
     let argv: Vec<&[u8]> = (2..call.argc()).map(|i| call.arg(i)).collect();
-    let Parsed { algorithm, params, now } = parse(&argv)?;
+    let Parsed { params, limit, now, .. } = parse(&argv)?;
     let now = match now {
         Some(now) => now,
         // The server's clock, to the microsecond, as the script reads TIME.
@@ -130,47 +162,25 @@ fn decide(call: &impl Host) -> Result<Option<[i64; 9]>, String> {
         }
     };
     let key = String::from_utf8_lossy(call.arg(1)).into_owned();
-    let bad = |bad: BadState| format!("TOLLGATE_BADSTATE key {key} holds {}, not state written by tollgate", bad.0);
-    let Some(algorithm) = algorithm else {
-        // The sliding log: read entry by entry, written as its file says.
-        let (reply, writes) = match sliding_log::decide(&mut CallList(call), &params, now) {
-            Ok(decided) => decided,
-            Err(Stop::Bad(state)) => return Err(bad(state)),
-            Err(Stop::Answered) => return Ok(None),
-        };
-        for write in &writes {
-            if !call.write_list(write) {
-                return Ok(None);
-            }
-        }
-        return Ok(Some(reply));
-    };
     let stored = match call.get() {
-        Read::Missing | Read::Integer(_) => None,
+        Read::Missing => None,
         Read::Value(bytes) => Some(bytes),
         Read::Answered => return Ok(None),
     };
-    let outcome = algorithms::decide(algorithm, stored.as_deref(), params, now).map_err(bad)?;
+    let margin_ms = i64::try_from(params.margin_ms).unwrap_or(i64::MAX);
+    let outcome =
+        stored::decide(&limit, unsigned(params.cost), stored.as_deref(), margin_ms, now).map_err(|e| match e {
+            stored::Refused::BadState(what) => {
+                format!("TOLLGATE_BADSTATE key {key} holds {what}, not state written by tollgate")
+            }
+            stored::Refused::Limit(message) => message,
+        })?;
     if let Some((state, ttl_ms)) = &outcome.write
         && !call.set(state, *ttl_ms)
     {
         return Err(format!("ERR tollgate.check could not write {key}"));
     }
     Ok(Some(outcome.reply))
-}
-
-/// The key's list, through the call.
-struct CallList<'a, H>(&'a H);
-
-impl<H: Host> List for CallList<'_, H> {
-    fn length(&mut self) -> Result<i128, Stop> {
-        self.0.llen().map(i128::from).ok_or(Stop::Answered)
-    }
-
-    fn index(&mut self, i: i128) -> Result<Option<Vec<u8>>, Stop> {
-        let i = i64::try_from(i).map_err(|_| Stop::Bad(BadState("a log longer than a list holds")))?;
-        self.0.lindex(i).ok_or(Stop::Answered)
-    }
 }
 
 #[cfg(test)]
@@ -210,7 +220,7 @@ mod tests {
         let call = parsed(&GOOD).unwrap();
         assert_eq!(
             (call.algorithm, call.params.slices, call.params.cost, call.now),
-            (Some(Algorithm::SubWindow), 10, 1, None)
+            (Algorithm::SubWindow, 10, 1, None)
         );
     }
 

@@ -19,15 +19,9 @@ const WRITE: c_int = 2;
 /// `REDISMODULE_KEYTYPE_EMPTY` / `_STRING`.
 const KEYTYPE_EMPTY: c_int = 0;
 const KEYTYPE_STRING: c_int = 1;
-/// `REDISMODULE_REPLY_STRING` / `_ERROR` / `_NULL`.
-const REPLY_STRING: c_int = 0;
-const REPLY_ERROR: c_int = 1;
-const REPLY_INTEGER: c_int = 2;
-const REPLY_NULL: c_int = 4;
 
 type Ctx = c_void;
 type RString = c_void;
-type CallReply = c_void;
 type Key = c_void;
 type CommandFn = extern "C" fn(*mut Ctx, *mut *mut RString, c_int) -> c_int;
 
@@ -37,12 +31,6 @@ struct Api {
         unsafe extern "C" fn(*mut Ctx, *const c_char, CommandFn, *const c_char, c_int, c_int, c_int) -> c_int,
     set_module_attribs: unsafe extern "C" fn(*mut Ctx, *const c_char, c_int, c_int) -> c_int,
     string_ptr_len: unsafe extern "C" fn(*const RString, *mut usize) -> *const c_char,
-    call: unsafe extern "C" fn(*mut Ctx, *const c_char, *const c_char, ...) -> *mut CallReply,
-    call_reply_type: unsafe extern "C" fn(*mut CallReply) -> c_int,
-    call_reply_string_ptr: unsafe extern "C" fn(*mut CallReply, *mut usize) -> *const c_char,
-    call_reply_integer: unsafe extern "C" fn(*mut CallReply) -> c_longlong,
-    free_call_reply: unsafe extern "C" fn(*mut CallReply),
-    reply_with_call_reply: unsafe extern "C" fn(*mut Ctx, *mut CallReply) -> c_int,
     reply_with_array: unsafe extern "C" fn(*mut Ctx, std::ffi::c_long) -> c_int,
     reply_with_long_long: unsafe extern "C" fn(*mut Ctx, c_longlong) -> c_int,
     reply_with_error: unsafe extern "C" fn(*mut Ctx, *const c_char) -> c_int,
@@ -93,12 +81,6 @@ pub unsafe extern "C" fn RedisModule_OnLoad(ctx: *mut Ctx, _argv: *mut *mut RStr
         create_command: get!(c"RedisModule_CreateCommand"),
         set_module_attribs: get!(c"RedisModule_SetModuleAttribs"),
         string_ptr_len: get!(c"RedisModule_StringPtrLen"),
-        call: get!(c"RedisModule_Call"),
-        call_reply_type: get!(c"RedisModule_CallReplyType"),
-        call_reply_string_ptr: get!(c"RedisModule_CallReplyStringPtr"),
-        call_reply_integer: get!(c"RedisModule_CallReplyInteger"),
-        free_call_reply: get!(c"RedisModule_FreeCallReply"),
-        reply_with_call_reply: get!(c"RedisModule_ReplyWithCallReply"),
         reply_with_array: get!(c"RedisModule_ReplyWithArray"),
         reply_with_long_long: get!(c"RedisModule_ReplyWithLongLong"),
         reply_with_error: get!(c"RedisModule_ReplyWithError"),
@@ -133,36 +115,6 @@ impl Call {
     fn key(&self) -> *mut RString {
         // SAFETY: the command has at least its key (its arity is checked before any call).
         unsafe { *self.argv.add(1) }
-    }
-
-    /// A reply read: Redis's error answered as the command's reply, `None` then.
-    ///
-    /// # Safety
-    /// `reply` is a reply `RedisModule_Call` returned (or null), freed here.
-    unsafe fn read(&self, reply: *mut CallReply) -> Option<Read> {
-        if reply.is_null() {
-            self.reply_error("ERR tollgate.check: a Redis call failed");
-            return None;
-        }
-        // SAFETY: a live reply, read then freed once.
-        unsafe {
-            let read = match (self.api.call_reply_type)(reply) {
-                REPLY_NULL => Some(Read::Missing),
-                REPLY_STRING => {
-                    let mut len = 0;
-                    let pointer = (self.api.call_reply_string_ptr)(reply, &raw mut len);
-                    Some(Read::Value(std::slice::from_raw_parts(pointer.cast::<u8>(), len).to_vec()))
-                }
-                REPLY_INTEGER => Some(Read::Integer((self.api.call_reply_integer)(reply))),
-                REPLY_ERROR => {
-                    (self.api.reply_with_call_reply)(self.ctx, reply);
-                    None
-                }
-                _ => Some(Read::Missing),
-            };
-            (self.api.free_call_reply)(reply);
-            read
-        }
     }
 }
 
@@ -214,74 +166,6 @@ impl Host for Call {
             (self.api.close_key)(key);
             read
         }
-    }
-
-    /// `LLEN` of the key.
-    fn llen(&self) -> Option<i64> {
-        // SAFETY: format "s": the key argument.
-        let reply = unsafe { (self.api.call)(self.ctx, c"LLEN".as_ptr(), c"s".as_ptr(), *self.argv.add(1)) };
-        // SAFETY: the reply just returned.
-        match unsafe { self.read(reply) }? {
-            Read::Integer(n) => Some(n),
-            _ => Some(0),
-        }
-    }
-
-    /// `LINDEX` of the key (`Some(None)`: out of range; `None`: Redis's error, answered).
-    fn lindex(&self, index: i64) -> Option<Option<Vec<u8>>> {
-        // SAFETY: format "sl": the key argument, a long long.
-        let reply = unsafe {
-            (self.api.call)(self.ctx, c"LINDEX".as_ptr(), c"sl".as_ptr(), *self.argv.add(1), c_longlong::from(index))
-        };
-        // SAFETY: the reply just returned.
-        match unsafe { self.read(reply) }? {
-            Read::Value(bytes) => Some(Some(bytes)),
-            _ => Some(None),
-        }
-    }
-
-    /// A write to the key's list, replicated as such: `DEL`, `RPUSH value`, `LSET index value`,
-    /// `LTRIM start -1`, `PEXPIRE ms`. False if Redis refused it (its error answered).
-    fn write_list(&self, write: &crate::sliding_log::Write) -> bool {
-        use crate::sliding_log::Write;
-        let key = self.key();
-        // SAFETY: each format names its arguments: "!" replicate, "s" the key argument, "b" a
-        // buffer and its length, "l" a long long.
-        let reply = unsafe {
-            match write {
-                Write::Del => (self.api.call)(self.ctx, c"DEL".as_ptr(), c"!s".as_ptr(), key),
-                Write::Rpush(value) => (self.api.call)(
-                    self.ctx,
-                    c"RPUSH".as_ptr(),
-                    c"!sb".as_ptr(),
-                    key,
-                    value.as_ptr().cast::<c_char>(),
-                    value.len(),
-                ),
-                Write::Lset(index, value) => (self.api.call)(
-                    self.ctx,
-                    c"LSET".as_ptr(),
-                    c"!slb".as_ptr(),
-                    key,
-                    c_longlong::try_from(*index).unwrap_or(-1),
-                    value.as_ptr().cast::<c_char>(),
-                    value.len(),
-                ),
-                Write::Ltrim(start) => (self.api.call)(
-                    self.ctx,
-                    c"LTRIM".as_ptr(),
-                    c"!sll".as_ptr(),
-                    key,
-                    c_longlong::try_from(*start).unwrap_or(0),
-                    c_longlong::from(-1_i32),
-                ),
-                Write::Pexpire(ms) => {
-                    (self.api.call)(self.ctx, c"PEXPIRE".as_ptr(), c"!sl".as_ptr(), key, c_longlong::from(*ms))
-                }
-            }
-        };
-        // SAFETY: the reply just returned.
-        unsafe { self.read(reply) }.is_some()
     }
 
     /// The key set to `value` for `px_ms` (the key API: no command to run), replicated as

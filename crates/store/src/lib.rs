@@ -42,6 +42,10 @@
 pub mod configured;
 mod error;
 pub mod fallback;
+// The layout of a Redis decision call lives next to the script, in `redis/`, but is built without
+// the `redis` feature too: the native module reads it.
+#[path = "redis/layout.rs"]
+pub mod layout;
 pub mod lease;
 pub mod memory;
 #[cfg(feature = "redis")]

@@ -28,6 +28,39 @@ impl SubWindow {
         std::mem::size_of_val(&*self.counts)
     }
 
+    /// The state as a store that keeps it elsewhere lays it out (the Redis script's value): the
+    /// newest slice's start, the slice length the counts were taken in, and the counts of the
+    /// slices up to the newest, oldest first ([`from_slices`](Self::from_slices) reads it back).
+    #[must_use]
+    pub fn slices(&self) -> (u64, u64, Vec<u64>) {
+        let n = self.counts.len() as u64;
+        if self.slice_ns == 0 || n == 0 {
+            return (self.newest, self.slice_ns, self.counts.to_vec());
+        }
+        let newest = self.newest_slice();
+        // Slices before the epoch's first (a key written in 1970) count nothing.
+        let counts = (0..n).map(|back| newest.checked_sub(n - 1 - back).map_or(0, |j| self.counts[slot(j, n)]));
+        (self.newest, self.slice_ns, counts.collect())
+    }
+
+    /// The state [`slices`](Self::slices) laid out: `counts` oldest first, the last one the newest
+    /// slice's, which starts at `newest`. Any values make a state (one counted under another
+    /// limit's slices is folded when a step meets it).
+    #[must_use]
+    pub fn from_slices(newest: u64, slice_ns: u64, counts: &[u64]) -> Self {
+        let n = counts.len() as u64;
+        let mut ring = counts.to_vec().into_boxed_slice();
+        if slice_ns > 0 && n > 0 {
+            let newest = newest / slice_ns;
+            for (back, count) in counts.iter().enumerate() {
+                // Slot of slice `newest - (n - 1 - back)`, counted modulo n from newest's.
+                let behind = n - 1 - back as u64;
+                ring[slot(newest % n + n - behind, n)] = *count;
+            }
+        }
+        SubWindow { newest, slice_ns, counts: ring }
+    }
+
     /// The newest slice's number.
     fn newest_slice(&self) -> u64 {
         self.newest / self.slice_ns
@@ -216,6 +249,30 @@ mod tests {
         assert!(!s.check(T0 + 1300 * MS - 1, &l, 1).unwrap().allowed);
         assert_eq!(s.check(T0 + 1300 * MS, &l, 6).unwrap().remaining, 0);
         assert_eq!(s.idle_at(&l), T0 + 2300 * MS);
+    }
+
+    /// The layout a store keeps (newest slice, slice length, counts oldest first) reads back to
+    /// the same state, and what its step does next is the same.
+    #[test]
+    fn the_slices_read_back_to_the_same_state() {
+        let l = ten_per_second(10);
+        let mut s = SubWindow::idle(&l);
+        for (at, cost) in [(50, 4), (350, 2), (1_020, 1), (1_730, 3)] {
+            s.check(T0 + at * MS, &l, cost).unwrap();
+            let (newest, slice_ns, counts) = s.slices();
+            assert_eq!((newest, slice_ns, counts.len()), (s.newest, 100 * MS, 10));
+            assert_eq!(counts.last(), Some(&cost), "the newest slice's count comes last");
+            assert_eq!(SubWindow::from_slices(newest, slice_ns, &counts), s);
+        }
+        let (newest, slice_ns, counts) = s.slices();
+        assert_eq!(counts, [0, 0, 1, 0, 0, 0, 0, 0, 0, 3], "slices 0.8 s to 1.7 s");
+        let mut read = SubWindow::from_slices(newest, slice_ns, &counts);
+        assert_eq!(read.check(T0 + 1_800 * MS, &l, 7).unwrap(), s.check(T0 + 1_800 * MS, &l, 7).unwrap());
+        // Values no step writes make a state too: folded when a step meets them.
+        for (slice_ns, counts) in [(0, &[5, 5][..]), (7, &[][..]), (u64::MAX, &[1][..])] {
+            let mut odd = SubWindow::from_slices(T0, slice_ns, counts);
+            assert!(odd.check(T0, &l, 1).is_ok());
+        }
     }
 
     #[test]

@@ -55,7 +55,6 @@ pub use keys::slot as hash_slot;
 use program::*;
 use reply::{check_prefix, parse_lease_reply, parse_reply, script_error, server_time_ns};
 pub use target::{Address, RedisTarget, TlsConfig, Topology};
-use tollgate_redis_module::algorithms::decided_natively;
 
 /// Where the Redis store takes "now" from.
 #[derive(Debug, Clone)]
@@ -299,7 +298,7 @@ impl RedisStore {
             && checks.iter().all(|c| !c.hold)
             && charges.is_empty()
             && refunds.is_empty()
-            && matches!(checks, [check] if decided_natively(check.limit.algorithm().as_str().as_bytes()));
+            && matches!(checks, [check] if module_decides(check.limit.algorithm()));
         let mut call = if native { Call::module(&keys[0]) } else { Call::new(&self.script, &keys) };
         self.header(&mut call, checks.len(), charges.len(), refunds.len());
         for check in checks {

@@ -1,8 +1,8 @@
 //! The script every decision runs: its Lua (`lua/`: what the algorithms share, one file per
-//! algorithm named as tollgate-core's, and the entry, `decide.lua`) assembled at build time after
-//! the layout of its arguments and reply, which `tollgate-redis-module`'s `layout` defines once
-//! (for this script and for the native module) and both sides read by name, with a version the
-//! script checks.
+//! algorithm named as tollgate-core's, and the entry, `decide.lua`) assembled after the layout of
+//! its arguments and reply and the bounds it shares with tollgate-core, which [`crate::layout`]
+//! defines once (for this script and for the native module) and both sides read by name, with a
+//! version the script checks.
 //!
 //! It runs as a Redis Function where the server has them (Redis 7+): `FUNCTION LOAD` once per
 //! server, then `FCALL`, so the algorithms' definitions run once per load, not once per call (a
@@ -10,7 +10,7 @@
 //! whose ACL user may not call or load them, is served the same source by `EVALSHA` (see
 //! `node.rs`).
 
-pub use tollgate_redis_module::layout::*;
+pub use crate::layout::*;
 
 /// The script's body (after the layout): the Lua sources; it defines `decide(KEYS, ARGV)`,
 /// `carry(KEYS, ARGV)` and `hold(KEYS, ARGV)`, each the entry of a script of its own.
@@ -56,12 +56,13 @@ impl Script {
             crate::remote::CHARGES_REMEMBERED.as_millis(),
             crate::remote::MAX_CHARGE_TOTAL
         );
-        let eval = format!("{LAYOUT_LUA}{protocol}{BODY}return {entry}(KEYS, ARGV)\n");
+        let constants = lua_constants();
+        let eval = format!("{constants}{protocol}{BODY}return {entry}(KEYS, ARGV)\n");
         let sha1 = redis::Script::new(&eval).get_hash().to_string();
         let name = format!("tollgate_{}", &sha1[..12]);
         let function = format!("{name}_{entry}");
         let library =
-            format!("#!lua name={name}\n{LAYOUT_LUA}{protocol}{BODY}redis.register_function('{function}', {entry})\n");
+            format!("#!lua name={name}\n{constants}{protocol}{BODY}redis.register_function('{function}', {entry})\n");
         Script { library, function, eval, sha1 }
     }
 
@@ -89,9 +90,6 @@ impl Script {
         eval
     }
 }
-
-/// The native module's command (see `tollgate-redis-module`).
-pub(super) const MODULE_COMMAND: &str = "TOLLGATE.CHECK";
 
 /// Whether `cmd` is the module's.
 pub(super) fn is_module_call(cmd: &redis::Cmd) -> bool {

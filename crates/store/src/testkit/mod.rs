@@ -19,7 +19,8 @@
 //! - [`random`]: a seeded generator and random limits across the whole accepted range;
 //! - `redis_server`, `redis_topology` and `tls` (with feature `redis`): real `redis-server`
 //!   processes (plain, TLS, with ACL users), clusters with replicas, Sentinel groups, and the
-//!   certificates a test makes for them; `fake_redis`, a fake server whose answers a test
+//!   certificates a test makes for them; `redis_module`, tollgate's native module built for the
+//!   test's profile; `fake_redis`, a fake server whose answers a test
 //!   scripts (what a broken or hostile server would say).
 
 pub mod cases;
@@ -29,6 +30,8 @@ pub mod faults;
 pub mod hammer;
 pub mod load;
 pub mod random;
+#[cfg(feature = "redis")]
+pub mod redis_module;
 #[cfg(feature = "redis")]
 pub mod redis_server;
 #[cfg(feature = "redis")]

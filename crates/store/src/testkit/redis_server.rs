@@ -14,6 +14,9 @@ use std::time::{Duration, Instant};
 
 use super::tls::TestCertificates;
 
+/// tollgate's native module for a `loadmodule …` line, built for the test's profile.
+pub use super::redis_module::module_path;
+
 /// A free loopback port (the OS picks one; it is released before the server binds it).
 pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port()
@@ -295,16 +298,4 @@ pub fn manual_acl(user: &str, password: &str) -> String {
         .find_map(|l| l.trim().strip_prefix("ACL SETUSER tollgate "))
         .expect("docs/redis.md gives an `ACL SETUSER tollgate …` line");
     format!("user {user} {}", line.replace(">PASSWORD", &format!(">{password}")))
-}
-
-/// The path of tollgate's native Redis module (`tollgate-redis-module`'s library, which cargo
-/// builds, into `deps`, with this crate's `redis` feature: the one built with the test), for a
-/// `loadmodule …` line.
-#[must_use]
-pub fn module_path() -> PathBuf {
-    let workspace = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
-    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| workspace.join("target"), PathBuf::from);
-    let name = format!("{}tollgate_redis_module{}", std::env::consts::DLL_PREFIX, std::env::consts::DLL_SUFFIX);
-    let path = ["debug/deps", "debug"].iter().map(|dir| target.join(dir).join(&name)).find(|p| p.exists());
-    path.unwrap_or_else(|| panic!("no {name} under {}: cargo build -p tollgate-redis-module", target.display()))
 }

@@ -1,7 +1,8 @@
 -- tollgate: the seven algorithms of SEMANTICS.md as one atomic Redis call; this file holds what
 -- they share, one file per algorithm follows (named as tollgate-core's, with its trait's names),
 -- then `decide.lua`, the entry. The Rust side (`program.rs`) puts the layout of the arguments
--- and of the reply before this file (`local ARG_... = n`, defined once there), and after the entry
+-- and of the reply and the shared bounds before this file (`local ARG_... = n`, generated from
+-- `layout.rs`, where each is defined once), and after the entry
 -- either registers it as a Redis Function (loaded once per server: everything here runs once) or
 -- calls it (EVAL, for servers without functions).
 --
@@ -12,12 +13,11 @@
 
 -- The call's "now" (seconds and nanoseconds since the epoch) and its TTL margin, set by the entry.
 local S, N, MARGIN
+-- The bounds come before this file with the layout (`layout.rs` generates them from tollgate-core's
+-- constants): MAX_AHEAD (MAX_AHEAD_NS: how far a charge may push a schedule), MAX_COUNTER (the most
+-- a window counts) and FAR_SEC.
 local BILLION = 1000000000
-local FAR_SEC = 9000000
 local FAR = FAR_SEC * BILLION -- 104 days: further than this from now counts as "long ago" or "far ahead"
-local MAX_AHEAD = 52 * 86400 * BILLION -- tollgate-core's MAX_AHEAD_NS: how far a charge may push a schedule
-
-local MAX_COUNTER = 4503599627370496 -- 2^52, tollgate-core's MAX_COUNTER: the most a window counts
 
 -- How much of a charge of `cost` a window counting `used` records.
 local function counted(used, cost) return math.min(cost, math.max(MAX_COUNTER - used, 0)) end
