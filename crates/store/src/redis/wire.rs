@@ -17,8 +17,11 @@
 //!   and `fallback/pending.rs`), and so does every call queued behind them. The error is one that
 //!   makes the next call connect again (see `link.rs`).
 //! - **Bounded.** A reply is at most [`MAX_REPLY_BYTES`](super::bounded::MAX_REPLY_BYTES) in
-//!   memory; a write carries at most [`MAX_WRITE`] bytes of calls (more go in the next one); the
-//!   calls queued are those of callers waiting (each within its own deadline).
+//!   memory; a write carries at most [`MAX_WRITE`] bytes of calls (more go in the next one); at
+//!   most [`MAX_QUEUED`] calls wait for the writer (a server that reads nothing blocks it): more
+//!   callers wait for room, each within its own deadline, and one that gives up leaves nothing.
+//! - **Pushes skipped.** A push frame (`>`, RESP3's out-of-band message) answers no call: it is
+//!   dropped, never taken for the reply of the call at the front.
 
 use std::collections::VecDeque;
 use std::io;
@@ -34,6 +37,9 @@ use super::bounded::{Framing, refusal};
 /// The most bytes of calls one write carries.
 const MAX_WRITE: usize = 1 << 20;
 
+/// The most calls queued for the writer; more callers wait for room, each within its deadline.
+const MAX_QUEUED: usize = 4096;
+
 /// The room a read is given at least.
 const READ_CHUNK: usize = 16 << 10;
 
@@ -45,6 +51,9 @@ struct Call {
     packed: Vec<u8>,
     replies: usize,
     done: oneshot::Sender<Replies>,
+    /// Counts the calls held, queued or being batched (what the tests bound).
+    #[cfg(test)]
+    _held: tests::Held,
 }
 
 /// A call written, awaiting its replies.
@@ -80,7 +89,9 @@ type InFlight = Mutex<Result<VecDeque<Awaited>, Ended>>;
 /// A server's connection (see the module docs): cheap to clone, every clone on the same socket.
 #[derive(Clone)]
 pub(super) struct Wire {
-    calls: mpsc::UnboundedSender<Call>,
+    calls: mpsc::Sender<Call>,
+    #[cfg(test)]
+    held: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// The tasks driving one connection, ended with it.
@@ -103,19 +114,37 @@ impl Wire {
         R: AsyncRead + Send + Unpin + 'static,
         W: AsyncWrite + Send + Unpin + 'static,
     {
-        let (calls, queued) = mpsc::unbounded_channel();
+        let (calls, queued) = mpsc::channel(MAX_QUEUED);
         let in_flight: Arc<InFlight> = Arc::new(Mutex::new(Ok(VecDeque::new())));
         let writer = tokio::spawn(write_calls(write, queued, in_flight.clone())).abort_handle();
         let reader = tokio::spawn(read_replies(read, in_flight)).abort_handle();
-        (Wire { calls }, Tasks { writer, reader })
+        #[cfg(test)]
+        let held = Arc::default();
+        (
+            Wire {
+                calls,
+                #[cfg(test)]
+                held,
+            },
+            Tasks { writer, reader },
+        )
     }
 
     /// Sends `packed` (`replies` commands, packed one after the other, written together) and
     /// returns their replies.
     pub(super) async fn call(&self, packed: Vec<u8>, replies: usize) -> Replies {
         let (done, answer) = oneshot::channel();
-        let call = Call { packed, replies: replies.max(1), done };
-        if self.calls.send(call).is_err() {
+        let call = Call {
+            packed,
+            replies: replies.max(1),
+            done,
+            #[cfg(test)]
+            _held: tests::Held::new(&self.held),
+        };
+        // Waits for room while the queue is full (a server that reads nothing, or slower than
+        // its callers): the caller's deadline bounds the wait, and a call that gives up waiting
+        // is neither queued nor written.
+        if self.calls.send(call).await.is_err() {
             return Err(io::Error::new(
                 io::ErrorKind::NotConnected,
                 "the connection has ended (the call was not sent)",
@@ -167,11 +196,7 @@ fn dropped(kind: io::ErrorKind) -> io::ErrorKind {
 }
 
 /// The writer (see the module docs).
-async fn write_calls<W: AsyncWrite + Unpin>(
-    mut socket: W,
-    mut queued: mpsc::UnboundedReceiver<Call>,
-    in_flight: Arc<InFlight>,
-) {
+async fn write_calls<W: AsyncWrite + Unpin>(mut socket: W, mut queued: mpsc::Receiver<Call>, in_flight: Arc<InFlight>) {
     let mut buffer = Vec::new();
     let mut batch = Vec::new();
     let ended = loop {
@@ -256,6 +281,9 @@ async fn read_replies<R: AsyncRead + Unpin>(mut socket: R, in_flight: Arc<InFlig
         let mut unparsed = None;
         for &end in &ends {
             match redis::parse_redis_value(&buffer[start..end]) {
+                // A push (RESP3's out-of-band frame, which a RESP2 connection never asks for)
+                // answers no call: skipped, so that it shifts no reply onto another call.
+                Ok(Value::Push { .. }) => {}
                 Ok(value) => values.push(value),
                 Err(error) => {
                     unparsed = Some(refusal(&format!("a reply that is not RESP ({error})")));
