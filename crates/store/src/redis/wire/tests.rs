@@ -326,3 +326,6 @@ async fn callers_outpacing_a_server_that_reads_nothing_hold_a_bounded_queue() {
     assert_eq!(text(&next.await.unwrap().unwrap()), "next");
     assert_eq!(text(&blocking.await.unwrap().unwrap()), "x".repeat(1000));
 }
+
+#[cfg(feature = "testkit")]
+mod against_redis;
