@@ -4,9 +4,10 @@
 //! see `wire.rs` and `bounded.rs`).
 //!
 //! - **Made on first use, again after it breaks.** A connection lost, or ended by a reply past
-//!   its bounds, is made again by the next call: one attempt, within the call timeout, which the
-//!   calls arriving meanwhile share and which ends even if they give up first (a server that is
-//!   down fails its calls at once, rather than after retries).
+//!   its bounds, is made again by the next call (before that call is sent when the connection
+//!   had already ended, e.g. closed by the server while idle): one attempt, within the call
+//!   timeout, which the calls arriving meanwhile share and which ends even if they give up first
+//!   (a server that is down fails its calls at once, rather than after retries).
 //! - **Closed with its last user.** The task that reads and writes the socket ends when neither
 //!   the server's entry nor a call under way holds the connection: a server the topology no
 //!   longer names is a socket closed, whatever it still sends or owes.
@@ -74,9 +75,22 @@ impl Link {
         Link { server, current: Mutex::new(Attempt::new(0)) }
     }
 
-    /// The connection, made now if there is none (or the last attempt failed), and its
-    /// generation (for [`broken`](Self::broken)).
+    /// The connection, made now if there is none (or the last attempt failed, or the
+    /// connection ended since its last call), and its generation (for [`broken`](Self::broken)).
     pub(super) async fn get(&self) -> RedisResult<(u64, Arc<Connected>)> {
+        let (generation, connected) = self.attempt().await?;
+        if !connected.wire.has_ended() {
+            return Ok((generation, connected));
+        }
+        // Ended while no call was on it (a server's idle timeout, `CLIENT KILL`, a restart): made
+        // again before the call is sent, rather than the call failing unsent. Once only: a
+        // server that closes every new connection fails the call.
+        self.broken(generation);
+        self.attempt().await
+    }
+
+    /// The current attempt's connection, the attempt started if none is under way.
+    async fn attempt(&self) -> RedisResult<(u64, Arc<Connected>)> {
         let attempt = self.current.lock().unwrap_or_else(PoisonError::into_inner).clone();
         if let Some(start) = attempt.start.lock().unwrap_or_else(PoisonError::into_inner).take() {
             let server = self.server.clone();

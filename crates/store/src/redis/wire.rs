@@ -25,6 +25,7 @@
 
 use std::collections::VecDeque;
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use redis::{Cmd, ErrorKind, RedisError, RedisResult, Value};
@@ -83,13 +84,23 @@ impl Ended {
 }
 
 /// The calls written and not answered yet, in the order they were written; `Err` once the
-/// connection has ended.
-type InFlight = Mutex<Result<VecDeque<Awaited>, Ended>>;
+/// connection has ended (and then `ended` is set, read without the lock).
+struct InFlight {
+    calls: Mutex<Result<VecDeque<Awaited>, Ended>>,
+    ended: AtomicBool,
+}
+
+impl InFlight {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Result<VecDeque<Awaited>, Ended>> {
+        self.calls.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
 
 /// A server's connection (see the module docs): cheap to clone, every clone on the same socket.
 #[derive(Clone)]
 pub(super) struct Wire {
     calls: mpsc::Sender<Call>,
+    in_flight: Arc<InFlight>,
     #[cfg(test)]
     held: Arc<std::sync::atomic::AtomicUsize>,
 }
@@ -115,14 +126,15 @@ impl Wire {
         W: AsyncWrite + Send + Unpin + 'static,
     {
         let (calls, queued) = mpsc::channel(MAX_QUEUED);
-        let in_flight: Arc<InFlight> = Arc::new(Mutex::new(Ok(VecDeque::new())));
+        let in_flight = Arc::new(InFlight { calls: Mutex::new(Ok(VecDeque::new())), ended: AtomicBool::new(false) });
         let writer = tokio::spawn(write_calls(write, queued, in_flight.clone())).abort_handle();
-        let reader = tokio::spawn(read_replies(read, in_flight)).abort_handle();
+        let reader = tokio::spawn(read_replies(read, in_flight.clone())).abort_handle();
         #[cfg(test)]
         let held = Arc::default();
         (
             Wire {
                 calls,
+                in_flight,
                 #[cfg(test)]
                 held,
             },
@@ -162,6 +174,12 @@ impl Wire {
         }
     }
 
+    /// Whether the connection has ended (lost, closed by the server, or refused a reply): a call
+    /// on it would fail unsent.
+    pub(super) fn has_ended(&self) -> bool {
+        self.in_flight.ended.load(Ordering::Acquire)
+    }
+
     /// Sends `cmd` and returns its reply, a server's error reply as an error.
     pub(super) async fn run(&self, cmd: &Cmd) -> RedisResult<Value> {
         last(self.call(cmd.get_packed_command(), 1).await?)
@@ -176,7 +194,8 @@ pub(super) fn last(mut replies: Vec<Value>) -> RedisResult<Value> {
 /// Ends the connection: every call written and not answered fails, and so does every call
 /// written after this (the writer learns it when it registers them).
 fn end(in_flight: &InFlight, ended: Ended) {
-    let mut state = in_flight.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut state = in_flight.lock();
+    in_flight.ended.store(true, Ordering::Release);
     if let Ok(awaited) = std::mem::replace(&mut *state, Err(ended.clone())) {
         drop(state);
         for call in awaited {
@@ -222,7 +241,7 @@ async fn write_calls<W: AsyncWrite + Unpin>(mut socket: W, mut queued: mpsc::Rec
             continue;
         }
         // Awaited before written: the reader may read their replies as soon as they are written.
-        let refused = match &mut *in_flight.lock().unwrap_or_else(PoisonError::into_inner) {
+        let refused = match &mut *in_flight.lock() {
             Ok(awaited) => {
                 awaited.extend(batch.drain(..));
                 None
@@ -312,7 +331,7 @@ fn complete(in_flight: &InFlight, values: &mut Vec<Value>) -> Result<(), Ended> 
     let mut answered = Vec::new();
     let mut outcome = Ok(());
     {
-        let mut state = in_flight.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut state = in_flight.lock();
         let Ok(awaited) = &mut *state else { return Ok(()) };
         for value in values.drain(..) {
             let Some(call) = awaited.front_mut() else {
