@@ -184,21 +184,33 @@ impl Server {
         }
         let replies = wire.call(setup.get_packed_pipeline(), setup.len()).await?;
         let mut replies = replies.into_iter();
-        if settings.password.is_some()
-            && let Some(Value::ServerError(refused)) = replies.next()
-        {
-            let detail = refused.details().unwrap_or_default().to_string();
-            return Err(RedisError::from((ErrorKind::AuthenticationFailed, "Password authentication failed", detail)));
+        if settings.password.is_some() {
+            match replies.next() {
+                Some(Value::Okay) => {}
+                Some(Value::ServerError(refused)) => {
+                    let detail = refused.details().unwrap_or_default().to_string();
+                    return Err(RedisError::from((
+                        ErrorKind::AuthenticationFailed,
+                        "Password authentication failed",
+                        detail,
+                    )));
+                }
+                other => return Err(unexpected("AUTH", other)),
+            }
         }
-        if settings.db != 0
-            && let Some(Value::ServerError(refused)) = replies.next()
-        {
-            let detail = format!("{} {}", refused.code(), refused.details().unwrap_or_default());
-            return Err(RedisError::from((
-                ErrorKind::Server(ServerErrorKind::ResponseError),
-                "Redis server refused to switch database",
-                detail,
-            )));
+        if settings.db != 0 {
+            match replies.next() {
+                Some(Value::Okay) => {}
+                Some(Value::ServerError(refused)) => {
+                    let detail = format!("{} {}", refused.code(), refused.details().unwrap_or_default());
+                    return Err(RedisError::from((
+                        ErrorKind::Server(ServerErrorKind::ResponseError),
+                        "Redis server refused to switch database",
+                        detail,
+                    )));
+                }
+                other => return Err(unexpected("SELECT", other)),
+            }
         }
         Ok(())
     }
@@ -210,6 +222,20 @@ impl Server {
         let config = Arc::new(client_config(tls)?);
         Ok(self.tls.get_or_init(|| config).clone())
     }
+}
+
+/// The error of a setup command (`AUTH`, `SELECT`) answered with neither `+OK` nor an error: not
+/// a Redis server speaking to tollgate, so no connection (a parse error: the next call makes
+/// another). What it answered is shown cut short (it is the server's, never a credential of
+/// tollgate's, but it may be long).
+fn unexpected(command: &str, reply: Option<Value>) -> RedisError {
+    let mut shown = format!("{reply:?}");
+    if shown.len() > 64 {
+        let cut = (0..=64).rev().find(|&i| shown.is_char_boundary(i)).unwrap_or(0);
+        shown.truncate(cut);
+        shown.push('…');
+    }
+    RedisError::from((ErrorKind::Parse, "unexpected setup reply", format!("{command} answered {shown}, not OK")))
 }
 
 /// rustls' client configuration for `tls`: the servers verified against its CA, or the
@@ -243,6 +269,38 @@ fn client_config(tls: &TlsConfig) -> RedisResult<rustls::ClientConfig> {
                 .map_err(|e| invalid("the client certificate", e.to_string()))?;
             let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| invalid("the client key", e.to_string()))?;
             builder.with_client_auth_cert(chain, key).map_err(|e| invalid("the client certificate", e.to_string()))
+        }
+    }
+}
+
+#[cfg(all(test, feature = "testkit"))]
+mod tests {
+    use super::*;
+    use crate::redis::target::RedisTarget;
+    use crate::testkit::fake_redis::{Answer, FakeRedis, is, resp};
+
+    /// A link to `server` with the URL `url`'s user, password and database.
+    fn link(server: &FakeRedis, url: &str) -> Link {
+        let target = RedisTarget::parse(&url.replace("PORT", &server.port().to_string())).unwrap();
+        let address = Address { host: "127.0.0.1".into(), port: server.port() };
+        Link::new(address, Arc::new(Settings::data(&target, Duration::from_secs(2))))
+    }
+
+    /// `AUTH` and `SELECT` answer `+OK` or an error: anything else (a server that is not
+    /// Redis, or not speaking to tollgate) is no authentication, and no database selected.
+    #[tokio::test]
+    async fn a_setup_answered_with_neither_ok_nor_an_error_is_refused() {
+        for (url, odd) in [
+            ("redis://:secret@127.0.0.1:PORT", "AUTH"),
+            ("redis://user:secret@127.0.0.1:PORT/3", "AUTH"),
+            ("redis://:secret@127.0.0.1:PORT/3", "SELECT"),
+        ] {
+            let server = FakeRedis::start(move |command| {
+                if is(command, &[odd]) { Answer::Raw(resp::int(1)) } else { Answer::Raw(resp::simple("OK")) }
+            });
+            let error = link(&server, url).get().await.err().unwrap_or_else(|| panic!("{url}: connected"));
+            let text = error.to_string();
+            assert!(text.contains(&format!("{odd} answered")) && !text.contains("secret"), "{url}: {text}");
         }
     }
 }
