@@ -303,4 +303,39 @@ mod tests {
             assert!(text.contains(&format!("{odd} answered")) && !text.contains("secret"), "{url}: {text}");
         }
     }
+
+    /// A server that refuses a connection says why before it closes it (`-ERR max number of
+    /// clients reached`): the call fails with those words, not only as a reply no call awaited.
+    #[tokio::test]
+    async fn a_server_refusing_the_connection_is_quoted() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for socket in listener.incoming() {
+                let Ok(mut socket) = socket else { return };
+                // Said, closed, and what the client sent read to its end (no reset that would
+                // discard the words before the client reads them).
+                std::thread::spawn(move || {
+                    let _ = std::io::Write::write_all(&mut socket, b"-ERR max number of clients reached\r\n");
+                    let _ = socket.shutdown(std::net::Shutdown::Write);
+                    let _ = std::io::Read::read_to_end(&mut socket, &mut Vec::new());
+                });
+            }
+        });
+        let target = RedisTarget::parse(&format!("redis://127.0.0.1:{port}")).unwrap();
+        let address = Address { host: "127.0.0.1".into(), port };
+        let link = Link::new(address, Arc::new(Settings::data(&target, Duration::from_secs(2))));
+        let mut errors = Vec::new();
+        for _ in 0..3 {
+            let call = async {
+                let (_, connected) = link.get().await?;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                connected.wire.run(&redis::cmd("PING")).await
+            };
+            errors.push(call.await.unwrap_err().to_string());
+        }
+        for error in errors {
+            assert!(error.contains("max number of clients reached"), "{error}");
+        }
+    }
 }

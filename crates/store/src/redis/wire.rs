@@ -335,7 +335,7 @@ fn complete(in_flight: &InFlight, values: &mut Vec<Value>) -> Result<(), Ended> 
         let Ok(awaited) = &mut *state else { return Ok(()) };
         for value in values.drain(..) {
             let Some(call) = awaited.front_mut() else {
-                let error = refusal("a reply that no call awaits");
+                let error = refusal(&unawaited(&value));
                 outcome = Err(Ended { kind: error.kind(), why: error.to_string() });
                 break;
             };
@@ -351,6 +351,19 @@ fn complete(in_flight: &InFlight, values: &mut Vec<Value>) -> Result<(), Ended> 
         let _ = call.done.send(Ok(call.values));
     }
     outcome
+}
+
+/// What a reply that no call awaits is said to be: an error reply quoted (a server refusing the
+/// connection says why before it closes it: `-ERR max number of clients reached`), cut short.
+fn unawaited(value: &Value) -> String {
+    let Value::ServerError(error) = value else { return "a reply that no call awaits".into() };
+    let mut said = format!("{} {}", error.code(), error.details().unwrap_or_default());
+    if said.len() > 200 {
+        let cut = (0..=200).rev().find(|&i| said.is_char_boundary(i)).unwrap_or(0);
+        said.truncate(cut);
+        said.push('…');
+    }
+    format!("an error that no call awaits ({said:?})")
 }
 
 #[cfg(test)]
