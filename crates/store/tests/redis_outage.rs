@@ -183,3 +183,41 @@ async fn a_frozen_redis_opens_the_breaker_and_thawing_closes_it() {
     assert!((11..=11 + 10).contains(&used), "{used} used in Redis for 11 admitted");
     println!("frozen Redis, 10 calls: {waits:?}; Redis counts {used} for 11 admitted");
 }
+
+/// A server closes idle connections (`timeout`, a proxy's idle timeout, `CLIENT KILL`): the call
+/// after is not failed for it (it was never sent), but goes on a connection made again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_closed_while_idle_costs_the_next_call_nothing() {
+    let server = RedisServer::start();
+    let options = RedisOptions { prefix: "idle".into(), timeout: Duration::from_secs(2), ..RedisOptions::default() };
+    let store = RedisStore::open(&server.url(), options).unwrap();
+    let limit = Limit::per_hour(100).build().unwrap();
+    assert!(store.check(b"k", &limit, 1).await.unwrap().allowed);
+    for round in 0..3 {
+        let killed = server.cli(&["CLIENT", "KILL", "TYPE", "normal"]);
+        assert!(killed.trim().parse::<u64>().is_ok_and(|n| n >= 1), "{killed}");
+        // The connection's end is read before the next call.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let decision = store.check(b"k", &limit, 1).await;
+        assert!(decision.as_ref().is_ok_and(|d| d.allowed), "round {round}: {decision:?}");
+    }
+}
+
+/// A store dropped closes its connections (the tasks driving them end with it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_dropped_closes_its_connection() {
+    let server = RedisServer::start();
+    let clients = || server.cli(&["CLIENT", "LIST", "TYPE", "normal"]).lines().count();
+    let options = RedisOptions { prefix: "drop".into(), timeout: Duration::from_secs(2), ..RedisOptions::default() };
+    let store = RedisStore::open(&server.url(), options).unwrap();
+    let limit = Limit::per_hour(100).build().unwrap();
+    assert!(store.check(b"k", &limit, 1).await.unwrap().allowed);
+    // Its connection, and redis-cli's own.
+    assert_eq!(clients(), 2, "{}", server.cli(&["CLIENT", "LIST"]));
+    drop(store);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while clients() > 1 {
+        assert!(Instant::now() < deadline, "still open: {}", server.cli(&["CLIENT", "LIST"]));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -4,9 +4,10 @@
 //! see `wire.rs` and `bounded.rs`).
 //!
 //! - **Made on first use, again after it breaks.** A connection lost, or ended by a reply past
-//!   its bounds, is made again by the next call: one attempt, within the call timeout, which the
-//!   calls arriving meanwhile share and which ends even if they give up first (a server that is
-//!   down fails its calls at once, rather than after retries).
+//!   its bounds, is made again by the next call (before that call is sent when the connection
+//!   had already ended, e.g. closed by the server while idle): one attempt, within the call
+//!   timeout, which the calls arriving meanwhile share and which ends even if they give up first
+//!   (a server that is down fails its calls at once, rather than after retries).
 //! - **Closed with its last user.** The task that reads and writes the socket ends when neither
 //!   the server's entry nor a call under way holds the connection: a server the topology no
 //!   longer names is a socket closed, whatever it still sends or owes.
@@ -74,9 +75,22 @@ impl Link {
         Link { server, current: Mutex::new(Attempt::new(0)) }
     }
 
-    /// The connection, made now if there is none (or the last attempt failed), and its
-    /// generation (for [`broken`](Self::broken)).
+    /// The connection, made now if there is none (or the last attempt failed, or the
+    /// connection ended since its last call), and its generation (for [`broken`](Self::broken)).
     pub(super) async fn get(&self) -> RedisResult<(u64, Arc<Connected>)> {
+        let (generation, connected) = self.attempt().await?;
+        if !connected.wire.has_ended() {
+            return Ok((generation, connected));
+        }
+        // Ended while no call was on it (a server's idle timeout, `CLIENT KILL`, a restart): made
+        // again before the call is sent, rather than the call failing unsent. Once only: a
+        // server that closes every new connection fails the call.
+        self.broken(generation);
+        self.attempt().await
+    }
+
+    /// The current attempt's connection, the attempt started if none is under way.
+    async fn attempt(&self) -> RedisResult<(u64, Arc<Connected>)> {
         let attempt = self.current.lock().unwrap_or_else(PoisonError::into_inner).clone();
         if let Some(start) = attempt.start.lock().unwrap_or_else(PoisonError::into_inner).take() {
             let server = self.server.clone();
@@ -170,21 +184,33 @@ impl Server {
         }
         let replies = wire.call(setup.get_packed_pipeline(), setup.len()).await?;
         let mut replies = replies.into_iter();
-        if settings.password.is_some()
-            && let Some(Value::ServerError(refused)) = replies.next()
-        {
-            let detail = refused.details().unwrap_or_default().to_string();
-            return Err(RedisError::from((ErrorKind::AuthenticationFailed, "Password authentication failed", detail)));
+        if settings.password.is_some() {
+            match replies.next() {
+                Some(Value::Okay) => {}
+                Some(Value::ServerError(refused)) => {
+                    let detail = refused.details().unwrap_or_default().to_string();
+                    return Err(RedisError::from((
+                        ErrorKind::AuthenticationFailed,
+                        "Password authentication failed",
+                        detail,
+                    )));
+                }
+                other => return Err(unexpected("AUTH", other)),
+            }
         }
-        if settings.db != 0
-            && let Some(Value::ServerError(refused)) = replies.next()
-        {
-            let detail = format!("{} {}", refused.code(), refused.details().unwrap_or_default());
-            return Err(RedisError::from((
-                ErrorKind::Server(ServerErrorKind::ResponseError),
-                "Redis server refused to switch database",
-                detail,
-            )));
+        if settings.db != 0 {
+            match replies.next() {
+                Some(Value::Okay) => {}
+                Some(Value::ServerError(refused)) => {
+                    let detail = format!("{} {}", refused.code(), refused.details().unwrap_or_default());
+                    return Err(RedisError::from((
+                        ErrorKind::Server(ServerErrorKind::ResponseError),
+                        "Redis server refused to switch database",
+                        detail,
+                    )));
+                }
+                other => return Err(unexpected("SELECT", other)),
+            }
         }
         Ok(())
     }
@@ -196,6 +222,20 @@ impl Server {
         let config = Arc::new(client_config(tls)?);
         Ok(self.tls.get_or_init(|| config).clone())
     }
+}
+
+/// The error of a setup command (`AUTH`, `SELECT`) answered with neither `+OK` nor an error: not
+/// a Redis server speaking to tollgate, so no connection (a parse error: the next call makes
+/// another). What it answered is shown cut short (it is the server's, never a credential of
+/// tollgate's, but it may be long).
+fn unexpected(command: &str, reply: Option<Value>) -> RedisError {
+    let mut shown = format!("{reply:?}");
+    if shown.len() > 64 {
+        let cut = (0..=64).rev().find(|&i| shown.is_char_boundary(i)).unwrap_or(0);
+        shown.truncate(cut);
+        shown.push('…');
+    }
+    RedisError::from((ErrorKind::Parse, "unexpected setup reply", format!("{command} answered {shown}, not OK")))
 }
 
 /// rustls' client configuration for `tls`: the servers verified against its CA, or the
@@ -229,6 +269,73 @@ fn client_config(tls: &TlsConfig) -> RedisResult<rustls::ClientConfig> {
                 .map_err(|e| invalid("the client certificate", e.to_string()))?;
             let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| invalid("the client key", e.to_string()))?;
             builder.with_client_auth_cert(chain, key).map_err(|e| invalid("the client certificate", e.to_string()))
+        }
+    }
+}
+
+#[cfg(all(test, feature = "testkit"))]
+mod tests {
+    use super::*;
+    use crate::redis::target::RedisTarget;
+    use crate::testkit::fake_redis::{Answer, FakeRedis, is, resp};
+
+    /// A link to `server` with the URL `url`'s user, password and database.
+    fn link(server: &FakeRedis, url: &str) -> Link {
+        let target = RedisTarget::parse(&url.replace("PORT", &server.port().to_string())).unwrap();
+        let address = Address { host: "127.0.0.1".into(), port: server.port() };
+        Link::new(address, Arc::new(Settings::data(&target, Duration::from_secs(2))))
+    }
+
+    /// `AUTH` and `SELECT` answer `+OK` or an error: anything else (a server that is not
+    /// Redis, or not speaking to tollgate) is no authentication, and no database selected.
+    #[tokio::test]
+    async fn a_setup_answered_with_neither_ok_nor_an_error_is_refused() {
+        for (url, odd) in [
+            ("redis://:secret@127.0.0.1:PORT", "AUTH"),
+            ("redis://user:secret@127.0.0.1:PORT/3", "AUTH"),
+            ("redis://:secret@127.0.0.1:PORT/3", "SELECT"),
+        ] {
+            let server = FakeRedis::start(move |command| {
+                if is(command, &[odd]) { Answer::Raw(resp::int(1)) } else { Answer::Raw(resp::simple("OK")) }
+            });
+            let error = link(&server, url).get().await.err().unwrap_or_else(|| panic!("{url}: connected"));
+            let text = error.to_string();
+            assert!(text.contains(&format!("{odd} answered")) && !text.contains("secret"), "{url}: {text}");
+        }
+    }
+
+    /// A server that refuses a connection says why before it closes it (`-ERR max number of
+    /// clients reached`): the call fails with those words, not only as a reply no call awaited.
+    #[tokio::test]
+    async fn a_server_refusing_the_connection_is_quoted() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for socket in listener.incoming() {
+                let Ok(mut socket) = socket else { return };
+                // Said, closed, and what the client sent read to its end (no reset that would
+                // discard the words before the client reads them).
+                std::thread::spawn(move || {
+                    let _ = std::io::Write::write_all(&mut socket, b"-ERR max number of clients reached\r\n");
+                    let _ = socket.shutdown(std::net::Shutdown::Write);
+                    let _ = std::io::Read::read_to_end(&mut socket, &mut Vec::new());
+                });
+            }
+        });
+        let target = RedisTarget::parse(&format!("redis://127.0.0.1:{port}")).unwrap();
+        let address = Address { host: "127.0.0.1".into(), port };
+        let link = Link::new(address, Arc::new(Settings::data(&target, Duration::from_secs(2))));
+        let mut errors = Vec::new();
+        for _ in 0..3 {
+            let call = async {
+                let (_, connected) = link.get().await?;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                connected.wire.run(&redis::cmd("PING")).await
+            };
+            errors.push(call.await.unwrap_err().to_string());
+        }
+        for error in errors {
+            assert!(error.contains("max number of clients reached"), "{error}");
         }
     }
 }

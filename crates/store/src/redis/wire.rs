@@ -17,11 +17,15 @@
 //!   and `fallback/pending.rs`), and so does every call queued behind them. The error is one that
 //!   makes the next call connect again (see `link.rs`).
 //! - **Bounded.** A reply is at most [`MAX_REPLY_BYTES`](super::bounded::MAX_REPLY_BYTES) in
-//!   memory; a write carries at most [`MAX_WRITE`] bytes of calls (more go in the next one); the
-//!   calls queued are those of callers waiting (each within its own deadline).
+//!   memory; a write carries at most [`MAX_WRITE`] bytes of calls (more go in the next one); at
+//!   most [`MAX_QUEUED`] calls wait for the writer (a server that reads nothing blocks it): more
+//!   callers wait for room, each within its own deadline, and one that gives up leaves nothing.
+//! - **Pushes skipped.** A push frame (`>`, RESP3's out-of-band message) answers no call: it is
+//!   dropped, never taken for the reply of the call at the front.
 
 use std::collections::VecDeque;
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use redis::{Cmd, ErrorKind, RedisError, RedisResult, Value};
@@ -34,6 +38,9 @@ use super::bounded::{Framing, refusal};
 /// The most bytes of calls one write carries.
 const MAX_WRITE: usize = 1 << 20;
 
+/// The most calls queued for the writer; more callers wait for room, each within its deadline.
+const MAX_QUEUED: usize = 4096;
+
 /// The room a read is given at least.
 const READ_CHUNK: usize = 16 << 10;
 
@@ -45,6 +52,9 @@ struct Call {
     packed: Vec<u8>,
     replies: usize,
     done: oneshot::Sender<Replies>,
+    /// Counts the calls held, queued or being batched (what the tests bound).
+    #[cfg(test)]
+    _held: tests::Held,
 }
 
 /// A call written, awaiting its replies.
@@ -74,13 +84,25 @@ impl Ended {
 }
 
 /// The calls written and not answered yet, in the order they were written; `Err` once the
-/// connection has ended.
-type InFlight = Mutex<Result<VecDeque<Awaited>, Ended>>;
+/// connection has ended (and then `ended` is set, read without the lock).
+struct InFlight {
+    calls: Mutex<Result<VecDeque<Awaited>, Ended>>,
+    ended: AtomicBool,
+}
+
+impl InFlight {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Result<VecDeque<Awaited>, Ended>> {
+        self.calls.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
 
 /// A server's connection (see the module docs): cheap to clone, every clone on the same socket.
 #[derive(Clone)]
 pub(super) struct Wire {
-    calls: mpsc::UnboundedSender<Call>,
+    calls: mpsc::Sender<Call>,
+    in_flight: Arc<InFlight>,
+    #[cfg(test)]
+    held: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// The tasks driving one connection, ended with it.
@@ -103,19 +125,38 @@ impl Wire {
         R: AsyncRead + Send + Unpin + 'static,
         W: AsyncWrite + Send + Unpin + 'static,
     {
-        let (calls, queued) = mpsc::unbounded_channel();
-        let in_flight: Arc<InFlight> = Arc::new(Mutex::new(Ok(VecDeque::new())));
+        let (calls, queued) = mpsc::channel(MAX_QUEUED);
+        let in_flight = Arc::new(InFlight { calls: Mutex::new(Ok(VecDeque::new())), ended: AtomicBool::new(false) });
         let writer = tokio::spawn(write_calls(write, queued, in_flight.clone())).abort_handle();
-        let reader = tokio::spawn(read_replies(read, in_flight)).abort_handle();
-        (Wire { calls }, Tasks { writer, reader })
+        let reader = tokio::spawn(read_replies(read, in_flight.clone())).abort_handle();
+        #[cfg(test)]
+        let held = Arc::default();
+        (
+            Wire {
+                calls,
+                in_flight,
+                #[cfg(test)]
+                held,
+            },
+            Tasks { writer, reader },
+        )
     }
 
     /// Sends `packed` (`replies` commands, packed one after the other, written together) and
     /// returns their replies.
     pub(super) async fn call(&self, packed: Vec<u8>, replies: usize) -> Replies {
         let (done, answer) = oneshot::channel();
-        let call = Call { packed, replies: replies.max(1), done };
-        if self.calls.send(call).is_err() {
+        let call = Call {
+            packed,
+            replies: replies.max(1),
+            done,
+            #[cfg(test)]
+            _held: tests::Held::new(&self.held),
+        };
+        // Waits for room while the queue is full (a server that reads nothing, or slower than
+        // its callers): the caller's deadline bounds the wait, and a call that gives up waiting
+        // is neither queued nor written.
+        if self.calls.send(call).await.is_err() {
             return Err(io::Error::new(
                 io::ErrorKind::NotConnected,
                 "the connection has ended (the call was not sent)",
@@ -133,6 +174,12 @@ impl Wire {
         }
     }
 
+    /// Whether the connection has ended (lost, closed by the server, or refused a reply): a call
+    /// on it would fail unsent.
+    pub(super) fn has_ended(&self) -> bool {
+        self.in_flight.ended.load(Ordering::Acquire)
+    }
+
     /// Sends `cmd` and returns its reply, a server's error reply as an error.
     pub(super) async fn run(&self, cmd: &Cmd) -> RedisResult<Value> {
         last(self.call(cmd.get_packed_command(), 1).await?)
@@ -147,7 +194,8 @@ pub(super) fn last(mut replies: Vec<Value>) -> RedisResult<Value> {
 /// Ends the connection: every call written and not answered fails, and so does every call
 /// written after this (the writer learns it when it registers them).
 fn end(in_flight: &InFlight, ended: Ended) {
-    let mut state = in_flight.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut state = in_flight.lock();
+    in_flight.ended.store(true, Ordering::Release);
     if let Ok(awaited) = std::mem::replace(&mut *state, Err(ended.clone())) {
         drop(state);
         for call in awaited {
@@ -167,11 +215,7 @@ fn dropped(kind: io::ErrorKind) -> io::ErrorKind {
 }
 
 /// The writer (see the module docs).
-async fn write_calls<W: AsyncWrite + Unpin>(
-    mut socket: W,
-    mut queued: mpsc::UnboundedReceiver<Call>,
-    in_flight: Arc<InFlight>,
-) {
+async fn write_calls<W: AsyncWrite + Unpin>(mut socket: W, mut queued: mpsc::Receiver<Call>, in_flight: Arc<InFlight>) {
     let mut buffer = Vec::new();
     let mut batch = Vec::new();
     let ended = loop {
@@ -197,7 +241,7 @@ async fn write_calls<W: AsyncWrite + Unpin>(
             continue;
         }
         // Awaited before written: the reader may read their replies as soon as they are written.
-        let refused = match &mut *in_flight.lock().unwrap_or_else(PoisonError::into_inner) {
+        let refused = match &mut *in_flight.lock() {
             Ok(awaited) => {
                 awaited.extend(batch.drain(..));
                 None
@@ -256,6 +300,9 @@ async fn read_replies<R: AsyncRead + Unpin>(mut socket: R, in_flight: Arc<InFlig
         let mut unparsed = None;
         for &end in &ends {
             match redis::parse_redis_value(&buffer[start..end]) {
+                // A push (RESP3's out-of-band frame, which a RESP2 connection never asks for)
+                // answers no call: skipped, so that it shifts no reply onto another call.
+                Ok(Value::Push { .. }) => {}
                 Ok(value) => values.push(value),
                 Err(error) => {
                     unparsed = Some(refusal(&format!("a reply that is not RESP ({error})")));
@@ -284,11 +331,11 @@ fn complete(in_flight: &InFlight, values: &mut Vec<Value>) -> Result<(), Ended> 
     let mut answered = Vec::new();
     let mut outcome = Ok(());
     {
-        let mut state = in_flight.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut state = in_flight.lock();
         let Ok(awaited) = &mut *state else { return Ok(()) };
         for value in values.drain(..) {
             let Some(call) = awaited.front_mut() else {
-                let error = refusal("a reply that no call awaits");
+                let error = refusal(&unawaited(&value));
                 outcome = Err(Ended { kind: error.kind(), why: error.to_string() });
                 break;
             };
@@ -304,6 +351,19 @@ fn complete(in_flight: &InFlight, values: &mut Vec<Value>) -> Result<(), Ended> 
         let _ = call.done.send(Ok(call.values));
     }
     outcome
+}
+
+/// What a reply that no call awaits is said to be: an error reply quoted (a server refusing the
+/// connection says why before it closes it: `-ERR max number of clients reached`), cut short.
+fn unawaited(value: &Value) -> String {
+    let Value::ServerError(error) = value else { return "a reply that no call awaits".into() };
+    let mut said = format!("{} {}", error.code(), error.details().unwrap_or_default());
+    if said.len() > 200 {
+        let cut = (0..=200).rev().find(|&i| said.is_char_boundary(i)).unwrap_or(0);
+        said.truncate(cut);
+        said.push('…');
+    }
+    format!("an error that no call awaits ({said:?})")
 }
 
 #[cfg(test)]

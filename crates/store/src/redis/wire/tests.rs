@@ -239,3 +239,93 @@ async fn calls_ready_together_go_out_in_one_write() {
         assert_eq!(text(&call.await.unwrap().unwrap()), format!("key{i}"));
     }
 }
+
+/// Counts a call while it is held by the connection, queued or being batched.
+pub(super) struct Held(Arc<AtomicUsize>);
+
+impl Held {
+    pub(super) fn new(count: &Arc<AtomicUsize>) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        Held(count.clone())
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A push (RESP3's out-of-band frame: an invalidation, a message) answers no call: taken for
+/// one, it would shift every later reply onto the call after its own.
+#[tokio::test]
+async fn a_push_frame_is_no_calls_reply() {
+    let (wire, _tasks, mut server) = connected();
+    let calls = spawn_gets(&wire, 2);
+    let mut seen = Vec::new();
+    let names = received(&mut server, 2, &mut seen).await;
+    let push = format!(">2\r\n{}*1\r\n{}", bulk("invalidate"), bulk("key0"));
+    server.write_all(format!("{push}{}{push}{}", bulk(&names[0]), bulk(&names[1])).as_bytes()).await.unwrap();
+    for (i, call) in calls.into_iter().enumerate() {
+        assert_eq!(text(&call.await.unwrap().unwrap()), format!("key{i}"));
+    }
+    // The connection goes on.
+    let next = spawn_gets(&wire, 1).pop().unwrap();
+    received(&mut server, 3, &mut seen).await;
+    server.write_all(bulk("key0").as_bytes()).await.unwrap();
+    assert_eq!(text(&next.await.unwrap().unwrap()), "key0");
+}
+
+/// A server that reads nothing (frozen, or its host gone) blocks the writer: callers keep coming
+/// and give up at their deadlines, and the calls they leave must not pile up without bound.
+#[tokio::test]
+async fn callers_outpacing_a_server_that_reads_nothing_hold_a_bounded_queue() {
+    // A pipe of 64 bytes: the first write blocks, the server reading nothing.
+    let (client, mut server) = tokio::io::duplex(64);
+    let (read, write) = tokio::io::split(client);
+    let (wire, _tasks) = Wire::start(read, write);
+    // A call longer than the pipe blocks the writer; the callers come after.
+    let blocking = tokio::spawn({
+        let wire = wire.clone();
+        async move { wire.run(&get(&"x".repeat(1000))).await }
+    });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(wire.held.load(Ordering::Relaxed), 0, "the first call is taken by the writer");
+    let callers = 3 * MAX_QUEUED;
+    let gave_up: Vec<_> = (0..callers)
+        .map(|i| {
+            let wire = wire.clone();
+            tokio::spawn(async move {
+                tokio::time::timeout(Duration::from_millis(50), wire.run(&get(&format!("key{i}")))).await.is_err()
+            })
+        })
+        .collect();
+    for caller in gave_up {
+        assert!(caller.await.unwrap(), "a caller was answered by a server that answers nothing");
+    }
+    let held = wire.held.load(Ordering::Relaxed);
+    assert!(held <= MAX_QUEUED, "{held} calls held for {callers} callers that gave up (at most {MAX_QUEUED})");
+    // The server reads again and answers: a new call gets its own reply (those written before
+    // keep their places; the rest were never written).
+    let next = tokio::spawn({
+        let wire = wire.clone();
+        async move { wire.run(&get("next")).await }
+    });
+    let mut seen = Vec::new();
+    let names = loop {
+        let mut chunk = [0u8; 4096];
+        let n = server.read(&mut chunk).await.unwrap();
+        seen.extend_from_slice(&chunk[..n]);
+        let names = names_in(&seen);
+        if names.last().is_some_and(|n| n == "next") {
+            break names;
+        }
+    };
+    let replies: String = names.iter().map(|n| bulk(n)).collect();
+    server.write_all(replies.as_bytes()).await.unwrap();
+    assert_eq!(text(&next.await.unwrap().unwrap()), "next");
+    assert_eq!(text(&blocking.await.unwrap().unwrap()), "x".repeat(1000));
+}
+
+#[cfg(feature = "testkit")]
+mod against_redis;
