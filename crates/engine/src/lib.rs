@@ -43,6 +43,7 @@ mod enforce;
 pub mod latency;
 pub mod metrics;
 mod mitigation;
+mod policy;
 pub mod rates;
 pub mod reload;
 pub mod render;
@@ -59,7 +60,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use prometheus_client::registry::Registry;
 use smallvec::SmallVec;
-use tollgate_core::{Clock, Decision, Limit, SystemClock};
+use tollgate_core::{Clock, Decision, SystemClock};
 use tollgate_rules::{Action, Plan, Rules};
 use tollgate_store::{Check, Store, StoreError};
 
@@ -68,46 +69,13 @@ pub use asks::{Ask, Asked};
 pub use blocks::DEFAULT_MAX_BLOCKS;
 pub use direct::EngineError;
 pub use metrics::{Frontend, Metrics, Outcome, Source};
+pub use policy::{Current, Policy};
 pub use rates::{DEFAULT_MAX_RATED_KEYS, MAX_TOP, Talker};
 pub use settle::Unsettled;
 pub use tollgate_rules::Request;
 pub use waiting::DEFAULT_MAX_DELAYED;
 
-use metrics::RuleCounters;
 use mitigation::{Routes, rate};
-
-/// The rules in force, as [`Engine::current`] lends them.
-pub type Current = arc_swap::Guard<Arc<Policy>>;
-
-/// The rules in force, compiled for the hot path.
-#[derive(Debug)]
-pub struct Policy {
-    /// The rules.
-    pub rules: Rules,
-    /// The headers the rules read (lowercase): front ends need not copy the others.
-    pub header_names: Vec<String>,
-    /// Whether any rule looks at the host.
-    pub uses_host: bool,
-    /// Whether any rule keys on a TLS fingerprint (`ja3`, `ja4`): front ends need not look for
-    /// one otherwise.
-    pub uses_fingerprints: bool,
-    /// Whether any rule keys on the client address (or its AS number).
-    pub uses_client_ip: bool,
-    /// Per rule: the limit it is checked under (a delay rule's shaper, as wide as `max_delay`).
-    checked: Vec<Limit>,
-    counters: Vec<RuleCounters>,
-    /// Per rule: its name, scoping its measured rates.
-    names: Vec<Arc<str>>,
-    /// Whether any rule is measured (none: requests skip the rates entirely).
-    measures: bool,
-    /// The engine's `count_status` reservations not settled yet (every policy of an engine
-    /// shares it: requests admitted under one are settled under it, after a reload too).
-    in_flight: Arc<settle::InFlight>,
-    /// Per rule, the limits its keys' use is carried from after a reload changed its algorithm.
-    carries: carry::Carries,
-    /// Per rule, how its holds are read from the store (see `shared`).
-    shares: shared::Shares,
-}
 
 /// A rule that applies to the request, with its key (borrowed from the plan), cost and the key's
 /// measured rate (if the rule is measured).
@@ -228,49 +196,6 @@ fn duration_ns(duration: Duration) -> u64 {
     u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
-impl Policy {
-    /// `rules` compiled; `previous`: the policy they replace, and when.
-    fn compile(
-        rules: Rules,
-        metrics: &Metrics,
-        in_flight: &Arc<settle::InFlight>,
-        previous: Option<(&Policy, u64)>,
-    ) -> Policy {
-        let checked: Vec<Limit> = rules.rules.iter().map(checked_limit).collect();
-        let carries = match previous {
-            Some((previous, now)) => carry::Carries::after(&rules, &checked, previous, now),
-            None => carry::Carries::none(rules.rules.len()),
-        };
-        let counters = rules.rules.iter().map(|r| metrics.rule(&r.name)).collect();
-        // The AS number is the client address's.
-        let uses_client_ip = rules.rules.iter().any(|r| {
-            r.key
-                .iter()
-                .any(|k| matches!(k, tollgate_rules::Characteristic::ClientIp | tollgate_rules::Characteristic::Asn))
-        });
-        let names = mitigation::names(&rules);
-        let measures = rules.rules.iter().any(|r| r.measured);
-        let uses_fingerprints = rules.rules.iter().any(|r| {
-            r.key.iter().any(|k| matches!(k, tollgate_rules::Characteristic::Ja3 | tollgate_rules::Characteristic::Ja4))
-        });
-        let shares = shared::Shares::of(&rules);
-        Policy {
-            measures,
-            uses_fingerprints,
-            header_names: rules.header_names(),
-            uses_host: rules.uses_host(),
-            uses_client_ip,
-            rules,
-            checked,
-            counters,
-            names,
-            in_flight: in_flight.clone(),
-            carries,
-            shares,
-        }
-    }
-}
-
 /// The plan's only rule if it is the usual kind, which rejects when over and counts every request
 /// (no dry-run, delay, shadow-ban, mitigation timeout or `count_status`): then a plain check
 /// decides the request.
@@ -279,20 +204,6 @@ fn single<'p>(policy: &Policy, plan: &'p Plan) -> Option<Applies<'p>> {
     let r = &policy.rules.rules[rule];
     let plain = r.action == Action::Reject && r.count_status.is_none() && r.timeout_ns == 0;
     plain.then_some(Applies { rule, key, cost, rate: None })
-}
-
-/// The limit a rule is checked under: for `delay`, its shaper as wide as `max_delay` (see
-/// [`Rule::shaper`](tollgate_rules::Rule::shaper)), so that a request within the delay is
-/// admitted and then waits for its slot. A rules file refuses a `max_delay` whose shaper cannot
-/// be built; rules built otherwise get the widest that can (never none at all).
-fn checked_limit(rule: &tollgate_rules::Rule) -> Limit {
-    match rule.action {
-        Action::Delay { max_delay_ns } => rule
-            .shaper(max_delay_ns)
-            .or_else(|| rule.shaper(tollgate_core::MAX_PERIOD_NS.saturating_sub(rule.limit.tolerance_ns())))
-            .unwrap_or_else(|| rule.limit.clone()),
-        _ => rule.limit.clone(),
-    }
 }
 
 impl<S: Store> Engine<S> {

@@ -4,8 +4,6 @@
 //! shadow-ban, route to a quarantine, dry-run's log line), and a store error answered by
 //! `on_error`, never silently.
 
-use std::sync::Arc;
-
 use smallvec::SmallVec;
 use tollgate_core::{Algorithm, Decision, Limit};
 use tollgate_rules::{Action, OnError, Plan, Request};
@@ -314,9 +312,4 @@ impl<S: Store> Engine<S> {
             }
         }
     }
-}
-
-/// Keeps `Arc` in use for the names the rates are scoped by.
-pub(crate) fn names(rules: &tollgate_rules::Rules) -> Vec<Arc<str>> {
-    rules.rules.iter().map(|r| Arc::from(r.name.as_str())).collect()
 }
