@@ -37,6 +37,7 @@
 mod admission;
 mod asks;
 mod blocks;
+mod builder;
 mod carry;
 mod direct;
 mod enforce;
@@ -58,15 +59,15 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use prometheus_client::registry::Registry;
 use smallvec::SmallVec;
-use tollgate_core::{Clock, Decision, SystemClock};
+use tollgate_core::{Clock, Decision};
 use tollgate_rules::{Action, Plan, Rules};
 use tollgate_store::{Check, Store, StoreError};
 
 pub use admission::{Admission, Answer, Fields, Pending, Proceed};
 pub use asks::{Ask, Asked};
 pub use blocks::DEFAULT_MAX_BLOCKS;
+pub use builder::EngineBuilder;
 pub use direct::EngineError;
 pub use metrics::{Frontend, Metrics, Outcome, Source};
 pub use policy::{Current, Policy};
@@ -85,91 +86,6 @@ struct Applies<'p> {
     key: &'p [u8],
     cost: u64,
     rate: Option<f64>,
-}
-
-/// Options of an [`Engine`].
-#[derive(Debug)]
-pub struct EngineBuilder<S> {
-    store: S,
-    rules: Rules,
-    clock: Arc<dyn Clock>,
-    max_blocks: usize,
-    max_rated_keys: usize,
-    routes: bool,
-    max_delayed: usize,
-    max_wait: Option<Duration>,
-}
-
-impl<S: Store> EngineBuilder<S> {
-    /// The clock (default: the system clock). Tests pass a manual one, as to the store.
-    #[must_use]
-    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = clock;
-        self
-    }
-
-    /// At most this many keys under a mitigation timeout (default 100,000).
-    #[must_use]
-    pub fn max_blocks(mut self, max: usize) -> Self {
-        self.max_blocks = max.max(1);
-        self
-    }
-
-    /// At most this many (rule, key) pairs have a measured rate (default 100,000): the busiest.
-    #[must_use]
-    pub fn max_rated_keys(mut self, max: usize) -> Self {
-        self.max_rated_keys = max.max(1);
-        self
-    }
-
-    /// Whether the front end sends what a `route` rule quarantines to its upstream (`tollgate
-    /// proxy` does): then such requests are answered [`Answer::Route`]. Off (the default), a
-    /// `route` rule rejects (429), as no request it mitigates may be served.
-    #[must_use]
-    pub fn routes(mut self, routes: bool) -> Self {
-        self.routes = routes;
-        self
-    }
-
-    /// At most this many requests wait for their slot under `delay` rules at once, across every
-    /// key (default [`DEFAULT_MAX_DELAYED`]): beyond, a request that would wait is refused (429)
-    /// at once, charging nothing; one that need not wait still passes. 0: no request ever waits.
-    #[must_use]
-    pub fn max_delayed(mut self, max: usize) -> Self {
-        self.max_delayed = max;
-        self
-    }
-
-    /// The longest any request may wait for its slot (default: as long as its rule's
-    /// `max_delay`): the time a front end gives a request (its request timeout), so that a
-    /// delay that would outlast it is refused at once (429, nothing charged) rather than spent
-    /// on a request the server ends first. A front end may give less per request
-    /// ([`admit_within`](Engine::admit_within)).
-    #[must_use]
-    pub fn max_wait(mut self, max: Duration) -> Self {
-        self.max_wait = Some(max);
-        self
-    }
-
-    /// Builds the engine, its metrics registered in `registry`.
-    pub fn build(self, registry: &mut Registry) -> Engine<S> {
-        // A store that decides in place has no backend to fail: no store error series to watch.
-        let metrics = Metrics::new(registry, !self.store.decides_in_place());
-        let in_flight = Arc::new(settle::InFlight::new());
-        let policy = Arc::new(Policy::compile(self.rules, &metrics, &in_flight, None));
-        Engine {
-            store: self.store,
-            policy: ArcSwap::new(policy),
-            clock: self.clock,
-            blocks: blocks::Blocks::new(self.max_blocks),
-            rates: rates::Rates::new(self.max_rated_keys),
-            routes: self.routes,
-            metrics,
-            in_flight,
-            places: waiting::Places::new(self.max_delayed),
-            max_wait_ns: self.max_wait.map_or(u64::MAX, duration_ns),
-        }
-    }
 }
 
 /// The policy engine (see the crate docs). Share it behind an `Arc`.
@@ -207,20 +123,6 @@ fn single<'p>(policy: &Policy, plan: &'p Plan) -> Option<Applies<'p>> {
 }
 
 impl<S: Store> Engine<S> {
-    /// An engine applying `rules` with `store`.
-    pub fn builder(store: S, rules: Rules) -> EngineBuilder<S> {
-        EngineBuilder {
-            store,
-            rules,
-            clock: Arc::new(SystemClock::new()),
-            max_blocks: DEFAULT_MAX_BLOCKS,
-            max_rated_keys: DEFAULT_MAX_RATED_KEYS,
-            routes: false,
-            max_delayed: DEFAULT_MAX_DELAYED,
-            max_wait: None,
-        }
-    }
-
     /// The rules in force.
     pub fn policy(&self) -> Arc<Policy> {
         self.policy.load_full()
