@@ -11,7 +11,7 @@ use tollgate_core::{Clock, SystemClock};
 use tollgate_rules::Rules;
 use tollgate_store::Store;
 
-use crate::duration_ns;
+use crate::engine::duration_ns;
 use crate::{
     DEFAULT_MAX_BLOCKS, DEFAULT_MAX_DELAYED, DEFAULT_MAX_RATED_KEYS, Engine, Metrics, Policy, blocks, rates, settle,
     waiting,

@@ -41,6 +41,7 @@ mod builder;
 mod carry;
 mod direct;
 mod enforce;
+mod engine;
 pub mod latency;
 pub mod metrics;
 mod mitigation;
@@ -58,9 +59,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use smallvec::SmallVec;
-use tollgate_core::{Clock, Decision};
+use tollgate_core::Decision;
 use tollgate_rules::{Action, Plan, Rules};
 use tollgate_store::{Check, Store, StoreError};
 
@@ -69,6 +69,7 @@ pub use asks::{Ask, Asked};
 pub use blocks::DEFAULT_MAX_BLOCKS;
 pub use builder::EngineBuilder;
 pub use direct::EngineError;
+pub use engine::Engine;
 pub use metrics::{Frontend, Metrics, Outcome, Source};
 pub use policy::{Current, Policy};
 pub use rates::{DEFAULT_MAX_RATED_KEYS, MAX_TOP, Talker};
@@ -76,6 +77,7 @@ pub use settle::Unsettled;
 pub use tollgate_rules::Request;
 pub use waiting::DEFAULT_MAX_DELAYED;
 
+use engine::duration_ns;
 use mitigation::{Routes, rate};
 
 /// A rule that applies to the request, with its key (borrowed from the plan), cost and the key's
@@ -86,30 +88,6 @@ struct Applies<'p> {
     key: &'p [u8],
     cost: u64,
     rate: Option<f64>,
-}
-
-/// The policy engine (see the crate docs). Share it behind an `Arc`.
-#[derive(Debug)]
-pub struct Engine<S> {
-    store: S,
-    policy: ArcSwap<Policy>,
-    clock: Arc<dyn Clock>,
-    blocks: blocks::Blocks,
-    rates: rates::Rates,
-    routes: bool,
-    metrics: Metrics,
-    /// The `count_status` reservations not settled yet.
-    in_flight: Arc<settle::InFlight>,
-    /// The requests waiting for their slot.
-    places: waiting::Places,
-    /// The longest any request may wait for its slot ([`EngineBuilder::max_wait`]; `u64::MAX`:
-    /// its rule's `max_delay`).
-    max_wait_ns: u64,
-}
-
-/// `duration` in ns, saturating.
-fn duration_ns(duration: Duration) -> u64 {
-    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// The plan's only rule if it is the usual kind, which rejects when over and counts every request
@@ -123,21 +101,6 @@ fn single<'p>(policy: &Policy, plan: &'p Plan) -> Option<Applies<'p>> {
 }
 
 impl<S: Store> Engine<S> {
-    /// The rules in force.
-    pub fn policy(&self) -> Arc<Policy> {
-        self.policy.load_full()
-    }
-
-    /// The store.
-    pub fn store(&self) -> &S {
-        &self.store
-    }
-
-    /// The metrics.
-    pub fn metrics(&self) -> &Metrics {
-        &self.metrics
-    }
-
     /// Swaps in new rules atomically. Requests already admitted settle under the rules they were
     /// admitted with; a rule's state (in the store, under its name) is kept, and carried into
     /// its new algorithm's state if that changed (see `carry`).
@@ -151,21 +114,6 @@ impl<S: Store> Engine<S> {
     /// Counts a reload that failed (the rules in force stay).
     pub fn reload_failed(&self) {
         self.metrics.reloaded(false);
-    }
-
-    /// Counts a store error; the result passes through.
-    fn counted<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
-        if let Err(error) = &result {
-            self.metrics.store_error(error);
-        }
-        result
-    }
-
-    /// The rules in force, for one request: taking them touches no shared reference count (an
-    /// `Arc` clone would, on every request, from every core). Hold it while admitting a request,
-    /// not across long waits.
-    pub fn current(&self) -> Current {
-        self.policy.load()
     }
 
     /// Decides what to do with `request` under `policy` (see the crate docs; `policy` is
