@@ -29,11 +29,12 @@ use tollgate_rules::{Action, Plan};
 use tollgate_store::{Check, Store};
 
 use crate::admission::{Admission, Pending, Proceed, Rare};
+use crate::admit::Applies;
 use crate::metrics::Outcome;
 use crate::mitigation::{Rates, Route, Routes, rate};
 use crate::settle::busy;
 use crate::waiting::{delays, narrowed, wanted_a_place};
-use crate::{Applies, Engine, Policy};
+use crate::{Engine, Policy};
 
 impl<S: Store> Engine<S> {
     /// Enforces the rules of `plan`, but those in `routes`, all or nothing; then checks its

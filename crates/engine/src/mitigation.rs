@@ -10,9 +10,10 @@ use tollgate_rules::{Action, OnError, Plan, Request};
 use tollgate_store::{Store, StoreError};
 
 use crate::admission::{Admission, Answer, Fields, Pending, Proceed};
+use crate::admit::Applies;
 use crate::metrics::Outcome;
 use crate::rates::{Measured, Talker};
-use crate::{Applies, Engine, EngineError, Policy};
+use crate::{Engine, EngineError, Policy};
 
 /// The measured rate of each rule of a plan, in plan order (`None` for a rule not measured;
 /// empty when no rule is).

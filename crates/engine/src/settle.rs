@@ -26,9 +26,10 @@ use tollgate_core::Decision;
 use tollgate_store::{Check, Refund, Store};
 
 use crate::admission::{Answer, Fields, Pending};
+use crate::admit::Applies;
 use crate::metrics::Outcome;
 use crate::sharded::Sharded;
-use crate::{Applies, Engine, Policy};
+use crate::{Engine, Policy};
 
 /// The longest a request refused only by reservations in flight is told to wait: those are
 /// usually answered within it.
