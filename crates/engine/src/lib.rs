@@ -33,6 +33,10 @@
 //! of a rule lives in the store under its name, so a rule that keeps its name keeps its counts
 //! across a reload, carried into its new algorithm's state if that changed (`carry`). Time comes
 //! from an injected [`Clock`].
+//!
+//! [`Clock`]: tollgate_core::Clock
+//! [`Store::hold`]: tollgate_store::Store::hold
+//! [`Store::reserve`]: tollgate_store::Store::reserve
 
 mod admission;
 mod admit;
@@ -55,11 +59,6 @@ mod sharded;
 mod shared;
 mod waiting;
 
-use std::sync::Arc;
-
-use tollgate_rules::Rules;
-use tollgate_store::Store;
-
 pub use admission::{Admission, Answer, Fields, Pending, Proceed};
 pub use asks::{Ask, Asked};
 pub use blocks::DEFAULT_MAX_BLOCKS;
@@ -72,20 +71,3 @@ pub use rates::{DEFAULT_MAX_RATED_KEYS, MAX_TOP, Talker};
 pub use settle::Unsettled;
 pub use tollgate_rules::Request;
 pub use waiting::DEFAULT_MAX_DELAYED;
-
-impl<S: Store> Engine<S> {
-    /// Swaps in new rules atomically. Requests already admitted settle under the rules they were
-    /// admitted with; a rule's state (in the store, under its name) is kept, and carried into
-    /// its new algorithm's state if that changed (see `carry`).
-    pub fn reload(&self, rules: Rules) {
-        let previous = self.policy.load();
-        let policy = Policy::compile(rules, &self.metrics, &self.in_flight, Some((&previous, self.clock.now_ns())));
-        self.policy.store(Arc::new(policy));
-        self.metrics.reloaded(true);
-    }
-
-    /// Counts a reload that failed (the rules in force stay).
-    pub fn reload_failed(&self) {
-        self.metrics.reloaded(false);
-    }
-}
