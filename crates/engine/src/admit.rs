@@ -16,8 +16,8 @@ use tollgate_rules::{Action, Plan, Request};
 use tollgate_store::{Check, Store, StoreError};
 
 use crate::engine::duration_ns;
+use crate::measure::rate;
 use crate::mitigation::Routes;
-use crate::mitigation::rate;
 use crate::{Admission, Answer, Engine, Frontend, Outcome, Pending, Policy, Proceed};
 
 /// A rule that applies to the request, with its key (borrowed from the plan), cost and the key's

@@ -34,6 +34,14 @@
 //! across a reload, carried into its new algorithm's state if that changed (`carry`). Time comes
 //! from an injected [`Clock`].
 //!
+//! **Where [`Engine`]'s methods are**: one file per topic, each saying which it holds. `builder`
+//! (building an engine), `engine` (the engine and its accessors), `admit` (deciding a request),
+//! `enforce` (several rules, all or nothing), `mitigation` (keys over: holds, actions,
+//! `on_error`), `shared` (holds in the store), `measure` (measured rates, [`Engine::top`]),
+//! `settle` (`count_status` reservations), `carry` (counts carried across a reload), `asks`
+//! (Envoy's checks), `direct` (named and ad-hoc limits, resets) and [`reload`] (swapping the
+//! rules); the rules in force compiled, in `policy`.
+//!
 //! [`Clock`]: tollgate_core::Clock
 //! [`Store::hold`]: tollgate_store::Store::hold
 //! [`Store::reserve`]: tollgate_store::Store::reserve
@@ -48,6 +56,7 @@ mod direct;
 mod enforce;
 mod engine;
 pub mod latency;
+mod measure;
 pub mod metrics;
 mod mitigation;
 mod policy;
