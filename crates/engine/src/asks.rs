@@ -6,6 +6,8 @@
 //! when the request was admitted. Unlike a rule, a descriptor's status is reported for every
 //! check: when the request is refused, those that did not refuse it report their state as a
 //! peek would (they consumed nothing).
+//!
+//! [`Engine`]'s method here: [`Engine::admit_asks`].
 
 use tollgate_core::Decision;
 use tollgate_store::{Check, Store, StoreError};

@@ -13,6 +13,9 @@
 //! A request admitted before the reload and settled after it (a `count_status` reservation)
 //! gives back to the old state: if that was carried already, the reservation stays counted in
 //! the new one (an under-grant, never an over-grant).
+//!
+//! [`Engine`]'s methods here: `carry_plan` and `carry_key`, asked by `admit` before a request of
+//! such a rule is decided, and by `direct` for a named limit.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 

@@ -3,6 +3,9 @@
 //! redis-cell does) and named limits (`TG.LIMIT name key`, HTTP `limit_name`): a rule keyed on
 //! the caller's key, in the rule's own scope, admitted as a request is (mitigation, rates,
 //! actions, metrics: see [`Engine::check_named`]).
+//!
+//! [`Engine`]'s methods here: [`Engine::check_adhoc`], [`Engine::check_named`] and
+//! [`Engine::reset`], the calls a front end makes naming a limit rather than sending a request.
 
 use tollgate_core::{Decision, Limit};
 use tollgate_rules::Plan;

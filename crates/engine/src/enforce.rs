@@ -19,6 +19,10 @@
 //! refused on its own (a 429 to retry within a second), and nothing is held. A `delay` rule is
 //! checked under a shaper as wide as the request may wait (see `waiting`); refused only for want
 //! of a place among the requests waiting, the request is not over either.
+//!
+//! [`Engine`]'s methods here: `enforce_plan` (the rounds), `enforce` (one reservation),
+//! `went_over` and `check_dry_run`, called by `admit` for a request more than one plain rule
+//! counts.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,11 +33,13 @@ use tollgate_rules::{Action, Plan};
 use tollgate_store::{Check, Store};
 
 use crate::admission::{Admission, Pending, Proceed, Rare};
+use crate::admit::Applies;
+use crate::measure::{Rates, rate};
 use crate::metrics::Outcome;
-use crate::mitigation::{Rates, Route, Routes, rate};
+use crate::mitigation::{Route, Routes};
 use crate::settle::busy;
 use crate::waiting::{delays, narrowed, wanted_a_place};
-use crate::{Applies, Engine, Policy};
+use crate::{Engine, Policy};
 
 impl<S: Store> Engine<S> {
     /// Enforces the rules of `plan`, but those in `routes`, all or nothing; then checks its

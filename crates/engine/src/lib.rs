@@ -33,16 +33,33 @@
 //! of a rule lives in the store under its name, so a rule that keeps its name keeps its counts
 //! across a reload, carried into its new algorithm's state if that changed (`carry`). Time comes
 //! from an injected [`Clock`].
+//!
+//! **Where [`Engine`]'s methods are**: one file per topic, each saying which it holds. `builder`
+//! (building an engine), `engine` (the engine and its accessors), `admit` (deciding a request),
+//! `enforce` (several rules, all or nothing), `mitigation` (keys over: holds, actions,
+//! `on_error`), `shared` (holds in the store), `measure` (measured rates, [`Engine::top`]),
+//! `settle` (`count_status` reservations), `carry` (counts carried across a reload), `asks`
+//! (Envoy's checks), `direct` (named and ad-hoc limits, resets) and [`reload`] (swapping the
+//! rules); the rules in force compiled, in `policy`.
+//!
+//! [`Clock`]: tollgate_core::Clock
+//! [`Store::hold`]: tollgate_store::Store::hold
+//! [`Store::reserve`]: tollgate_store::Store::reserve
 
 mod admission;
+mod admit;
 mod asks;
 mod blocks;
+mod builder;
 mod carry;
 mod direct;
 mod enforce;
+mod engine;
 pub mod latency;
+mod measure;
 pub mod metrics;
 mod mitigation;
+mod policy;
 pub mod rates;
 pub mod reload;
 pub mod render;
@@ -51,451 +68,15 @@ mod sharded;
 mod shared;
 mod waiting;
 
-use std::future::Future;
-use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
-use std::time::Duration;
-
-use arc_swap::ArcSwap;
-use prometheus_client::registry::Registry;
-use smallvec::SmallVec;
-use tollgate_core::{Clock, Decision, Limit, SystemClock};
-use tollgate_rules::{Action, Plan, Rules};
-use tollgate_store::{Check, Store, StoreError};
-
 pub use admission::{Admission, Answer, Fields, Pending, Proceed};
 pub use asks::{Ask, Asked};
 pub use blocks::DEFAULT_MAX_BLOCKS;
+pub use builder::EngineBuilder;
 pub use direct::EngineError;
+pub use engine::Engine;
 pub use metrics::{Frontend, Metrics, Outcome, Source};
+pub use policy::{Current, Policy};
 pub use rates::{DEFAULT_MAX_RATED_KEYS, MAX_TOP, Talker};
 pub use settle::Unsettled;
 pub use tollgate_rules::Request;
 pub use waiting::DEFAULT_MAX_DELAYED;
-
-use metrics::RuleCounters;
-use mitigation::{Routes, rate};
-
-/// The rules in force, as [`Engine::current`] lends them.
-pub type Current = arc_swap::Guard<Arc<Policy>>;
-
-/// The rules in force, compiled for the hot path.
-#[derive(Debug)]
-pub struct Policy {
-    /// The rules.
-    pub rules: Rules,
-    /// The headers the rules read (lowercase): front ends need not copy the others.
-    pub header_names: Vec<String>,
-    /// Whether any rule looks at the host.
-    pub uses_host: bool,
-    /// Whether any rule keys on a TLS fingerprint (`ja3`, `ja4`): front ends need not look for
-    /// one otherwise.
-    pub uses_fingerprints: bool,
-    /// Whether any rule keys on the client address (or its AS number).
-    pub uses_client_ip: bool,
-    /// Per rule: the limit it is checked under (a delay rule's shaper, as wide as `max_delay`).
-    checked: Vec<Limit>,
-    counters: Vec<RuleCounters>,
-    /// Per rule: its name, scoping its measured rates.
-    names: Vec<Arc<str>>,
-    /// Whether any rule is measured (none: requests skip the rates entirely).
-    measures: bool,
-    /// The engine's `count_status` reservations not settled yet (every policy of an engine
-    /// shares it: requests admitted under one are settled under it, after a reload too).
-    in_flight: Arc<settle::InFlight>,
-    /// Per rule, the limits its keys' use is carried from after a reload changed its algorithm.
-    carries: carry::Carries,
-    /// Per rule, how its holds are read from the store (see `shared`).
-    shares: shared::Shares,
-}
-
-/// A rule that applies to the request, with its key (borrowed from the plan), cost and the key's
-/// measured rate (if the rule is measured).
-#[derive(Debug, Clone, Copy)]
-struct Applies<'p> {
-    rule: usize,
-    key: &'p [u8],
-    cost: u64,
-    rate: Option<f64>,
-}
-
-/// Options of an [`Engine`].
-#[derive(Debug)]
-pub struct EngineBuilder<S> {
-    store: S,
-    rules: Rules,
-    clock: Arc<dyn Clock>,
-    max_blocks: usize,
-    max_rated_keys: usize,
-    routes: bool,
-    max_delayed: usize,
-    max_wait: Option<Duration>,
-}
-
-impl<S: Store> EngineBuilder<S> {
-    /// The clock (default: the system clock). Tests pass a manual one, as to the store.
-    #[must_use]
-    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = clock;
-        self
-    }
-
-    /// At most this many keys under a mitigation timeout (default 100,000).
-    #[must_use]
-    pub fn max_blocks(mut self, max: usize) -> Self {
-        self.max_blocks = max.max(1);
-        self
-    }
-
-    /// At most this many (rule, key) pairs have a measured rate (default 100,000): the busiest.
-    #[must_use]
-    pub fn max_rated_keys(mut self, max: usize) -> Self {
-        self.max_rated_keys = max.max(1);
-        self
-    }
-
-    /// Whether the front end sends what a `route` rule quarantines to its upstream (`tollgate
-    /// proxy` does): then such requests are answered [`Answer::Route`]. Off (the default), a
-    /// `route` rule rejects (429), as no request it mitigates may be served.
-    #[must_use]
-    pub fn routes(mut self, routes: bool) -> Self {
-        self.routes = routes;
-        self
-    }
-
-    /// At most this many requests wait for their slot under `delay` rules at once, across every
-    /// key (default [`DEFAULT_MAX_DELAYED`]): beyond, a request that would wait is refused (429)
-    /// at once, charging nothing; one that need not wait still passes. 0: no request ever waits.
-    #[must_use]
-    pub fn max_delayed(mut self, max: usize) -> Self {
-        self.max_delayed = max;
-        self
-    }
-
-    /// The longest any request may wait for its slot (default: as long as its rule's
-    /// `max_delay`): the time a front end gives a request (its request timeout), so that a
-    /// delay that would outlast it is refused at once (429, nothing charged) rather than spent
-    /// on a request the server ends first. A front end may give less per request
-    /// ([`admit_within`](Engine::admit_within)).
-    #[must_use]
-    pub fn max_wait(mut self, max: Duration) -> Self {
-        self.max_wait = Some(max);
-        self
-    }
-
-    /// Builds the engine, its metrics registered in `registry`.
-    pub fn build(self, registry: &mut Registry) -> Engine<S> {
-        // A store that decides in place has no backend to fail: no store error series to watch.
-        let metrics = Metrics::new(registry, !self.store.decides_in_place());
-        let in_flight = Arc::new(settle::InFlight::new());
-        let policy = Arc::new(Policy::compile(self.rules, &metrics, &in_flight, None));
-        Engine {
-            store: self.store,
-            policy: ArcSwap::new(policy),
-            clock: self.clock,
-            blocks: blocks::Blocks::new(self.max_blocks),
-            rates: rates::Rates::new(self.max_rated_keys),
-            routes: self.routes,
-            metrics,
-            in_flight,
-            places: waiting::Places::new(self.max_delayed),
-            max_wait_ns: self.max_wait.map_or(u64::MAX, duration_ns),
-        }
-    }
-}
-
-/// The policy engine (see the crate docs). Share it behind an `Arc`.
-#[derive(Debug)]
-pub struct Engine<S> {
-    store: S,
-    policy: ArcSwap<Policy>,
-    clock: Arc<dyn Clock>,
-    blocks: blocks::Blocks,
-    rates: rates::Rates,
-    routes: bool,
-    metrics: Metrics,
-    /// The `count_status` reservations not settled yet.
-    in_flight: Arc<settle::InFlight>,
-    /// The requests waiting for their slot.
-    places: waiting::Places,
-    /// The longest any request may wait for its slot ([`EngineBuilder::max_wait`]; `u64::MAX`:
-    /// its rule's `max_delay`).
-    max_wait_ns: u64,
-}
-
-/// `duration` in ns, saturating.
-fn duration_ns(duration: Duration) -> u64 {
-    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
-}
-
-impl Policy {
-    /// `rules` compiled; `previous`: the policy they replace, and when.
-    fn compile(
-        rules: Rules,
-        metrics: &Metrics,
-        in_flight: &Arc<settle::InFlight>,
-        previous: Option<(&Policy, u64)>,
-    ) -> Policy {
-        let checked: Vec<Limit> = rules.rules.iter().map(checked_limit).collect();
-        let carries = match previous {
-            Some((previous, now)) => carry::Carries::after(&rules, &checked, previous, now),
-            None => carry::Carries::none(rules.rules.len()),
-        };
-        let counters = rules.rules.iter().map(|r| metrics.rule(&r.name)).collect();
-        // The AS number is the client address's.
-        let uses_client_ip = rules.rules.iter().any(|r| {
-            r.key
-                .iter()
-                .any(|k| matches!(k, tollgate_rules::Characteristic::ClientIp | tollgate_rules::Characteristic::Asn))
-        });
-        let names = mitigation::names(&rules);
-        let measures = rules.rules.iter().any(|r| r.measured);
-        let uses_fingerprints = rules.rules.iter().any(|r| {
-            r.key.iter().any(|k| matches!(k, tollgate_rules::Characteristic::Ja3 | tollgate_rules::Characteristic::Ja4))
-        });
-        let shares = shared::Shares::of(&rules);
-        Policy {
-            measures,
-            uses_fingerprints,
-            header_names: rules.header_names(),
-            uses_host: rules.uses_host(),
-            uses_client_ip,
-            rules,
-            checked,
-            counters,
-            names,
-            in_flight: in_flight.clone(),
-            carries,
-            shares,
-        }
-    }
-}
-
-/// The plan's only rule if it is the usual kind, which rejects when over and counts every request
-/// (no dry-run, delay, shadow-ban, mitigation timeout or `count_status`): then a plain check
-/// decides the request.
-fn single<'p>(policy: &Policy, plan: &'p Plan) -> Option<Applies<'p>> {
-    let (rule, key, cost) = plan.single()?;
-    let r = &policy.rules.rules[rule];
-    let plain = r.action == Action::Reject && r.count_status.is_none() && r.timeout_ns == 0;
-    plain.then_some(Applies { rule, key, cost, rate: None })
-}
-
-/// The limit a rule is checked under: for `delay`, its shaper as wide as `max_delay` (see
-/// [`Rule::shaper`](tollgate_rules::Rule::shaper)), so that a request within the delay is
-/// admitted and then waits for its slot. A rules file refuses a `max_delay` whose shaper cannot
-/// be built; rules built otherwise get the widest that can (never none at all).
-fn checked_limit(rule: &tollgate_rules::Rule) -> Limit {
-    match rule.action {
-        Action::Delay { max_delay_ns } => rule
-            .shaper(max_delay_ns)
-            .or_else(|| rule.shaper(tollgate_core::MAX_PERIOD_NS.saturating_sub(rule.limit.tolerance_ns())))
-            .unwrap_or_else(|| rule.limit.clone()),
-        _ => rule.limit.clone(),
-    }
-}
-
-impl<S: Store> Engine<S> {
-    /// An engine applying `rules` with `store`.
-    pub fn builder(store: S, rules: Rules) -> EngineBuilder<S> {
-        EngineBuilder {
-            store,
-            rules,
-            clock: Arc::new(SystemClock::new()),
-            max_blocks: DEFAULT_MAX_BLOCKS,
-            max_rated_keys: DEFAULT_MAX_RATED_KEYS,
-            routes: false,
-            max_delayed: DEFAULT_MAX_DELAYED,
-            max_wait: None,
-        }
-    }
-
-    /// The rules in force.
-    pub fn policy(&self) -> Arc<Policy> {
-        self.policy.load_full()
-    }
-
-    /// The store.
-    pub fn store(&self) -> &S {
-        &self.store
-    }
-
-    /// The metrics.
-    pub fn metrics(&self) -> &Metrics {
-        &self.metrics
-    }
-
-    /// Swaps in new rules atomically. Requests already admitted settle under the rules they were
-    /// admitted with; a rule's state (in the store, under its name) is kept, and carried into
-    /// its new algorithm's state if that changed (see `carry`).
-    pub fn reload(&self, rules: Rules) {
-        let previous = self.policy.load();
-        let policy = Policy::compile(rules, &self.metrics, &self.in_flight, Some((&previous, self.clock.now_ns())));
-        self.policy.store(Arc::new(policy));
-        self.metrics.reloaded(true);
-    }
-
-    /// Counts a reload that failed (the rules in force stay).
-    pub fn reload_failed(&self) {
-        self.metrics.reloaded(false);
-    }
-
-    /// Counts a store error; the result passes through.
-    fn counted<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
-        if let Err(error) = &result {
-            self.metrics.store_error(error);
-        }
-        result
-    }
-
-    /// The rules in force, for one request: taking them touches no shared reference count (an
-    /// `Arc` clone would, on every request, from every core). Hold it while admitting a request,
-    /// not across long waits.
-    pub fn current(&self) -> Current {
-        self.policy.load()
-    }
-
-    /// Decides what to do with `request` under `policy` (see the crate docs; `policy` is
-    /// [`current`](Self::current), which front ends also read the request's headers by). Timed
-    /// as the middleware's decisions ([`Frontend::Middleware`]).
-    pub async fn admit(&self, policy: &Arc<Policy>, request: &Request<'_>) -> Admission {
-        self.admit_within(policy, request, None).await
-    }
-
-    /// [`admit`](Self::admit) for a request that has `within` left (its front end's request
-    /// timeout, less what it took so far): a delay that would not end before is refused at once.
-    pub async fn admit_within(
-        &self,
-        policy: &Arc<Policy>,
-        request: &Request<'_>,
-        within: Option<Duration>,
-    ) -> Admission {
-        let within_ns = within.map_or(u64::MAX, duration_ns).min(self.max_wait_ns);
-        self.timed(Frontend::Middleware, self.decide(policy, request, within_ns)).await
-    }
-
-    /// Runs `decision` and counts the time it took in `frontend`'s decision latency, by the
-    /// engine's clock (whose reads cost less than `std::time::Instant`'s). The engine's own
-    /// decisions are timed so; a front end deciding on the store itself (Envoy's gRPC service)
-    /// wraps its decision in it.
-    pub async fn timed<T>(&self, frontend: Frontend, decision: impl Future<Output = T>) -> T {
-        let started = self.clock.now_ns();
-        let result = decision.await;
-        let elapsed = self.clock.now_ns().saturating_sub(started);
-        self.metrics.observe_decision(frontend, Duration::from_nanos(elapsed));
-        result
-    }
-
-    /// [`admit_within`](Self::admit_within), untimed.
-    async fn decide(&self, policy: &Arc<Policy>, request: &Request<'_>, within_ns: u64) -> Admission {
-        let mut plan = Plan::default();
-        let planned = policy.rules.plan(request, &mut plan);
-        self.decide_plan(policy, Some(request), &plan, planned, within_ns).await
-    }
-
-    /// Decides a planned request (`request`: none for a caller naming a rule and key, whose plan
-    /// is that rule alone and mitigates that key alone), which has `within_ns` left.
-    async fn decide_plan(
-        &self,
-        policy: &Arc<Policy>,
-        request: Option<&Request<'_>>,
-        plan: &Plan,
-        planned: Result<(), tollgate_rules::RequestError>,
-        within_ns: u64,
-    ) -> Admission {
-        // The measured rates: every request a measured rule counts, whatever is decided for it.
-        let rates = self.measure(policy, plan, planned.is_ok());
-        // Rules that send the request to a quarantine: it is still charged to the others.
-        let mut routes = Routes::new();
-        // Dry-run rules holding the key: logged, and not asked again.
-        let mut held = Routes::new();
-
-        // 1. Mitigations in force: in this engine's table, then in the store (boxed: only rules
-        // mitigating beyond their `match` ask it, and inline it would grow every request's future).
-        if let Some(answer) = self.in_force(policy, request, plan, &rates, &mut routes, &mut held) {
-            return Admission::Answer(answer);
-        }
-        if policy.shares.peeks
-            && let Some(request) = request
-            && let Some(answer) = Box::pin(self.in_store(policy, request, plan, &rates, &mut routes, &mut held)).await
-        {
-            return Admission::Answer(answer);
-        }
-
-        // 2. The plan, and the rates over `when_rate_above`.
-        if let Err(error) = planned {
-            tracing::debug!(%error, "request refused by the rules");
-            return Admission::Answer(Answer::BadRequest(error.0));
-        }
-        let mut flagged = SmallVec::new();
-        if let Some(answer) = self.over_rate(policy, plan, &rates, &mut flagged, &mut routes, &held).await {
-            return Admission::Answer(answer);
-        }
-        if routes.is_empty() && plan.is_empty() {
-            return Admission::Proceed(Proceed::free());
-        }
-        if policy.carries.any {
-            // Boxed: rare, and it would grow every request's future.
-            Box::pin(self.carry_plan(policy, plan)).await;
-        }
-        if routes.is_empty()
-            && let Some(one) = single(policy, plan)
-        {
-            // The usual case: one plain store check, nothing to reserve or settle.
-            let check =
-                Check::new(one.key, &policy.checked[one.rule], one.cost).scoped(&policy.rules.rules[one.rule].name);
-            let decided = self.counted(self.store.check_one(check).await);
-            return self.admit_one(policy, one, decided, rate(&rates, 0)).await;
-        }
-
-        // 3. Dry-run rules on their own (never blocking); the others all or nothing. Boxed:
-        // several rules on one request are the rarer case, and inline their state would double
-        // the size of every request's future (moved, so copied, by `admit_now`).
-        Box::pin(self.enforce_plan(policy, plan, &rates, &flagged, routes, &held, within_ns)).await
-    }
-
-    /// The admission of a request counted by a single rule (see [`single`]), once decided.
-    async fn admit_one(
-        &self,
-        policy: &Policy,
-        one: Applies<'_>,
-        decided: Result<Decision, StoreError>,
-        rate: Option<f64>,
-    ) -> Admission {
-        match decided {
-            Ok(decision) if decision.allowed => {
-                self.metrics.count(&policy.counters[one.rule], Outcome::Allowed);
-                Admission::Proceed(Proceed { tightest: Some((one.rule, decision)), ..Proceed::free() })
-            }
-            Ok(decision) => {
-                let decision = self.over(policy, one.rule, one.key, decision, one.cost).await;
-                Admission::Answer(self.mitigate(policy, one.rule, decision, rate))
-            }
-            Err(error) => self.store_failed(policy, &[one], &error, Pending::default()),
-        }
-    }
-
-    /// [`admit_within`](Self::admit_within) without a future, when the store decides in place
-    /// ([`Store::decides_in_place`]: its calls finish on their first poll); `None` for a store
-    /// that must be waited for. The middleware answers most requests this way, with no task or
-    /// allocation of its own.
-    pub fn admit_now(
-        &self,
-        policy: &Arc<Policy>,
-        request: &Request<'_>,
-        within: Option<Duration>,
-    ) -> Option<Admission> {
-        if !self.store.decides_in_place() {
-            return None;
-        }
-        let admission = std::pin::pin!(self.admit_within(policy, request, within));
-        match admission.poll(&mut Context::from_waker(Waker::noop())) {
-            Poll::Ready(admission) => Some(admission),
-            Poll::Pending => {
-                // A store breaking its word: what it did so far cannot be waited for.
-                tracing::error!("the store said it decides in place, then made a request wait");
-                Some(Admission::Answer(Answer::Unavailable("the rate limiter's store did not answer".into())))
-            }
-        }
-    }
-}

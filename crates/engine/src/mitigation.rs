@@ -1,10 +1,13 @@
 //! What the engine does once a key is over: mitigations in force (a key held for its rule's
 //! `timeout`, or while over for a `mitigation.match` wider than the rule's `match`), the measured
-//! rate ([`rates`](crate::rates)) and its `when_rate_above` condition, the rule's action (429,
+//! rate ([`rates`](crate::rates)) over its `when_rate_above` condition, the rule's action (429,
 //! shadow-ban, route to a quarantine, dry-run's log line), and a store error answered by
 //! `on_error`, never silently.
-
-use std::sync::Arc;
+//!
+//! [`Engine`]'s methods here, each answering a request that is (or is held) over: `in_force` and
+//! `held_answer` (this engine's holds), `over_rate`, `over` (a key going over starts its hold),
+//! `routes_for`, `dry_run`, `mitigate` (the rule's action) and `store_failed` (`on_error`). The
+//! holds read from the store are in `shared`; the rates themselves in `measure`.
 
 use smallvec::SmallVec;
 use tollgate_core::{Algorithm, Decision, Limit};
@@ -12,18 +15,10 @@ use tollgate_rules::{Action, OnError, Plan, Request};
 use tollgate_store::{Store, StoreError};
 
 use crate::admission::{Admission, Answer, Fields, Pending, Proceed};
+use crate::admit::Applies;
+use crate::measure::{Rates, rate};
 use crate::metrics::Outcome;
-use crate::rates::{Measured, Talker};
-use crate::{Applies, Engine, EngineError, Policy};
-
-/// The measured rate of each rule of a plan, in plan order (`None` for a rule not measured;
-/// empty when no rule is).
-pub(crate) type Rates = SmallVec<[Option<Measured>; 4]>;
-
-/// The rate of the plan's `i`-th rule, if measured.
-pub(crate) fn rate(rates: &Rates, i: usize) -> Option<f64> {
-    rates.get(i).copied().flatten().map(|m| m.rate)
-}
+use crate::{Engine, Policy};
 
 /// A rule mitigating the request without ending it (sending it to its quarantine, or a dry-run
 /// rule holding its key), with the decision to report.
@@ -64,21 +59,6 @@ fn while_over(limit: &Limit, decision: &Decision, cost: u64) -> u64 {
 }
 
 impl<S: Store> Engine<S> {
-    /// Counts the request in the measured rate of every measured rule of `plan` (none if it was
-    /// refused).
-    pub(crate) fn measure(&self, policy: &Policy, plan: &Plan, planned: bool) -> Rates {
-        if !planned || !policy.measures || plan.is_empty() {
-            return Rates::new();
-        }
-        let now = self.clock.now_ns();
-        plan.iter()
-            .map(|(rule, key, cost)| {
-                let r = &policy.rules.rules[rule];
-                r.measured.then(|| self.rates.record(&policy.names[rule], r.rate_half_life_ns, key, cost, now))
-            })
-            .collect()
-    }
-
     /// Whether rule `rule` sends what it mitigates to a quarantine (a `route` rule, on a front end
     /// that routes).
     pub(crate) fn routes_for(&self, policy: &Policy, rule: usize) -> bool {
@@ -245,17 +225,6 @@ impl<S: Store> Engine<S> {
         if r.timeout_ns > wait { denied(r, r.timeout_ns) } else { decision }
     }
 
-    /// The keys of rule `name` with the highest measured rates, highest first (at most `n`, at
-    /// most 100).
-    pub fn top(&self, name: &str, n: usize) -> Result<Vec<Talker>, EngineError> {
-        let policy = self.policy.load();
-        let (_, rule) = policy.rules.named(name).ok_or_else(|| EngineError::UnknownRule(name.to_string()))?;
-        if !rule.measured {
-            return Err(EngineError::NotMeasured(name.to_string()));
-        }
-        Ok(self.rates.top(name, n, rule.when_rate_above, self.clock.now_ns()))
-    }
-
     pub(crate) fn dry_run(&self, policy: &Policy, rule: usize, key: &[u8], rate: Option<f64>) {
         self.metrics.count(&policy.counters[rule], Outcome::DryRun);
         tracing::warn!(
@@ -314,9 +283,4 @@ impl<S: Store> Engine<S> {
             }
         }
     }
-}
-
-/// Keeps `Arc` in use for the names the rates are scoped by.
-pub(crate) fn names(rules: &tollgate_rules::Rules) -> Vec<Arc<str>> {
-    rules.rules.iter().map(|r| Arc::from(r.name.as_str())).collect()
 }

@@ -1,4 +1,6 @@
-//! Reloading the rules from their file: on demand (SIGHUP) and when the file changes (edited in
+//! Swapping the rules in force: [`Engine::reload`] (atomically; a rule keeps its state by its
+//! name) and [`Engine::reload_failed`], the two of [`Engine`]'s methods a reload calls; and
+//! reloading the rules from their file: on demand (SIGHUP) and when the file changes (edited in
 //! place or replaced, picked up within the polling interval). A file that does not load keeps the
 //! rules in force: the reason is logged and `tollgate_config_reloads_total{result="error"}` counts it.
 
@@ -9,7 +11,24 @@ use std::time::{Duration, SystemTime};
 use tollgate_rules::Rules;
 use tollgate_store::Store;
 
-use crate::Engine;
+use crate::{Engine, Policy};
+
+impl<S: Store> Engine<S> {
+    /// Swaps in new rules atomically. Requests already admitted settle under the rules they were
+    /// admitted with; a rule's state (in the store, under its name) is kept, and carried into
+    /// its new algorithm's state if that changed (see `carry`).
+    pub fn reload(&self, rules: Rules) {
+        let previous = self.policy.load();
+        let policy = Policy::compile(rules, &self.metrics, &self.in_flight, Some((&previous, self.clock.now_ns())));
+        self.policy.store(Arc::new(policy));
+        self.metrics.reloaded(true);
+    }
+
+    /// Counts a reload that failed (the rules in force stay).
+    pub fn reload_failed(&self) {
+        self.metrics.reloaded(false);
+    }
+}
 
 /// How often [`watch`] looks at the file by default.
 pub const DEFAULT_POLL: Duration = Duration::from_secs(1);

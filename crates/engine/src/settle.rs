@@ -18,6 +18,10 @@
 //! a key over its limit (see [`Engine::only_in_flight`]): no mitigation hold starts on statuses
 //! nobody has seen yet. The table holds only what is in flight (an entry leaves at 0), so it is
 //! bounded by the requests in flight.
+//!
+//! [`Engine`]'s methods here: [`Engine::unsettled`], [`Engine::abandoned`], [`Engine::complete`],
+//! `keep` and `settle` (a request's reservations, once its fate is known), `refuse_busy` and
+//! `only_in_flight` (what the reservations in flight mean for a refusal).
 
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
@@ -26,9 +30,10 @@ use tollgate_core::Decision;
 use tollgate_store::{Check, Refund, Store};
 
 use crate::admission::{Answer, Fields, Pending};
+use crate::admit::Applies;
 use crate::metrics::Outcome;
 use crate::sharded::Sharded;
-use crate::{Applies, Engine, Policy};
+use crate::{Engine, Policy};
 
 /// The longest a request refused only by reservations in flight is told to wait: those are
 /// usually answered within it.

@@ -18,6 +18,9 @@
 //!   already.
 //! - **Dry-run holds stay in this engine** (a rule on trial changes nothing an enforced rule
 //!   decides, on any node): its nodes each report what they saw go over.
+//!
+//! [`Engine`]'s methods here: `share_hold` (installing), `held_by_store` (a hold read in the
+//! decision's call, kept in the table) and `in_store` (the peek).
 
 use smallvec::SmallVec;
 use tollgate_core::Decision;
@@ -25,7 +28,8 @@ use tollgate_rules::{Action, Plan, Request, Rules};
 use tollgate_store::{Check, Store};
 
 use crate::admission::Answer;
-use crate::mitigation::{Rates, Routes, denied};
+use crate::measure::Rates;
+use crate::mitigation::{Routes, denied};
 use crate::{Engine, Policy};
 
 /// Per rule, how its holds are read from the store.

@@ -41,6 +41,12 @@ pub fn bulk(out: &mut BytesMut, data: &[u8]) {
     out.put_slice(b"\r\n");
 }
 
+/// The null bulk string `$-1`: RESP2's "no value" (RESP3's `_` is not spoken: `HELLO 3` is
+/// refused), what Redis answers for a missing key or an unset client name.
+pub fn null(out: &mut BytesMut) {
+    out.put_slice(b"$-1\r\n");
+}
+
 /// An array of integers.
 pub fn integers(out: &mut BytesMut, values: &[i64]) {
     array(out, values.len());
@@ -83,5 +89,17 @@ mod tests {
             &out[..],
             &b"*4\r\n:0\r\n:-1\r\n:-9223372036854775808\r\n:42\r\n$2\r\nhi\r\n-ERR a  b\r\n+OK\r\n"[..]
         );
+    }
+
+    /// A null is RESP2's null bulk string, which a client reads as no value (not as an empty
+    /// string, which is `$0`).
+    #[test]
+    fn encodes_null() {
+        let mut out = BytesMut::new();
+        null(&mut out);
+        bulk(&mut out, b"");
+        assert_eq!(&out[..], &b"$-1\r\n$0\r\n\r\n"[..]);
+        let (value, used) = crate::Value::parse(&out).unwrap().unwrap();
+        assert_eq!((value, used), (crate::Value::Bulk(None), 5));
     }
 }

@@ -147,6 +147,9 @@ async fn client_commands_name_what_they_refuse() {
     ];
     check_all(&mut con, cases);
     assert!(con.ask(&["HELLO", "2", "SETNAME", "me"]).starts_with("[\"server\", \"tollgate\""));
+    // On the wire, no name is RESP2's null bulk string, as Redis answers (not `$0`, a name "").
+    let (reply, closed) = raw(&server, b"*2\r\n$6\r\nCLIENT\r\n$7\r\nGETNAME\r\n*1\r\n$4\r\nQUIT\r\n");
+    assert_eq!((reply.as_str(), closed), ("$-1\r\n+OK\r\n", true));
     server.stop().await;
 }
 

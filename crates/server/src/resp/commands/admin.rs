@@ -73,7 +73,7 @@ fn client(args: &[&[u8]], out: &mut BytesMut) {
     if rest.len() != wanted {
         arity(out, name);
     } else if is("GETNAME") {
-        out.extend_from_slice(b"$-1\r\n");
+        reply::null(out);
     } else if is("ID") {
         reply::integer(out, 1);
     } else {

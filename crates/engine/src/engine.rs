@@ -1,0 +1,72 @@
+//! The engine itself ([`Engine`]: its store, the policy in force, clock, tables and metrics)
+//! and the accessors every other part of it reads through: [`Engine::policy`],
+//! [`Engine::current`], [`Engine::store`], [`Engine::metrics`], and `counted` (a store error
+//! counted on its way through). What the engine does is in the files named for it: `builder`,
+//! `admit` (deciding a request), `enforce`, `mitigation`, `measure`, `shared`, `settle`,
+//! `carry`, `asks`, `direct` and `reload`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use tollgate_core::Clock;
+use tollgate_store::{Store, StoreError};
+
+use crate::{Current, Metrics, Policy, blocks, rates, settle, waiting};
+
+/// The policy engine (see the crate docs). Share it behind an `Arc`.
+#[derive(Debug)]
+pub struct Engine<S> {
+    pub(crate) store: S,
+    pub(crate) policy: ArcSwap<Policy>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) blocks: blocks::Blocks,
+    pub(crate) rates: rates::Rates,
+    pub(crate) routes: bool,
+    pub(crate) metrics: Metrics,
+    /// The `count_status` reservations not settled yet.
+    pub(crate) in_flight: Arc<settle::InFlight>,
+    /// The requests waiting for their slot.
+    pub(crate) places: waiting::Places,
+    /// The longest any request may wait for its slot
+    /// ([`EngineBuilder::max_wait`](crate::EngineBuilder::max_wait); `u64::MAX`: its rule's
+    /// `max_delay`).
+    pub(crate) max_wait_ns: u64,
+}
+
+/// `duration` in ns, saturating.
+pub(crate) fn duration_ns(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl<S: Store> Engine<S> {
+    /// The rules in force.
+    pub fn policy(&self) -> Arc<Policy> {
+        self.policy.load_full()
+    }
+
+    /// The store.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Counts a store error; the result passes through.
+    pub(crate) fn counted<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
+        if let Err(error) = &result {
+            self.metrics.store_error(error);
+        }
+        result
+    }
+
+    /// The rules in force, for one request: taking them touches no shared reference count (an
+    /// `Arc` clone would, on every request, from every core). Hold it while admitting a request,
+    /// not across long waits.
+    pub fn current(&self) -> Current {
+        self.policy.load()
+    }
+}
