@@ -49,9 +49,9 @@ fn bounded(text: &str) -> String {
     }
 }
 
-/// The furthest from now the script reads an instant (`FAR` in `lua/prelude.lua`: 104 days); a
-/// hold's end further is read as this far.
-const FAR_NS: u64 = 9_000_000 * 1_000_000_000;
+/// The furthest from now the script reads an instant (`FAR_SEC` of the layout, which the script's
+/// constants are generated from: 104 days); a hold's end further is read as this far.
+const FAR_NS: u64 = crate::layout::FAR_SEC * 1_000_000_000;
 
 /// [`REPLY_CHECK`] values per check (the decision and the snapshot), then the server's seconds and
 /// nanoseconds ([`REPLY_NOW`]). Every value is checked: a decision admitted (1) or denied (0; 2
@@ -179,9 +179,8 @@ mod tests {
             assert!(parse_reply(&bad, n).is_err(), "{bad:?} for {n}");
         }
         assert!(parse_reply(&NOW, 0).unwrap().decisions.is_empty());
-        // The bound on a hold is the script's own.
-        assert!(include_str!("lua/prelude.lua").contains("\nlocal FAR_SEC = 9000000\n"));
-        assert_eq!(FAR_NS, 9_000_000 * 1_000_000_000);
+        // The bound on a hold is the script's own (its FAR_SEC, generated from the layout).
+        assert!(crate::layout::lua_constants().contains(&format!("\nlocal FAR_SEC = {}\n", FAR_NS / 1_000_000_000)));
     }
 
     #[test]
