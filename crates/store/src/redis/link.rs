@@ -3,8 +3,9 @@
 //! (`SELECT`), driven by [`Wire`] (concurrent calls batched on one socket, every reply bounded:
 //! see `wire.rs` and `bounded.rs`).
 //!
-//! - **Made on first use, again after it breaks.** A connection lost, or ended by a reply past
-//!   its bounds, is made again by the next call (before that call is sent when the connection
+//! - **Made on first use, again after it breaks.** A connection lost, ended by a reply past its
+//!   bounds, or stalled (calls awaited and nothing read for the settings' `stall`: see
+//!   `wire.rs`), is made again by the next call (before that call is sent when the connection
 //!   had already ended, e.g. closed by the server while idle): one attempt, within the call
 //!   timeout, which the calls arriving meanwhile share and which ends even if they give up first
 //!   (a server that is down fails its calls at once, rather than after retries).
@@ -144,7 +145,7 @@ impl Server {
             let (wire, tasks) = match &self.settings.tls {
                 None => {
                     let (read, write) = tcp.into_split();
-                    Wire::start(read, write)
+                    Wire::start(read, write, self.settings.stall)
                 }
                 Some(tls) => {
                     let name = ServerName::try_from(self.address.host.clone()).map_err(|e| {
@@ -152,7 +153,7 @@ impl Server {
                     })?;
                     let connector = tokio_rustls::TlsConnector::from(self.tls_config(tls)?);
                     let (read, write) = tokio::io::split(connector.connect(name, tcp).await?);
-                    Wire::start(read, write)
+                    Wire::start(read, write, self.settings.stall)
                 }
             };
             let connected = Connected { wire, _tasks: tasks };
@@ -337,5 +338,74 @@ mod tests {
         for error in errors {
             assert!(error.contains("max number of clients reached"), "{error}");
         }
+    }
+
+    /// A server that stops answering while it still reads (a half-open link: a partition dropping
+    /// packets, no reset) is left once nothing has come back for the stall: its calls fail as
+    /// calls that may have run, sent once, and the next call goes on a new connection.
+    #[tokio::test]
+    async fn a_stalled_connection_is_ended_and_the_next_call_connects_again() {
+        use std::io::{Read, Write};
+        use std::sync::mpsc;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        // What each connection received, once the client closed it: the first is never
+        // answered, the second answers every PING.
+        let (received, connections) = mpsc::channel::<(usize, Vec<u8>)>();
+        std::thread::spawn(move || {
+            for (index, socket) in listener.incoming().enumerate() {
+                let Ok(mut socket) = socket else { return };
+                let received = received.clone();
+                std::thread::spawn(move || {
+                    let (mut seen, mut answered, mut chunk) = (Vec::new(), 0, [0u8; 4096]);
+                    while let Ok(n @ 1..) = socket.read(&mut chunk) {
+                        seen.extend_from_slice(&chunk[..n]);
+                        let pings = pings(&seen);
+                        if index > 0 && pings > answered {
+                            let _ = socket.write_all("+PONG\r\n".repeat(pings - answered).as_bytes());
+                            answered = pings;
+                        }
+                    }
+                    let _ = received.send((index, seen));
+                });
+            }
+        });
+        let target = RedisTarget::parse(&format!("redis://127.0.0.1:{port}")).unwrap();
+        let address = Address { host: "127.0.0.1".into(), port };
+        let mut settings = Settings::data(&target, Duration::from_millis(50));
+        settings.stall = Duration::from_millis(300);
+        let link = Link::new(address, Arc::new(settings));
+        let (_, first) = link.get().await.unwrap();
+        let waiting = tokio::spawn({
+            let first = first.clone();
+            async move { first.wire.run(&redis::cmd("PING")).await }
+        });
+        let gave_up = tokio::time::timeout(Duration::from_millis(50), first.wire.run(&redis::cmd("PING"))).await;
+        assert!(gave_up.is_err(), "a server that answers nothing answered");
+        drop(first);
+        let stalled = tokio::time::timeout(Duration::from_secs(10), waiting).await;
+        let error = stalled.expect("a call on a stalled connection was never ended").unwrap().unwrap_err();
+        assert!(error.to_string().contains("may have run"), "{error}");
+        let (_, second) = link.get().await.unwrap();
+        let pong = tokio::time::timeout(Duration::from_secs(10), second.wire.run(&redis::cmd("PING"))).await;
+        assert_eq!(pong.expect("no answer on the new connection").unwrap(), Value::SimpleString("PONG".into()));
+        drop((second, link));
+        // Awaited off the runtime, which closes the sockets meanwhile.
+        let seen = tokio::task::spawn_blocking(move || {
+            let mut seen = [None, None];
+            for _ in 0..2 {
+                let (index, bytes) =
+                    connections.recv_timeout(Duration::from_secs(10)).expect("a connection never closed");
+                seen[index] = Some(pings(&bytes));
+            }
+            seen
+        });
+        let seen = seen.await.unwrap();
+        assert_eq!(seen, [Some(2), Some(1)], "PINGs per connection: each call sent once, on its own connection");
+    }
+
+    /// How many `PING`s `bytes` (packed commands) hold.
+    fn pings(bytes: &[u8]) -> usize {
+        bytes.windows(6).filter(|w| w == b"PING\r\n").count()
     }
 }

@@ -14,7 +14,7 @@ use redis::{Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 use super::link::Link;
 use super::program::{Script, is_module_call};
 use super::target::{Address, RedisTarget, TlsConfig};
-use super::wire::{Wire, last};
+use super::wire::{Wire, last, stall_after};
 use crate::remote::Domain;
 
 /// How to connect to every server of one kind (the data servers, or the Sentinels). Its `Debug`
@@ -25,6 +25,9 @@ pub(super) struct Settings {
     pub(super) password: Option<String>,
     pub(super) db: u32,
     pub(super) timeout: Duration,
+    /// How long a connection whose calls await replies may read nothing before it is ended (a
+    /// half-open link, a server that reads and never answers): [`stall_after`] the timeout.
+    pub(super) stall: Duration,
     /// Where an operator gives these credentials (said when the server refuses them).
     pub(super) credentials_from: &'static str,
 }
@@ -37,6 +40,7 @@ impl std::fmt::Debug for Settings {
             .field("password", &super::target::Hidden(&self.password))
             .field("db", &self.db)
             .field("timeout", &self.timeout)
+            .field("stall", &self.stall)
             .finish()
     }
 }
@@ -50,6 +54,7 @@ impl Settings {
             password: target.password.clone(),
             db: target.db,
             timeout,
+            stall: stall_after(timeout),
             credentials_from: "the URL",
         }
     }
@@ -62,6 +67,7 @@ impl Settings {
             password: target.sentinel_password.clone(),
             db: 0,
             timeout,
+            stall: stall_after(timeout),
             credentials_from: "--store-sentinel-user and --store-sentinel-password (the URL's are the data servers')",
         }
     }

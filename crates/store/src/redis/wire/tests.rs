@@ -12,11 +12,19 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream, ReadHalf, WriteHalf};
 
 use super::*;
 
+/// A stall no test but the stall's own reaches.
+const PATIENT: Duration = Duration::from_secs(3600);
+
 /// A connection over a pipe, and the server's end of it.
 fn connected() -> (Wire, Tasks, DuplexStream) {
+    connected_with(PATIENT)
+}
+
+/// A connection over a pipe ended after `stall` without a reply, and the server's end of it.
+fn connected_with(stall: Duration) -> (Wire, Tasks, DuplexStream) {
     let (client, server) = tokio::io::duplex(1 << 20);
     let (read, write) = tokio::io::split(client);
-    let (wire, tasks) = Wire::start(read, write);
+    let (wire, tasks) = Wire::start(read, write, stall);
     (wire, tasks, server)
 }
 
@@ -227,7 +235,7 @@ async fn calls_ready_together_go_out_in_one_write() {
     let (client, mut server) = tokio::io::duplex(1 << 20);
     let (read, write): (ReadHalf<DuplexStream>, WriteHalf<DuplexStream>) = tokio::io::split(client);
     let writes = Arc::new(AtomicUsize::new(0));
-    let (wire, _tasks) = Wire::start(read, Counted { inner: write, writes: writes.clone() });
+    let (wire, _tasks) = Wire::start(read, Counted { inner: write, writes: writes.clone() }, PATIENT);
     // Fifty callers made ready in the same instant (one poll of the runtime each).
     let calls = spawn_gets(&wire, 50);
     let mut seen = Vec::new();
@@ -283,7 +291,7 @@ async fn callers_outpacing_a_server_that_reads_nothing_hold_a_bounded_queue() {
     // A pipe of 64 bytes: the first write blocks, the server reading nothing.
     let (client, mut server) = tokio::io::duplex(64);
     let (read, write) = tokio::io::split(client);
-    let (wire, _tasks) = Wire::start(read, write);
+    let (wire, _tasks) = Wire::start(read, write, PATIENT);
     // A call longer than the pipe blocks the writer; the callers come after.
     let blocking = tokio::spawn({
         let wire = wire.clone();
@@ -329,3 +337,5 @@ async fn callers_outpacing_a_server_that_reads_nothing_hold_a_bounded_queue() {
 
 #[cfg(feature = "testkit")]
 mod against_redis;
+
+mod stalls;

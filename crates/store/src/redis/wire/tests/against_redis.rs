@@ -15,7 +15,8 @@ async fn connect(server: &RedisServer) -> (Wire, Tasks) {
     let tcp = TcpStream::connect(("127.0.0.1", server.port())).await.unwrap();
     tcp.set_nodelay(true).unwrap();
     let (read, write) = tcp.into_split();
-    Wire::start(read, write)
+    // Long past any freeze here: these tests are about the replies' order, not stalls.
+    Wire::start(read, write, Duration::from_secs(3600))
 }
 
 fn echo(text: &str) -> Cmd {
