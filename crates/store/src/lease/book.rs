@@ -143,10 +143,10 @@ impl Book {
         self.hasher.hash_one((check.scope, check.limit.algorithm().as_str(), check.key))
     }
 
-    /// What to do with `check` (cost > 0) at the node's `now`; `waited` once it has waited for a
-    /// refill ([`Spend::Wait`]): it is not asked to wait again (if that refill left nothing for
-    /// it, it is refused locally while the store's refusal holds, else decided exactly).
-    pub fn spend(&self, check: &Check<'_>, now: u64, waited: bool) -> Spend {
+    /// What to do with `check` (cost > 0) at the node's `now`. `waited` (once it has waited for a
+    /// refill, [`Spend::Wait`]) changes nothing: a refill that found nothing left started a
+    /// denial, answered locally while the store's refusal holds.
+    pub fn spend(&self, check: &Check<'_>, now: u64, _waited: bool) -> Spend {
         self.sweep(now);
         let entries = self.entries.read().unwrap_or_else(std::sync::PoisonError::into_inner);
         let Some(entry) = entries.get(&self.hash(check)).filter(|e| e.is(check)) else {
@@ -191,9 +191,10 @@ impl Book {
         let empty = st.held() == 0;
         let was_in_flight = st.in_flight;
         let order = order(&mut st);
-        // One wait per request: a refill that left nothing for it (another request took the
-        // slice, or the store's unit freed between the refusal and now) sends it to the store.
-        if empty && st.in_flight && !waited {
+        // A refill that left nothing for this request (another took the slice, or the store's
+        // unit freed between its refusal and now): it waits for the next one (the caller bounds
+        // the waits), as one call for all the waiting requests rather than one each.
+        if empty && st.in_flight {
             let refill = Refill { entry: entry.clone(), generation: entry.generation.load(Ordering::Acquire) };
             debug_assert!(order.is_some() || was_in_flight);
             return Spend::Wait { order, refill };
