@@ -56,8 +56,8 @@ pub(crate) struct StoreArgs {
     /// decision) [default: auto].
     #[arg(long, value_name = "MODE")]
     pub(crate) lease: Option<LeaseMode>,
-    /// With Redis: how long a leased slice may be spent (its unspent units are then forfeited)
-    /// [default: 100ms].
+    /// With Redis: how long a leased slice may be spent (its unspent units are then forfeited),
+    /// and the longest a hot key's refusal is answered without asking Redis [default: 100ms].
     #[arg(long, value_name = "DURATION", value_parser = units::duration)]
     pub(crate) lease_lifetime: Option<Duration>,
     /// With Redis: decisions per second on this node above which a key is hot [default: 500].

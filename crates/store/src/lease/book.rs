@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use hashbrown::HashMap;
-use tollgate_core::{Algorithm, Decision, Limit};
+use tollgate_core::{Decision, Limit};
 
-use super::entry::{EPOCH_NS, Entry, Slice, State, is_window, whole_units};
+use super::entry::{Denial, EPOCH_NS, Entry, Slice, State, is_window, whole_units};
 use super::hot::HotKeys;
 use super::{Grant, LeaseMode, LeaseOptions, LeaseStats, leasable};
 use crate::Check;
@@ -55,6 +55,8 @@ pub struct Order {
     pub want: u64,
     /// When it was sent, on the node's clock.
     pub sent: u64,
+    /// The entry's `freed` when it was sent.
+    freed: u64,
     done: bool,
 }
 
@@ -141,10 +143,10 @@ impl Book {
         self.hasher.hash_one((check.scope, check.limit.algorithm().as_str(), check.key))
     }
 
-    /// What to do with `check` (cost > 0) at the node's `now`; `waited` once it has waited for a
-    /// refill ([`Spend::Wait`]): if that refill found nothing left, the request is refused with
-    /// its answer (as the store would have refused it then).
-    pub fn spend(&self, check: &Check<'_>, now: u64, waited: bool) -> Spend {
+    /// What to do with `check` (cost > 0) at the node's `now`. `waited` (once it has waited for a
+    /// refill, [`Spend::Wait`]) changes nothing: a refill that found nothing left started a
+    /// denial, answered locally while the store's refusal holds.
+    pub fn spend(&self, check: &Check<'_>, now: u64, _waited: bool) -> Spend {
         self.sweep(now);
         let entries = self.entries.read().unwrap_or_else(std::sync::PoisonError::into_inner);
         let Some(entry) = entries.get(&self.hash(check)).filter(|e| e.is(check)) else {
@@ -171,25 +173,27 @@ impl Book {
             return Spend::Local { decision, at: server_at + now.saturating_sub(sent), order };
         }
         st.epoch_units += check.cost;
-        if let Some((until, denial)) = st.denied {
-            if now < until || waited {
+        if let Some(denial) = &st.denied {
+            if let Some(decision) = denial.decide(&entry.limit, check.cost, now) {
                 self.counters.local.fetch_add(1, Ordering::Relaxed);
-                let decision = Decision {
-                    retry_after_ns: until.saturating_sub(now),
-                    reset_after_ns: denial.reset_after_ns.saturating_sub(now.saturating_sub(st.last_sent)),
-                    ..denial
-                };
-                return Spend::Local {
-                    decision,
-                    at: st.last_server_at + now.saturating_sub(st.last_sent),
-                    order: None,
-                };
+                let at = denial.server_now(now);
+                // Asked a round trip before the denial ends, the next lease is answered about
+                // when the store frees a unit: requests then do not wait for it. An answer that
+                // comes too early is a refusal, which starts a fresh denial.
+                let ending = denial.until.saturating_sub(now) <= st.round_trip;
+                let order = if ending { order(&mut st) } else { None };
+                return Spend::Local { decision, at, order };
             }
-            st.denied = None;
+            if now >= denial.until {
+                st.denied = None;
+            }
         }
         let empty = st.held() == 0;
         let was_in_flight = st.in_flight;
         let order = order(&mut st);
+        // A refill that left nothing for this request (another took the slice, or the store's
+        // unit freed between its refusal and now): it waits for the next one (the caller bounds
+        // the waits), as one call for all the waiting requests rather than one each.
         if empty && st.in_flight {
             let refill = Refill { entry: entry.clone(), generation: entry.generation.load(Ordering::Acquire) };
             debug_assert!(order.is_some() || was_in_flight);
@@ -237,6 +241,10 @@ impl Book {
         let entry = order.entry.clone();
         let mut st = entry.lock();
         st.in_flight = false;
+        st.round_trip = now.saturating_sub(order.sent);
+        // A refund or reset on this node since the call was sent: its reply may predate it.
+        let current = order.freed == st.freed;
+        let cap = self.lifetime_ns();
         match result {
             Ok(grant) => {
                 self.counters.grants.fetch_add(1, Ordering::Relaxed);
@@ -260,27 +268,17 @@ impl Book {
                     } else {
                         st.current = Some(slice);
                     }
-                    st.denied = None;
-                    if grant.decision.remaining == 0 {
-                        // Nothing left after this slice: a unit asked of the store now would be
-                        // refused, until at least one more frees (an emission interval; the
-                        // window's end for a fixed window). Requests beyond the slice are
-                        // refused here meanwhile rather than each asking the store.
-                        let wait = self.hold(
-                            &entry.limit,
-                            match entry.limit.algorithm() {
-                                Algorithm::FixedWindow => grant.decision.reset_after_ns,
-                                _ => entry.limit.emission_interval_ns(),
-                            },
-                        );
-                        let denial = Decision { allowed: false, remaining: 0, retry_after_ns: wait, ..grant.decision };
-                        st.denied = Some((order.sent + wait, denial));
-                    }
+                    // Nothing left after this slice: requests beyond it are refused here, as the
+                    // store would refuse them, until it frees a unit.
+                    st.denied = (current && grant.decision.remaining == 0)
+                        .then(|| Denial::new(&entry.limit, &grant.snapshot, grant.at, order.sent, cap))
+                        .flatten();
                     self.retire(&mut st, now);
                 } else {
-                    let retry = self.hold(&entry.limit, grant.decision.retry_after_ns);
-                    let denial = Decision { retry_after_ns: retry, ..grant.decision };
-                    st.denied = Some((order.sent + retry + self.jitter(retry, now), denial));
+                    // Refused: the store has nothing left. Its state answers until a unit frees.
+                    st.denied = current
+                        .then(|| Denial::new(&entry.limit, &grant.snapshot, grant.at, order.sent, cap))
+                        .flatten();
                 }
             }
             Err(_) => {
@@ -311,6 +309,17 @@ impl Book {
                 true
             }
             _ => false,
+        }
+    }
+
+    /// Ends the key's cached denial at once: a refund or reset on this node may have freed units
+    /// (a lease call sent before cannot start another).
+    pub fn freed(&self, check: &Check<'_>) {
+        let entries = self.entries.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(entry) = entries.get(&self.hash(check)).filter(|e| e.is(check)) {
+            let mut st = entry.lock();
+            st.denied = None;
+            st.freed += 1;
         }
     }
 
@@ -428,7 +437,7 @@ impl Book {
             return None;
         }
         st.in_flight = true;
-        Some(Order { entry: entry.clone(), want, sent: now, done: false })
+        Some(Order { entry: entry.clone(), want, sent: now, freed: st.freed, done: false })
     }
 
     /// Moves past expired or spent slices, counting what expired unspent.
@@ -448,22 +457,6 @@ impl Book {
         if units > 0 {
             self.counters.units_forfeited.fetch_add(units, Ordering::Relaxed);
         }
-    }
-
-    /// How long a refusal is answered locally: its `retry`, but at least a twentieth of the
-    /// lifetime (5 ms by default) while that is under a quarter of the bucket's refill time. On a
-    /// saturated key whose next unit frees sooner than a round trip, asking again at once would
-    /// cost a call per unit and keep requests waiting; the units that free meanwhile stay in the
-    /// key (a bucket fills, a window counts) for the next slice, so nothing is lost but latency.
-    fn hold(&self, limit: &Limit, retry: u64) -> u64 {
-        let floor = (self.lifetime_ns() / 20).min(limit.tolerance_ns() / 4);
-        if limit.algorithm().is_bucket() { retry.max(floor) } else { retry.max(floor.min(limit.period_ns() / 4)) }
-    }
-
-    /// Up to an eighth of `retry` (at most 10 ms), so that refused nodes do not ask again together.
-    fn jitter(&self, retry: u64, now: u64) -> u64 {
-        let span = (retry / 8).min(10_000_000);
-        if span == 0 { 0 } else { self.hasher.hash_one((now, self.options.lessee)) % span }
     }
 
     /// Every epoch: lets go of keys that cooled down (their slices are forfeited).

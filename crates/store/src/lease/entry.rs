@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use tollgate_core::{Algorithm, Decision, Limit};
+use tollgate_core::{Algorithm, Decision, Limit, Snapshot};
 
 use crate::Check;
 
@@ -52,8 +52,14 @@ pub(super) struct Slice {
 pub(super) struct State {
     pub(super) current: Option<Slice>,
     pub(super) next: Option<Slice>,
-    /// A refused lease, answered locally until `until`.
-    pub(super) denied: Option<(u64, Decision)>,
+    /// The key with nothing left, as the store answered: its requests are refused locally
+    /// until a unit frees.
+    pub(super) denied: Option<Denial>,
+    /// Bumped when a refund or reset on this node may have freed units: a lease reply to a call
+    /// sent before it cannot start a cached denial.
+    pub(super) freed: u64,
+    /// The latest lease call's round trip on the node's clock.
+    pub(super) round_trip: u64,
     pub(super) in_flight: bool,
     /// After a failed lease call: decided exactly until then.
     pub(super) backoff_until: u64,
@@ -103,6 +109,58 @@ impl State {
             limit.period_ns() - (self.last_server_at + now.saturating_sub(self.last_sent)) % limit.period_ns()
         };
         Decision { allowed: true, limit: limit.capacity(), remaining, retry_after_ns: 0, reset_after_ns }
+    }
+}
+
+/// A key the store found with nothing left, decided locally from the state it answered with.
+///
+/// Until a unit frees nothing can be admitted, so nothing changes the key but a refund, a reset,
+/// a hold or a charge: the state the store answered with is its state, and the algorithm decides
+/// a request on it as the store would. The store's instant is estimated as its instant in the
+/// reply plus the node's time since the call was sent: never earlier than the store's own, later
+/// by at most the call's round trip. So a local denial is one the store would make (without an
+/// admission a key only frees capacity as time passes: denied at the later instant, denied at
+/// the earlier), and its figures are the store's at most a round trip ahead (`retry_after` and
+/// `reset_after` smaller by at most that, `remaining` as large or larger).
+#[derive(Debug, Clone)]
+pub(super) struct Denial {
+    state: tollgate_core::State,
+    server_at: u64,
+    sent: u64,
+    /// The node's instant from which the store may admit a unit (estimated as above), or the
+    /// end of the cap: the local answers end then.
+    pub(super) until: u64,
+}
+
+impl Denial {
+    /// The key as the store answered a call sent at the node's `sent` (its state `snapshot` at its
+    /// instant `server_at`), if a unit request would be denied then; answered locally for at most
+    /// `cap`.
+    pub(super) fn new(limit: &Limit, snapshot: &Snapshot, server_at: u64, sent: u64, cap: u64) -> Option<Denial> {
+        let state = tollgate_core::State::from_snapshot(limit, snapshot);
+        let unit = state.clone().check(server_at, limit, 1).ok()?;
+        (!unit.allowed).then(|| Denial {
+            state,
+            server_at,
+            sent,
+            until: sent.saturating_add(unit.retry_after_ns.min(cap)),
+        })
+    }
+
+    /// The store's estimated instant at the node's `now`.
+    pub(super) fn server_now(&self, now: u64) -> u64 {
+        self.server_at.saturating_add(now.saturating_sub(self.sent))
+    }
+
+    /// The denial of `cost` at the node's `now`, while the local answers last; `None` when the
+    /// store must decide (never an admission made here).
+    pub(super) fn decide(&self, limit: &Limit, cost: u64, now: u64) -> Option<Decision> {
+        if now >= self.until {
+            return None;
+        }
+        // A denial leaves the state unchanged; the clone keeps an admission from changing it.
+        let decision = self.state.clone().check(self.server_now(now), limit, cost).ok()?;
+        (!decision.allowed).then_some(decision)
     }
 }
 

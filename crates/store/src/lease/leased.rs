@@ -126,7 +126,15 @@ impl<S: Store + Lessor + Clone + 'static> Store for Leased<S> {
             .filter(|r| !(r.decision.allowed && r.check.cost > 0 && self.book.credit(&r.check, r.at, now)))
             .copied()
             .collect();
-        if rest.is_empty() { Ok(()) } else { self.inner.refund(&rest).await }
+        if rest.is_empty() {
+            return Ok(());
+        }
+        let result = self.inner.refund(&rest).await;
+        // Units given back to the store: a denial cached before is no longer the store's.
+        for refund in &rest {
+            self.book.freed(&refund.check);
+        }
+        result
     }
 
     async fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> Result<(), StoreError> {

@@ -9,8 +9,15 @@
 //!   was sent, and for the fixed and sliding window counters before the window it was debited in
 //!   ends; what is left then is forfeited (an under-grant, counted in
 //!   [`LeaseStats::units_forfeited`]). A refund of a local admission goes back to the slice.
-//! - **Denials cached.** When a lease is refused, the node answers the key's requests itself
-//!   until the refusal's `retry_after` (plus a jitter, so that nodes do not return together).
+//! - **Denials exact.** When a lease is refused, or a grant leaves nothing in the store, the node
+//!   refuses the key's requests beyond its slice itself, deciding each with the algorithm on the
+//!   state the store answered with (`Grant::snapshot`, unchanged while nothing can be admitted)
+//!   at the store's instant estimated from the reply: the store's own figures at most a round
+//!   trip ahead, never a denial the store would not make (see `entry::Denial`). It does so until
+//!   the store frees a unit, and for at most `lifetime`, and asks again a round trip before
+//!   that. A refund to the store or a reset on this node ends it at once; one on another node is
+//!   seen when it ends, at most `min(retry_after, lifetime)` later. Every leasable algorithm is
+//!   rebuilt exactly from its snapshot, so each is answered so.
 //! - **Adaptive size.** A slice is the key's measured local rate over a quarter of the lifetime,
 //!   at most `g_max = max(1, share × capacity)` divided among the nodes leasing the key (the
 //!   script counts them), at most what was left divided among them (so a slice shrinks to 1 near
