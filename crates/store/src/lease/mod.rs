@@ -47,8 +47,9 @@
 //! `timeout`) is decided exactly and never makes its key hot: a slice spent locally would not see
 //! a hold another node put on the key.
 //!
-//! **A request with several limits** is decided locally when every one of its limits is leased
-//! and covered; otherwise it takes the exact path (one call for all), which stays exact.
+//! **A request with several limits** always takes the exact path (one call for all, all or
+//! nothing in Redis), which stays exact; its keys are still observed, so each can become hot for
+//! the single-limit requests that share it.
 
 mod book;
 mod entry;
