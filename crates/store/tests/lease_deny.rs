@@ -17,7 +17,8 @@ use tollgate_store::lease::{Book, LeaseMode, LeaseOptions, Leased, Lessor, Order
 use tollgate_store::testkit::random::{Rng, random_limit};
 use tollgate_store::testkit::redis_server::RedisServer;
 use tollgate_store::{
-    Algorithm, Check, Clock, Decision, Limit, ManualClock, RedisOptions, RedisStore, Refund, Store, TimeSource,
+    Algorithm, Check, Clock, Decision, Limit, ManualClock, RedisOptions, RedisStore, Refund, Reserved, Store,
+    StoreError, TimeSource,
 };
 
 const MS: u64 = 1_000_000;
@@ -155,7 +156,11 @@ async fn a_cached_denial_is_what_redis_answers_at_that_instant() {
 }
 
 /// A hot key drained by another node: `node` is refused a lease and answers locally.
-async fn refused(node: &Leased<RedisStore>, direct: &RedisStore, limit: &Limit) -> tollgate_store::Reserved {
+async fn refused<S: Store + Lessor + Clone + 'static>(
+    node: &Leased<S>,
+    direct: &RedisStore,
+    limit: &Limit,
+) -> Reserved {
     let drained = direct.reserve(&[Check::new(b"hot", limit, limit.capacity())]).await.unwrap();
     assert!(drained.decisions[0].allowed);
     // The first request is exact and starts the key's first lease (refused: nothing is left).
@@ -214,4 +219,80 @@ async fn a_reset_on_another_node_is_seen_within_a_lifetime() {
     clock.advance(LIFETIME);
     let decision = node.check(b"hot", &limit, 1).await.unwrap();
     assert!(decision.allowed, "{decision:?}");
+}
+
+/// Redis whose resets wait for a permit of `gate` before they are sent: the time a reset takes to
+/// reach Redis, made as long as a test needs.
+#[derive(Clone)]
+struct SlowReset {
+    redis: RedisStore,
+    gate: Arc<tokio::sync::Semaphore>,
+}
+
+impl Store for SlowReset {
+    async fn reserve(&self, checks: &[Check<'_>]) -> Result<Reserved, StoreError> {
+        self.redis.reserve(checks).await
+    }
+
+    async fn refund(&self, refunds: &[Refund<'_>]) -> Result<(), StoreError> {
+        self.redis.refund(refunds).await
+    }
+
+    async fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> Result<(), StoreError> {
+        let _permit = self.gate.acquire().await.expect("the gate stays open");
+        self.redis.reset(scope, key, limit).await
+    }
+}
+
+impl Lessor for SlowReset {
+    async fn lease(
+        &self,
+        check: Check<'_>,
+        want: u64,
+        lessee: u64,
+        lifetime: Duration,
+    ) -> Result<tollgate_store::lease::Grant, StoreError> {
+        self.redis.lease(check, want, lessee, lifetime).await
+    }
+}
+
+/// A lease call answered while a reset on the node is on its way to Redis carries the state before
+/// the reset: once the reset is done, the node's next request at the same instant is still Redis's
+/// admission, not a refusal cached from that reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_answered_during_a_reset_on_the_node_does_not_outlive_it() {
+    let server = RedisServer::start();
+    let limit = Limit::per_minute(10).algorithm(Algorithm::FixedWindow).build().unwrap();
+    let clock = Arc::new(ManualClock::new(T0 + 1_234 * MS));
+    let prefix = fresh_prefix();
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let store = SlowReset { redis: redis(&server, &clock, &prefix), gate: gate.clone() };
+    let node = Leased::new(store, lease_options(1), clock.clone());
+    let direct = redis(&server, &clock, &prefix);
+    refused(&node, &direct, &limit).await;
+    let resetting = tokio::spawn({
+        let (node, limit) = (node.clone(), limit.clone());
+        async move { node.reset("", b"hot", &limit).await }
+    });
+    // Meanwhile a request: Redis, not reset yet, refuses it, and the lease it starts is refused.
+    let grants = node.stats().grants;
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while node.stats().leased_keys > 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await
+    .expect("the reset began");
+    assert!(!node.check(b"hot", &limit, 1).await.unwrap().allowed);
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while node.stats().grants == grants {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await
+    .expect("the lease sent during the reset is answered");
+    gate.add_permits(1);
+    resetting.await.unwrap().unwrap();
+    let decision = node.check(b"hot", &limit, 1).await.unwrap();
+    assert!(decision.allowed, "after the reset: {decision:?}");
 }
