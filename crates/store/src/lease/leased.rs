@@ -137,9 +137,16 @@ impl<S: Store + Lessor + Clone + 'static> Store for Leased<S> {
         result
     }
 
+    /// Drops the key's lease at once, and once the store is reset ends any denial cached
+    /// meanwhile: a lease call answered while the reset was on its way (a request of the key
+    /// started it) carries the state before the reset, and a call sent before then cannot start
+    /// one.
     async fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> Result<(), StoreError> {
-        self.book.forget(&Check { scope, key, limit, cost: 0, hold: false });
-        self.inner.reset(scope, key, limit).await
+        let check = Check { scope, key, limit, cost: 0, hold: false };
+        self.book.forget(&check);
+        let result = self.inner.reset(scope, key, limit).await;
+        self.book.freed(&check);
+        result
     }
 
     /// On the inner store; a lease of the old state is not carried (it lapses within its
