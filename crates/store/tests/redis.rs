@@ -356,7 +356,8 @@ async fn differential(server: &RedisServer, module: bool) {
 /// after the DEL: the whole log was lost), pruned as it goes.
 #[tokio::test]
 async fn a_sliding_log_of_tens_of_thousands_of_entries_stays_exact() {
-    // By the script, and by the native module.
+    // By the script, and by a store told to use the native module, which sends a sliding log to
+    // the script (the module decides every algorithm but the log: `layout::MODULE_ALGORITHMS`).
     let server = module_server();
     for module in [false, true] {
         sliding_log_of_tens_of_thousands_of_entries(&server, module).await;
@@ -573,7 +574,8 @@ async fn keys_are_bytes_and_named_scopes_never_share_state() {
 /// counted from 0 again (rewriting the list) and stay exact.
 #[tokio::test]
 async fn a_log_charged_past_2_pow_50_is_rebased_and_stays_exact() {
-    // By the script, and by the native module (its checks; the charges are the script's).
+    // By the script, and by a store told to use the native module (which sends a sliding log to
+    // the script: the module decides every algorithm but the log).
     let server = module_server();
     for module in [false, true] {
         log_charged_past_2_pow_50(&server, module).await;
@@ -607,7 +609,7 @@ async fn log_charged_past_2_pow_50(server: &RedisServer, module: bool) {
             assert_eq!(got, want, "step {i}");
         }
     }
-    // A rebase by a lone check (by the module, when it decides them): a check, a charge of 2^50,
+    // A rebase by a lone check: a check, a charge of 2^50,
     // a check it denies, then checks once the charge has left the window (the base is then past
     // 2^50; nothing admitted since it was charged can be in the list).
     let start = T0 + 100 * SEC;
