@@ -1,10 +1,9 @@
-//! How a decision is told to a client, for every front end: the values of the HTTP header fields
-//! (`Retry-After`, the IETF httpapi draft's `RateLimit-Policy` / `RateLimit`, the legacy
-//! `X-RateLimit-*`), of Envoy's RLS fields (`duration_until_reset`, the `RateLimit-*` headers it
-//! asks Envoy to add), of redis-cell's `CL.THROTTLE` reply and of tollgate's `TG.*` replies. The front ends only put these
-//! values into their own types, so every one rounds alike: durations in whole seconds are
-//! rounded up (a client that waits what it is told is never early), and a denial never says
-//! "retry in 0 s".
+//! The values a decision is told in, for every front end: the HTTP header fields (`Retry-After`,
+//! the IETF httpapi draft's `RateLimit-Policy` / `RateLimit`, the legacy `X-RateLimit-*`),
+//! Envoy's RLS fields (`duration_until_reset`, the `RateLimit-*` headers it asks Envoy to add),
+//! redis-cell's `CL.THROTTLE` reply and tollgate's `TG.*` replies. Every front end rounds alike:
+//! durations in whole seconds are rounded up (a client that waits what it is told is never early),
+//! and a denial never says "retry in 0 s".
 
 use tollgate_core::{Decision, Limit};
 
