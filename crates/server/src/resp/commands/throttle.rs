@@ -4,7 +4,7 @@
 //! `burst = max_burst + 1`; the reply `[limited, limit, remaining, retry_after, reset_after]` in
 //! seconds rounded up, `retry_after = -1` when allowed. As in redis-cell, a quantity above the
 //! capacity is answered "limited" with `remaining` unchanged and `retry_after = -1` (it can never
-//! pass). Unlike redis-cell, bad arguments, overflow and store failures are errors for this call
+//! pass): one decision, a peek of the key's state (see `render::throttle_cost`). Unlike redis-cell, bad arguments, overflow and store failures are errors for this call
 //! only, never a crash or a wrap. Keys are bytes, as in Redis: any bytes are a key.
 
 use std::time::Duration;
@@ -41,14 +41,8 @@ async fn throttle(app: &App, args: &[&[u8]]) -> Result<[i64; 5], String> {
     let burst = max_burst.checked_add(1).ok_or("ERR max_burst is too large")?;
     let limit =
         Limit::builder(per_period, Duration::from_secs(period)).burst(burst).build().map_err(|e| format!("ERR {e}"))?;
-    if quantity > burst {
-        // redis-cell's answer for a request that can never pass: limited (a peek is allowed, with
-        // retry_after -1), nothing consumed.
-        let peek = app.engine.check_adhoc(Source::Throttle, key, &limit, 0).await.map_err(|e| format!("ERR {e}"))?;
-        let mut reply = render::throttle_reply(&peek, burst);
-        reply[0] = 1;
-        return Ok(reply);
-    }
-    let d = app.engine.check_adhoc(Source::Throttle, key, &limit, quantity).await.map_err(|e| format!("ERR {e}"))?;
-    Ok(render::throttle_reply(&d, burst))
+    // One decision either way: a quantity above the burst can never pass, so it is a peek.
+    let cost = render::throttle_cost(quantity, burst);
+    let d = app.engine.check_adhoc(Source::Throttle, key, &limit, cost).await.map_err(|e| format!("ERR {e}"))?;
+    Ok(render::throttle_reply(&d, burst, quantity))
 }
