@@ -171,3 +171,42 @@ pub async fn execute(app: &App, frame: &[&[u8]], out: &mut BytesMut) -> Flow {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(frame: &[&[u8]]) -> String {
+        match Command::from_frame(frame) {
+            Err(Refused(message)) => message,
+            Ok(command) => panic!("{frame:?} read as {command:?}"),
+        }
+    }
+
+    /// Reading a command runs nothing (no engine here): it is a command, or the error to reply.
+    #[test]
+    fn a_frame_reads_into_its_command_or_its_error() {
+        assert!(matches!(Command::from_frame(&[b"cl.throttle", b"k", b"15", b"30", b"60"]), Ok(Command::Throttle(_))));
+        assert!(matches!(Command::from_frame(&[b"Tg.Peek", b"k", b"gcra", b"1", b"1000"]), Ok(Command::Peek(_))));
+        assert!(matches!(Command::from_frame(&[b"TG.LIMIT", b"api", b"k"]), Ok(Command::Limit(_))));
+        assert!(matches!(Command::from_frame(&[b"client", b"getname"]), Ok(Command::Client(Client::GetName))));
+        assert!(matches!(Command::from_frame(&[b"PING"]), Ok(Command::Ping(None))));
+        assert!(matches!(Command::from_frame(&[b"post", b"/", b"HTTP/1.1"]), Ok(Command::HttpRequest)));
+        assert_eq!(
+            refused(&[b"CL.THROTTLE", b"k", b"1", b"2", b"9223372036854775807"]),
+            "ERR period is 9223372036854775807000000000 ns, above its maximum of 4320000000000000 ns (50 days)"
+        );
+        assert_eq!(refused(&[b"CL.THROTTLE", b"k", b"1", b"0", b"60"]), "ERR count must be >= 1, got 0");
+        assert_eq!(
+            refused(&[b"TG.CHECK", b"k", b"fixed-window", b"1", b"1000", b"BURST", b"2"]),
+            "ERR burst applies to gcra, token-bucket and leaky-bucket only; fixed-window admits `count` per period"
+        );
+        assert_eq!(refused(&[b"SELECT", b"1"]), "ERR DB index is out of range: tollgate has one keyspace (SELECT 0)");
+        assert_eq!(refused(&[b"FLUSHALL", b"a"]), "ERR unknown command 'FLUSHALL', with args beginning with: 'a' ");
+        // A name longer than any command's is no command, whatever it starts with.
+        assert_eq!(
+            refused(&[b"CL.THROTTLE.AND.MORE"]),
+            "ERR unknown command 'CL.THROTTLE.AND.MORE', with args beginning with: "
+        );
+    }
+}

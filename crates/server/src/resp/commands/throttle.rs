@@ -61,3 +61,18 @@ impl<'a> Throttle<'a> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// redis-cell's mapping: `max_burst` 15 is a burst of 16; the quantity is 1 unless given.
+    #[test]
+    fn reads_redis_cells_arguments_into_a_gcra_limit() {
+        let throttle = Throttle::parse(&[b"user123", b"15", b"30", b"60"]).unwrap();
+        let limit = Limit::builder(30, Duration::from_secs(60)).burst(16).build().unwrap();
+        assert_eq!((throttle.key, &throttle.limit, throttle.quantity), (&b"user123"[..], &limit, 1));
+        assert_eq!(Throttle::parse(&[b"k", b"0", b"1", b"1", b"17"]).unwrap().quantity, 17);
+        assert_eq!(Throttle::parse(&[b"k", b"x", b"1", b"1"]).unwrap_err(), "ERR Couldn't parse as integer: x");
+    }
+}
