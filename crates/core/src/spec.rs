@@ -1,7 +1,9 @@
 //! A limit as people write it (`algorithm`, `limit = "10/s"`, `burst`, `slices`), the one form
 //! every front end reads: the rules file's `[limits.NAME]`, the HTTP API's `POST /v1/check`, the
 //! command line's `--algorithm --limit --burst --slices`, a conformance trace's params header.
-//! [`LimitSpec::build`] validates it into a [`Limit`] with the same messages everywhere.
+//! [`LimitSpec::build`] validates it into a [`Limit`] with the same messages everywhere; a
+//! protocol that takes the count and period as numbers (RESP) gives them to
+//! [`LimitSpec::build_rate`], the same validation.
 //!
 //! With the `serde` feature it deserializes (unknown fields refused, the algorithm by its
 //! name); with `clap` it is a group of flags. A format that keeps other fields beside these (a
@@ -9,6 +11,7 @@
 //! flatten a struct into one that refuses unknown fields.
 
 use std::fmt;
+use std::time::Duration;
 
 use crate::{Algorithm, Error, Limit, LimitBuilder};
 
@@ -39,7 +42,20 @@ impl LimitSpec {
             .limit
             .as_deref()
             .ok_or_else(|| Error::Syntax("no limit: give COUNT/PERIOD, e.g. 10/s, 100/1m, 5/500ms".into()))?;
-        let mut builder: LimitBuilder = text.parse()?;
+        self.tuned(text.parse()?).build()
+    }
+
+    /// The validated limit of `count` per `period`, for a protocol that takes the rate as numbers
+    /// rather than as the `limit` text (RESP's `CL.THROTTLE` and `TG.*`): the spec's algorithm,
+    /// burst and slices applied and validated as [`build`](Self::build) does. The `limit` field
+    /// is not read (a spec without it is the rate's tuning). A period too long for nanoseconds in
+    /// 64 bits is refused as above the maximum period, like any other too long.
+    pub fn build_rate(&self, count: u64, period: Duration) -> Result<Limit, Error> {
+        self.tuned(Limit::builder(count, period)).build()
+    }
+
+    /// `builder` with this spec's algorithm (GCRA when none is named), burst and slices.
+    fn tuned(&self, mut builder: LimitBuilder) -> LimitBuilder {
         builder = builder.algorithm(self.algorithm.unwrap_or_default());
         if let Some(burst) = self.burst {
             builder = builder.burst(burst);
@@ -47,7 +63,7 @@ impl LimitSpec {
         if let Some(slices) = self.slices {
             builder = builder.slices(slices);
         }
-        builder.build()
+        builder
     }
 }
 
@@ -97,5 +113,22 @@ mod tests {
         let slices = spec("10/s", Some(Algorithm::FixedWindow), None, Some(5)).build().unwrap_err();
         assert_eq!(slices, Error::SlicesNotApplicable { algorithm: Algorithm::FixedWindow });
         assert_eq!(spec("10/s", None, Some(3), Some(2)).to_string(), "gcra 10/s burst 3 slices 2");
+    }
+
+    #[test]
+    fn a_rate_given_as_numbers_is_tuned_and_validated_alike() {
+        let tuning = |algorithm, burst, slices| LimitSpec { algorithm, limit: None, burst, slices };
+        let second = Duration::from_secs(1);
+        let built = tuning(Some(Algorithm::SubWindow), None, Some(10)).build_rate(10, second).unwrap();
+        assert_eq!(built, spec("10/s", Some(Algorithm::SubWindow), None, Some(10)).build().unwrap());
+        assert_eq!(tuning(None, Some(20), None).build_rate(10, second).unwrap().burst(), 20);
+        let burst = tuning(Some(Algorithm::FixedWindow), Some(3), None).build_rate(10, second).unwrap_err();
+        assert_eq!(burst, Error::BurstNotApplicable { algorithm: Algorithm::FixedWindow });
+        // Longer than 2^64 ns: above the maximum period, with its length (not a parse error).
+        let long = LimitSpec::default().build_rate(2, Duration::from_secs(u64::MAX)).unwrap_err();
+        assert!(
+            long.to_string().starts_with("period is 18446744073709551615000000000 ns, above its maximum"),
+            "{long}"
+        );
     }
 }

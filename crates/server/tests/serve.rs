@@ -288,6 +288,33 @@ async fn serves_from_redis_too() {
     server.stop().await;
 }
 
+/// redis-cell answers a quantity above the burst "limited", consuming nothing, with the key's
+/// state and a retry of -1 (it can never pass). That answer is one decision: one script call to
+/// Redis, as any other `CL.THROTTLE` (no second trip to read the state).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cl_throttle_over_the_burst_is_one_trip_to_redis() {
+    let redis = RedisServer::start();
+    let server = Server::start(Config { store: StoreConfig::redis(&redis.url()), ..common::manual_config() }).await;
+    let throttle = |quantity: &str| -> Vec<String> {
+        server.cli(&["CL.THROTTLE", "over", "15", "30", "60", quantity]).split_whitespace().map(String::from).collect()
+    };
+    // Redis's count of script calls (EVALSHA, FCALL and their kin), from `INFO commandstats`.
+    let script_calls = || -> u64 {
+        let stats = redis.cli(&["info", "commandstats"]);
+        stats
+            .lines()
+            .filter(|l| l.starts_with("cmdstat_eval") || l.starts_with("cmdstat_fcall"))
+            .filter_map(|l| l.split_once(":calls=")?.1.split(',').next()?.parse::<u64>().ok())
+            .sum()
+    };
+    assert_eq!(throttle("1"), ["0", "16", "15", "-1", "2"]);
+    let before = script_calls();
+    assert_eq!(throttle("17"), ["1", "16", "15", "-1", "2"], "limited, nothing consumed, retry -1");
+    assert_eq!(script_calls() - before, 1, "script calls for one CL.THROTTLE over the burst");
+    assert_eq!(throttle("1"), ["0", "16", "14", "-1", "4"], "the denied request consumed nothing");
+    server.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_answers_what_was_sent_and_stops_listening() {
     // Below the ephemeral range: a test beside this one binding port 0 is never handed these

@@ -15,11 +15,11 @@ use axum_core::body::Body;
 use bytes::Bytes;
 use http::Response;
 use pin_project_lite::pin_project;
+use tollgate_engine::render::http::rate_limit_fields;
 use tollgate_engine::{Fields, Unsettled};
 use tollgate_store::Store;
 
 use crate::options::Options;
-use crate::response;
 use crate::shadow::Learning;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -88,7 +88,7 @@ where
     }
     let mut response = response.map(Body::new);
     if let Some(fields) = fields {
-        response::rate_limit_fields(
+        rate_limit_fields(
             response.headers_mut(),
             &fields.policy,
             &fields.limit,

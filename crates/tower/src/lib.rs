@@ -21,8 +21,9 @@
 //! - `route` rules pass their over-limit requests on with a [`Quarantine`] extension (with
 //!   [`Options::routes`]; `tollgate proxy` forwards them to the quarantine upstream), or 429.
 //!
-//! Split as tower's own middleware: [`layer`], [`service`], [`future`]; `response` writes the
-//! headers and bodies. The decisions, metrics and reloads are the engine's ([`Engine`]).
+//! Split as tower's own middleware: [`layer`], [`service`], [`future`]. The decisions, metrics and
+//! reloads are the engine's ([`Engine`]), and so are the header fields and bodies it answers with
+//! (`tollgate_engine::render::http`, shared with `tollgate serve`'s HTTP API and `tollgate proxy`).
 //!
 //! ```no_run
 //! use std::net::SocketAddr;
@@ -42,7 +43,6 @@
 pub mod future;
 pub mod layer;
 mod options;
-pub mod response;
 pub mod service;
 pub mod shadow;
 

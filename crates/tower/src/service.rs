@@ -15,13 +15,13 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::{Request, Response};
 use smallvec::SmallVec;
+use tollgate_engine::render::http as edge;
 use tollgate_engine::{Admission, Answer, Engine, Policy, Proceed};
 use tollgate_store::Store;
 use tower_service::Service;
 
 use crate::future::{self, ResponseFuture};
 use crate::options::Options;
-use crate::response;
 use crate::shadow::{self, Ban, Fake, Learning, Shadow};
 
 /// The peer address, for servers other than axum (which provides `ConnectInfo<SocketAddr>`):
@@ -134,10 +134,11 @@ impl Refusal {
     fn response(self) -> Response<Body> {
         match self {
             Refusal::NoPeer => {
-                response::problem(http::StatusCode::INTERNAL_SERVER_ERROR, "the rate limiter has no client address")
+                edge::problem(http::StatusCode::INTERNAL_SERVER_ERROR, "the rate limiter has no client address")
             }
-            Refusal::Host(why) => response::problem(http::StatusCode::BAD_REQUEST, why),
+            Refusal::Host(why) => edge::problem(http::StatusCode::BAD_REQUEST, why),
         }
+        .map(Body::from)
     }
 }
 
@@ -239,21 +240,23 @@ impl<'r> Head<'r> {
     }
 }
 
-/// The response to `answer` (a shadow-ban's is [`Shadow::fake`]'s).
+/// The response to `answer` (a shadow-ban's is [`Shadow::fake`]'s), written by the engine's HTTP
+/// edge.
 fn render(answer: Answer, options: Options) -> Response<Body> {
     match answer {
         // Not routed (see `routed`): the request is rejected, never served.
-        Answer::TooMany(fields) | Answer::Route { fields, .. } => response::too_many_requests(
+        Answer::TooMany(fields) | Answer::Route { fields, .. } => edge::too_many_requests(
             &fields.policy,
             &fields.limit,
             &fields.decision,
             fields.rate_per_s,
             options.legacy_headers,
         ),
-        Answer::ShadowBan { status, body, content_type, .. } => response::shadow(status, &body, &content_type),
-        Answer::BadRequest(message) => response::problem(http::StatusCode::BAD_REQUEST, &message),
-        Answer::Unavailable(message) => response::problem(http::StatusCode::SERVICE_UNAVAILABLE, &message),
+        Answer::ShadowBan { status, body, content_type, .. } => edge::shadow(status, &body, &content_type),
+        Answer::BadRequest(message) => edge::problem(http::StatusCode::BAD_REQUEST, &message),
+        Answer::Unavailable(message) => edge::problem(http::StatusCode::SERVICE_UNAVAILABLE, &message),
     }
+    .map(Body::from)
 }
 
 /// What becomes of a request the engine answered.

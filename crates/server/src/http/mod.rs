@@ -23,14 +23,14 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::DefaultBodyLimit;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 use tollgate_core::{Algorithm, Decision, Limit, LimitSpec};
 use tollgate_store::StoreError;
 
-use tollgate_engine::{EngineError, Frontend, Source};
+use tollgate_engine::{EngineError, Frontend, Source, render};
 
 use crate::app::App;
 
@@ -155,14 +155,11 @@ pub async fn check_json(app: &App, body: &[u8]) -> Response {
     (status, headers(&decision, &limit, &policy), axum::Json(body)).into_response()
 }
 
-/// `Retry-After` on denials (whole seconds, rounded up, at least 1), and the IETF
-/// `RateLimit-Policy` / `RateLimit` fields, written as the middleware writes them.
+/// The IETF `RateLimit-Policy` / `RateLimit` fields, written as the middleware writes them, and
+/// `Retry-After` on denials (whole seconds, rounded up, at least 1).
 pub fn headers(decision: &Decision, limit: &Limit, policy: &str) -> HeaderMap {
     let mut headers = HeaderMap::new();
-    tollgate_tower::response::rate_limit_fields(&mut headers, policy, limit, decision, false);
-    if !decision.allowed {
-        headers.insert(header::RETRY_AFTER, HeaderValue::from(tollgate_engine::render::retry_after_seconds(decision)));
-    }
+    render::http::decision_fields(&mut headers, policy, limit, decision);
     headers
 }
 

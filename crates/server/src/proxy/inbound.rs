@@ -40,7 +40,7 @@ use axum::extract::{ConnectInfo, Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
-use tollgate_engine::{Engine, Policy};
+use tollgate_engine::{Engine, Policy, render};
 
 use crate::backend::Backend;
 use crate::proxy::body::{Side, Timed, too_slow};
@@ -129,7 +129,7 @@ pub(crate) fn close(response: &mut Response) {
 
 /// A refusal: the problem, and the connection closed (the request's body is left unread).
 pub(crate) fn refuse(status: StatusCode, detail: &str) -> Response {
-    let mut response = tollgate_tower::response::problem(status, detail);
+    let mut response = render::http::problem(status, detail).map(Body::from);
     close(&mut response);
     response
 }

@@ -25,13 +25,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use http::{Method, StatusCode};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
-use tollgate_engine::{Engine, EngineError};
+use tollgate_engine::{Engine, EngineError, render};
 use tollgate_rules::Rules;
 use tollgate_tower::{Options, RateLimitLayer};
 
@@ -98,9 +99,9 @@ async fn top(State(engine): State<Arc<Engine<Arc<Backend>>>>, Path(name): Path<S
             axum::Json(talkers).into_response()
         }
         Err(error @ EngineError::NotMeasured(_)) => {
-            tollgate_tower::response::problem(StatusCode::CONFLICT, &error.to_string())
+            render::http::problem(StatusCode::CONFLICT, &error.to_string()).map(Body::from)
         }
-        Err(error) => tollgate_tower::response::problem(StatusCode::NOT_FOUND, &error.to_string()),
+        Err(error) => render::http::problem(StatusCode::NOT_FOUND, &error.to_string()).map(Body::from),
     }
 }
 

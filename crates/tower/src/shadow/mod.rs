@@ -60,7 +60,6 @@ use self::cache::FakeCacheControl;
 use self::shape::{FakeFor, Seen, Shape};
 use self::synth::SplitMix;
 use crate::options::Options;
-use crate::response;
 
 /// Most routes whose real responses are learned (over every rule).
 pub(crate) const MAX_ROUTE_SHAPES: usize = 512;
@@ -321,7 +320,13 @@ impl Shadow {
         if options.headers_on_allowed {
             // As the last allowed response said: nothing left (see the docs on what `t` is).
             let allowed = Decision { allowed: true, remaining: 0, retry_after_ns: 0, ..fields.decision };
-            response::rate_limit_fields(&mut headers, &fields.policy, &fields.limit, &allowed, options.legacy_headers);
+            render::http::rate_limit_fields(
+                &mut headers,
+                &fields.policy,
+                &fields.limit,
+                &allowed,
+                options.legacy_headers,
+            );
         }
         let body = if sized { Body::from(body) } else { Body::new(Unsized(Body::from(body))) };
         let mut response = Response::new(body);

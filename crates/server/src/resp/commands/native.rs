@@ -4,84 +4,118 @@
 use std::time::Duration;
 
 use bytes::BytesMut;
-use tollgate_core::{Algorithm, Decision, Limit};
-use tollgate_engine::{EngineError, Frontend, Source};
+use tollgate_core::{Algorithm, Decision, Limit, LimitSpec};
+use tollgate_engine::{EngineError, Frontend, Source, render};
+use tollgate_resp::reply;
 
+use super::args::{integer_arg, text};
 use super::options::{self, Opt, Syntax};
-use super::{integer_arg, reply, text};
 use crate::app::App;
 
-/// `key algorithm count period_ms [options]` under `syntax`: the key, the limit and the cost (1
-/// unless given).
-fn parse<'a>(syntax: &Syntax, args: &[&'a [u8]]) -> Result<(&'a [u8], Limit, u64), String> {
+/// An ad-hoc limit and the key it is checked for (`TG.PEEK`, `TG.RESET`).
+#[derive(Debug)]
+pub struct Keyed<'a> {
+    key: &'a [u8],
+    limit: Limit,
+}
+
+/// `TG.CHECK`: a [`Keyed`] limit and the cost of the request.
+#[derive(Debug)]
+pub struct AdHoc<'a> {
+    keyed: Keyed<'a>,
+    cost: u64,
+}
+
+/// `TG.LIMIT name key [COST c]`: a rule or named limit of the configuration.
+#[derive(Debug)]
+pub struct Named<'a> {
+    name: &'a str,
+    key: &'a [u8],
+    cost: u64,
+}
+
+/// `key algorithm count period_ms [options]` under `syntax`: the key, the limit (built by
+/// [`LimitSpec`]) and the cost (1 unless given).
+fn parse<'a>(syntax: &Syntax, args: &[&'a [u8]]) -> Result<(Keyed<'a>, u64), String> {
     let (positional, rest) = syntax.split(args)?;
     let &[key, algorithm, per_period, period_ms] = positional else { return Err(syntax.usage.into()) };
     let algorithm: Algorithm = text(algorithm, "the algorithm")?.parse().map_err(|e| format!("ERR {e}"))?;
     let per_period = integer_arg(per_period, "count", 1)?;
     let period_ms = integer_arg(period_ms, "period_ms", 1)?;
     let options = syntax.options(rest)?;
-    let mut builder = Limit::builder(per_period, Duration::from_millis(period_ms)).algorithm(algorithm);
-    if let Some(burst) = options.get(Opt::Burst) {
-        builder = builder.burst(burst);
-    }
-    if let Some(slices) = options.get(Opt::Slices) {
-        builder = builder.slices(slices);
-    }
-    let limit = builder.build().map_err(|e| format!("ERR {e}"))?;
-    Ok((key, limit, options.get(Opt::Cost).unwrap_or(1)))
+    let spec = LimitSpec {
+        algorithm: Some(algorithm),
+        limit: None,
+        burst: options.get(Opt::Burst),
+        slices: options.get(Opt::Slices),
+    };
+    let limit = spec.build_rate(per_period, Duration::from_millis(period_ms)).map_err(|e| format!("ERR {e}"))?;
+    Ok((Keyed { key, limit }, options.get(Opt::Cost).unwrap_or(1)))
 }
 
-fn render(out: &mut BytesMut, d: &Decision) {
-    reply::integers(out, &tollgate_engine::render::check_reply(d));
-}
-
-/// `TG.CHECK` (or `TG.PEEK` when `peek`).
-pub(super) async fn check(app: &App, args: &[&[u8]], out: &mut BytesMut, peek: bool) {
-    let result = async {
-        let (key, limit, cost) = if peek {
-            let (key, limit, _) = parse(&options::PEEK, args)?;
-            (key, limit, 0)
-        } else {
-            parse(&options::CHECK, args)?
-        };
-        app.engine.check_adhoc(Source::Check, key, &limit, cost).await.map_err(|e| format!("ERR {e}"))
-    }
-    .await;
-    match result {
-        Ok(d) => render(out, &d),
+fn decided(out: &mut BytesMut, decided: Result<Decision, String>) {
+    match decided {
+        Ok(decision) => reply::integers(out, &render::check_reply(&decision)),
         Err(message) => reply::error(out, &message),
     }
 }
 
-/// `TG.RESET key algorithm count period_ms [BURST b] [SLICES s]`.
-pub(super) async fn reset(app: &App, args: &[&[u8]], out: &mut BytesMut) {
-    let result = async {
-        let (key, limit, _) = parse(&options::RESET, args)?;
-        app.engine.reset("", key, &limit).await.map_err(|e| format!("ERR {e}"))
+impl<'a> AdHoc<'a> {
+    /// `TG.CHECK key algorithm count period_ms [BURST b] [SLICES s] [COST c]`.
+    pub(super) fn parse(args: &[&'a [u8]]) -> Result<Self, String> {
+        let (keyed, cost) = parse(&options::CHECK, args)?;
+        Ok(AdHoc { keyed, cost })
     }
-    .await;
-    match result {
-        Ok(()) => reply::simple(out, "OK"),
-        Err(message) => reply::error(out, &message),
+
+    pub(super) async fn apply(self, app: &App, out: &mut BytesMut) {
+        let AdHoc { keyed: Keyed { key, limit }, cost } = self;
+        let decision = app.engine.check_adhoc(Source::Check, key, &limit, cost).await;
+        decided(out, decision.map_err(|e| format!("ERR {e}")));
     }
 }
 
-/// `TG.LIMIT name key [COST c]`.
-pub(super) async fn named(app: &App, args: &[&[u8]], out: &mut BytesMut) {
-    let result = async {
+impl<'a> Keyed<'a> {
+    /// `TG.PEEK key algorithm count period_ms [BURST b] [SLICES s]`.
+    pub(super) fn parse_peek(args: &[&'a [u8]]) -> Result<Self, String> {
+        Ok(parse(&options::PEEK, args)?.0)
+    }
+
+    /// `TG.RESET key algorithm count period_ms [BURST b] [SLICES s]`.
+    pub(super) fn parse_reset(args: &[&'a [u8]]) -> Result<Self, String> {
+        Ok(parse(&options::RESET, args)?.0)
+    }
+
+    /// `TG.PEEK`: the check of cost 0.
+    pub(super) async fn peek(self, app: &App, out: &mut BytesMut) {
+        AdHoc { keyed: self, cost: 0 }.apply(app, out).await;
+    }
+
+    /// `TG.RESET`: `+OK` once the key's state under the limit's algorithm is forgotten.
+    pub(super) async fn reset(self, app: &App, out: &mut BytesMut) {
+        match app.engine.reset("", self.key, &self.limit).await {
+            Ok(()) => reply::simple(out, "OK"),
+            Err(e) => reply::error(out, &format!("ERR {e}")),
+        }
+    }
+}
+
+impl<'a> Named<'a> {
+    /// `TG.LIMIT name key [COST c]`.
+    pub(super) fn parse(args: &[&'a [u8]]) -> Result<Self, String> {
         let (positional, rest) = options::LIMIT.split(args)?;
         let &[name, key] = positional else { return Err(options::LIMIT.usage.to_string()) };
         let name = text(name, "the limit name")?;
         let cost = options::LIMIT.options(rest)?.get(Opt::Cost).unwrap_or(1);
-        match app.engine.check_named(Frontend::Resp, name, key, cost).await {
-            Ok((d, _)) => Ok(d),
+        Ok(Named { name, key, cost })
+    }
+
+    pub(super) async fn apply(self, app: &App, out: &mut BytesMut) {
+        let Named { name, key, cost } = self;
+        let decision = match app.engine.check_named(Frontend::Resp, name, key, cost).await {
+            Ok((decision, _)) => Ok(decision),
             Err(EngineError::UnknownRule(_)) => Err(format!("ERR {}", app.unknown_limit(name))),
             Err(e) => Err(format!("ERR {e}")),
-        }
-    }
-    .await;
-    match result {
-        Ok(d) => render(out, &d),
-        Err(message) => reply::error(out, &message),
+        };
+        decided(out, decision);
     }
 }

@@ -4,7 +4,7 @@
 //! Options are case-insensitive and in any order; each at most once (a repeated one is an error
 //! naming it: the first and the last would both be plausible, and a client sending two has a bug).
 
-use super::{integer_arg, shown};
+use super::args::{integer_arg, shown};
 
 /// An option of the `TG.*` commands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,10 +1,9 @@
-//! How a decision is told to a client, for every front end: the values of the HTTP header fields
-//! (`Retry-After`, the IETF httpapi draft's `RateLimit-Policy` / `RateLimit`, the legacy
-//! `X-RateLimit-*`), of Envoy's RLS fields (`duration_until_reset`, the `RateLimit-*` headers it
-//! asks Envoy to add), of redis-cell's `CL.THROTTLE` reply and of tollgate's `TG.*` replies. The front ends only put these
-//! values into their own types, so every one rounds alike: durations in whole seconds are
-//! rounded up (a client that waits what it is told is never early), and a denial never says
-//! "retry in 0 s".
+//! The values a decision is told in, for every front end: the HTTP header fields (`Retry-After`,
+//! the IETF httpapi draft's `RateLimit-Policy` / `RateLimit`, the legacy `X-RateLimit-*`),
+//! Envoy's RLS fields (`duration_until_reset`, the `RateLimit-*` headers it asks Envoy to add),
+//! redis-cell's `CL.THROTTLE` reply and tollgate's `TG.*` replies. Every front end rounds alike:
+//! durations in whole seconds are rounded up (a client that waits what it is told is never early),
+//! and a denial never says "retry in 0 s".
 
 use tollgate_core::{Decision, Limit};
 
@@ -101,20 +100,32 @@ pub fn envoy_headers(requests_per_unit: u32, remaining: u32, reset_ns: u64) -> [
     ]
 }
 
-/// redis-cell's `CL.THROTTLE` reply, `[limited, limit, remaining, retry_after, reset_after]`, in
-/// seconds rounded up: `retry_after` is -1 when allowed.
+/// redis-cell's `CL.THROTTLE` reply to a request of `quantity` decided as `decision` under a limit
+/// of `capacity`: `[limited, limit, remaining, retry_after, reset_after]`, in seconds rounded up.
+/// `retry_after` is -1 when allowed, and for a quantity above the capacity, which can never pass:
+/// that one is limited whatever `decision` says (what is asked of the store for it is a peek, see
+/// [`throttle_cost`]), with the key's state as the peek read it.
 #[must_use]
-pub fn throttle_reply(decision: &Decision, capacity: u64) -> [i64; 5] {
+pub fn throttle_reply(decision: &Decision, capacity: u64, quantity: u64) -> [i64; 5] {
     let whole = |ns: u64| i64::try_from(seconds_up(ns)).unwrap_or(i64::MAX);
     let saturating = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-    let retry = if decision.allowed { -1 } else { whole(decision.retry_after_ns) };
+    let never = quantity > capacity;
+    let retry = if decision.allowed || never { -1 } else { whole(decision.retry_after_ns) };
     [
-        i64::from(!decision.allowed),
+        i64::from(!decision.allowed || never),
         saturating(capacity),
         saturating(decision.remaining),
         retry,
         whole(decision.reset_after_ns),
     ]
+}
+
+/// What a `CL.THROTTLE` of `quantity` asks of the store under a limit of `capacity`: the
+/// quantity, or 0 (a peek: nothing consumed, the key's state read) for a quantity above the
+/// capacity, which redis-cell answers limited without consuming anything. One decision either way.
+#[must_use]
+pub fn throttle_cost(quantity: u64, capacity: u64) -> u64 {
+    if quantity > capacity { 0 } else { quantity }
 }
 
 /// tollgate's `TG.CHECK` / `TG.PEEK` / `TG.LIMIT` reply, `[allowed, limit, remaining,
@@ -194,8 +205,20 @@ mod tests {
         );
         assert_eq!(rls_duration(2_500_000_000), (2, 500_000_000));
         assert_eq!(envoy_headers(10, 3, 1_000_000_001)[2], ("RateLimit-Reset", "2".to_string()));
-        assert_eq!(throttle_reply(&denied, 5), [1, 5, 0, 1, 2]);
-        assert_eq!(throttle_reply(&allowed, 5), [0, 5, 0, -1, 2]);
+        assert_eq!(throttle_reply(&denied, 5, 1), [1, 5, 0, 1, 2]);
+        assert_eq!(throttle_reply(&allowed, 5, 5), [0, 5, 0, -1, 2]);
         assert_eq!(check_reply(&denied), [0, 5, 0, 1, 1001]);
+    }
+
+    /// redis-cell's answer to a quantity above the capacity: limited, the state as a peek read it
+    /// (nothing consumed), and a retry of -1, since waiting never lets it pass.
+    #[test]
+    fn a_throttle_above_the_capacity_is_limited_with_no_retry() {
+        assert_eq!((throttle_cost(17, 16), throttle_cost(16, 16), throttle_cost(0, 16)), (0, 16, 0));
+        let peek =
+            Decision { allowed: true, limit: 16, remaining: 15, retry_after_ns: 0, reset_after_ns: 1_500_000_000 };
+        assert_eq!(throttle_reply(&peek, 16, 17), [1, 16, 15, -1, 2]);
+        let empty = Decision { allowed: false, remaining: 0, retry_after_ns: 3_000_000_000, ..peek };
+        assert_eq!(throttle_reply(&empty, 16, 17), [1, 16, 0, -1, 2]);
     }
 }
