@@ -1,8 +1,9 @@
 //! # tollgate-engine
 //!
-//! One policy engine behind every front end: the RESP and HTTP APIs of `tollgate serve`, the
-//! tower/axum middleware and `tollgate proxy`. Front ends parse a request into its
-//! characteristics ([`Request`]) and render what the engine decides; the engine does the rest:
+//! One policy engine behind every front end: the RESP, HTTP and Envoy gRPC APIs of `tollgate
+//! serve`, the tower/axum middleware and `tollgate proxy`. Front ends parse a request into its
+//! characteristics ([`Request`], or Envoy's [`Descriptor`]s) and render what the engine decides;
+//! the engine does the rest:
 //!
 //! 1. **the measured rates** of the rules that ask for them ([`rates`]: an EWMA per key on the
 //!    real elapsed time, bounded, a top-k; [`Engine::top`]);

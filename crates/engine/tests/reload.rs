@@ -147,8 +147,8 @@ async fn eventually(registry: &Registry, what: &str, done: impl Fn(&str) -> bool
     }
 }
 
-/// The watcher reloads the file that changed, and only that one; a broken file keeps the policy
-/// in force and counts an error; Envoy's reload series exist from the start, at 0.
+/// The watcher reloads the file that changed, and only that one; a broken or removed file keeps
+/// the policy in force and counts an error; Envoy's reload series exist from the start, at 0.
 #[tokio::test]
 async fn a_watched_file_is_reloaded_when_it_changes_and_a_broken_one_is_not() {
     let dir = std::env::temp_dir().join(format!("tollgate-engine-reload-{}", std::process::id()));
@@ -193,5 +193,10 @@ async fn a_watched_file_is_reloaded_when_it_changes_and_a_broken_one_is_not() {
         "Envoy's file was not reloaded again"
     );
     assert_eq!(user(&engine, "c").await.0, 7);
+    // A file removed is a reload that fails: the policy in force stays, and the operator sees it.
+    std::fs::remove_file(&yaml).unwrap();
+    eventually(&registry, "the removed file tried", |m| m.contains("envoy_config_reloads_total{result=\"error\"} 2\n"))
+        .await;
+    assert_eq!(user(&engine, "d").await.0, 7);
     let _ = std::fs::remove_dir_all(&dir);
 }
