@@ -1,55 +1,37 @@
-//! Checks a front end builds itself rather than from the rules: Envoy's descriptors, matched to
-//! limits by `tollgate-envoy`. The engine decides them in the order it decides a request's rules
-//! ([`enforce`](crate::enforce)), timed as the front end's decisions, store errors counted in its
-//! metrics: the enforced checks all or nothing, in one store call; then the shadow ones (Envoy's
-//! `shadow_mode`, the rules' `dry-run`: reported, never refusing) each on its own, counted only
-//! when the request was admitted. Unlike a rule, a descriptor's status is reported for every
-//! check: when the request is refused, those that did not refuse it report their state as a
-//! peek would (they consumed nothing).
-//!
-//! [`Engine`]'s method here: [`Engine::admit_asks`].
+//! The store half of deciding Envoy's descriptors (see `descriptors`): the checks of the
+//! descriptors that have a limit, decided in the order the engine decides a request's rules
+//! (`enforce`): the enforced checks all or nothing, in one store call; then the shadow ones
+//! (Envoy's `shadow_mode`, the rules' `dry-run`: reported, never refusing) each on its own,
+//! counted only when the request was admitted. Unlike a rule, a descriptor's status is reported
+//! for every check: when the request is refused, those that did not refuse it report their state
+//! as a peek would (they consumed nothing).
 
 use tollgate_core::Decision;
 use tollgate_store::{Check, Store, StoreError};
 
-use crate::{Engine, Frontend};
-
 /// One check of a request.
 #[derive(Debug, Clone, Copy)]
-pub struct Ask<'a> {
+pub(crate) struct Ask<'a> {
     /// Its key, limit, scope and cost.
-    pub check: Check<'a>,
+    pub(crate) check: Check<'a>,
     /// Reported, never refusing (Envoy's `shadow_mode`).
-    pub shadow: bool,
+    pub(crate) shadow: bool,
 }
 
 /// What the engine decided for a request's asks.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Asked {
+pub(crate) struct Asked {
     /// Whether the request was admitted (every enforced ask admitted, and not refused before).
-    pub admitted: bool,
+    pub(crate) admitted: bool,
     /// One decision per ask, in order: an enforced ask's own (denied if it refused the request,
     /// else its state, consumed only if the request was admitted); a shadow ask's (consumed only if
     /// the request was admitted; a denial refuses nothing).
-    pub decisions: Vec<Decision>,
+    pub(crate) decisions: Vec<Decision>,
 }
 
-impl<S: Store> Engine<S> {
-    /// Decides `asks` (see the module docs) through `store` (the front end's own, e.g. with a
-    /// shorter timeout), timed as `frontend`'s decision. `refused`: the front end refuses the
-    /// request already (a limit of zero): nothing is consumed, every ask reports as a peek.
-    pub async fn admit_asks<T: Store>(
-        &self,
-        frontend: Frontend,
-        store: &T,
-        asks: &[Ask<'_>],
-        refused: bool,
-    ) -> Result<Asked, StoreError> {
-        self.timed(frontend, async { self.counted(decide(store, asks, refused).await) }).await
-    }
-}
-
-async fn decide<T: Store>(store: &T, asks: &[Ask<'_>], refused: bool) -> Result<Asked, StoreError> {
+/// Decides `asks` on `store` (see the module docs). `refused`: the request is refused already (a
+/// descriptor always over its limit): nothing is consumed, every ask reports as a peek.
+pub(crate) async fn decide<T: Store>(store: &T, asks: &[Ask<'_>], refused: bool) -> Result<Asked, StoreError> {
     let enforced: Vec<Check<'_>> = asks
         .iter()
         .filter(|a| !a.shadow)

@@ -21,7 +21,9 @@ use crate::{
 #[derive(Debug)]
 pub struct EngineBuilder<S> {
     store: S,
+    envoy_store: Option<S>,
     rules: Rules,
+    envoy: Option<Arc<tollgate_envoy::Config>>,
     clock: Arc<dyn Clock>,
     max_blocks: usize,
     max_rated_keys: usize,
@@ -81,15 +83,37 @@ impl<S: Store> EngineBuilder<S> {
         self
     }
 
+    /// Envoy's configuration (envoyproxy/ratelimit's YAML), the policy's second source beside the
+    /// rules: the engine decides Envoy's descriptors by it ([`Engine::admit_descriptors`]) and
+    /// swaps it on [`Engine::reload_envoy`]. Without it (the default) there is none: every
+    /// descriptor is unmatched, and Envoy's reload counter is not registered.
+    #[must_use]
+    pub fn envoy(mut self, config: Arc<tollgate_envoy::Config>) -> Self {
+        self.envoy = Some(config);
+        self
+    }
+
+    /// The store Envoy's descriptors are decided on (default: the engine's store): the same
+    /// backend behind a shorter deadline, as Envoy gives up on its rate-limit service sooner
+    /// than other callers would.
+    #[must_use]
+    pub fn envoy_store(mut self, store: S) -> Self {
+        self.envoy_store = Some(store);
+        self
+    }
+
     /// Builds the engine, its metrics registered in `registry`.
     pub fn build(self, registry: &mut Registry) -> Engine<S> {
         // A store that decides in place has no backend to fail: no store error series to watch.
-        let metrics = Metrics::new(registry, !self.store.decides_in_place());
+        let metrics = Metrics::new(registry, !self.store.decides_in_place(), self.envoy.is_some());
         let in_flight = Arc::new(settle::InFlight::new());
-        let policy = Arc::new(Policy::compile(self.rules, &metrics, &in_flight, None));
+        let envoy = self.envoy.unwrap_or_default();
+        let policy = Arc::new(Policy::compile(self.rules, envoy, &metrics, &in_flight, None));
         Engine {
             store: self.store,
+            envoy_store: self.envoy_store,
             policy: ArcSwap::new(policy),
+            reloading: std::sync::Mutex::new(()),
             clock: self.clock,
             blocks: blocks::Blocks::new(self.max_blocks),
             rates: rates::Rates::new(self.max_rated_keys),
@@ -107,7 +131,9 @@ impl<S: Store> Engine<S> {
     pub fn builder(store: S, rules: Rules) -> EngineBuilder<S> {
         EngineBuilder {
             store,
+            envoy_store: None,
             rules,
+            envoy: None,
             clock: Arc::new(SystemClock::new()),
             max_blocks: DEFAULT_MAX_BLOCKS,
             max_rated_keys: DEFAULT_MAX_RATED_KEYS,

@@ -3,7 +3,7 @@
 //! [`Engine::current`], [`Engine::store`], [`Engine::metrics`], and `counted` (a store error
 //! counted on its way through). What the engine does is in the files named for it: `builder`,
 //! `admit` (deciding a request), `enforce`, `mitigation`, `measure`, `shared`, `settle`,
-//! `carry`, `asks`, `direct` and `reload`.
+//! `carry`, `descriptors` (Envoy's), `direct` and `reload`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,7 +18,13 @@ use crate::{Current, Metrics, Policy, blocks, rates, settle, waiting};
 #[derive(Debug)]
 pub struct Engine<S> {
     pub(crate) store: S,
+    /// The store Envoy's descriptors are decided on, if not `store` (the same backend with the
+    /// deadline of Envoy's front end: see [`EngineBuilder::envoy_store`](crate::EngineBuilder::envoy_store)).
+    pub(crate) envoy_store: Option<S>,
     pub(crate) policy: ArcSwap<Policy>,
+    /// Held while a reload builds the next policy from the one in force, so that two reloads
+    /// (of the rules and of Envoy's configuration) never lose one another's part.
+    pub(crate) reloading: std::sync::Mutex<()>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) blocks: blocks::Blocks,
     pub(crate) rates: rates::Rates,
@@ -40,7 +46,7 @@ pub(crate) fn duration_ns(duration: Duration) -> u64 {
 }
 
 impl<S: Store> Engine<S> {
-    /// The rules in force.
+    /// The policy in force (the rules, and Envoy's configuration).
     pub fn policy(&self) -> Arc<Policy> {
         self.policy.load_full()
     }

@@ -1,8 +1,9 @@
 //! # tollgate-engine
 //!
-//! One policy engine behind every front end: the RESP and HTTP APIs of `tollgate serve`, the
-//! tower/axum middleware and `tollgate proxy`. Front ends parse a request into its
-//! characteristics ([`Request`]) and render what the engine decides; the engine does the rest:
+//! One policy engine behind every front end: the RESP, HTTP and Envoy gRPC APIs of `tollgate
+//! serve`, the tower/axum middleware and `tollgate proxy`. Front ends parse a request into its
+//! characteristics ([`Request`], or Envoy's [`Descriptor`]s) and render what the engine decides;
+//! the engine does the rest:
 //!
 //! 1. **the measured rates** of the rules that ask for them ([`rates`]: an EWMA per key on the
 //!    real elapsed time, bounded, a top-k; [`Engine::top`]);
@@ -29,18 +30,23 @@
 //! 6. **metrics** ([`metrics`]), and a store error answered by `on_error`, never silently. Every
 //!    decision is timed here, by the injected clock, whichever front end asked ([`latency`]).
 //!
-//! The rules are swapped atomically by [`Engine::reload`] ([`reload`] watches a file); the state
-//! of a rule lives in the store under its name, so a rule that keeps its name keeps its counts
-//! across a reload, carried into its new algorithm's state if that changed (`carry`). Time comes
-//! from an injected [`Clock`].
+//! The policy has two sources: the rules, and Envoy's configuration (envoyproxy/ratelimit's YAML,
+//! [`EngineBuilder::envoy`]), whose descriptors the engine decides for Envoy's rate-limit service
+//! ([`Engine::admit_descriptors`]: free, unlimited, always over, enforced or shadow; all or
+//! nothing; envoyproxy/ratelimit's per-limit counters). Both are one [`Policy`], swapped
+//! atomically by [`Engine::reload`] or [`Engine::reload_envoy`] ([`reload`] watches their files);
+//! the state of a rule lives in the store under its name, so a rule that keeps its name keeps its
+//! counts across a reload, carried into its new algorithm's state if that changed (`carry`). Time
+//! comes from an injected [`Clock`].
 //!
 //! **Where [`Engine`]'s methods are**: one file per topic, each saying which it holds. `builder`
 //! (building an engine), `engine` (the engine and its accessors), `admit` (deciding a request),
 //! `enforce` (several rules, all or nothing), `mitigation` (keys over: holds, actions,
 //! `on_error`), `shared` (holds in the store), `measure` (measured rates, [`Engine::top`]),
-//! `settle` (`count_status` reservations), `carry` (counts carried across a reload), `asks`
-//! (Envoy's checks), `direct` (named and ad-hoc limits, resets) and [`reload`] (swapping the
-//! rules); the rules in force compiled, in `policy`.
+//! `settle` (`count_status` reservations), `carry` (counts carried across a reload),
+//! `descriptors` (Envoy's descriptors; their store half in `asks`), `direct` (named and ad-hoc
+//! limits, resets) and [`reload`] (swapping the policy); the policy in force compiled, in
+//! `policy`.
 //!
 //! [`Clock`]: tollgate_core::Clock
 //! [`Store::hold`]: tollgate_store::Store::hold
@@ -52,6 +58,7 @@ mod asks;
 mod blocks;
 mod builder;
 mod carry;
+mod descriptors;
 mod direct;
 mod enforce;
 mod engine;
@@ -69,9 +76,9 @@ mod shared;
 mod waiting;
 
 pub use admission::{Admission, Answer, Fields, Pending, Proceed};
-pub use asks::{Ask, Asked};
 pub use blocks::DEFAULT_MAX_BLOCKS;
 pub use builder::EngineBuilder;
+pub use descriptors::{Descriptor, StatedLimit, Verdict, Verdicts};
 pub use direct::EngineError;
 pub use engine::Engine;
 pub use metrics::{Frontend, Metrics, Outcome, Source};

@@ -13,7 +13,10 @@
 //! - `tollgate_decision_duration_seconds{frontend}`: seconds per decision, by front end
 //!   (`resp`, `http`, `grpc`, `middleware`; see [`crate::latency`]);
 //! - `tollgate_config_reloads_total{result}`, `tollgate_blocked_keys`,
-//!   `tollgate_blocks_dropped_total`.
+//!   `tollgate_blocks_dropped_total`;
+//! - for an engine with Envoy's configuration ([`EngineBuilder::envoy`](crate::EngineBuilder::envoy)):
+//!   `tollgate_envoy_config_reloads_total{result}`, and envoyproxy/ratelimit's per-limit counters
+//!   ([`DescriptorMetrics`], in `descriptors`: registered apart, as their names have no prefix).
 //!
 //! Labels are rule names, outcomes and algorithms from the configuration and the code: never a
 //! value a client chose.
@@ -31,6 +34,8 @@
 //! outcome (or source, algorithm and outcome): the family's map is locked the first time only,
 //! and every later decision is an atomic load and an atomic increment.
 
+mod descriptors;
+
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -41,6 +46,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tollgate_core::Algorithm;
 use tollgate_store::StoreError;
+
+pub use descriptors::DescriptorMetrics;
+pub(crate) use descriptors::DescriptorOutcome;
 
 pub use crate::latency::{Frontend, Latency};
 
@@ -202,6 +210,9 @@ pub struct Metrics {
     /// The store error counters by kind: all created at start-up for a remote store.
     store_error_counters: [OnceLock<Counter>; STORE_ERROR_KINDS.len()],
     reloads: Family<ResultLabels, Counter>,
+    /// Reloads of Envoy's configuration (registered only for an engine that has one).
+    envoy_reloads: Family<ResultLabels, Counter>,
+    descriptors: DescriptorMetrics,
     latency: Family<FrontendLabels, Latency>,
     /// The latency histograms by front end, created on first use.
     latency_by_frontend: [OnceLock<Latency>; Frontend::ALL.len()],
@@ -211,8 +222,9 @@ pub struct Metrics {
 
 impl Metrics {
     /// The metrics, registered in `registry` (whose prefix, e.g. `tollgate`, they take); the
-    /// store error kinds exist from the start if the store is `remote`.
-    pub(crate) fn new(registry: &mut Registry, remote: bool) -> Self {
+    /// store error kinds exist from the start if the store is `remote`; Envoy's reloads are
+    /// registered if the engine has an `envoy` configuration.
+    pub(crate) fn new(registry: &mut Registry, remote: bool, envoy: bool) -> Self {
         let rules = Family::<RuleLabels, Counter>::default();
         registry.register("rule_decisions", "Requests per rule and outcome", rules.clone());
         let adhoc = Family::<AdhocLabels, Counter>::default();
@@ -226,6 +238,14 @@ impl Metrics {
         );
         let reloads = Family::<ResultLabels, Counter>::default();
         registry.register("config_reloads", "Rules reloads, by result", reloads.clone());
+        let envoy_reloads = Family::<ResultLabels, Counter>::default();
+        if envoy {
+            registry.register(
+                "envoy_config_reloads",
+                "Reloads of the Envoy rate-limit configuration, by result",
+                envoy_reloads.clone(),
+            );
+        }
         let latency = Family::<FrontendLabels, Latency>::default();
         registry.register(
             "decision_duration_seconds",
@@ -252,6 +272,8 @@ impl Metrics {
             store_errors,
             store_error_counters: std::array::from_fn(|_| OnceLock::new()),
             reloads,
+            envoy_reloads,
+            descriptors: DescriptorMetrics::default(),
             latency,
             latency_by_frontend: std::array::from_fn(|_| OnceLock::new()),
             blocked,
@@ -312,6 +334,26 @@ impl Metrics {
     pub(crate) fn reloaded(&self, ok: bool) {
         self.reloads.get_or_create(&ResultLabels { result: if ok { "ok" } else { "error" } }).inc();
     }
+
+    pub(crate) fn envoy_reloaded(&self, ok: bool) {
+        self.envoy_reloads.get_or_create(&ResultLabels { result: if ok { "ok" } else { "error" } }).inc();
+    }
+
+    /// Both results of Envoy's reloads from now, at 0: once a file is watched, a first failure
+    /// must show as an increase.
+    pub(crate) fn envoy_reloads_watched(&self) {
+        for result in ["ok", "error"] {
+            // One statement each: `get_or_create` returns a guard that must not outlive it.
+            let _ = self.envoy_reloads.get_or_create(&ResultLabels { result }).get();
+        }
+    }
+
+    /// envoyproxy/ratelimit's per-limit counters (see [`DescriptorMetrics`]): register them in the
+    /// root registry to serve them.
+    #[must_use]
+    pub fn descriptors(&self) -> &DescriptorMetrics {
+        &self.descriptors
+    }
 }
 
 #[cfg(test)]
@@ -334,13 +376,13 @@ mod tests {
     #[test]
     fn store_errors_exist_from_the_start_only_for_a_remote_store() {
         let mut registry = Registry::with_prefix("tollgate");
-        let local = Metrics::new(&mut registry, false);
+        let local = Metrics::new(&mut registry, false, false);
         assert!(!render(&registry).contains("store_errors"));
         local.store_error(&StoreError::NoChecks);
         assert!(render(&registry).contains("tollgate_store_errors_total{kind=\"request\"} 1\n"));
 
         let mut registry = Registry::with_prefix("tollgate");
-        let remote = Metrics::new(&mut registry, true);
+        let remote = Metrics::new(&mut registry, true, false);
         remote.store_error(&StoreError::Timeout(std::time::Duration::from_millis(50)));
         let text = render(&registry);
         for (kind, n) in [("backend", 0), ("timeout", 1), ("bad_state", 0), ("request", 0)] {
@@ -352,7 +394,7 @@ mod tests {
     #[test]
     fn decision_latency_has_a_series_per_front_end_that_decided() {
         let mut registry = Registry::with_prefix("tollgate");
-        let metrics = Metrics::new(&mut registry, true);
+        let metrics = Metrics::new(&mut registry, true, false);
         assert!(!render(&registry).contains("decision_duration"), "no series before a decision");
         metrics.observe_decision(Frontend::Resp, Duration::from_micros(3));
         metrics.observe_decision(Frontend::Resp, Duration::from_micros(300));

@@ -1,8 +1,11 @@
-//! The rules in force as the engine holds them ([`Policy`]): compiled once per load or reload
-//! (each rule's checked limit, metrics series, rate scope, carries and holds' reading), then
-//! lent to every request ([`Current`]). It holds none of [`Engine`](crate::Engine)'s methods:
-//! the engine swaps policies ([`Engine::reload`](crate::Engine::reload), in `reload`) and
-//! decides requests under one.
+//! The policy in force as the engine holds it ([`Policy`]): the rules, compiled once per load or
+//! reload (each rule's checked limit, metrics series, rate scope, carries and holds' reading),
+//! and Envoy's configuration (envoyproxy/ratelimit's YAML: its descriptor trees, each limit
+//! built), lent to every request ([`Current`]). Both sources are one value, swapped as one: a
+//! request is decided under one version of both. It holds none of [`Engine`](crate::Engine)'s
+//! methods: the engine swaps policies ([`Engine::reload`](crate::Engine::reload) and
+//! [`Engine::reload_envoy`](crate::Engine::reload_envoy), in `reload`) and decides requests
+//! under one.
 
 use std::sync::Arc;
 
@@ -15,11 +18,13 @@ use crate::{carry, settle, shared};
 /// The rules in force, as [`Engine::current`](crate::Engine::current) lends them.
 pub type Current = arc_swap::Guard<Arc<Policy>>;
 
-/// The rules in force, compiled for the hot path.
+/// The policy in force, compiled for the hot path.
 #[derive(Debug)]
 pub struct Policy {
     /// The rules.
     pub rules: Rules,
+    /// Envoy's configuration: the limits of its descriptors, by domain (empty without one).
+    pub envoy: Arc<tollgate_envoy::Config>,
     /// The headers the rules read (lowercase): front ends need not copy the others.
     pub header_names: Vec<String>,
     /// Whether any rule looks at the host.
@@ -46,9 +51,10 @@ pub struct Policy {
 }
 
 impl Policy {
-    /// `rules` compiled; `previous`: the policy they replace, and when.
+    /// `rules` compiled, beside `envoy`; `previous`: the policy they replace, and when.
     pub(crate) fn compile(
         rules: Rules,
+        envoy: Arc<tollgate_envoy::Config>,
         metrics: &Metrics,
         in_flight: &Arc<settle::InFlight>,
         previous: Option<(&Policy, u64)>,
@@ -78,6 +84,7 @@ impl Policy {
             uses_host: rules.uses_host(),
             uses_client_ip,
             rules,
+            envoy,
             checked,
             counters,
             names,

@@ -1,11 +1,21 @@
-//! Reloading the rules at the engine: a rule that keeps its name keeps its keys' counts, also when
-//! its algorithm changes (each key's use is carried into the new algorithm's state on its first
-//! request after the reload, never more than the old state had used).
+//! Reloading the policy at the engine: a rule that keeps its name keeps its keys' counts, also
+//! when its algorithm changes (each key's use is carried into the new algorithm's state on its
+//! first request after the reload, never more than the old state had used); the rules and Envoy's
+//! configuration each reload on their own and keep the other, and a watched file is reloaded when
+//! it changes, a broken one keeping the policy in force.
 
 mod support;
 
-use support::{get, harness, secs};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use prometheus_client::registry::Registry;
+use support::{build_tuned, clock, get, harness, memory, secs};
+use tollgate_engine::reload::{self, PolicyFile};
+use tollgate_engine::{Descriptor, Engine, Verdict};
 use tollgate_rules::Rules;
+use tollgate_store::Store;
 
 const ALGORITHMS: [&str; 7] =
     ["gcra", "token-bucket", "leaky-bucket", "fixed-window", "sliding-log", "sliding-window", "sub-window"];
@@ -73,4 +83,120 @@ async fn reloads_back_and_forth_carry_each_key_once() {
             }
         }
     }
+}
+
+/// Envoy's configuration: `user` at `per_hour` requests an hour.
+fn shop(per_hour: u32) -> String {
+    format!(
+        "domain: shop\ndescriptors:\n  - key: user\n    rate_limit: {{ unit: hour, requests_per_unit: {per_hour} }}\n"
+    )
+}
+
+fn envoy(per_hour: u32) -> tollgate_envoy::Config {
+    tollgate_envoy::Config::parse(&shop(per_hour), "shop.yaml").unwrap()
+}
+
+/// `user`'s limit and what it has left after one more request of `user`.
+async fn user<S: Store>(engine: &Engine<S>, user: &str) -> (u32, u64) {
+    let descriptors = [Descriptor { entries: vec![("user", user)], ..Descriptor::default() }];
+    match &engine.admit_descriptors("shop", &descriptors, 0).await.unwrap().verdicts[0] {
+        Verdict::Limited { limit, decision: Some(decision), .. } => (limit.requests_per_unit, decision.remaining),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// One policy, two sources: reloading Envoy's configuration keeps the rules as they are (their
+/// counts, and a carry under way after an algorithm change), reloading the rules keeps Envoy's
+/// configuration (and its counts); each reload counts in its own series.
+#[tokio::test]
+async fn each_source_reloads_on_its_own_and_keeps_the_other() {
+    let clock = clock();
+    let h = build_tuned(memory(&clock), clock, &lock("gcra"), |b| b.envoy(Arc::new(envoy(3))));
+    let a = get("/").from("192.0.2.1");
+    assert_eq!(h.outcomes(&a, 2).await, ["proceed", "proceed"]);
+    assert_eq!(user(&h.engine, "u").await, (3, 2));
+    // The rule's algorithm changes (its keys' use to be carried), then Envoy's part is reloaded.
+    h.engine.reload(Rules::parse(&lock("sliding-log"), "t").unwrap());
+    h.engine.reload_envoy(envoy(5));
+    assert_eq!(user(&h.engine, "u").await, (5, 3), "the new limit, the count kept");
+    assert_eq!(h.outcomes(&a, 2).await, ["proceed", "429:lock"], "2 spent before, carried");
+    h.engine.reload(Rules::parse(&lock("fixed-window"), "t").unwrap());
+    assert_eq!(user(&h.engine, "u").await, (5, 2), "Envoy's part kept");
+    assert_eq!(h.series("tollgate_config_reloads_total{result=\"ok\"}"), 2);
+    assert_eq!(h.series("tollgate_envoy_config_reloads_total{result=\"ok\"}"), 1);
+}
+
+/// Written then renamed in, as deployment tools do.
+fn replace(path: &Path, text: &str) {
+    let staged = path.with_extension("next");
+    std::fs::write(&staged, text).unwrap();
+    std::fs::rename(&staged, path).unwrap();
+}
+
+/// Waits (at most 10 s) until `done` holds of the metrics.
+async fn eventually(registry: &Registry, what: &str, done: impl Fn(&str) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+        if done(&text) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}: {text}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The watcher reloads the file that changed, and only that one; a broken or removed file keeps
+/// the policy in force and counts an error; Envoy's reload series exist from the start, at 0.
+#[tokio::test]
+async fn a_watched_file_is_reloaded_when_it_changes_and_a_broken_one_is_not() {
+    let dir = std::env::temp_dir().join(format!("tollgate-engine-reload-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (rules, yaml) = (dir.join("rules.toml"), dir.join("shop.yaml"));
+    replace(&rules, &lock("gcra"));
+    replace(&yaml, &shop(3));
+    let mut registry = Registry::with_prefix("tollgate");
+    let engine = Engine::builder(memory(&clock()), Rules::load(&rules).unwrap())
+        .envoy(Arc::new(tollgate_envoy::Config::load(&yaml).unwrap()))
+        .build(&mut registry);
+    let engine = Arc::new(engine);
+    let files = vec![PolicyFile::Rules(rules.clone()), PolicyFile::Envoy(yaml.clone())];
+    reload::watch(&engine, files, Duration::from_millis(10));
+    eventually(&registry, "Envoy's series from the start", |m| {
+        m.contains("tollgate_envoy_config_reloads_total{result=\"ok\"} 0\n")
+            && m.contains("tollgate_envoy_config_reloads_total{result=\"error\"} 0\n")
+    })
+    .await;
+
+    replace(&yaml, &shop(7));
+    eventually(&registry, "Envoy's file reloaded", |m| m.contains("envoy_config_reloads_total{result=\"ok\"} 1\n"))
+        .await;
+    assert_eq!(user(&engine, "a").await.0, 7);
+    replace(&yaml, "domain: shop\ndescriptors:\n  - key: user\n    rate_limit: { unit: fortnight }\n");
+    eventually(&registry, "the broken file tried", |m| m.contains("envoy_config_reloads_total{result=\"error\"} 1\n"))
+        .await;
+    assert_eq!(user(&engine, "b").await.0, 7, "the configuration in force stays");
+    let text = |registry: &Registry| {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+        text
+    };
+    assert!(!text(&registry).contains("tollgate_config_reloads_total{"), "the rules were not reloaded");
+
+    replace(&rules, &lock("fixed-window"));
+    eventually(&registry, "the rules reloaded", |m| m.contains("tollgate_config_reloads_total{result=\"ok\"} 1\n"))
+        .await;
+    assert_eq!(engine.policy().rules.rules[0].limit.algorithm(), tollgate_core::Algorithm::FixedWindow);
+    assert!(
+        text(&registry).contains("envoy_config_reloads_total{result=\"ok\"} 1\n"),
+        "Envoy's file was not reloaded again"
+    );
+    assert_eq!(user(&engine, "c").await.0, 7);
+    // A file removed is a reload that fails: the policy in force stays, and the operator sees it.
+    std::fs::remove_file(&yaml).unwrap();
+    eventually(&registry, "the removed file tried", |m| m.contains("envoy_config_reloads_total{result=\"error\"} 2\n"))
+        .await;
+    assert_eq!(user(&engine, "d").await.0, 7);
+    let _ = std::fs::remove_dir_all(&dir);
 }

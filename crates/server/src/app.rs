@@ -1,10 +1,9 @@
-//! What every front end of `tollgate serve` shares: the policy engine over the configured store,
-//! and the metrics registry (the engine's, the store's and the server's own).
+//! What every front end of `tollgate serve` shares: the policy engine over the configured store
+//! (its policy: the rules and Envoy's configuration), and the metrics registry (the engine's, the
+//! store's and the server's own).
 
 use std::sync::Arc;
 
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 use tollgate_engine::Engine;
 
@@ -16,17 +15,11 @@ use crate::metrics::ServerMetrics;
 /// The engine, its store and the metrics, shared by every connection.
 #[derive(Debug)]
 pub struct App {
-    /// The policy engine (rules, named limits, ad-hoc checks).
+    /// The policy engine (rules, named limits, ad-hoc checks, Envoy's descriptors).
     pub engine: Arc<Engine<Arc<Backend>>>,
     /// Whether the store answers.
     pub health: Arc<Health>,
     rules_file: Option<std::path::PathBuf>,
-    /// Reloads of the Envoy configuration that worked and that failed.
-    pub envoy_reloads: (Counter, Counter),
-    /// The store as the gRPC service uses it (its own deadline on Redis; the same store in memory).
-    pub grpc_store: Arc<Backend>,
-    /// envoyproxy/ratelimit's per-limit counters, for the gRPC service.
-    pub envoy_metrics: crate::grpc::metrics::DescriptorMetrics,
     metrics: ServerMetrics,
     registry: Registry,
 }
@@ -43,7 +36,6 @@ impl App {
         health.watch(Arc::downgrade(&store));
         // tollgate's metrics under its prefix; envoyproxy/ratelimit's names (gRPC) without it.
         let mut root = Registry::default();
-        let envoy_metrics = crate::grpc::metrics::DescriptorMetrics::new(&mut root);
         let registry = root.sub_registry_with_prefix("tollgate");
         // Envoy's gRPC service waits on Redis at most `grpc_store_timeout` (Envoy gives up after
         // 20 ms by default); the other front ends use `store_timeout`.
@@ -55,34 +47,15 @@ impl App {
         };
         let metrics = ServerMetrics::new(registry, stores, &latency);
         health.register(registry);
-        let reloads = Family::<Vec<(&'static str, &'static str)>, Counter>::default();
-        registry.register(
-            "envoy_config_reloads",
-            "Reloads of the Envoy rate-limit configuration, by result",
-            reloads.clone(),
-        );
-        // Both results from start-up when a file is watched: a first failure must show as an increase.
-        // Each handle taken on its own: the family's lock is held while a returned guard lives.
-        let ok = reloads.get_or_create(&vec![("result", "ok")]).clone();
-        let failed = reloads.get_or_create(&vec![("result", "error")]).clone();
-        let envoy_reloads = (ok, failed);
-        if config.envoy_file.is_none() {
-            reloads.clear();
-        }
         // A named delay rule's reply waits for its slot: never past the HTTP request timeout (a
         // 408 would spend the slot for nothing), RESP callers alike.
-        let engine = Engine::builder(store, config.rules.clone()).clock(config.clock.clone());
-        let engine = Arc::new(engine.max_wait(config.http.request_timeout).build(registry));
-        Ok(App {
-            engine,
-            health,
-            rules_file: config.rules_file.clone(),
-            envoy_reloads,
-            grpc_store,
-            envoy_metrics,
-            metrics,
-            registry: root,
-        })
+        let engine = Engine::builder(store, config.rules.clone())
+            .envoy(config.envoy.clone())
+            .envoy_store(grpc_store)
+            .clock(config.clock.clone());
+        let engine = engine.max_wait(config.http.request_timeout).build(registry);
+        engine.metrics().descriptors().register(&mut root);
+        Ok(App { engine: Arc::new(engine), health, rules_file: config.rules_file.clone(), metrics, registry: root })
     }
 
     /// Why `name` is no limit here, and what is: the rules file's limits usable by name (the

@@ -23,6 +23,7 @@ use std::sync::Arc;
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tollgate_engine::reload::PolicyFile;
 
 pub use app::App;
 pub use config::{Config, GrpcBounds, HttpBounds, RedisTarget, RespBounds, StoreConfig, TlsConfig, Topology};
@@ -58,9 +59,7 @@ pub async fn serve(
     listeners: Listeners,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), String> {
-    if let Some(path) = &config.rules_file {
-        reload_on_change(&app, path);
-    }
+    reload_on_change(&app, &config);
     let (stop, stopped) = watch::channel(false);
     let grace = config.shutdown_grace;
     let resp = tokio::spawn(resp::serve(listeners.resp, app.clone(), config.resp, grace, stopped.clone()));
@@ -68,15 +67,9 @@ pub async fn serve(
     let router = hosts.guard(http::router(app.clone(), config.http.max_body_bytes));
     let http = tokio::spawn(http::server::serve(listeners.http, router, config.http, grace, stopped.clone(), None));
     let grpc = listeners.grpc.map(|listener| {
-        let envoy = Arc::new(std::sync::RwLock::new(config.envoy.clone()));
-        if let Some(path) = &config.envoy_file {
-            let (ok, failed) = app.envoy_reloads.clone();
-            grpc::reload::Reloader::new(envoy.clone(), path.clone(), ok, failed).watch(stopped.clone());
-        }
         tokio::spawn(grpc::serve(
             listener,
-            app.clone(),
-            envoy,
+            app.engine.clone(),
             config.envoy_response_headers,
             config.grpc,
             config.shutdown_grace,
@@ -94,28 +87,35 @@ pub async fn serve(
     Ok(())
 }
 
-/// Reloads the rules when their file changes (polled every second) and on SIGHUP; a file that
-/// does not load keeps the rules in force.
-pub fn reload_on_change(app: &Arc<App>, path: &std::path::Path) {
-    reload_engine_on_change(&app.engine, path);
+/// Reloads the policy's files (the rules file, Envoy's configuration) when they change (polled
+/// every second) and on SIGHUP; a file that does not load keeps the policy in force.
+pub fn reload_on_change(app: &Arc<App>, config: &Config) {
+    let rules = config.rules_file.iter().map(|path| PolicyFile::Rules(path.clone()));
+    let envoy = config.envoy_file.iter().map(|path| PolicyFile::Envoy(path.clone()));
+    reload_engine_on_change(&app.engine, rules.chain(envoy).collect());
 }
 
-/// [`reload_on_change`] for any engine (the proxy's too).
+/// [`reload_on_change`] for any engine and files (the proxy's rules too).
 pub fn reload_engine_on_change<S: tollgate_store::Store + 'static>(
     engine: &Arc<tollgate_engine::Engine<S>>,
-    path: &std::path::Path,
+    files: Vec<PolicyFile>,
 ) {
-    tollgate_engine::reload::watch(engine, path.to_path_buf(), tollgate_engine::reload::DEFAULT_POLL);
+    if files.is_empty() {
+        return;
+    }
+    tollgate_engine::reload::watch(engine, files.clone(), tollgate_engine::reload::DEFAULT_POLL);
     #[cfg(unix)]
     {
-        let (engine, path) = (Arc::downgrade(engine), path.to_path_buf());
+        let engine = Arc::downgrade(engine);
         tokio::spawn(async move {
             let Ok(mut hangups) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
                 return;
             };
             while hangups.recv().await.is_some() {
                 let Some(engine) = engine.upgrade() else { return };
-                let _ = tollgate_engine::reload::reload_file(&engine, &path);
+                for file in &files {
+                    let _ = tollgate_engine::reload::reload_file(&engine, file);
+                }
             }
         });
     }

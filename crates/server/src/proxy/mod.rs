@@ -126,7 +126,7 @@ pub async fn run(
     let engine =
         Arc::new(Engine::builder(store, proxy.rules).clock(config.clock.clone()).routes(true).build(&mut registry));
     if let Some(path) = &proxy.rules_file {
-        crate::reload_engine_on_change(&engine, path);
+        crate::reload_engine_on_change(&engine, vec![tollgate_engine::reload::PolicyFile::Rules(path.clone())]);
     }
     // A delay never outlasts the listener's request timeout: past it, a 429 at once rather than
     // a wait the client may not sit out.

@@ -1,6 +1,8 @@
 //! envoyproxy/ratelimit's per-limit counters under the names its users' dashboards expect
 //! (`ratelimit_service_rate_limit_{total_hits,over_limit,near_limit,within_limit,shadow_mode}`,
-//! as its Prometheus mapping names them), besides tollgate's own metrics.
+//! as its Prometheus mapping names them), counted by the engine as it decides Envoy's
+//! descriptors (see `descriptors`), besides tollgate's own metrics. They carry no prefix:
+//! [`DescriptorMetrics::register`] takes the root registry.
 //!
 //! Labels: `domain`, and `descriptor`, the limit's stats key within it (`key_value.key2`): the
 //! configuration's path, so the series are bounded by the configured limits; request values
@@ -25,7 +27,7 @@ struct Labels {
     descriptor: String,
 }
 
-/// The counters, registered without tollgate's prefix.
+/// The counters (registered by [`DescriptorMetrics::register`]).
 #[derive(Debug, Clone, Default)]
 pub struct DescriptorMetrics {
     total_hits: Family<Labels, Counter>,
@@ -37,7 +39,7 @@ pub struct DescriptorMetrics {
 
 /// What happened to one descriptor's hits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DescriptorOutcome {
+pub(crate) enum DescriptorOutcome {
     /// Admitted.
     Within {
         /// What the limit has left after these hits.
@@ -55,9 +57,10 @@ pub enum DescriptorOutcome {
 }
 
 impl DescriptorMetrics {
-    /// The counters, registered in `registry` (the root one: their names carry no prefix).
-    pub fn new(registry: &mut Registry) -> Self {
-        let metrics = DescriptorMetrics::default();
+    /// Registers the counters in `registry`: the root one, as their names carry no prefix. An
+    /// engine that decides no Envoy descriptor need not register them.
+    pub fn register(&self, registry: &mut Registry) {
+        let metrics = self;
         let families = [
             (
                 "ratelimit_service_rate_limit_total_hits",
@@ -80,11 +83,10 @@ impl DescriptorMetrics {
         for (name, help, family) in families {
             registry.register(name, help, family.clone());
         }
-        metrics
     }
 
     /// Counts `hits` on the limit with stats key `metric_key` (`domain.key_value...`).
-    pub fn record(&self, metric_key: &str, hits: u64, outcome: DescriptorOutcome) {
+    pub(crate) fn record(&self, metric_key: &str, hits: u64, outcome: DescriptorOutcome) {
         if hits == 0 {
             return;
         }
