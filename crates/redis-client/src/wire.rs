@@ -13,8 +13,8 @@
 //!   a call again.
 //! - **Ended whole.** A connection lost or closed, a reply past its bounds, one that is not RESP,
 //!   or one that no call awaits ends the connection: every call written and not answered fails
-//!   with an I/O error saying it may have run (its caller never sends it again: see `across.rs`
-//!   and `fallback/pending.rs`), and so does every call queued behind them. The error is one that
+//!   with an I/O error saying it may have run (its caller never sends it again: see
+//!   [`Delivery`](crate::Delivery), and the store's `redis/across.rs` and `fallback/pending.rs`), and so does every call queued behind them. The error is one that
 //!   makes the next call connect again (see `link.rs`), and both tasks end with the connection (a
 //!   write blocked by a server that reads nothing too), closing the socket.
 //! - **Stalls ended.** A connection whose calls await replies and whose reader has read no byte

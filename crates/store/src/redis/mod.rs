@@ -287,8 +287,8 @@ impl RedisStore {
                 return Err(StoreError::CrossSlot);
             }
         }
-        // The native module decides a lone check of its algorithms where it is loaded (see
-        // `node.rs`).
+        // The native module decides a lone check of its algorithms where it is loaded (the
+        // client sends it to the script elsewhere: `program::decide`).
         let native = self.options.module
             && lease.is_none()
             && checks.iter().all(|c| !c.hold)
