@@ -4,12 +4,13 @@
 #   TARGETS="resp_frame http_json" bash scripts/fuzz.sh 100000
 # libFuzzer needs unstable compiler flags: RUSTC_BOOTSTRAP=1 lets the stable toolchain pass them.
 # A crash stops the run and leaves its input in fuzz/artifacts/TARGET/: commit it under
-# fuzz/regressions/TARGET/: it seeds later runs, and crates/server/tests/fuzz_inputs.rs replays it
-# through the same code (the targets' bodies are tollgate_server::fuzzing).
+# fuzz/regressions/TARGET/: it seeds later runs, and crates/server/tests/fuzz_inputs.rs (the
+# targets whose bodies are tollgate_server::fuzzing) or crates/redis-client/tests/fuzz_inputs.rs
+# (redis_topology, redis_url: tollgate_redis_client::fuzzing) replays it through the same code.
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 RUNS="${1:-10000000}"
-TARGETS="${TARGETS:-resp_frame resp_command http_json rules_file client_hello canonical_request redis_reply}"
+TARGETS="${TARGETS:-resp_frame resp_command http_json rules_file client_hello canonical_request redis_reply redis_topology redis_url}"
 export RUSTC_BOOTSTRAP=1
 
 if ! cargo fuzz --version >/dev/null 2>&1; then

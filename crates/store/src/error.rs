@@ -45,3 +45,12 @@ impl StoreError {
         matches!(self, StoreError::Backend(_) | StoreError::Timeout(_) | StoreError::Partial(_))
     }
 }
+
+/// The Redis client's errors are the backend's: Redis cannot be used now, or not as configured
+/// (the messages are the client's, in tollgate's words).
+#[cfg(feature = "redis")]
+impl From<tollgate_redis_client::Error> for StoreError {
+    fn from(error: tollgate_redis_client::Error) -> Self {
+        StoreError::Backend(error.to_string())
+    }
+}

@@ -24,6 +24,8 @@
 //! `user` and `{user}` did.
 
 use tollgate_core::Algorithm;
+/// The Redis Cluster hash slot of a key (the client routes by it).
+pub(super) use tollgate_redis_client::slot;
 
 use crate::StoreError;
 
@@ -97,43 +99,6 @@ fn beside(prefix: &str, state_key: &[u8], name: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The Redis Cluster hash slot of `key`: CRC16 (XMODEM) of its hash tag when it has one, else of
-/// the whole key, modulo 16,384.
-pub fn slot(key: &[u8]) -> u16 {
-    let hashed = key
-        .iter()
-        .position(|&b| b == b'{')
-        .and_then(|open| {
-            let rest = &key[open + 1..];
-            rest.iter().position(|&b| b == b'}').filter(|&close| close > 0).map(|close| &rest[..close])
-        })
-        .unwrap_or(key);
-    let mut crc: u16 = 0;
-    for &byte in hashed {
-        crc = (crc << 8) ^ CRC16[usize::from(((crc >> 8) ^ u16::from(byte)) & 0xff)];
-    }
-    crc % 16_384
-}
-
-/// CRC16/XMODEM (polynomial 0x1021) of every byte, computed at compile time (where `From` cannot
-/// be called: the casts below are of values below 256).
-#[allow(clippy::cast_possible_truncation)]
-const CRC16: [u16; 256] = {
-    let mut table = [0u16; 256];
-    let mut byte = 0;
-    while byte < 256 {
-        let mut crc = (byte as u16) << 8;
-        let mut bit = 0;
-        while bit < 8 {
-            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
-            bit += 1;
-        }
-        table[byte] = crc;
-        byte += 1;
-    }
-    table
-};
-
 /// Whether Redis Cluster would hash `key` by a `{tag}` inside it (a non-empty one, first `{`
 /// to the first `}` after it).
 fn has_hash_tag(key: &[u8]) -> bool {
@@ -172,17 +137,6 @@ mod tests {
             }
         }
         assert!(state_key("tg", "a:b", Algorithm::Gcra, b"k").is_err());
-    }
-
-    #[test]
-    fn slots_are_redis_clusters() {
-        // Redis's own answers (CLUSTER KEYSLOT); the cluster tests compare many more.
-        assert_eq!(slot(b"123456789"), 0x31C3, "CRC16/XMODEM's check value");
-        assert_eq!(slot(b"foo"), 12_182);
-        assert_eq!(slot(b"{user1000}.following"), slot(b"user1000"));
-        assert_ne!(slot(b"foo{}{bar}"), slot(b"bar"), "an empty tag hashes the whole key");
-        assert_eq!(slot(b"foo{{bar}}zap"), slot(b"{bar"));
-        assert_eq!(slot(b""), 0);
     }
 
     #[test]

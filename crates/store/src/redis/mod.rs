@@ -4,7 +4,8 @@
 //!   a [`RedisTarget`] says (parsed from `redis://`, `rediss+cluster://`, `redis+sentinel://`…
 //!   URLs). tollgate follows the topology itself: a cluster's slot map is kept current through
 //!   failovers and reshards (`MOVED`, `ASK`, `READONLY`), a Sentinel group's primary through its
-//!   switches (see `cluster.rs` and `sentinel.rs`).
+//!   switches (the client crate below this one, `tollgate-redis-client`, does: its `cluster.rs`
+//!   and `sentinel.rs`).
 //! - **One script, one round trip.** `lua/` holds all seven algorithms, one file each, and
 //!   `lua/decide.lua` the entry; a check or a multi-key check is one `FCALL` (a Redis Function,
 //!   loaded where missing; `EVALSHA` on a server without functions: see `program.rs`). Every key
@@ -18,30 +19,23 @@
 //!   accepts (periods and `burst * T` up to 50 days).
 //! - **Bounded waits.** Each call has a timeout (default 50 ms), redirects included; each
 //!   server has one connection that batches (the calls ready in the same instant go out in one
-//!   write, see `wire.rs`) and reconnects by itself. A call that may have run is never sent twice.
+//!   write, see the client's `wire.rs`) and reconnects by itself. A call that may have run is
+//!   never sent twice.
 //! - **A remote for the failure policy** ([`Remote`]): the script also records charges (what a
 //!   node admitted while Redis could not be reached) and answers each key's snapshot and the
 //!   server's time, which [`Fallback`](crate::Fallback) uses.
 
 mod across;
-mod bounded;
 mod carry;
-mod cluster;
-mod connection;
-mod follow;
+#[cfg(all(test, feature = "testkit"))]
+mod credentials;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 mod hold;
 mod keys;
 mod lease;
-mod link;
-mod node;
 pub mod program;
 mod reply;
-mod sentinel;
-pub mod target;
-mod topology;
-mod wire;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,11 +44,13 @@ use tollgate_core::{Clock, Limit};
 
 use crate::remote::{Charge, Domain, Remote, Reply};
 use crate::{Check, Refund, Reserved, Store, StoreError};
-use connection::Connection;
-pub use keys::slot as hash_slot;
 use program::*;
 use reply::{check_prefix, parse_lease_reply, parse_reply, script_error, server_time_ns};
-pub use target::{Address, RedisTarget, TlsConfig, Topology};
+pub use tollgate_redis_client::slot as hash_slot;
+/// Which Redis to reach and how, parsed from a URL (the client's: `tollgate_redis_client`).
+pub use tollgate_redis_client::target;
+pub use tollgate_redis_client::{Address, RedisTarget, TlsConfig, Topology};
+use tollgate_redis_client::{Connection, Script};
 
 /// Where the Redis store takes "now" from.
 #[derive(Debug, Clone)]
@@ -168,7 +164,7 @@ impl RedisStore {
     }
 
     fn is_cluster(&self) -> bool {
-        matches!(self.connection, Connection::Cluster(_))
+        self.connection.is_cluster()
     }
 
     /// Why Redis cannot be used, in tollgate's words (which server, and what to check: a
@@ -182,9 +178,9 @@ impl RedisStore {
         RedisStore {
             connection,
             options,
-            script: Arc::new(Script::new()),
-            carry_script: Arc::new(Script::with_entry("carry")),
-            hold_script: Arc::new(Script::with_entry("hold")),
+            script: Arc::new(program::decide()),
+            carry_script: Arc::new(program::script("carry")),
+            hold_script: Arc::new(program::script("hold")),
             script_calls: Arc::default(),
         }
     }
@@ -291,8 +287,8 @@ impl RedisStore {
                 return Err(StoreError::CrossSlot);
             }
         }
-        // The native module decides a lone check of its algorithms where it is loaded (see
-        // `node.rs`).
+        // The native module decides a lone check of its algorithms where it is loaded (the
+        // client sends it to the script elsewhere: `program::decide`).
         let native = self.options.module
             && lease.is_none()
             && checks.iter().all(|c| !c.hold)
@@ -458,9 +454,9 @@ impl Remote for RedisStore {
 
     async fn probe_domain(&self, domain: &Domain) -> Result<bool, StoreError> {
         let within = self.options.timeout.max(Duration::from_secs(1));
-        tokio::time::timeout(within, self.connection.probe_domain(domain))
+        Ok(tokio::time::timeout(within, self.connection.probe_domain(domain))
             .await
-            .map_err(|_| StoreError::Timeout(within))?
+            .map_err(|_| StoreError::Timeout(within))??)
     }
 
     /// Reads the topology again (a cluster's slot map, the Sentinels' primary) and pings a
@@ -468,6 +464,6 @@ impl Remote for RedisStore {
     /// may try several servers).
     async fn probe(&self) -> Result<(), StoreError> {
         let within = self.options.timeout.max(Duration::from_secs(1));
-        tokio::time::timeout(within, self.connection.probe()).await.map_err(|_| StoreError::Timeout(within))?
+        Ok(tokio::time::timeout(within, self.connection.probe()).await.map_err(|_| StoreError::Timeout(within))??)
     }
 }

@@ -7,10 +7,12 @@
 //! It runs as a Redis Function where the server has them (Redis 7+): `FUNCTION LOAD` once per
 //! server, then `FCALL`, so the algorithms' definitions run once per load, not once per call (a
 //! script sent by `EVALSHA` runs its whole body on every call). A server without functions, or
-//! whose ACL user may not call or load them, is served the same source by `EVALSHA` (see
-//! `node.rs`).
+//! whose ACL user may not call or load them, is served the same source by `EVALSHA`; the lone
+//! checks the native module decides go to it where it is loaded (the client chooses the form per
+//! server: `tollgate_redis_client::Script`).
 
 pub use crate::layout::*;
+use tollgate_redis_client::{Native, Script};
 
 /// The script's body (after the layout): the Lua sources; it defines `decide(KEYS, ARGV)`,
 /// `carry(KEYS, ARGV)` and `hold(KEYS, ARGV)`, each the entry of a script of its own.
@@ -28,72 +30,35 @@ const BODY: &str = concat!(
     include_str!("lua/hold.lua"),
 );
 
-/// The script, in both forms.
-#[derive(Debug)]
-pub(crate) struct Script {
-    /// The library `FUNCTION LOAD` takes, named after its source (so builds with different
-    /// scripts never replace each other's on a shared server).
-    pub(super) library: String,
-    /// The function it registers.
-    pub(super) function: String,
-    /// The source `EVALSHA` runs, and its SHA1.
-    pub(super) eval: String,
-    pub(super) sha1: String,
+/// The native module's command, deciding the lone checks of its algorithms where it is loaded:
+/// a server without it, or whose module refuses the call (another build's layout, an algorithm
+/// it does not decide), gets them as the decisions' script.
+const MODULE: Native = Native { command: MODULE_COMMAND, refusals: &["TOLLGATE_VERSION", "TOLLGATE_UNSUPPORTED"] };
+
+/// The decisions' script (`decide`), the native module's calls falling back to it.
+pub(crate) fn decide() -> Script {
+    script("decide").with_native(MODULE)
 }
 
-impl Script {
-    /// The decisions' script (`decide`).
-    pub(crate) fn new() -> Self {
-        Script::with_entry("decide")
-    }
-
-    /// The script whose entry is the Lua function `entry` of the body (`decide`, `carry`, `hold`).
-    pub(crate) fn with_entry(entry: &str) -> Self {
-        // What the script shares with the Rust side besides the layout, said once: how long a
-        // charge's marker lives, and the largest running total a charge may carry.
-        let protocol = format!(
-            "local REMEMBERED_MS = {}\nlocal MAX_TOTAL = {}\n",
-            crate::remote::CHARGES_REMEMBERED.as_millis(),
-            crate::remote::MAX_CHARGE_TOTAL
-        );
-        let constants = lua_constants();
-        let eval = format!("{constants}{protocol}{BODY}return {entry}(KEYS, ARGV)\n");
-        let sha1 = redis::Script::new(&eval).get_hash().to_string();
-        let name = format!("tollgate_{}", &sha1[..12]);
-        let function = format!("{name}_{entry}");
-        let library =
-            format!("#!lua name={name}\n{constants}{protocol}{BODY}redis.register_function('{function}', {entry})\n");
-        Script { library, function, eval, sha1 }
-    }
-
-    /// The module's call `check` (`TOLLGATE.CHECK key args...`) as the script's `FCALL`.
-    pub(super) fn fcall_of(&self, check: &redis::Cmd) -> redis::Cmd {
-        let mut fcall = redis::cmd("FCALL");
-        fcall.arg(&self.function).arg(1);
-        for arg in check.args_iter().skip(1) {
-            if let redis::Arg::Simple(bytes) = arg {
-                fcall.arg(bytes);
-            }
-        }
-        fcall
-    }
-
-    /// The call `fcall` (`FCALL function numkeys keys... args...`) as `EVALSHA`.
-    pub(super) fn evalsha(&self, fcall: &redis::Cmd) -> redis::Cmd {
-        let mut eval = redis::cmd("EVALSHA");
-        eval.arg(&self.sha1);
-        for arg in fcall.args_iter().skip(2) {
-            if let redis::Arg::Simple(bytes) = arg {
-                eval.arg(bytes);
-            }
-        }
-        eval
-    }
-}
-
-/// Whether `cmd` is the module's.
-pub(super) fn is_module_call(cmd: &redis::Cmd) -> bool {
-    matches!(cmd.args_iter().next(), Some(redis::Arg::Simple(name)) if name == MODULE_COMMAND.as_bytes())
+/// The script whose entry is the Lua function `entry` of the body (`decide`, `carry`, `hold`):
+/// a library named after its source (so builds with different scripts never replace each
+/// other's on a shared server), and the same source for `EVAL`.
+pub(crate) fn script(entry: &str) -> Script {
+    // What the script shares with the Rust side besides the layout, said once: how long a
+    // charge's marker lives, and the largest running total a charge may carry.
+    let protocol = format!(
+        "local REMEMBERED_MS = {}\nlocal MAX_TOTAL = {}\n",
+        crate::remote::CHARGES_REMEMBERED.as_millis(),
+        crate::remote::MAX_CHARGE_TOTAL
+    );
+    let constants = lua_constants();
+    let eval = format!("{constants}{protocol}{BODY}return {entry}(KEYS, ARGV)\n");
+    let sha1 = redis::Script::new(&eval).get_hash().to_string();
+    let name = format!("tollgate_{}", &sha1[..12]);
+    let function = format!("{name}_{entry}");
+    let library =
+        format!("#!lua name={name}\n{constants}{protocol}{BODY}redis.register_function('{function}', {entry})\n");
+    Script::new(library, function, eval)
 }
 
 /// A call's arguments, written in the layout's order: every value names its offset within its
@@ -110,7 +75,7 @@ impl Call {
     /// `FCALL` of `script` on `keys`; the header comes next.
     pub(super) fn new(script: &Script, keys: &[Vec<u8>]) -> Self {
         let mut cmd = redis::cmd("FCALL");
-        cmd.arg(&script.function).arg(keys.len());
+        cmd.arg(script.function()).arg(keys.len());
         for key in keys {
             cmd.arg(key.as_slice());
         }
@@ -162,24 +127,24 @@ impl Call {
 /// The script as `EVAL` runs it, and its SHA1 (for tests and benches that call it directly).
 #[must_use]
 pub fn eval_source() -> (String, String) {
-    let script = Script::new();
-    (script.eval, script.sha1)
+    let script = decide();
+    (script.eval().to_string(), script.sha1().to_string())
 }
 
 /// The script of the Lua entry `entry` (`decide`, `carry`, `hold`) as `EVAL` runs it, and its
 /// SHA1 (for tests that call an entry directly).
 #[must_use]
 pub fn entry_eval_source(entry: &str) -> (String, String) {
-    let script = Script::with_entry(entry);
-    (script.eval, script.sha1)
+    let script = script(entry);
+    (script.eval().to_string(), script.sha1().to_string())
 }
 
 /// The script as a Redis Functions library, and the name of its function (for tests and benches
 /// that call it directly).
 #[must_use]
 pub fn library_source() -> (String, String) {
-    let script = Script::new();
-    (script.library, script.function)
+    let script = decide();
+    (script.library().to_string(), script.function().to_string())
 }
 
 #[cfg(test)]
@@ -195,8 +160,8 @@ mod tests {
         assert_eq!(CHARGE_ARGS, CHARGE_VIEW);
         assert_eq!(REFUND_ARGS, REFUND_RESET);
         assert_eq!(LEASE_ARGS, LEASE_LIFETIME);
-        let script = Script::new();
-        assert!(script.library.starts_with("#!lua name=tollgate_"));
-        assert!(script.library.contains(&script.function));
+        let script = decide();
+        assert!(script.library().starts_with("#!lua name=tollgate_"));
+        assert!(script.library().contains(script.function()));
     }
 }

@@ -5,7 +5,8 @@
 
 use tollgate_core::{Decision, Snapshot};
 
-use super::connection::Failure;
+use tollgate_redis_client::CallError;
+
 use super::program::{LEASE_REPLY, REPLY_CHECK, REPLY_NOW};
 use crate::StoreError;
 use crate::remote::Reply;
@@ -20,10 +21,11 @@ pub(super) fn check_prefix(prefix: &str) -> Result<(), StoreError> {
 }
 
 /// A failed call as a [`StoreError`]: a key holding what tollgate did not write is the call's own
-/// `BadState`; anything else is the backend's, said in tollgate's words with the server's address.
-/// Either says at most [`MAX_MESSAGE`] characters.
-pub(super) fn script_error(failure: &Failure, keys: &[Vec<u8>]) -> StoreError {
-    let (error, node) = failure;
+/// `BadState`; anything else is the backend's, said in tollgate's words with the server's address
+/// (whatever the call may have done: the failure policy treats every backend error as a call
+/// that may have run). Either says at most [`MAX_MESSAGE`] characters.
+pub(super) fn script_error(failure: &CallError, keys: &[Vec<u8>]) -> StoreError {
+    let error = failure.error();
     match error.code() {
         Some("WRONGTYPE") => {
             let keys: Vec<String> = keys.iter().map(|k| String::from_utf8_lossy(k).into_owned()).collect();
@@ -33,7 +35,7 @@ pub(super) fn script_error(failure: &Failure, keys: &[Vec<u8>]) -> StoreError {
         }
         Some("TOLLGATE_BADSTATE") => StoreError::BadState(bounded(error.detail().unwrap_or(""))),
         _ if error.to_string().contains("TOLLGATE_BADSTATE") => StoreError::BadState(bounded(&error.to_string())),
-        _ => StoreError::Backend(bounded(&node.as_ref().map_or_else(|| error.to_string(), |node| node.explain(error)))),
+        _ => StoreError::Backend(bounded(&failure.explain())),
     }
 }
 

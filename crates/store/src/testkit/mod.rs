@@ -17,11 +17,12 @@
 //! - [`hammer`]: many concurrent callers on one key, for zero-over-grant tests;
 //! - [`faults`]: a remote store whose calls fail on demand, for tests of the failure policy;
 //! - [`random`]: a seeded generator and random limits across the whole accepted range;
-//! - `redis_server`, `redis_topology` and `tls` (with feature `redis`): real `redis-server`
-//!   processes (plain, TLS, with ACL users), clusters with replicas, Sentinel groups, and the
-//!   certificates a test makes for them; `redis_module`, tollgate's native module built for the
-//!   test's profile; `fake_redis`, a fake server whose answers a test
-//!   scripts (what a broken or hostile server would say).
+//! - `redis_server`, `redis_topology`, `tls` and `fake_redis` (with feature `redis`): the Redis
+//!   client's (`tollgate_redis_client::testkit`): real `redis-server` processes (plain, TLS, with
+//!   ACL users), clusters with replicas, Sentinel groups, the certificates a test makes for them,
+//!   and a fake server whose answers a test scripts (what a broken or hostile server would say);
+//!   with the store's additions: `redis_module`, tollgate's native module built for the test's
+//!   profile, the manual's smallest ACL, the decision script's answer.
 
 pub mod cases;
 #[cfg(feature = "redis")]
@@ -34,10 +35,12 @@ pub mod random;
 pub mod redis_module;
 #[cfg(feature = "redis")]
 pub mod redis_server;
+/// Clusters with replicas and Sentinel groups of real servers (the client's).
 #[cfg(feature = "redis")]
-pub mod redis_topology;
+pub use tollgate_redis_client::testkit::redis_topology;
+/// Certificates for the TLS test servers (the client's).
 #[cfg(feature = "redis")]
-pub mod tls;
+pub use tollgate_redis_client::testkit::tls;
 pub mod traces;
 
 use std::sync::Arc;

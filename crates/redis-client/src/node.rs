@@ -11,25 +11,24 @@ use std::time::Duration;
 
 use redis::{Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 
-use super::link::Link;
-use super::program::{Script, is_module_call};
-use super::target::{Address, RedisTarget, TlsConfig};
-use super::wire::{Wire, last, stall_after};
-use crate::remote::Domain;
+use crate::link::Link;
+use crate::script::{Native, Script};
+use crate::target::{Address, RedisTarget, TlsConfig};
+use crate::wire::{Wire, last, stall_after};
 
 /// How to connect to every server of one kind (the data servers, or the Sentinels). Its `Debug`
 /// shows whether there is a password, never what it is.
-pub(super) struct Settings {
-    pub(super) tls: Option<TlsConfig>,
-    pub(super) username: Option<String>,
-    pub(super) password: Option<String>,
-    pub(super) db: u32,
-    pub(super) timeout: Duration,
+pub(crate) struct Settings {
+    pub(crate) tls: Option<TlsConfig>,
+    pub(crate) username: Option<String>,
+    pub(crate) password: Option<String>,
+    pub(crate) db: u32,
+    pub(crate) timeout: Duration,
     /// How long a connection whose calls await replies may read nothing before it is ended (a
     /// half-open link, a server that reads and never answers): [`stall_after`] the timeout.
-    pub(super) stall: Duration,
+    pub(crate) stall: Duration,
     /// Where an operator gives these credentials (said when the server refuses them).
-    pub(super) credentials_from: &'static str,
+    pub(crate) credentials_from: &'static str,
 }
 
 impl std::fmt::Debug for Settings {
@@ -37,7 +36,7 @@ impl std::fmt::Debug for Settings {
         f.debug_struct("Settings")
             .field("tls", &self.tls)
             .field("username", &self.username)
-            .field("password", &super::target::Hidden(&self.password))
+            .field("password", &crate::target::Hidden(&self.password))
             .field("db", &self.db)
             .field("timeout", &self.timeout)
             .field("stall", &self.stall)
@@ -47,7 +46,7 @@ impl std::fmt::Debug for Settings {
 
 impl Settings {
     /// The data servers' settings.
-    pub(super) fn data(target: &RedisTarget, timeout: Duration) -> Self {
+    pub(crate) fn data(target: &RedisTarget, timeout: Duration) -> Self {
         Settings {
             tls: target.tls.clone(),
             username: target.username.clone(),
@@ -60,7 +59,7 @@ impl Settings {
     }
 
     /// The Sentinels' settings: their own credentials, TLS as the data servers.
-    pub(super) fn sentinels(target: &RedisTarget, timeout: Duration) -> Self {
+    pub(crate) fn sentinels(target: &RedisTarget, timeout: Duration) -> Self {
         Settings {
             tls: target.tls.clone(),
             username: target.sentinel_username.clone(),
@@ -109,18 +108,18 @@ impl Settings {
 }
 
 /// One server and its connection.
-pub(super) struct Node {
-    pub(super) address: Address,
+pub(crate) struct Node {
+    pub(crate) address: Address,
     /// Its address as a fault domain (the failure policy's breaker, health and metrics).
-    pub(super) domain: Domain,
+    pub(crate) domain: Arc<str>,
     link: Link,
     settings: Arc<Settings>,
     /// The server has no Redis Functions, or its ACL user may not call or load them: the script
     /// goes by `EVALSHA`.
     eval_only: AtomicBool,
-    /// The server has no native module (or its ACL user may not call it): its calls go to the
+    /// The server has no native command (or its ACL user may not call it): its calls go to the
     /// script.
-    no_module: AtomicBool,
+    no_native: AtomicBool,
 }
 
 impl std::fmt::Debug for Node {
@@ -131,18 +130,18 @@ impl std::fmt::Debug for Node {
 
 impl Node {
     /// The server at `address`; returns at once (the connection is made on first use).
-    pub(super) fn open(address: Address, settings: Arc<Settings>) -> Result<Arc<Node>, RedisError> {
+    pub(crate) fn open(address: Address, settings: Arc<Settings>) -> Result<Arc<Node>, RedisError> {
         // The settings are checked as the driver's client reads them.
         settings.client(&address)?;
         let link = Link::new(address.clone(), settings.clone());
-        let domain = Domain::from(address.to_string());
+        let domain = Arc::from(address.to_string());
         Ok(Arc::new(Node {
             address,
             domain,
             link,
             settings,
             eval_only: AtomicBool::new(false),
-            no_module: AtomicBool::new(false),
+            no_native: AtomicBool::new(false),
         }))
     }
 
@@ -150,7 +149,7 @@ impl Node {
     /// its `FCALL`: the library is loaded where it is missing and `cmd` sent again; on a server
     /// without functions (or whose ACL user may not use them) it goes as `EVALSHA` from then on,
     /// the script loaded after `NOSCRIPT`.
-    pub(super) async fn run(&self, cmd: &Cmd, script: Option<&Script>, asking: bool) -> RedisResult<Value> {
+    pub(crate) async fn run(&self, cmd: &Cmd, script: Option<&Script>, asking: bool) -> RedisResult<Value> {
         let (generation, connected) = self.link.get().await?;
         let reply = self.run_on(&connected.wire, cmd, script, asking).await;
         if let Err(error) = &reply
@@ -165,17 +164,17 @@ impl Node {
     async fn run_on(&self, connection: &Wire, cmd: &Cmd, script: Option<&Script>, asking: bool) -> RedisResult<Value> {
         let Some(script) = script else { return send(connection, cmd, asking).await };
         let fcall;
-        let cmd = if is_module_call(cmd) {
-            if !self.no_module.load(Ordering::Relaxed) {
+        let cmd = if let Some(native) = script.native().filter(|_| script.is_native_call(cmd)) {
+            if !self.no_native.load(Ordering::Relaxed) {
                 match send(connection, cmd, asking).await {
-                    Err(e) if is_module_missing(&e) => {
+                    Err(e) if is_native_missing(&e, native) => {
                         tracing::warn!(
                             server = %self.address,
                             error = %e,
                             "tollgate's Redis module is not loaded on this server (or the ACL user may not call it): \
                              its decisions go to the script"
                         );
-                        self.no_module.store(true, Ordering::Relaxed);
+                        self.no_native.store(true, Ordering::Relaxed);
                     }
                     reply => return reply,
                 }
@@ -189,7 +188,7 @@ impl Node {
             let error = match send(connection, cmd, asking).await {
                 Err(e) if is_function_missing(&e) => {
                     let mut load = redis::cmd("FUNCTION");
-                    load.arg("LOAD").arg(&script.library);
+                    load.arg("LOAD").arg(script.library());
                     match connection.run(&load).await {
                         Err(e) if !is_library_present(&e) => e,
                         _ => return send(connection, cmd, asking).await,
@@ -212,7 +211,7 @@ impl Node {
         let eval = script.evalsha(cmd);
         match send(connection, &eval, asking).await {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                connection.run(redis::cmd("SCRIPT").arg("LOAD").arg(&script.eval)).await?;
+                connection.run(redis::cmd("SCRIPT").arg("LOAD").arg(script.eval())).await?;
                 send(connection, &eval, asking).await
             }
             reply => reply,
@@ -221,7 +220,7 @@ impl Node {
 
     /// A command on this server's shared connection, its reply converted, awaited within the
     /// call timeout (a script call's deadline is its caller's).
-    pub(super) async fn query<T: redis::FromRedisValue>(&self, cmd: &Cmd) -> RedisResult<T> {
+    pub(crate) async fn query<T: redis::FromRedisValue>(&self, cmd: &Cmd) -> RedisResult<T> {
         let reply = tokio::time::timeout(self.settings.timeout, self.run(cmd, None, false))
             .await
             .map_err(|_| RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut)))??;
@@ -230,7 +229,7 @@ impl Node {
 
     /// Why a new connection to this server fails, if it does (a `PING` on a connection of its
     /// own, within the timeout): the shared connection may only say that it is reconnecting.
-    pub(super) async fn diagnose(&self) -> Option<String> {
+    pub(crate) async fn diagnose(&self) -> Option<String> {
         let attempt = async {
             let connected = self.link.connect(self.settings.timeout.max(Duration::from_millis(500))).await?;
             connected.wire.run(&redis::cmd("PING")).await.map(drop)
@@ -250,7 +249,7 @@ impl Node {
     }
 
     /// `error`, from this server, in tollgate's words (naming the server, never a credential).
-    pub(super) fn explain(&self, error: &RedisError) -> String {
+    pub(crate) fn explain(&self, error: &RedisError) -> String {
         explain(&self.address, error, &self.settings)
     }
 }
@@ -266,16 +265,16 @@ async fn send(connection: &Wire, cmd: &Cmd, asking: bool) -> RedisResult<Value> 
     last(connection.call(packed, 2).await?)
 }
 
-/// Whether `error` says the server has no `TOLLGATE.CHECK` (the module not loaded), the ACL
-/// user may not call it, or the module loaded is of another layout (another build's): the
-/// script serves then, rather than every lone check failing.
-fn is_module_missing(error: &RedisError) -> bool {
+/// Whether `error` says the server has no `native` command (the module not loaded), the ACL
+/// user may not call it, or the command refuses the call as its [`Native::refusals`] say (the
+/// module loaded is another build's): the script serves then, rather than every such call
+/// failing.
+fn is_native_missing(error: &RedisError, native: &Native) -> bool {
     let text = error.to_string();
     let lower = text.to_ascii_lowercase();
     lower.contains("unknown command")
-        || (lower.contains("noperm") && lower.contains("tollgate.check"))
-        || text.contains("TOLLGATE_VERSION")
-        || text.contains("TOLLGATE_UNSUPPORTED")
+        || (lower.contains("noperm") && lower.contains(&native.command.to_ascii_lowercase()))
+        || native.refusals.iter().any(|refusal| text.contains(refusal))
 }
 
 /// Whether `error` says the server lacks the script's function (a new server, `FUNCTION FLUSH`).
@@ -297,18 +296,18 @@ fn are_functions_unavailable(error: &RedisError) -> bool {
 }
 
 /// Whether `error` says the server is a replica now (a demoted primary): the command did not run.
-pub(super) fn is_readonly(error: &RedisError) -> bool {
+pub(crate) fn is_readonly(error: &RedisError) -> bool {
     error.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly) || error.code() == Some("READONLY")
 }
 
 /// Whether `error` says the server could not be reached or answered nothing (the call may or
 /// may not have run).
-pub(super) fn is_unreachable(error: &RedisError) -> bool {
+pub(crate) fn is_unreachable(error: &RedisError) -> bool {
     error.is_io_error() || error.is_timeout() || error.kind() == ErrorKind::ClusterConnectionNotFound
 }
 
 /// Whether the cluster cannot serve the slot now (failover under way, or the slot unassigned).
-pub(super) fn is_cluster_down(error: &RedisError) -> bool {
+pub(crate) fn is_cluster_down(error: &RedisError) -> bool {
     matches!(
         error.kind(),
         ErrorKind::Server(ServerErrorKind::ClusterDown | ServerErrorKind::TryAgain | ServerErrorKind::MasterDown)
@@ -316,7 +315,7 @@ pub(super) fn is_cluster_down(error: &RedisError) -> bool {
 }
 
 /// `error` from the server at `address`, in tollgate's words.
-pub(super) fn explain(address: &Address, error: &RedisError, settings: &Settings) -> String {
+pub(crate) fn explain(address: &Address, error: &RedisError, settings: &Settings) -> String {
     let text = error.to_string();
     let lower = text.to_ascii_lowercase();
     let tls = settings.tls.as_ref();

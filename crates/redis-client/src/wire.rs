@@ -13,8 +13,8 @@
 //!   a call again.
 //! - **Ended whole.** A connection lost or closed, a reply past its bounds, one that is not RESP,
 //!   or one that no call awaits ends the connection: every call written and not answered fails
-//!   with an I/O error saying it may have run (its caller never sends it again: see `across.rs`
-//!   and `fallback/pending.rs`), and so does every call queued behind them. The error is one that
+//!   with an I/O error saying it may have run (its caller never sends it again: see
+//!   [`Delivery`](crate::Delivery), and the store's `redis/across.rs` and `fallback/pending.rs`), and so does every call queued behind them. The error is one that
 //!   makes the next call connect again (see `link.rs`), and both tasks end with the connection (a
 //!   write blocked by a server that reads nothing too), closing the socket.
 //! - **Stalls ended.** A connection whose calls await replies and whose reader has read no byte
@@ -28,7 +28,7 @@
 //!   since any byte it sends restarts the count; short enough that a partition recovers within
 //!   seconds; and since every caller has given up by then (the stall is past every deadline), it
 //!   fails no call a caller still awaits. An idle connection (no call awaited) is never ended.
-//! - **Bounded.** A reply is at most [`MAX_REPLY_BYTES`](super::bounded::MAX_REPLY_BYTES) in
+//! - **Bounded.** A reply is at most [`MAX_REPLY_BYTES`](crate::bounded::MAX_REPLY_BYTES) in
 //!   memory; a write carries at most [`MAX_WRITE`] bytes of calls (more go in the next one), and
 //!   at most [`MAX_QUEUED`] calls; at most [`MAX_QUEUED`] calls wait for the writer (a server
 //!   that reads nothing blocks it): more callers wait for room, each within its own deadline, and
@@ -55,7 +55,7 @@ use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
-use super::bounded::{Framing, refusal};
+use crate::bounded::{Framing, refusal};
 
 /// The most bytes of calls one write carries.
 const MAX_WRITE: usize = 1 << 20;
@@ -69,13 +69,16 @@ const MIN_STALL: Duration = Duration::from_secs(2);
 /// How long a connection whose calls await replies may read nothing before it is ended as
 /// stalled, for calls timing out after `call_timeout`: twenty call timeouts, at least
 /// [`MIN_STALL`] (see the module docs).
-pub(super) fn stall_after(call_timeout: Duration) -> Duration {
+pub(crate) fn stall_after(call_timeout: Duration) -> Duration {
     call_timeout.saturating_mul(20).max(MIN_STALL)
 }
 
 /// The most calls written and awaiting replies: past it, the connection ends (see the module
 /// docs).
 const MAX_AWAITED: usize = 1 << 16;
+
+/// What the error of a call that was never written says (see [`Delivery`](crate::Delivery)).
+pub(crate) const NOT_SENT: &str = "(the call was not sent)";
 
 /// The room a read is given at least.
 const READ_CHUNK: usize = 16 << 10;
@@ -118,7 +121,7 @@ impl Ended {
 
     /// The error of a call never written.
     fn not_sent(&self) -> RedisError {
-        io::Error::new(self.kind, format!("{} (the call was not sent)", self.why)).into()
+        io::Error::new(self.kind, format!("{} {NOT_SENT}", self.why)).into()
     }
 }
 
@@ -149,7 +152,7 @@ impl InFlight {
 
 /// A server's connection (see the module docs): cheap to clone, every clone on the same socket.
 #[derive(Clone)]
-pub(super) struct Wire {
+pub(crate) struct Wire {
     calls: mpsc::Sender<Call>,
     in_flight: Arc<InFlight>,
     #[cfg(test)]
@@ -157,7 +160,7 @@ pub(super) struct Wire {
 }
 
 /// The tasks driving one connection, ended with it.
-pub(super) struct Tasks {
+pub(crate) struct Tasks {
     writer: AbortHandle,
     reader: AbortHandle,
 }
@@ -172,7 +175,7 @@ impl Drop for Tasks {
 impl Wire {
     /// The connection over `read` and `write` (the two halves of one socket), its tasks started;
     /// ended once its calls have awaited replies with nothing read for `stall`.
-    pub(super) fn start<R, W>(read: R, write: W, stall: Duration) -> (Wire, Tasks)
+    pub(crate) fn start<R, W>(read: R, write: W, stall: Duration) -> (Wire, Tasks)
     where
         R: AsyncRead + Send + Unpin + 'static,
         W: AsyncWrite + Send + Unpin + 'static,
@@ -200,7 +203,7 @@ impl Wire {
 
     /// Sends `packed` (`replies` commands, packed one after the other, written together) and
     /// returns their replies.
-    pub(super) async fn call(&self, packed: Vec<u8>, replies: usize) -> Replies {
+    pub(crate) async fn call(&self, packed: Vec<u8>, replies: usize) -> Replies {
         let (done, answer) = oneshot::channel();
         let call = Call {
             packed,
@@ -229,18 +232,18 @@ impl Wire {
 
     /// Whether the connection has ended (lost, closed by the server, or refused a reply): a call
     /// on it would fail unsent.
-    pub(super) fn has_ended(&self) -> bool {
+    pub(crate) fn has_ended(&self) -> bool {
         self.in_flight.ended.load(Ordering::Acquire)
     }
 
     /// Sends `cmd` and returns its reply, a server's error reply as an error.
-    pub(super) async fn run(&self, cmd: &Cmd) -> RedisResult<Value> {
+    pub(crate) async fn run(&self, cmd: &Cmd) -> RedisResult<Value> {
         last(self.call(cmd.get_packed_command(), 1).await?)
     }
 }
 
 /// The last of `replies`, a server's error reply as an error.
-pub(super) fn last(mut replies: Vec<Value>) -> RedisResult<Value> {
+pub(crate) fn last(mut replies: Vec<Value>) -> RedisResult<Value> {
     replies.pop().ok_or_else(|| RedisError::from((ErrorKind::Parse, "no reply")))?.extract_error()
 }
 

@@ -13,11 +13,11 @@
 //! and 16 replicas each are about 11 MB and 1.2 million values, within both bounds.
 
 /// The most bytes one reply may take.
-pub(super) const MAX_REPLY_BYTES: u64 = 16 << 20;
+pub(crate) const MAX_REPLY_BYTES: u64 = 16 << 20;
 
 /// The most values one reply may hold (each array, and each value in it, counts one): a value
 /// takes 3 bytes on the wire and some 30 once parsed.
-pub(super) const MAX_REPLY_VALUES: u64 = 1 << 21;
+pub(crate) const MAX_REPLY_VALUES: u64 = 1 << 21;
 
 /// The deepest nesting the driver parses (100 levels), with a margin.
 const MAX_DEPTH: usize = 128;
@@ -40,7 +40,7 @@ enum State {
 
 /// The framing of the replies read so far (see the module docs).
 #[derive(Debug)]
-pub(super) struct Framing {
+pub(crate) struct Framing {
     state: State,
     /// The values still due in each array (or map, set, …) open, the innermost last.
     open: Vec<u64>,
@@ -59,13 +59,13 @@ impl Framing {
     /// Follows `input`, the next bytes read; an error says which bound a reply passed, or what is
     /// not RESP (which the parser would refuse too).
     #[cfg(test)]
-    pub(super) fn read(&mut self, input: &[u8]) -> Result<(), String> {
+    pub(crate) fn read(&mut self, input: &[u8]) -> Result<(), String> {
         self.split(input, |_| {})
     }
 
     /// Follows `input`, the next bytes read, calling `ended` with the offset in `input` just past
     /// each reply that ends in it; an error says which bound a reply passed, or what is not RESP.
-    pub(super) fn split(&mut self, input: &[u8], mut ended: impl FnMut(usize)) -> Result<(), String> {
+    pub(crate) fn split(&mut self, input: &[u8], mut ended: impl FnMut(usize)) -> Result<(), String> {
         let mut rest_of = input;
         while let Some((&byte, rest)) = rest_of.split_first() {
             if let State::Payload(left) = &mut self.state {
@@ -198,7 +198,7 @@ impl Framing {
 
 /// The error a connection ends with once a reply passed a bound (a connection aborted: the calls
 /// waiting on it fail as on any lost connection, and the next call makes another).
-pub(super) fn refusal(what: &str) -> std::io::Error {
+pub(crate) fn refusal(what: &str) -> std::io::Error {
     std::io::Error::new(
         std::io::ErrorKind::ConnectionAborted,
         format!("{what} from the server: refused, and its connection ended"),

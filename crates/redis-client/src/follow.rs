@@ -24,30 +24,30 @@ use tokio::time::Instant;
 
 use redis::RedisResult;
 
-use super::node::{Node, Settings};
-use super::target::Address;
+use crate::node::{Node, Settings};
+use crate::target::Address;
 
 /// The least time between two re-reads of the topology.
-pub(super) const REFRESH_EVERY: Duration = Duration::from_millis(100);
+pub(crate) const REFRESH_EVERY: Duration = Duration::from_millis(100);
 
 /// How long one candidate has to answer before the next one is asked too (a server that answers
 /// at all does within a millisecond or two on a LAN: the next one is rarely asked).
-pub(super) const STAGGER: Duration = Duration::from_millis(20);
+pub(crate) const STAGGER: Duration = Duration::from_millis(20);
 
 /// The servers connected now, by address: a server named again (a primary switched back, a
 /// node the slot map names anew) keeps its connection, until the topology no longer names it.
-pub(super) struct Nodes {
+pub(crate) struct Nodes {
     settings: Arc<Settings>,
     known: Mutex<HashMap<Address, Arc<Node>>>,
 }
 
 impl Nodes {
-    pub(super) fn new(settings: Arc<Settings>) -> Self {
+    pub(crate) fn new(settings: Arc<Settings>) -> Self {
         Nodes { settings, known: Mutex::new(HashMap::new()) }
     }
 
     /// The server at `address`, connected once (on first use).
-    pub(super) fn get(&self, address: &Address) -> RedisResult<Arc<Node>> {
+    pub(crate) fn get(&self, address: &Address) -> RedisResult<Arc<Node>> {
         let mut known = self.known.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(node) = known.get(address) {
             return Ok(node.clone());
@@ -59,29 +59,29 @@ impl Nodes {
 
     /// Forgets every server but those `keep` names (a call under way keeps its server's
     /// connection until it ends).
-    pub(super) fn retain(&self, keep: impl Fn(&Address) -> bool) {
+    pub(crate) fn retain(&self, keep: impl Fn(&Address) -> bool) {
         self.known.lock().unwrap_or_else(std::sync::PoisonError::into_inner).retain(|address, _| keep(address));
     }
 
     /// How long a topology query may take: the call timeout, at least 200 ms.
-    pub(super) fn query_timeout(&self) -> Duration {
+    pub(crate) fn query_timeout(&self) -> Duration {
         self.settings.timeout.max(Duration::from_millis(200))
     }
 }
 
 /// What [`ask_in_turn`] gathered when no candidate's answer was accepted.
-pub(super) struct Refused<C, E> {
+pub(crate) struct Refused<C, E> {
     /// Each refusal, in the order they came.
-    pub(super) failures: Vec<E>,
+    pub(crate) failures: Vec<E>,
     /// The candidates that had not answered within the time given (asked, or never reached).
-    pub(super) unanswered: Vec<C>,
+    pub(crate) unanswered: Vec<C>,
 }
 
 /// Asks `candidates` in order with `ask` until one's answer is accepted (`Ok`): the first at
 /// once, the next as soon as every one asked so far has failed or after [`STAGGER`] without an
 /// accepted answer, all within `within` (the candidates still asked then are dropped, their
 /// queries with them).
-pub(super) async fn ask_in_turn<C: Clone, T, E, F: Future<Output = Result<T, E>>>(
+pub(crate) async fn ask_in_turn<C: Clone, T, E, F: Future<Output = Result<T, E>>>(
     candidates: impl IntoIterator<Item = C>,
     within: Duration,
     mut ask: impl FnMut(C) -> F,
@@ -141,7 +141,7 @@ pub(super) async fn ask_in_turn<C: Clone, T, E, F: Future<Output = Result<T, E>>
 
 /// A re-read of the topology: serialized, and at most one per [`REFRESH_EVERY`].
 #[derive(Default)]
-pub(super) struct Refresh {
+pub(crate) struct Refresh {
     /// Held while re-reading; when the last re-read ended, and what it found.
     last: tokio::sync::Mutex<Option<(Instant, RedisResult<()>)>>,
 }
@@ -151,7 +151,7 @@ impl Refresh {
     /// or within [`REFRESH_EVERY`]: then the last re-read's result is this one's at once, or,
     /// with `wait` (a call that cannot go on without a fresh read), `read` runs once
     /// [`REFRESH_EVERY`] has passed (the caller's deadline bounds the wait).
-    pub(super) async fn run<F: Future<Output = RedisResult<()>>>(
+    pub(crate) async fn run<F: Future<Output = RedisResult<()>>>(
         &self,
         wait: bool,
         read: impl FnOnce() -> F,
@@ -177,18 +177,18 @@ impl Refresh {
 
     /// Whether a re-read would run now: none runs, and none ended within [`REFRESH_EVERY`]
     /// (cheap enough to ask on every call).
-    pub(super) fn due(&self) -> bool {
+    pub(crate) fn due(&self) -> bool {
         self.age().is_none_or(|age| age >= REFRESH_EVERY) && self.last.try_lock().is_ok()
     }
 
     /// How long ago the last re-read ended: `None` if none has, or one runs now.
-    pub(super) fn age(&self) -> Option<Duration> {
+    pub(crate) fn age(&self) -> Option<Duration> {
         self.last.try_lock().ok().and_then(|last| last.as_ref().map(|(at, _)| at.elapsed()))
     }
 }
 
 /// Runs `refresh` on a task of its own, if inside a tokio runtime.
-pub(super) fn in_background(refresh: impl Future<Output = ()> + Send + 'static) {
+pub(crate) fn in_background(refresh: impl Future<Output = ()> + Send + 'static) {
     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
         runtime.spawn(refresh);
     }

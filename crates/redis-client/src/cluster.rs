@@ -12,7 +12,7 @@
 //!   deadline. None of these replies ran the call, so trying again never charges twice.
 //! - **A primary that does not answer** (refused, timed out, connection lost) fails the call,
 //!   which is never sent again (it may have run), and triggers a refresh: once Redis has
-//!   promoted a replica, the next refresh finds it, within [`REFRESH_EVERY`](super::follow::REFRESH_EVERY) of the first call
+//!   promoted a replica, the next refresh finds it, within [`REFRESH_EVERY`](crate::follow::REFRESH_EVERY) of the first call
 //!   after the promotion. The probe refreshes too, so an idle or breaker-skipped store follows.
 //! - **An impossible reply** (a redirect to slot 20000, to port 0, for another slot than the
 //!   call's; see `topology.rs`) fails its call as a backend error naming the value and the
@@ -27,7 +27,7 @@
 //! in no cluster answers none: a pod restarted without its `nodes.conf`, a node removed but still
 //! in the URL) is kept only if no node answers a complete one, and never replaces a map that
 //! covers more. An incomplete map is said by the probe (and so `/healthz`) and by every call
-//! for a slot it lacks. Refreshes are serialized and at most one per [`REFRESH_EVERY`](super::follow::REFRESH_EVERY), whatever
+//! for a slot it lacks. Refreshes are serialized and at most one per [`REFRESH_EVERY`](crate::follow::REFRESH_EVERY), whatever
 //! asks (a call that finds no owner included: an incomplete map cannot turn every call into a
 //! refresh). Connections are kept per address while the map or the URL names it.
 
@@ -37,11 +37,11 @@ use std::time::{Duration, Instant};
 
 use redis::{Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 
-use super::follow::{Nodes, Refresh, ask_in_turn, in_background};
-use super::node::{self, Node, Settings};
-use super::program::Script;
-use super::target::Address;
-use super::topology::{self, MAX_PRIMARIES, Range, Redirect, SLOTS};
+use crate::follow::{Nodes, Refresh, ask_in_turn, in_background};
+use crate::node::{self, Node, Settings};
+use crate::script::Script;
+use crate::target::Address;
+use crate::topology::{self, MAX_PRIMARIES, Range, Redirect, SLOTS};
 
 /// Redirects and retries one call may follow before it fails.
 const MAX_ATTEMPTS: usize = 5;
@@ -110,7 +110,7 @@ impl SlotMap {
 }
 
 /// A Redis Cluster's topology and connections.
-pub(super) struct Cluster {
+pub(crate) struct Cluster {
     seeds: Vec<Address>,
     map: RwLock<Arc<SlotMap>>,
     /// The nodes connected now: the map's and the seeds' (see `follow.rs`).
@@ -136,7 +136,7 @@ struct Unsettled {
 
 impl Cluster {
     /// A cluster reached through `seeds`; returns at once (the map is read on first use).
-    pub(super) fn new(seeds: Vec<Address>, settings: Arc<Settings>) -> Self {
+    pub(crate) fn new(seeds: Vec<Address>, settings: Arc<Settings>) -> Self {
         Cluster {
             seeds,
             map: RwLock::new(Arc::new(SlotMap::empty())),
@@ -151,12 +151,12 @@ impl Cluster {
     }
 
     /// The primary the map names for `slot`, if any.
-    pub(super) fn owner(&self, slot: u16) -> Option<Arc<Node>> {
+    pub(crate) fn owner(&self, slot: u16) -> Option<Arc<Node>> {
         self.map().owner(slot)
     }
 
     /// The primaries the map names now.
-    pub(super) fn primaries(&self) -> Vec<Arc<Node>> {
+    pub(crate) fn primaries(&self) -> Vec<Arc<Node>> {
         let map = self.map();
         let mut used: Vec<bool> = vec![false; map.primaries.len()];
         for &owner in map.owners.iter() {
@@ -168,7 +168,7 @@ impl Cluster {
     }
 
     /// What the map lacks, if it lacks slots: how many it covers, and where it was read.
-    pub(super) fn coverage_problem(&self) -> Option<String> {
+    pub(crate) fn coverage_problem(&self) -> Option<String> {
         let map = self.map();
         let source = map.source.as_ref()?;
         (map.covered < SLOTS).then(|| {
@@ -182,7 +182,7 @@ impl Cluster {
 
     /// Runs `cmd` (whose keys are all in `slot`) on the slot's primary, following redirects and
     /// topology changes (see the module docs).
-    pub(super) async fn run(
+    pub(crate) async fn run(
         self: &Arc<Self>,
         slot: u16,
         cmd: &Cmd,
@@ -269,8 +269,8 @@ impl Cluster {
         *guard = Arc::new(map);
     }
 
-    /// Refreshes the map in the background (unless one runs, or ran within [`REFRESH_EVERY`](super::follow::REFRESH_EVERY)).
-    pub(super) fn refresh_soon(self: &Arc<Self>) {
+    /// Refreshes the map in the background (unless one runs, or ran within [`REFRESH_EVERY`](crate::follow::REFRESH_EVERY)).
+    pub(crate) fn refresh_soon(self: &Arc<Self>) {
         if self.refresh.due() {
             let cluster = Arc::clone(self);
             in_background(async move {
@@ -280,7 +280,7 @@ impl Cluster {
     }
 
     /// Reads the map again (see the module docs and [`Refresh::run`]).
-    pub(super) async fn refresh(&self, wait: bool) -> RedisResult<()> {
+    pub(crate) async fn refresh(&self, wait: bool) -> RedisResult<()> {
         self.refresh.run(wait, || self.read_map()).await
     }
 

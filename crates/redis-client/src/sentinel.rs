@@ -14,10 +14,10 @@
 //!   the switch may have heard the old answer), as long as calls keep coming (docs/failure.md
 //!   states the bound).
 //! - **Following a switch.** A `READONLY` reply (the primary was demoted: the call did not run) asks
-//!   the Sentinels again (as soon as the last discovery is [`REFRESH_EVERY`](super::follow::REFRESH_EVERY) old) and retries the
+//!   the Sentinels again (as soon as the last discovery is [`REFRESH_EVERY`](crate::follow::REFRESH_EVERY) old) and retries the
 //!   call on the new primary, within its deadline. A primary that does not answer fails the call
 //!   (it may have run; it is never sent twice) and asks the Sentinels again in the background, at
-//!   most once per [`REFRESH_EVERY`](super::follow::REFRESH_EVERY): once they have promoted a replica, calls move to it within
+//!   most once per [`REFRESH_EVERY`](crate::follow::REFRESH_EVERY): once they have promoted a replica, calls move to it within
 //!   that time. The probe asks too, so an idle store follows.
 //!
 //! The data servers named are kept connected while they are the primary; the others are
@@ -28,20 +28,20 @@ use std::time::Duration;
 
 use redis::{Cmd, ErrorKind, RedisError, RedisResult, Value};
 
-use super::follow::{Nodes, Refresh, ask_in_turn, in_background};
-use super::node::{self, Node, Settings};
-use super::program::Script;
-use super::target::Address;
-use super::topology;
+use crate::follow::{Nodes, Refresh, ask_in_turn, in_background};
+use crate::node::{self, Node, Settings};
+use crate::script::Script;
+use crate::target::Address;
+use crate::topology;
 
 /// Tries of one call across switches before it fails.
 const MAX_ATTEMPTS: usize = 3;
 
 /// How old the last discovery may be before a call starts another (in the background).
-pub(super) const REREAD_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const REREAD_EVERY: Duration = Duration::from_secs(1);
 
 /// The Sentinels, and the primary they name.
-pub(super) struct Sentinel {
+pub(crate) struct Sentinel {
     sentinels: Vec<Arc<Node>>,
     master_name: String,
     primary: RwLock<Option<Arc<Node>>>,
@@ -71,7 +71,7 @@ impl From<String> for Unused {
 
 impl Sentinel {
     /// The primary named `master_name` by `sentinels`; returns at once (asked on first use).
-    pub(super) fn new(
+    pub(crate) fn new(
         sentinels: Vec<Address>,
         master_name: String,
         settings: Arc<Settings>,
@@ -89,7 +89,7 @@ impl Sentinel {
     }
 
     /// The primary as last discovered.
-    pub(super) fn primary(&self) -> Option<Arc<Node>> {
+    pub(crate) fn primary(&self) -> Option<Arc<Node>> {
         self.primary.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
@@ -98,7 +98,7 @@ impl Sentinel {
     }
 
     /// Runs `cmd` on the primary, following a switch (see the module docs).
-    pub(super) async fn run(
+    pub(crate) async fn run(
         self: &Arc<Self>,
         cmd: &Cmd,
         script: Option<&Script>,
@@ -142,8 +142,8 @@ impl Sentinel {
     }
 
     /// Asks the Sentinels again in the background (unless that runs, or ran within
-    /// [`REFRESH_EVERY`](super::follow::REFRESH_EVERY)).
-    pub(super) fn refresh_soon(self: &Arc<Self>) {
+    /// [`REFRESH_EVERY`](crate::follow::REFRESH_EVERY)).
+    pub(crate) fn refresh_soon(self: &Arc<Self>) {
         if self.refresh.due() {
             let sentinel = Arc::clone(self);
             in_background(async move {
@@ -153,7 +153,7 @@ impl Sentinel {
     }
 
     /// Asks the Sentinels which server is the primary, and switches to it (see [`Refresh::run`]).
-    pub(super) async fn refresh(&self, wait: bool) -> RedisResult<()> {
+    pub(crate) async fn refresh(&self, wait: bool) -> RedisResult<()> {
         self.refresh.run(wait, || self.discover()).await
     }
 

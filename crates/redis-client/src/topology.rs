@@ -10,32 +10,31 @@ use std::collections::HashSet;
 
 use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
 
-use super::target::Address;
+use crate::target::Address;
 
-/// Slots in a Redis Cluster.
-pub(super) const SLOTS: usize = 16_384;
+pub(crate) use crate::slot::SLOTS;
 
 /// The most primaries one map may name (Redis Cluster is designed for up to 1,000 nodes): a map
 /// naming more is refused, rather than opening a connection per name.
-pub(super) const MAX_PRIMARIES: usize = 1_000;
+pub(crate) const MAX_PRIMARIES: usize = 1_000;
 
 /// The most replicas of one range kept as candidates for re-reading the map.
 const MAX_REPLICAS: usize = 16;
 
 /// One range of `CLUSTER SLOTS`' answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Range {
-    pub(super) start: u16,
-    pub(super) end: u16,
-    pub(super) primary: Address,
+pub(crate) struct Range {
+    pub(crate) start: u16,
+    pub(crate) end: u16,
+    pub(crate) primary: Address,
     /// Its replicas that have a valid address (at most [`MAX_REPLICAS`]).
-    pub(super) replicas: Vec<Address>,
+    pub(crate) replicas: Vec<Address>,
 }
 
 /// `CLUSTER SLOTS`' answer from the node at `asked` (an empty host is that node's): every range
 /// within the slots, no slot given twice, at most [`MAX_PRIMARIES`] primaries. The error says
 /// what is impossible.
-pub(super) fn cluster_slots(value: Value, asked: &Address) -> Result<Vec<Range>, String> {
+pub(crate) fn cluster_slots(value: Value, asked: &Address) -> Result<Vec<Range>, String> {
     let Value::Array(ranges) = value else { return Err(format!("not an array: {}", kind(&value))) };
     if ranges.len() > SLOTS {
         return Err(format!("{} ranges for {SLOTS} slots", ranges.len()));
@@ -71,7 +70,7 @@ pub(super) fn cluster_slots(value: Value, asked: &Address) -> Result<Vec<Range>,
 }
 
 /// The slots `ranges` cover (each slot is in one range at most: see [`cluster_slots`]).
-pub(super) fn coverage(ranges: &[Range]) -> usize {
+pub(crate) fn coverage(ranges: &[Range]) -> usize {
     ranges.iter().map(|r| usize::from(r.end - r.start) + 1).sum()
 }
 
@@ -141,7 +140,7 @@ fn kind(value: &Value) -> &'static str {
 
 /// Where a `MOVED` or `ASK` reply sends a slot.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Redirect {
+pub(crate) enum Redirect {
     /// The slot has a new owner.
     Moved(u16, Address),
     /// The slot is being migrated and this key is already at the address: ask there, once.
@@ -150,7 +149,7 @@ pub(super) enum Redirect {
 
 /// The redirect in `error`: `Ok(None)` if it is none, an error naming what is impossible in a
 /// `MOVED` or `ASK` (`MOVED SLOT HOST:PORT`).
-pub(super) fn redirect(error: &RedisError) -> Result<Option<Redirect>, String> {
+pub(crate) fn redirect(error: &RedisError) -> Result<Option<Redirect>, String> {
     let moved = match error.kind() {
         ErrorKind::Server(ServerErrorKind::Moved) => true,
         ErrorKind::Server(ServerErrorKind::Ask) => false,
@@ -175,7 +174,7 @@ pub(super) fn redirect(error: &RedisError) -> Result<Option<Redirect>, String> {
 
 /// A Sentinel's answer to `SENTINEL GET-MASTER-ADDR-BY-NAME`: the primary's address, `None` if
 /// it knows no primary of that name (nil).
-pub(super) fn sentinel_primary(value: Value) -> Result<Option<Address>, String> {
+pub(crate) fn sentinel_primary(value: Value) -> Result<Option<Address>, String> {
     match value {
         Value::Nil => Ok(None),
         Value::Array(fields) if fields.len() == 2 => {
@@ -192,7 +191,7 @@ pub(super) fn sentinel_primary(value: Value) -> Result<Option<Address>, String> 
 
 /// What `ROLE` says a server is: `Ok(true)` a primary, `Ok(false)` something else (a replica, a
 /// Sentinel); an error if it is not a `ROLE` answer.
-pub(super) fn is_primary(value: &Value) -> Result<bool, String> {
+pub(crate) fn is_primary(value: &Value) -> Result<bool, String> {
     let Value::Array(fields) = value else { return Err(format!("ROLE answered {}", kind(value))) };
     match fields.first().and_then(text).as_deref() {
         Some("master") => Ok(true),
@@ -203,7 +202,7 @@ pub(super) fn is_primary(value: &Value) -> Result<bool, String> {
 }
 
 /// A role for messages: the first word of `ROLE`'s answer, or what it was.
-pub(super) fn role_name(value: &Value) -> String {
+pub(crate) fn role_name(value: &Value) -> String {
     match value {
         Value::Array(fields) => fields.first().and_then(text).map_or_else(|| "?".into(), |r| truncated(&r).to_string()),
         other => kind(other).to_string(),
@@ -211,7 +210,7 @@ pub(super) fn role_name(value: &Value) -> String {
 }
 
 /// An impossible reply from a server, as the error of the call it came with.
-pub(super) fn impossible(what: String) -> RedisError {
+pub(crate) fn impossible(what: String) -> RedisError {
     RedisError::from((ErrorKind::Parse, "an impossible reply", what))
 }
 

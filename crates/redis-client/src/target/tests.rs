@@ -88,3 +88,40 @@ fn tls_files_are_checked() {
     assert_eq!(TlsConfig::default().trusted(), "the system's root certificates");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// No credential of the URL corpus reaches a message of this crate: not [`redacted`], not a
+/// parse error, not the `Debug` of a target or of the settings made from it (the store checks
+/// its own configuration and store with the same corpus).
+#[cfg(feature = "testkit")]
+#[test]
+fn no_credential_reaches_a_message() {
+    use crate::node::Settings;
+    use crate::testkit::urls::{CORPUS, Expected, Leaks, TOKENS};
+    use std::time::Duration;
+    let mut leaks = Leaks::default();
+    for (url, expected) in CORPUS {
+        assert!(TOKENS.iter().any(|t| url.contains(t)), "{url} holds no token");
+        leaks.check(url, "redacted()", &redacted(url));
+        match (RedisTarget::parse(url), expected) {
+            (Ok(mut target), Expected::Password(password)) => {
+                if target.password.as_deref() != Some(*password) {
+                    leaks.misread(url, format!("the password read is not {password:?}"));
+                }
+                leaks.check(url, "RedisTarget::redacted()", &target.redacted());
+                target.sentinel_username = Some("sentinel-user".into());
+                target.sentinel_password = Some("kp4/nb8".into());
+                leaks.check(url, "Debug of RedisTarget", &format!("{target:?}"));
+                let settings = Settings::data(&target, Duration::from_millis(50));
+                leaks.check(url, "Debug of the data servers' Settings", &format!("{settings:?}"));
+                let settings = Settings::sentinels(&target, Duration::from_millis(50));
+                leaks.check(url, "Debug of the Sentinels' Settings", &format!("{settings:?}"));
+            }
+            (Err(error), Expected::Refused) => leaks.check(url, "RedisTarget::parse's error", &error),
+            (Ok(target), Expected::Refused) => {
+                leaks.misread(url, format!("parsed as {}, wanted an error", target.redacted()));
+            }
+            (Err(error), Expected::Password(_)) => leaks.misread(url, format!("refused, wanted a password: {error}")),
+        }
+    }
+    leaks.none();
+}

@@ -8,8 +8,25 @@ use std::time::Duration;
 use tokio::net::TcpStream;
 
 use super::*;
-use crate::testkit::random::Rng;
 use crate::testkit::redis_server::RedisServer;
+
+/// A small deterministic generator (xorshift): the same callers on every run.
+struct Rng(u64);
+
+impl Rng {
+    /// A number in `0..n`.
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n.max(1)
+    }
+
+    /// True `percent` times in a hundred.
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
 
 async fn connect(server: &RedisServer) -> (Wire, Tasks) {
     let tcp = TcpStream::connect(("127.0.0.1", server.port())).await.unwrap();

@@ -422,7 +422,4 @@ pub fn redacted(url: &str) -> String {
 }
 
 #[cfg(test)]
-mod corpus;
-
-#[cfg(test)]
 mod tests;

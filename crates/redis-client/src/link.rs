@@ -22,13 +22,13 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::sync::watch;
 
-use super::node::Settings;
-use super::target::{Address, TlsConfig};
-use super::wire::{Tasks, Wire};
+use crate::node::Settings;
+use crate::target::{Address, TlsConfig};
+use crate::wire::{Tasks, Wire};
 
 /// A connection made, and the tasks that drive its socket, ended with it.
-pub(super) struct Connected {
-    pub(super) wire: Wire,
+pub(crate) struct Connected {
+    pub(crate) wire: Wire,
     _tasks: Tasks,
 }
 
@@ -55,7 +55,7 @@ impl Attempt {
 }
 
 /// A server's connection (see the module docs).
-pub(super) struct Link {
+pub(crate) struct Link {
     server: Arc<Server>,
     current: Mutex<Attempt>,
 }
@@ -71,14 +71,14 @@ struct Server {
 impl Link {
     /// The connection to `address`, authenticated and on the database `settings` say; none is
     /// made yet.
-    pub(super) fn new(address: Address, settings: Arc<Settings>) -> Self {
+    pub(crate) fn new(address: Address, settings: Arc<Settings>) -> Self {
         let server = Arc::new(Server { address, settings, tls: OnceLock::new() });
         Link { server, current: Mutex::new(Attempt::new(0)) }
     }
 
     /// The connection, made now if there is none (or the last attempt failed, or the
     /// connection ended since its last call), and its generation (for [`broken`](Self::broken)).
-    pub(super) async fn get(&self) -> RedisResult<(u64, Arc<Connected>)> {
+    pub(crate) async fn get(&self) -> RedisResult<(u64, Arc<Connected>)> {
         let (generation, connected) = self.attempt().await?;
         if !connected.wire.has_ended() {
             return Ok((generation, connected));
@@ -117,7 +117,7 @@ impl Link {
 
     /// Forgets the connection of `generation`, which broke: the next call makes another (the
     /// calls under way on it keep it until they end).
-    pub(super) fn broken(&self, generation: u64) {
+    pub(crate) fn broken(&self, generation: u64) {
         let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
         if current.generation == generation {
             *current = Attempt::new(generation + 1);
@@ -126,7 +126,7 @@ impl Link {
 
     /// A connection of its own (a diagnosis's), made within `within`, each reply on it awaited as
     /// long.
-    pub(super) async fn connect(&self, within: Duration) -> RedisResult<Arc<Connected>> {
+    pub(crate) async fn connect(&self, within: Duration) -> RedisResult<Arc<Connected>> {
         self.server.connect(within).await
     }
 }
@@ -277,7 +277,7 @@ fn client_config(tls: &TlsConfig) -> RedisResult<rustls::ClientConfig> {
 #[cfg(all(test, feature = "testkit"))]
 mod tests {
     use super::*;
-    use crate::redis::target::RedisTarget;
+    use crate::target::RedisTarget;
     use crate::testkit::fake_redis::{Answer, FakeRedis, is, resp};
 
     /// A link to `server` with the URL `url`'s user, password and database.
