@@ -69,7 +69,6 @@ mod mitigation;
 mod policy;
 pub mod rates;
 pub mod reload;
-pub mod render;
 mod settle;
 mod sharded;
 mod shared;

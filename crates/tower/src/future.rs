@@ -15,7 +15,7 @@ use axum_core::body::Body;
 use bytes::Bytes;
 use http::Response;
 use pin_project_lite::pin_project;
-use tollgate_engine::render::http::rate_limit_fields;
+use tollgate_edge::http::rate_limit_fields;
 use tollgate_engine::{Fields, Unsettled};
 use tollgate_store::Store;
 

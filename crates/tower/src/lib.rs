@@ -23,7 +23,7 @@
 //!
 //! Split as tower's own middleware: [`layer`], [`service`], [`future`]. The decisions, metrics and
 //! reloads are the engine's ([`Engine`]), and so are the header fields and bodies it answers with
-//! (`tollgate_engine::render::http`, shared with `tollgate serve`'s HTTP API and `tollgate proxy`).
+//! (`tollgate_edge::http`, shared with `tollgate serve`'s HTTP API and `tollgate proxy`).
 //!
 //! ```no_run
 //! use std::net::SocketAddr;

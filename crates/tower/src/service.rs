@@ -15,7 +15,7 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::{Request, Response};
 use smallvec::SmallVec;
-use tollgate_engine::render::http as edge;
+use tollgate_edge::http as edge;
 use tollgate_engine::{Admission, Answer, Engine, Policy, Proceed};
 use tollgate_store::Store;
 use tower_service::Service;

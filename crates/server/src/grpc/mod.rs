@@ -13,7 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tollgate_core::{Decision, LimitSpec};
-use tollgate_engine::{Descriptor, Engine, StatedLimit, Verdict, Verdicts, render};
+use tollgate_edge as edge;
+use tollgate_engine::{Descriptor, Engine, StatedLimit, Verdict, Verdicts};
 use tollgate_envoy::{RateLimit, Unit};
 use tollgate_rls::RateLimitServiceServer;
 use tollgate_rls::envoy::config::core::v3::HeaderValue;
@@ -152,7 +153,7 @@ fn status(code: Code, limit: Option<StatedLimit>, decision: Option<&Decision>) -
         }),
         limit_remaining: decision.map_or(0, |d| u32::try_from(d.remaining).unwrap_or(u32::MAX)),
         duration_until_reset: decision.map(|d| {
-            let (seconds, nanos) = render::rls_duration(d.reset_after_ns);
+            let (seconds, nanos) = edge::rls_duration(d.reset_after_ns);
             prost_types::Duration { seconds, nanos }
         }),
     }
@@ -170,7 +171,7 @@ fn response_headers(statuses: &[DescriptorStatus]) -> Vec<HeaderValue> {
         let (seconds, nanos) = (u64::try_from(d.seconds).unwrap_or(0), u64::try_from(d.nanos).unwrap_or(0));
         seconds.saturating_mul(1_000_000_000).saturating_add(nanos)
     });
-    render::envoy_headers(limit.requests_per_unit, status.limit_remaining, reset_ns)
+    edge::envoy_headers(limit.requests_per_unit, status.limit_remaining, reset_ns)
         .into_iter()
         .map(|(key, value)| HeaderValue { key: key.into(), value })
         .collect()

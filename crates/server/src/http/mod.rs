@@ -30,7 +30,8 @@ use serde::{Deserialize, Serialize};
 use tollgate_core::{Algorithm, Decision, Limit, LimitSpec};
 use tollgate_store::StoreError;
 
-use tollgate_engine::{EngineError, Frontend, Source, render};
+use tollgate_edge as edge;
+use tollgate_engine::{EngineError, Frontend, Source};
 
 use crate::app::App;
 
@@ -159,7 +160,7 @@ pub async fn check_json(app: &App, body: &[u8]) -> Response {
 /// `Retry-After` on denials (whole seconds, rounded up, at least 1).
 pub fn headers(decision: &Decision, limit: &Limit, policy: &str) -> HeaderMap {
     let mut headers = HeaderMap::new();
-    render::http::decision_fields(&mut headers, policy, limit, decision);
+    edge::http::decision_fields(&mut headers, policy, limit, decision);
     headers
 }
 

@@ -40,7 +40,8 @@ use axum::extract::{ConnectInfo, Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
-use tollgate_engine::{Engine, Policy, render};
+use tollgate_edge as edge;
+use tollgate_engine::{Engine, Policy};
 
 use crate::backend::Backend;
 use crate::proxy::body::{Side, Timed, too_slow};
@@ -129,7 +130,7 @@ pub(crate) fn close(response: &mut Response) {
 
 /// A refusal: the problem, and the connection closed (the request's body is left unread).
 pub(crate) fn refuse(status: StatusCode, detail: &str) -> Response {
-    let mut response = render::http::problem(status, detail).map(Body::from);
+    let mut response = edge::http::problem(status, detail).map(Body::from);
     close(&mut response);
     response
 }

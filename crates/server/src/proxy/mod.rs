@@ -32,7 +32,8 @@ use axum::routing::get;
 use http::{Method, StatusCode};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
-use tollgate_engine::{Engine, EngineError, render};
+use tollgate_edge as edge;
+use tollgate_engine::{Engine, EngineError};
 use tollgate_rules::Rules;
 use tollgate_tower::{Options, RateLimitLayer};
 
@@ -99,9 +100,9 @@ async fn top(State(engine): State<Arc<Engine<Arc<Backend>>>>, Path(name): Path<S
             axum::Json(talkers).into_response()
         }
         Err(error @ EngineError::NotMeasured(_)) => {
-            render::http::problem(StatusCode::CONFLICT, &error.to_string()).map(Body::from)
+            edge::http::problem(StatusCode::CONFLICT, &error.to_string()).map(Body::from)
         }
-        Err(error) => render::http::problem(StatusCode::NOT_FOUND, &error.to_string()).map(Body::from),
+        Err(error) => edge::http::problem(StatusCode::NOT_FOUND, &error.to_string()).map(Body::from),
     }
 }
 

@@ -31,7 +31,7 @@ use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
-use tollgate_engine::render;
+use tollgate_edge as edge;
 use tollgate_tower::Quarantine;
 
 use crate::http::held::WriteTimeout;
@@ -91,7 +91,7 @@ fn gateway_error(status: StatusCode) -> Response {
     } else {
         "the upstream service could not be reached"
     };
-    render::http::problem(status, detail).map(Body::from)
+    edge::http::problem(status, detail).map(Body::from)
 }
 
 /// The handler: forwards the request, answers the upstream's response.

@@ -52,7 +52,8 @@ use prometheus_client::registry::Registry;
 use smallvec::SmallVec;
 use tokio::time::Instant;
 use tollgate_core::Decision;
-use tollgate_engine::{Fields, Policy, render};
+use tollgate_edge as edge;
+use tollgate_engine::{Fields, Policy};
 use tollgate_rules::Action;
 use tollgate_rules::route::RequestPath;
 
@@ -284,7 +285,7 @@ impl Shadow {
         let route_key = self.route_key(&fields.policy, status, host, method, routed.key(path_match));
         let content_type = HeaderValue::from_str(&content_type).ok();
         // No cache keeps the fake past the time the client is let through again.
-        let fresh_for = render::retry_after_seconds(&fields.decision);
+        let fresh_for = edge::retry_after_seconds(&fields.decision);
         let mut headers = HeaderMap::new();
         let (latency, sized) = {
             let mut shapes = self.shapes.lock().unwrap_or_else(PoisonError::into_inner);
@@ -320,7 +321,7 @@ impl Shadow {
         if options.headers_on_allowed {
             // As the last allowed response said: nothing left (see the docs on what `t` is).
             let allowed = Decision { allowed: true, remaining: 0, retry_after_ns: 0, ..fields.decision };
-            render::http::rate_limit_fields(
+            edge::http::rate_limit_fields(
                 &mut headers,
                 &fields.policy,
                 &fields.limit,

@@ -1,6 +1,6 @@
 //! RESP commands, typed: [`Command::from_frame`] reads a command's arguments into a [`Command`]
 //! (parsing only: every refusal is a precise error, and nothing runs), then [`Command::apply`]
-//! acts through the engine and writes the reply, its values rendered by `tollgate_engine::render`.
+//! acts through the engine and writes the reply, its values rendered by `tollgate_edge`.
 //!
 //! | command | reply |
 //! |---|---|

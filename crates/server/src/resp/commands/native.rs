@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use tollgate_core::{Algorithm, Decision, Limit, LimitSpec};
-use tollgate_engine::{EngineError, Frontend, Source, render};
+use tollgate_edge as edge;
+use tollgate_engine::{EngineError, Frontend, Source};
 use tollgate_resp::reply;
 
 use super::args::{integer_arg, text};
@@ -55,7 +56,7 @@ fn parse<'a>(syntax: &Syntax, args: &[&'a [u8]]) -> Result<(Keyed<'a>, u64), Str
 
 fn decided(out: &mut BytesMut, decided: Result<Decision, String>) {
     match decided {
-        Ok(decision) => reply::integers(out, &render::check_reply(&decision)),
+        Ok(decision) => reply::integers(out, &edge::check_reply(&decision)),
         Err(message) => reply::error(out, &message),
     }
 }

@@ -4,7 +4,7 @@
 //! `burst = max_burst + 1`; the reply `[limited, limit, remaining, retry_after, reset_after]` in
 //! seconds rounded up, `retry_after = -1` when allowed. As in redis-cell, a quantity above the
 //! capacity is answered "limited" with `remaining` unchanged and `retry_after = -1` (it can never
-//! pass): one decision, a peek of the key's state (see `render::throttle_cost`). Unlike
+//! pass): one decision, a peek of the key's state (see `edge::throttle_cost`). Unlike
 //! redis-cell, bad arguments, overflow and store failures are errors for this call only, never a
 //! crash or a wrap. Keys are bytes, as in Redis: any bytes are a key.
 
@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use tollgate_core::{Limit, LimitSpec};
-use tollgate_engine::{Source, render};
+use tollgate_edge as edge;
+use tollgate_engine::Source;
 use tollgate_resp::reply;
 
 use super::args::{at_least, integer};
@@ -54,9 +55,9 @@ impl<'a> Throttle<'a> {
     pub(super) async fn apply(self, app: &App, out: &mut BytesMut) {
         let Throttle { key, limit, quantity } = self;
         let capacity = limit.burst();
-        let cost = render::throttle_cost(quantity, capacity);
+        let cost = edge::throttle_cost(quantity, capacity);
         match app.engine.check_adhoc(Source::Throttle, key, &limit, cost).await {
-            Ok(decision) => reply::integers(out, &render::throttle_reply(&decision, capacity, quantity)),
+            Ok(decision) => reply::integers(out, &edge::throttle_reply(&decision, capacity, quantity)),
             Err(e) => reply::error(out, &format!("ERR {e}")),
         }
     }

@@ -9,9 +9,10 @@
 //!   its own: the 429 with its RFC 9457 problem body, the other problems, a shadow-ban's bare
 //!   fake success.
 //!
-//! It lives in the engine because it renders the engine's own answers ([`Fields`](crate::Fields),
-//! [`Decision`](tollgate_core::Decision)) and needs nothing the engine does not already build on
-//! (`http` comes with the rules); a crate of its own would add a floor for two files.
+//! It is a crate of its own, below the engine and the middleware, because it needs nothing of
+//! them: it renders tollgate-core's [`Decision`](tollgate_core::Decision) and
+//! [`Limit`](tollgate_core::Limit), so a front end's walk from socket to store visits the engine
+//! once, and a change to what clients read lands here and nowhere else.
 
 pub mod http;
 mod values;
