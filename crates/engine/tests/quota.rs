@@ -15,6 +15,7 @@ use support::{clock, memory};
 use tollgate_core::ManualClock;
 use tollgate_engine::{Descriptor, Engine, Verdict, Verdicts};
 use tollgate_rules::Rules;
+use tollgate_store::testkit::faults::Faulty;
 use tollgate_store::testkit::redis_server::RedisServer;
 use tollgate_store::testkit::redis_topology::RedisCluster;
 use tollgate_store::{RedisOptions, RedisStore, Store, TimeSource};
@@ -79,7 +80,7 @@ async fn one_quota_over_and_another_within_admits<S: Store>(e: &Engine<S>) {
     assert!(admit(e, &[d("backend", "a")], 2).await.admitted);
     let verdicts = admit(e, &[d("plan", "p"), d("backend", "a"), d("backend", "b")], 2).await;
     assert!(verdicts.admitted, "{verdicts:?}");
-    assert_eq!(over(&verdicts), [false, true, false]);
+    assert_eq!((over(&verdicts), &verdicts.quota[..]), (vec![false, true, false], &[1, 2][..]));
     assert_eq!(remaining(&verdicts.verdicts[1]), 1, "the quota over its limit reports what it has left");
     assert_eq!(
         (left(e, d("plan", "p")).await, left(e, d("backend", "a")).await, left(e, d("backend", "b")).await),
@@ -94,7 +95,7 @@ async fn every_quota_over_refuses_and_consumes_nothing<S: Store>(e: &Engine<S>) 
     assert!(admit(e, &[d("backend", "c"), d("tier", "c")], 3).await.admitted);
     let verdicts = admit(e, &[d("plan", "q"), d("backend", "c"), d("tier", "c")], 0).await;
     assert!(!verdicts.admitted, "{verdicts:?}");
-    assert_eq!(over(&verdicts), [false, true, true]);
+    assert_eq!((over(&verdicts), &verdicts.quota[..]), (vec![false, true, true], &[1, 2][..]));
     let alone = admit(e, &[d("plan", "q"), d("backend", "c")], 0).await;
     assert_eq!((alone.admitted, over(&alone)), (false, vec![false, true]));
     assert_eq!(left(e, d("plan", "q")).await, 5, "nothing consumed on the enforced one");
@@ -114,7 +115,7 @@ async fn an_enforced_over_refuses_and_the_quota_consumes_nothing<S: Store>(e: &E
     assert!(admit(e, &[d("plan", "r")], 5).await.admitted);
     let verdicts = admit(e, &[d("plan", "r"), d("backend", "r")], 0).await;
     assert!(!verdicts.admitted, "{verdicts:?}");
-    assert_eq!(over(&verdicts), [true, false]);
+    assert_eq!((over(&verdicts), &verdicts.quota[..]), (vec![true, false], &[1][..]));
     assert_eq!(left(e, d("backend", "r")).await, 3, "the quota consumed nothing");
 }
 
@@ -158,6 +159,28 @@ async fn an_enforced_over_refuses_and_the_quota_consumes_nothing_on_memory() {
 #[tokio::test]
 async fn a_shadow_quota_is_never_over_on_memory() {
     a_shadow_quota_is_never_over(&on_memory()).await;
+}
+
+/// The rounds of quota mode, counted: a request with a quota-mode descriptor over its limit
+/// makes one call more (the quota over found by the first, every one of them, as the memory
+/// store reports every check that denies), never one per descriptor, and undoes nothing.
+#[tokio::test]
+async fn a_quota_over_its_limit_costs_one_more_store_call() {
+    let clock = clock();
+    let store = Arc::new(Faulty::new(memory(&clock)));
+    let e = engine(store.clone(), &clock);
+    assert!(admit(&e, &[d("backend", "a"), d("tier", "a")], 3).await.admitted);
+    let calls = |before: u64| store.reached() - before;
+    let before = store.reached();
+    let within = admit(&e, &[d("plan", "p"), d("backend", "b"), d("tier", "b")], 0).await;
+    assert_eq!((within.admitted, calls(before)), (true, 1), "all within: one call");
+    let before = store.reached();
+    let two_over = admit(&e, &[d("plan", "p"), d("backend", "a"), d("tier", "a"), d("backend", "c")], 0).await;
+    assert_eq!((two_over.admitted, calls(before)), (true, 2), "two quotas over: found by one call");
+    let before = store.reached();
+    let all_over = admit(&e, &[d("plan", "p"), d("backend", "a"), d("tier", "a")], 0).await;
+    assert_eq!((all_over.admitted, calls(before)), (false, 1), "every quota over: refused by one call");
+    assert_eq!(left(&e, d("plan", "p")).await, 3);
 }
 
 fn redis(url: &str, clock: &Arc<ManualClock>) -> RedisStore {
