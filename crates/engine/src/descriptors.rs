@@ -131,13 +131,9 @@ fn plan<'a>(matched: Option<&'a Matched<'a>>, hits: u64) -> Plan<'a> {
     };
     let (shadow, quota, metric) = (m.limit.shadow_mode, m.limit.quota_mode, m.metric_key.as_str());
     match &m.limit.limit {
-        Some(checked) if hits <= checked.capacity() => Plan::Checked {
-            check: Check::new(&m.key, checked, hits).scoped(ENVOY_SCOPE),
-            limit,
-            shadow,
-            quota,
-            metric,
-        },
+        Some(checked) if hits <= checked.capacity() => {
+            Plan::Checked { check: Check::new(&m.key, checked, hits).scoped(ENVOY_SCOPE), limit, shadow, quota, metric }
+        }
         // `requests_per_unit: 0`, or more than the limit can ever admit.
         _ => Plan::Blocked { limit, shadow, quota, metric, hits },
     }
@@ -178,8 +174,8 @@ impl<S: Store> Engine<S> {
         let quota_met = quota.iter().any(|&i| plans[i].shadow());
         let every_quota_blocked =
             !quota.is_empty() && quota.iter().all(|&i| matches!(plans[i], Plan::Blocked { shadow: false, .. }));
-        let refused = every_quota_blocked
-            || plans.iter().any(|p| matches!(p, Plan::Blocked { shadow: false, quota: false, .. }));
+        let refused =
+            every_quota_blocked || plans.iter().any(|p| matches!(p, Plan::Blocked { shadow: false, quota: false, .. }));
         let asks: Vec<Ask<'_>> = plans
             .iter()
             .filter_map(|p| match p {
