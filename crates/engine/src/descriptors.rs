@@ -12,11 +12,22 @@
 //!   whole call open in Envoy);
 //! - **checked**: decided by the store, enforced or in `shadow_mode`.
 //!
+//! A blocked or checked descriptor may be in `quota_mode`: as in envoyproxy/ratelimit, a request
+//! is refused when an enforced descriptor not in quota mode is over its limit, or when every
+//! quota-mode descriptor of the request is over its own; otherwise it is admitted, and a
+//! quota-mode descriptor over its limit reports itself over (OVER_LIMIT in its status) in a
+//! request that is admitted. A quota-mode descriptor in shadow mode is never over (as
+//! envoyproxy/ratelimit answers a shadow limit OK), so its request always has a quota within.
+//!
 //! The enforced checks are admitted together in one store call, so a request over any of its
 //! limits (a blocked one included) consumes nothing from the others (envoyproxy/ratelimit counts
 //! every descriptor, and a request refused by one still uses up its siblings); shadow-mode limits
 //! never refuse: they are counted when the request is admitted and report what they would have
-//! said (see `asks`). Every decision is timed as gRPC's ([`Frontend::Grpc`]), its store errors
+//! said (see `asks`). With quota mode, the same holds: a refused request consumes nothing
+//! anywhere; an admitted one consumes on every enforced descriptor and on each quota-mode
+//! descriptor within its limit, never on one over it (a quota check found over leaves the
+//! all-or-nothing call, which is made again without it: no charge is ever undone; see `asks`
+//! for the rounds and what a concurrent request may see between them). Every decision is timed as gRPC's ([`Frontend::Grpc`]), its store errors
 //! counted, and its hits counted in envoyproxy/ratelimit's per-limit counters
 //! ([`DescriptorMetrics`](crate::metrics::DescriptorMetrics)). Envoy's state lives in its own
 //! scope ([`ENVOY_SCOPE`]), apart from rules, named limits and ad-hoc keys, on the store given to
@@ -77,18 +88,34 @@ pub enum Verdict {
 /// What the engine decided for a request's descriptors.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verdicts {
-    /// Whether the request was admitted (no descriptor over its limit).
+    /// Whether the request was admitted: no descriptor over its limit, but those in
+    /// `quota_mode` while one of them is within.
     pub admitted: bool,
     /// One per descriptor, in order.
     pub verdicts: Vec<Verdict>,
+    /// The descriptors whose limit is in `quota_mode` (by index, ascending; never a free or
+    /// unlimited one): those of them [`Verdict::Limited`] with `over` are over their quota.
+    pub quota: Vec<usize>,
 }
 
 /// How one descriptor is decided.
 enum Plan<'a> {
     Free,
     Unlimited,
-    Blocked { limit: StatedLimit, shadow: bool, metric: &'a str, hits: u64 },
-    Checked { check: Check<'a>, limit: StatedLimit, shadow: bool, metric: &'a str },
+    Blocked { limit: StatedLimit, shadow: bool, quota: bool, metric: &'a str, hits: u64 },
+    Checked { check: Check<'a>, limit: StatedLimit, shadow: bool, quota: bool, metric: &'a str },
+}
+
+impl Plan<'_> {
+    /// Whether the descriptor has a limit in `quota_mode`.
+    fn quota(&self) -> bool {
+        matches!(self, Plan::Blocked { quota: true, .. } | Plan::Checked { quota: true, .. })
+    }
+
+    /// Whether the descriptor has a limit in `shadow_mode`.
+    fn shadow(&self) -> bool {
+        matches!(self, Plan::Blocked { shadow: true, .. } | Plan::Checked { shadow: true, .. })
+    }
 }
 
 /// One descriptor's plan from the limit it matched (configured or its override), for `hits`.
@@ -102,13 +129,13 @@ fn plan<'a>(matched: Option<&'a Matched<'a>>, hits: u64) -> Plan<'a> {
         requests_per_unit: m.limit.requests_per_unit,
         unit: m.limit.unit,
     };
-    let (shadow, metric) = (m.limit.shadow_mode, m.metric_key.as_str());
+    let (shadow, quota, metric) = (m.limit.shadow_mode, m.limit.quota_mode, m.metric_key.as_str());
     match &m.limit.limit {
         Some(checked) if hits <= checked.capacity() => {
-            Plan::Checked { check: Check::new(&m.key, checked, hits).scoped(ENVOY_SCOPE), limit, shadow, metric }
+            Plan::Checked { check: Check::new(&m.key, checked, hits).scoped(ENVOY_SCOPE), limit, shadow, quota, metric }
         }
         // `requests_per_unit: 0`, or more than the limit can ever admit.
-        _ => Plan::Blocked { limit, shadow, metric, hits },
+        _ => Plan::Blocked { limit, shadow, quota, metric, hits },
     }
 }
 
@@ -141,16 +168,25 @@ impl<S: Store> Engine<S> {
             .zip(&matched)
             .map(|(descriptor, matched)| plan(matched.as_ref(), descriptor.hits_addend.unwrap_or(request_hits)))
             .collect();
-        let refused = plans.iter().any(|p| matches!(p, Plan::Blocked { shadow: false, .. }));
+        let quota: Vec<usize> = (0..plans.len()).filter(|&i| plans[i].quota()).collect();
+        // A quota-mode descriptor in shadow mode is never over: the quota group always has one
+        // within.
+        let quota_met = quota.iter().any(|&i| plans[i].shadow());
+        let every_quota_blocked =
+            !quota.is_empty() && quota.iter().all(|&i| matches!(plans[i], Plan::Blocked { shadow: false, .. }));
+        let refused =
+            every_quota_blocked || plans.iter().any(|p| matches!(p, Plan::Blocked { shadow: false, quota: false, .. }));
         let asks: Vec<Ask<'_>> = plans
             .iter()
             .filter_map(|p| match p {
-                Plan::Checked { check, shadow, .. } => Some(Ask { check: *check, shadow: *shadow }),
+                Plan::Checked { check, shadow, quota, .. } => {
+                    Some(Ask { check: *check, shadow: *shadow, quota: *quota })
+                }
                 _ => None,
             })
             .collect();
         let store = self.envoy_store.as_ref().unwrap_or(&self.store);
-        let asked = self.counted(asks::decide(store, &asks, refused).await)?;
+        let asked = self.counted(asks::decide(store, &asks, refused, quota_met).await)?;
         let admitted = asked.admitted;
         let mut decisions = asked.decisions.into_iter();
         let metrics = self.metrics.descriptors();
@@ -159,12 +195,12 @@ impl<S: Store> Engine<S> {
             verdicts.push(match plan {
                 Plan::Free => Verdict::Free,
                 Plan::Unlimited => Verdict::Unlimited,
-                Plan::Blocked { limit, shadow, metric, hits } => {
+                Plan::Blocked { limit, shadow, metric, hits, .. } => {
                     let outcome = if shadow { DescriptorOutcome::Shadow } else { DescriptorOutcome::Over };
                     metrics.record(metric, hits, outcome);
                     Verdict::Limited { limit, over: !shadow, decision: None }
                 }
-                Plan::Checked { check, limit, shadow, metric } => {
+                Plan::Checked { check, limit, shadow, metric, .. } => {
                     let decision = decisions.next().ok_or(StoreError::NoChecks)?;
                     let outcome = match (decision.allowed, admitted) {
                         (false, _) if shadow => DescriptorOutcome::Shadow,
@@ -180,6 +216,6 @@ impl<S: Store> Engine<S> {
                 }
             });
         }
-        Ok(Verdicts { admitted, verdicts })
+        Ok(Verdicts { admitted, verdicts, quota })
     }
 }

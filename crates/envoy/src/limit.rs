@@ -121,13 +121,17 @@ pub struct RateLimit {
     /// The descriptor's `shadow_mode`: decided and counted, but answered OK.
     pub shadow_mode: bool,
     /// The descriptor's `quota_mode`: an over-limit answer for this descriptor makes the overall
-    /// answer OVER_LIMIT only when every quota-mode descriptor of the request is over.
+    /// answer OVER_LIMIT only when every quota-mode descriptor of the request is over (a
+    /// descriptor not in quota mode over its limit refuses the request in any case; the engine
+    /// decides it: `tollgate_engine::Engine::admit_descriptors`).
     pub quota_mode: bool,
     /// The descriptor's `detailed_metric`: the metric key holds the request's values.
     pub detailed_metric: bool,
     /// The names of the limits this one replaces when both match one request.
     pub replaces: Vec<String>,
-    /// The descriptor's `metadata`, a mapping returned as is (dynamic metadata).
+    /// The descriptor's `metadata`, a mapping, checked and kept (envoyproxy/ratelimit sends the
+    /// metadata of the descriptors within their limit in its dynamic metadata; tollgate does not
+    /// send it).
     pub metadata: Option<serde_json::Map<String, serde_json::Value>>,
     /// The tollgate limit deciding it: `None` when `unlimited` or `requests_per_unit` is 0
     /// (every request is over the limit).

@@ -1,6 +1,7 @@
 //! Envoy's rate-limit service over real gRPC (a tonic client on loopback), configured with
 //! envoyproxy/ratelimit YAML: nested descriptors, a blocklist, wildcards, `replaces`, shadow mode,
-//! `unlimited`, `hits_addend`, overrides, and the all-or-nothing admission across descriptors.
+//! `unlimited`, `hits_addend`, overrides, `quota_mode` (its dynamic metadata), and the
+//! all-or-nothing admission across descriptors.
 
 mod common;
 
@@ -37,6 +38,11 @@ descriptors:
     rate_limit: { unit: minute, requests_per_unit: 1 }
   - key: internal
     rate_limit: { unlimited: true }
+  - key: account
+    rate_limit: { unit: month, requests_per_unit: 3 }
+  - key: backend
+    quota_mode: true
+    rate_limit: { unit: month, requests_per_unit: 2 }
 "#;
 
 async fn start() -> (Server, RateLimitServiceClient<Channel>) {
@@ -285,5 +291,78 @@ async fn a_frozen_redis_is_answered_by_the_failure_policy() {
     redis.thaw();
     // The local decisions continue from Redis's last answer: 2 more admitted, then refused.
     assert_eq!(codes, [1, 1, 2, 2]);
+    server.stop().await;
+}
+
+/// The response's dynamic metadata for quota mode: `quotaModeEnabled`, and the indices of
+/// `quotaModeViolations` (empty when absent); `None` without dynamic metadata.
+fn quota_metadata(response: &RateLimitResponse) -> Option<(bool, Vec<f64>)> {
+    use prost_types::value::Kind;
+    let fields = &response.dynamic_metadata.as_ref()?.fields;
+    let enabled = match fields.get("quotaModeEnabled").and_then(|v| v.kind.as_ref()) {
+        Some(Kind::BoolValue(on)) => *on,
+        other => panic!("quotaModeEnabled: {other:?}"),
+    };
+    let violations = match fields.get("quotaModeViolations").and_then(|v| v.kind.as_ref()) {
+        None => Vec::new(),
+        Some(Kind::ListValue(list)) => list
+            .values
+            .iter()
+            .map(|v| match v.kind {
+                Some(Kind::NumberValue(i)) => i,
+                ref other => panic!("a violation: {other:?}"),
+            })
+            .collect(),
+        other => panic!("quotaModeViolations: {other:?}"),
+    };
+    Some((enabled, violations))
+}
+
+/// `quota_mode` as envoyproxy/ratelimit answers it: a quota-mode descriptor over its limit lets
+/// the request through while another quota is within (its own status OVER_LIMIT, its index in
+/// `quotaModeViolations`); every quota over refuses it, consuming nothing.
+async fn quota_mode_answers(client: &mut RateLimitServiceClient<Channel>) {
+    // Month-long windows: a test on Redis's clock never sees one end.
+    let ip = || descriptor(&[("account", "x")]);
+    let backend = |name: &str| descriptor(&[("backend", name)]);
+    let codes = |r: &RateLimitResponse| r.statuses.iter().map(code).collect::<Vec<_>>();
+    let first = ask(client, vec![backend("a")], 2).await;
+    assert_eq!((first.overall_code, quota_metadata(&first)), (Code::Ok as i32, Some((true, vec![]))));
+    let one_over = ask(client, vec![ip(), backend("a"), backend("b")], 0).await;
+    assert_eq!(one_over.overall_code, Code::Ok as i32, "{one_over:?}");
+    assert_eq!(codes(&one_over), [Code::Ok, Code::OverLimit, Code::Ok]);
+    assert_eq!(quota_metadata(&one_over), Some((true, vec![1.0])));
+    assert_eq!(ask(client, vec![backend("b")], 0).await.overall_code, Code::Ok as i32, "b's last one");
+    let all_over = ask(client, vec![ip(), backend("a"), backend("b")], 0).await;
+    assert_eq!(all_over.overall_code, Code::OverLimit as i32, "{all_over:?}");
+    assert_eq!(codes(&all_over), [Code::Ok, Code::OverLimit, Code::OverLimit]);
+    assert_eq!(quota_metadata(&all_over), Some((true, vec![1.0, 2.0])));
+    assert_eq!(all_over.statuses[0].limit_remaining, 2, "the refused request took nothing from the account");
+    // Without a quota-mode descriptor, no dynamic metadata.
+    assert_eq!(quota_metadata(&ask(client, vec![ip()], 0).await), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quota_mode_admits_while_a_quota_is_within_and_says_which_are_over() {
+    let (server, mut client) = start().await;
+    quota_mode_answers(&mut client).await;
+    server.stop().await;
+}
+
+/// The same on Redis (its all-or-nothing script deciding each store call).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quota_mode_on_redis() {
+    let redis = tollgate_store::testkit::redis_server::RedisServer::start();
+    let envoy = tollgate_envoy::Config::parse(CONFIG, "test.yaml").unwrap();
+    let config = Config {
+        store: tollgate_server::StoreConfig::redis(&redis.url()),
+        grpc_store_timeout: std::time::Duration::from_secs(2),
+        envoy: Arc::new(envoy),
+        ..common::manual_config()
+    };
+    let server = Server::start_with_grpc(config).await;
+    let url = format!("http://{}", server.grpc.unwrap());
+    let mut client = RateLimitServiceClient::new(Channel::from_shared(url).unwrap().connect().await.unwrap());
+    quota_mode_answers(&mut client).await;
     server.stop().await;
 }

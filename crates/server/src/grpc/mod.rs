@@ -2,9 +2,10 @@
 //! over the same engine and store as RESP and HTTP. This module only translates: a request is
 //! parsed into the engine's descriptors (its sizes bounded, its `limit` overrides built), decided
 //! by the engine under the Envoy configuration of its policy ([`Engine::admit_descriptors`]: how
-//! each descriptor is decided, all or nothing, shadow mode, timing, store errors and
+//! each descriptor is decided, all or nothing, shadow and quota mode, timing, store errors and
 //! envoyproxy/ratelimit's per-limit counters), and rendered as Envoy's statuses (and, if asked,
-//! its `RateLimit-*` headers).
+//! its `RateLimit-*` headers; for a request with quota-mode descriptors, dynamic metadata saying
+//! which are over).
 
 mod idle;
 mod listener;
@@ -123,6 +124,7 @@ fn parse(request: &RateLimitRequest) -> Result<Vec<Descriptor<'_>>, Status> {
 
 /// Envoy's response to what the engine decided.
 fn response(verdicts: Verdicts) -> RateLimitResponse {
+    let dynamic_metadata = quota_metadata(&verdicts);
     let statuses = verdicts
         .verdicts
         .into_iter()
@@ -140,7 +142,36 @@ fn response(verdicts: Verdicts) -> RateLimitResponse {
         statuses,
         response_headers_to_add: Vec::new(),
         request_headers_to_add: Vec::new(),
+        dynamic_metadata,
     }
+}
+
+/// For a request with descriptors in quota mode, the dynamic metadata of envoyproxy/ratelimit's
+/// quota mode: `quotaModeEnabled: true`, and `quotaModeViolations`, the indices of the quota-mode
+/// descriptors over their limit, when there are some. `None` for any other request (no
+/// metadata: the response is as before quota mode).
+fn quota_metadata(verdicts: &Verdicts) -> Option<prost_types::Struct> {
+    use prost_types::value::Kind;
+    if verdicts.quota.is_empty() {
+        return None;
+    }
+    let value = |kind| prost_types::Value { kind: Some(kind) };
+    let violations: Vec<prost_types::Value> = verdicts
+        .quota
+        .iter()
+        .filter(|&&i| matches!(verdicts.verdicts.get(i), Some(Verdict::Limited { over: true, .. })))
+        // Indices below `MAX_DESCRIPTORS`: exact as a protobuf number (a double).
+        .map(|&i| value(Kind::NumberValue(f64::from(u32::try_from(i).unwrap_or(u32::MAX)))))
+        .collect();
+    let mut fields = std::collections::BTreeMap::new();
+    fields.insert("quotaModeEnabled".to_owned(), value(Kind::BoolValue(true)));
+    if !violations.is_empty() {
+        fields.insert(
+            "quotaModeViolations".to_owned(),
+            value(Kind::ListValue(prost_types::ListValue { values: violations })),
+        );
+    }
+    Some(prost_types::Struct { fields })
 }
 
 fn status(code: Code, limit: Option<StatedLimit>, decision: Option<&Decision>) -> DescriptorStatus {
