@@ -101,3 +101,47 @@ fn serve_reloads_its_rules_file_and_keeps_the_old_rules_when_the_new_ones_are_ba
     drop(server);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Envoy's configuration: `user` at `per_hour` requests an hour.
+fn shop(per_hour: u32) -> String {
+    format!(
+        "domain: shop\ndescriptors:\n  - key: user\n    rate_limit: {{ unit: hour, requests_per_unit: {per_hour} }}\n"
+    )
+}
+
+/// `tollgate_envoy_config_reloads_total{result}`, if the series is there.
+fn envoy_reloads(server: &Tollgate, result: &str) -> Option<u64> {
+    let wanted = format!("tollgate_envoy_config_reloads_total{{result=\"{result}\"}} ");
+    server.metrics().lines().find_map(|l| l.strip_prefix(&wanted)?.parse().ok())
+}
+
+/// What an operator does: edit Envoy's configuration, then SIGHUP. That is one reload, as it was
+/// when Envoy's file had its own reloader (its SIGHUP and its poll in one task, the signal's
+/// reload marking the file's version as seen). Now the signal's reload leaves the watcher's
+/// version behind, and the watcher's next poll reloads the same edit again: two reloads, two
+/// log lines, `result="ok"` counted twice (and a broken edit counted twice as an error).
+#[test]
+fn an_edit_then_sighup_reloads_envoys_configuration_once() {
+    let dir = temporary_dir("reload-envoy-hup");
+    let path = dir.join("shop.yaml");
+    std::fs::write(&path, shop(3)).expect("write the configuration");
+    let server = Tollgate::serve(&["--log-level", "info", "--envoy-config", path.to_str().expect("a UTF-8 path")]);
+    eventually("Envoy's reload series from the start", || envoy_reloads(&server, "ok") == Some(0));
+
+    // Edited (renamed in, as deploy tools do), then SIGHUP at once.
+    let staged = dir.join("shop.yaml.new");
+    std::fs::write(&staged, shop(7)).expect("stage the configuration");
+    std::fs::rename(&staged, &path).expect("rename");
+    server.signal("HUP");
+    eventually("SIGHUP reloads", || envoy_reloads(&server, "ok") >= Some(1));
+    // Time for the watcher to poll a few times (once a second): nothing new for it to see.
+    std::thread::sleep(Duration::from_secs(3));
+    let reloaded = server.log().iter().filter(|l| l.contains("Envoy rate-limit configuration reloaded")).count();
+    assert_eq!(
+        (envoy_reloads(&server, "ok"), reloaded),
+        (Some(1), 1),
+        "one edit and one SIGHUP: reloads counted, and logged"
+    );
+    drop(server);
+    let _ = std::fs::remove_dir_all(dir);
+}

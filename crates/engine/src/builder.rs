@@ -114,6 +114,7 @@ impl<S: Store> EngineBuilder<S> {
             envoy_store: self.envoy_store,
             policy: ArcSwap::new(policy),
             reloading: std::sync::Mutex::new(()),
+            loading: std::sync::Mutex::new(()),
             clock: self.clock,
             blocks: blocks::Blocks::new(self.max_blocks),
             rates: rates::Rates::new(self.max_rated_keys),

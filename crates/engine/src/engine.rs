@@ -25,6 +25,9 @@ pub struct Engine<S> {
     /// Held while a reload builds the next policy from the one in force, so that two reloads
     /// (of the rules and of Envoy's configuration) never lose one another's part.
     pub(crate) reloading: std::sync::Mutex<()>,
+    /// Held by [`reload_file`](crate::reload::reload_file) from reading a file to swapping it in,
+    /// so that a reload that read an older version never swaps it in after one that read a newer.
+    pub(crate) loading: std::sync::Mutex<()>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) blocks: blocks::Blocks,
     pub(crate) rates: rates::Rates,

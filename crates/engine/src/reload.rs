@@ -8,7 +8,10 @@
 //!
 //! [`watch`] looks at every file of the policy each polling interval and reloads the one that
 //! changed (edited in place, replaced by a rename, a file added to or removed from a directory,
-//! or gone); [`reload_file`] reloads one on demand (SIGHUP). A file that does not load keeps the
+//! or gone), and reloads every file when its [`Watcher::reload_all`] asks (SIGHUP): one task
+//! reloads, so an edit reloaded on a signal is not reloaded again by the next poll.
+//! [`reload_file`] reloads one file on demand; reloads of one engine read and swap one at a time,
+//! so the last to read a file is the one whose content stays in force. A file that does not load keeps the
 //! policy in force: the reason is logged and counted, in `tollgate_config_reloads_total{result=
 //! "error"}` for the rules and `tollgate_envoy_config_reloads_total{result="error"}` for Envoy's.
 //!
@@ -18,6 +21,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError};
 use std::time::{Duration, SystemTime};
+
+use tokio::sync::Notify;
 
 use tollgate_rules::Rules;
 use tollgate_store::Store;
@@ -87,8 +92,11 @@ impl PolicyFile {
     }
 }
 
-/// Loads `file` and swaps its part of the policy in; on error the policy in force stays.
+/// Loads `file` and swaps its part of the policy in; on error the policy in force stays. Reloads
+/// of one engine wait for each other from the read to the swap: a reload that began reading
+/// before another never swaps its (older) content in after it.
 pub fn reload_file<S: Store>(engine: &Engine<S>, file: &PolicyFile) -> Result<(), String> {
+    let _one_file_at_a_time = engine.loading.lock().unwrap_or_else(PoisonError::into_inner);
     match file {
         PolicyFile::Rules(path) => match Rules::load(path) {
             Ok(rules) => {
@@ -140,26 +148,50 @@ fn version(path: &Path) -> Vec<(PathBuf, SystemTime, u64, u64)> {
     files
 }
 
-/// Watches `files` every `every` and reloads each one that changes, until the engine is
-/// dropped. With an Envoy file among them, both results of Envoy's reloads exist from now on (at
-/// 0), so that a first failure shows as an increase.
-pub fn watch<S: Store + 'static>(engine: &Arc<Engine<S>>, files: Vec<PolicyFile>, every: Duration) {
+/// Asks a [`watch`]ing task to reload every file now (as SIGHUP does), beside its polling.
+#[derive(Debug, Clone)]
+pub struct Watcher {
+    now: Arc<Notify>,
+}
+
+impl Watcher {
+    /// Reloads every watched file as soon as the watching task can (asks made while it reloads
+    /// are answered by one more round). The files' versions are taken as seen, so the next poll
+    /// does not reload the same edit again.
+    pub fn reload_all(&self) {
+        self.now.notify_one();
+    }
+}
+
+/// Watches `files` every `every` and reloads each one that changes, and all of them when the
+/// returned [`Watcher`] asks, until the engine is dropped. With an Envoy file among them, both
+/// results of Envoy's reloads exist from now on (at 0), so that a first failure shows as an
+/// increase.
+pub fn watch<S: Store + 'static>(engine: &Arc<Engine<S>>, files: Vec<PolicyFile>, every: Duration) -> Watcher {
     if files.iter().any(|f| matches!(f, PolicyFile::Envoy(_))) {
         engine.metrics.envoy_reloads_watched();
     }
     let weak = Arc::downgrade(engine);
+    let now = Arc::new(Notify::new());
+    let asked = now.clone();
     let mut watched: Vec<_> = files.into_iter().map(|file| (version(file.path()), file)).collect();
     tokio::spawn(async move {
         loop {
-            tokio::time::sleep(every).await;
+            let all = tokio::select! {
+                () = tokio::time::sleep(every) => false,
+                () = asked.notified() => true,
+            };
             let Some(engine) = weak.upgrade() else { return };
             for (seen, file) in &mut watched {
-                let now = version(file.path());
-                if now != *seen {
-                    *seen = now;
+                // The version before the read: an edit made while the file is read is seen by
+                // the next poll.
+                let current = version(file.path());
+                if all || current != *seen {
+                    *seen = current;
                     let _ = reload_file(&engine, file);
                 }
             }
         }
     });
+    Watcher { now }
 }

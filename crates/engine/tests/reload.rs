@@ -200,3 +200,54 @@ async fn a_watched_file_is_reloaded_when_it_changes_and_a_broken_one_is_not() {
     assert_eq!(user(&engine, "d").await.0, 7);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Two reloads of the same file overlapping (SIGHUP's and the watcher's, which since Envoy's
+/// configuration joined the engine's reload run in two tasks; before, Envoy's SIGHUP and its poll
+/// shared one task): the one that read the file first must not swap its older content in after
+/// the one that read the newer content. Here the first reader is made slow by a FIFO (a read
+/// that waits for its writer, standing for a large file or a slow disk): it starts reading v1,
+/// the file is replaced by v2, the second reload reads v2 and swaps it in, then the first one's
+/// read completes with v1. The file says 7 an hour; the policy must say so too.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlapping_reloads_of_a_file_end_with_its_latest_content() {
+    use std::io::Write;
+    let dir = std::env::temp_dir().join(format!("tollgate-engine-overlap-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let yaml = dir.join("shop.yaml");
+    let _ = std::fs::remove_file(&yaml);
+    let made = std::process::Command::new("mkfifo").arg(&yaml).status().expect("mkfifo");
+    assert!(made.success(), "mkfifo {}", yaml.display());
+    let mut registry = Registry::with_prefix("tollgate");
+    let engine =
+        Arc::new(Engine::builder(memory(&clock()), Rules::default()).envoy(Arc::new(envoy(3))).build(&mut registry));
+
+    // The first reload opens the file (the FIFO) and waits on its content.
+    let first = {
+        let (engine, yaml) = (engine.clone(), yaml.clone());
+        std::thread::spawn(move || reload::reload_file(&engine, &PolicyFile::Envoy(yaml)))
+    };
+    // Opening the FIFO's writing end returns once the first reload has opened its reading end.
+    let mut writer = std::fs::OpenOptions::new().write(true).open(&yaml).unwrap();
+    // The file is replaced by v2 (renamed in), and a second reload starts: it reads v2 (now,
+    // or once the first is done, if reloads of one engine wait for each other).
+    replace(&yaml, &shop(7));
+    let second = {
+        let (engine, yaml) = (engine.clone(), yaml.clone());
+        std::thread::spawn(move || reload::reload_file(&engine, &PolicyFile::Envoy(yaml)))
+    };
+    // Time for the second reload to finish first, if nothing makes it wait (not an assertion).
+    let waited = Instant::now();
+    while !second.is_finished() && waited.elapsed() < Duration::from_secs(2) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // The first reload's read completes, with what the file held when it began (v1).
+    writer.write_all(shop(5).as_bytes()).unwrap();
+    drop(writer);
+    first.join().unwrap().unwrap();
+    second.join().unwrap().unwrap();
+
+    assert_eq!(std::fs::read_to_string(&yaml).unwrap(), shop(7), "the file holds v2");
+    assert_eq!(user(&engine, "a").await.0, 7, "the policy in force is the file's latest content, not the stale read");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -103,7 +103,7 @@ pub fn reload_engine_on_change<S: tollgate_store::Store + 'static>(
     if files.is_empty() {
         return;
     }
-    tollgate_engine::reload::watch(engine, files.clone(), tollgate_engine::reload::DEFAULT_POLL);
+    let watcher = tollgate_engine::reload::watch(engine, files, tollgate_engine::reload::DEFAULT_POLL);
     #[cfg(unix)]
     {
         let engine = Arc::downgrade(engine);
@@ -111,12 +111,16 @@ pub fn reload_engine_on_change<S: tollgate_store::Store + 'static>(
             let Ok(mut hangups) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
                 return;
             };
+            // The watching task reloads on the signal: one task reloads, and it takes the
+            // files' versions as seen, so the next poll does not reload the same edit again.
             while hangups.recv().await.is_some() {
-                let Some(engine) = engine.upgrade() else { return };
-                for file in &files {
-                    let _ = tollgate_engine::reload::reload_file(&engine, file);
+                if engine.strong_count() == 0 {
+                    return;
                 }
+                watcher.reload_all();
             }
         });
     }
+    #[cfg(not(unix))]
+    drop(watcher);
 }
