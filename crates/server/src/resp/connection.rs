@@ -13,11 +13,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
+use super::batch;
 use super::commands::{self, Flow};
 use crate::app::App;
 use crate::config::RespBounds;
 use tollgate_resp::reply;
 use tollgate_resp::request::{Bounds, Decoder};
+use tollgate_store::Store;
 
 /// The size buffers start at and shrink back to.
 const BUFFER: usize = 16 * 1024;
@@ -91,7 +93,8 @@ enum Batch {
 }
 
 /// Runs the complete commands at the start of `input` (consuming them), appending their replies
-/// to `output`, until none is left or `output` holds at least `max_output` bytes.
+/// to `output`, until none is left or `output` holds at least `max_output` bytes (and at most
+/// one batch past it: see [`batch`]).
 async fn run(
     app: &App,
     decoder: &mut Decoder,
@@ -100,6 +103,9 @@ async fn run(
     frames: Bounds,
     max_output: usize,
 ) -> Batch {
+    // A store that decides in place (memory) completes every command in the poll that reads it:
+    // nothing to gain from running several at once.
+    let batching = !app.engine.store().decides_in_place();
     loop {
         if output.len() >= max_output {
             return Batch::Full;
@@ -107,6 +113,11 @@ async fn run(
         match decoder.decode(input, frames) {
             Ok(Some(used)) => {
                 let ranges = decoder.args();
+                if batching && used < input.len() && batch::key(input, ranges).is_some() {
+                    let decided = batch::run(app, input, ranges, used, frames, output).await;
+                    input.advance(decided);
+                    continue;
+                }
                 let mut close = false;
                 if !ranges.is_empty() {
                     // Most commands have few arguments: borrow them from a stack array.

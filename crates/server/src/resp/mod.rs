@@ -2,6 +2,7 @@
 //! the next of the [`Workers`] if there are any); on shutdown, lets them finish what they
 //! received for a grace period, then closes them.
 
+mod batch;
 pub mod commands;
 mod connection;
 

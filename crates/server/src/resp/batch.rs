@@ -1,0 +1,80 @@
+//! A client's pipelined decisions decided together, on a store that does not decide in place
+//! (Redis): one command after another, each a round trip, a pipeline of 16 `CL.THROTTLE`s took
+//! 16 round trips and 16 wake-ups of the connection's task; decided together, their calls go out
+//! to Redis in one write and the connection's task is woken once their replies are in.
+//!
+//! Which commands join: a run of lone ad-hoc decisions (`CL.THROTTLE`, `TG.CHECK`, `TG.PEEK`)
+//! received together, each on a key no earlier command of the run names, at most [`MAX_BATCH`].
+//! Decisions on different keys touch different state, so deciding them at once answers what
+//! deciding them one after another would; a command on a key already in the run, or any other
+//! command (`TG.RESET`, `TG.LIMIT` with its rules, an administrative command), ends the run and is
+//! run after it, in its turn. The replies are written in the order the commands were received,
+//! errors (a wrong argument) in their place.
+
+use std::ops::Range;
+
+use bytes::BytesMut;
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use tollgate_resp::request::{Bounds, Decoder};
+
+use super::commands;
+use crate::app::App;
+
+/// The most commands decided together (their replies, a few dozen bytes each, are what a batch
+/// may add past the connection's output bound).
+pub(super) const MAX_BATCH: usize = 64;
+
+/// The commands that may join a batch.
+const JOINS: [&[u8]; 3] = [b"CL.THROTTLE", b"TG.CHECK", b"TG.PEEK"];
+
+/// The key of the command framed in `input` at `ranges` if it may join a batch (see the module
+/// docs), else `None`.
+pub(super) fn key<'a>(input: &'a [u8], ranges: &[Range<usize>]) -> Option<&'a [u8]> {
+    let (name, key) = (ranges.first()?, ranges.get(1)?);
+    let name = &input[name.clone()];
+    JOINS.iter().any(|joins| name.eq_ignore_ascii_case(joins)).then(|| &input[key.clone()])
+}
+
+/// Decides the command framed at the start of `input` (its arguments at `first`, `used` bytes
+/// long; one that may join a batch) together with the commands after it that join it, appending
+/// their replies to `output` in order. Returns how many bytes of `input` the batch took.
+pub(super) async fn run(
+    app: &App,
+    input: &[u8],
+    first: &[Range<usize>],
+    used: usize,
+    frames: Bounds,
+    output: &mut BytesMut,
+) -> usize {
+    let mut batch: Vec<Vec<&[u8]>> = vec![first.iter().map(|range| &input[range.clone()]).collect()];
+    let mut taken = used;
+    // A decoder of its own: the connection's frames each command again in its turn when it does
+    // not join (a partial command stays where it is).
+    let mut lookahead = Decoder::default();
+    while batch.len() < MAX_BATCH && taken < input.len() {
+        let rest = &input[taken..];
+        let Ok(Some(length)) = lookahead.decode(rest, frames) else { break };
+        let Some(key) = key(rest, lookahead.args()) else { break };
+        if batch.iter().any(|command| command[1] == key) {
+            break;
+        }
+        batch.push(lookahead.args().iter().map(|range| &rest[range.clone()]).collect());
+        taken += length;
+    }
+    if let [command] = batch.as_slice() {
+        // These commands never close the connection.
+        let _ = commands::execute(app, command, output).await;
+        return taken;
+    }
+    let mut replies: Vec<BytesMut> = batch.iter().map(|_| BytesMut::new()).collect();
+    // Each polled again only when woken (its reply in), not on every other's wake-up.
+    let mut deciding: FuturesUnordered<_> =
+        batch.iter().zip(replies.iter_mut()).map(|(command, reply)| commands::execute(app, command, reply)).collect();
+    while deciding.next().await.is_some() {}
+    drop(deciding);
+    for reply in replies {
+        output.extend_from_slice(&reply);
+    }
+    taken
+}
