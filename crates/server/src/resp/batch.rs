@@ -21,8 +21,7 @@ use tollgate_resp::request::{Bounds, Decoder};
 use super::commands;
 use crate::app::App;
 
-/// The most commands decided together (their replies, a few dozen bytes each, are what a batch
-/// may add past the connection's output bound).
+/// The most commands decided together.
 pub(super) const MAX_BATCH: usize = 64;
 
 /// The commands that may join a batch.
@@ -39,12 +38,17 @@ pub(super) fn key<'a>(input: &'a [u8], ranges: &[Range<usize>]) -> Option<&'a [u
 /// Decides the command framed at the start of `input` (its arguments at `first`, `used` bytes
 /// long; one that may join a batch) together with the commands after it that join it, appending
 /// their replies to `output` in order. Returns how many bytes of `input` the batch took.
+///
+/// A batch takes no more commands once they hold `room` bytes: a reply is a few dozen bytes, but
+/// an error may quote an argument, so a batch of large wrong commands could otherwise add 64 of
+/// them past the connection's output bound.
 pub(super) async fn run(
     app: &App,
     input: &[u8],
     first: &[Range<usize>],
     used: usize,
     frames: Bounds,
+    room: usize,
     output: &mut BytesMut,
 ) -> usize {
     let mut batch: Vec<Vec<&[u8]>> = vec![first.iter().map(|range| &input[range.clone()]).collect()];
@@ -52,7 +56,7 @@ pub(super) async fn run(
     // A decoder of its own: the connection's frames each command again in its turn when it does
     // not join (a partial command stays where it is).
     let mut lookahead = Decoder::default();
-    while batch.len() < MAX_BATCH && taken < input.len() {
+    while batch.len() < MAX_BATCH && taken < input.len() && taken < room {
         let rest = &input[taken..];
         let Ok(Some(length)) = lookahead.decode(rest, frames) else { break };
         let Some(key) = key(rest, lookahead.args()) else { break };

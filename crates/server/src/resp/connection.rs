@@ -93,8 +93,8 @@ enum Batch {
 }
 
 /// Runs the complete commands at the start of `input` (consuming them), appending their replies
-/// to `output`, until none is left or `output` holds at least `max_output` bytes (and at most
-/// one batch past it: see [`batch`]).
+/// to `output`, until none is left or `output` holds at least `max_output` bytes (past it by one
+/// reply, or by one batch of decisions whose commands fit the room left: see [`batch::run`]).
 async fn run(
     app: &App,
     decoder: &mut Decoder,
@@ -114,7 +114,8 @@ async fn run(
             Ok(Some(used)) => {
                 let ranges = decoder.args();
                 if batching && used < input.len() && batch::key(input, ranges).is_some() {
-                    let decided = batch::run(app, input, ranges, used, frames, output).await;
+                    let room = max_output.saturating_sub(output.len());
+                    let decided = batch::run(app, input, ranges, used, frames, room, output).await;
                     input.advance(decided);
                     continue;
                 }
@@ -189,6 +190,38 @@ mod tests {
         assert!(written > 250 << 10, "{written} bytes of replies");
         assert!(largest < limit + 1024, "held at most the limit and one reply: {largest}");
         assert!(runs > 50, "{runs} runs");
+    }
+
+    /// On Redis, pipelined decisions are decided in batches; a batch of wrong commands whose
+    /// errors quote a large argument must not hold more than the output bound either. Before the
+    /// batch was bounded by its commands' bytes, 64 of them (60 KiB each) were held at once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_batch_of_large_errors_is_held_up_to_the_output_limit() {
+        let redis = tollgate_store::testkit::redis_server::RedisServer::start();
+        let config = crate::Config { store: crate::StoreConfig::redis(&redis.url()), ..crate::Config::default() };
+        let app = App::new(&config).await.unwrap();
+        let wrong = "x".repeat(60 << 10);
+        let mut input = BytesMut::new();
+        for i in 0..64 {
+            let mut command = Vec::new();
+            tollgate_resp::command::encode(&["CL.THROTTLE", &format!("k{i}"), "1", "1", &wrong], &mut command);
+            input.extend_from_slice(&command);
+        }
+        let frames = Bounds { max_frame_bytes: 1 << 20, max_inline_bytes: 64 << 10, max_args: 1024 };
+        let (mut decoder, mut output, limit) = (Decoder::default(), BytesMut::new(), 64 << 10);
+        let (mut largest, mut errors) = (0, 0);
+        loop {
+            let batch = run(&app, &mut decoder, &mut input, &mut output, frames, limit).await;
+            largest = largest.max(output.len());
+            errors += output.windows(27).filter(|w| w == b"ERR Couldn't parse as integ").count();
+            output.clear();
+            if batch != Batch::Full {
+                assert_eq!(batch, Batch::Done);
+                break;
+            }
+        }
+        assert_eq!(errors, 64, "every command answered");
+        assert!(largest <= limit + (61 << 10), "held {largest} bytes of replies (limit {limit})");
     }
 
     #[test]
