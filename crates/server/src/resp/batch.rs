@@ -29,14 +29,31 @@ const JOINS: [&[u8]; 3] = [b"CL.THROTTLE", b"TG.CHECK", b"TG.PEEK"];
 
 /// The key of the command framed in `input` at `ranges` if it may join a batch (see the module
 /// docs), else `None`.
-pub(super) fn key<'a>(input: &'a [u8], ranges: &[Range<usize>]) -> Option<&'a [u8]> {
+fn key<'a>(input: &'a [u8], ranges: &[Range<usize>]) -> Option<&'a [u8]> {
     let (name, key) = (ranges.first()?, ranges.get(1)?);
     let name = &input[name.clone()];
     JOINS.iter().any(|joins| name.eq_ignore_ascii_case(joins)).then(|| &input[key.clone()])
 }
 
+/// Whether the command framed at the start of `input` (its arguments at `first`, `used` bytes
+/// long) and the one after it may be decided together: both may join a batch, on different keys.
+/// Asked before a batch is made, so that a command that runs alone (a hot key's next command is
+/// on the same key) costs one framing of the next command, and nothing allocated.
+pub(super) fn joins(
+    input: &[u8],
+    first: &[Range<usize>],
+    used: usize,
+    frames: Bounds,
+    lookahead: &mut Decoder,
+) -> bool {
+    let Some(first_key) = key(input, first) else { return false };
+    let rest = &input[used..];
+    matches!(lookahead.decode(rest, frames), Ok(Some(_)))
+        && key(rest, lookahead.args()).is_some_and(|next| next != first_key)
+}
+
 /// Decides the command framed at the start of `input` (its arguments at `first`, `used` bytes
-/// long; one that may join a batch) together with the commands after it that join it, appending
+/// long; one that [`joins`] the next) together with the commands after it that join it, appending
 /// their replies to `output` in order. Returns how many bytes of `input` the batch took.
 ///
 /// A batch takes no more commands once they hold `room` bytes: a reply is a few dozen bytes, but
@@ -45,17 +62,16 @@ pub(super) fn key<'a>(input: &'a [u8], ranges: &[Range<usize>]) -> Option<&'a [u
 pub(super) async fn run(
     app: &App,
     input: &[u8],
-    first: &[Range<usize>],
-    used: usize,
+    (first, used): (&[Range<usize>], usize),
     frames: Bounds,
     room: usize,
+    lookahead: &mut Decoder,
     output: &mut BytesMut,
 ) -> usize {
     let mut batch: Vec<Vec<&[u8]>> = vec![first.iter().map(|range| &input[range.clone()]).collect()];
     let mut taken = used;
-    // A decoder of its own: the connection's frames each command again in its turn when it does
-    // not join (a partial command stays where it is).
-    let mut lookahead = Decoder::default();
+    // `lookahead` is not the connection's decoder: a command that does not join is framed again
+    // by the connection's in its turn (a partial command stays where it is).
     while batch.len() < MAX_BATCH && taken < input.len() && taken < room {
         let rest = &input[taken..];
         let Ok(Some(length)) = lookahead.decode(rest, frames) else { break };

@@ -35,7 +35,7 @@ pub(super) async fn serve(
         max_inline_bytes: bounds.max_inline_bytes,
         max_args: bounds.max_args,
     };
-    let mut decoder = Decoder::default();
+    let (mut decoder, mut lookahead) = (Decoder::default(), Decoder::default());
     let mut input = BytesMut::with_capacity(BUFFER);
     let mut output = BytesMut::with_capacity(BUFFER);
     loop {
@@ -43,7 +43,8 @@ pub(super) async fn serve(
         // `max_output_bytes` are pending (a client that does not read then holds the connection
         // on the write, closed after `write_timeout`: never more than that buffered).
         let close = loop {
-            let batch = run(app, &mut decoder, &mut input, &mut output, frames, bounds.max_output_bytes).await;
+            let decoders = (&mut decoder, &mut lookahead);
+            let batch = run(app, decoders, &mut input, &mut output, frames, bounds.max_output_bytes).await;
             if !output.is_empty() {
                 match tokio::time::timeout(bounds.write_timeout, stream.write_all(&output)).await {
                     Ok(written) => written?,
@@ -95,9 +96,10 @@ enum Batch {
 /// Runs the complete commands at the start of `input` (consuming them), appending their replies
 /// to `output`, until none is left or `output` holds at least `max_output` bytes (past it by one
 /// reply, or by one batch of decisions whose commands fit the room left: see [`batch::run`]).
+/// `decoders`: the connection's, and one to look at the commands after the current one with.
 async fn run(
     app: &App,
-    decoder: &mut Decoder,
+    (decoder, lookahead): (&mut Decoder, &mut Decoder),
     input: &mut BytesMut,
     output: &mut BytesMut,
     frames: Bounds,
@@ -113,9 +115,9 @@ async fn run(
         match decoder.decode(input, frames) {
             Ok(Some(used)) => {
                 let ranges = decoder.args();
-                if batching && used < input.len() && batch::key(input, ranges).is_some() {
+                if batching && used < input.len() && batch::joins(input, ranges, used, frames, lookahead) {
                     let room = max_output.saturating_sub(output.len());
-                    let decided = batch::run(app, input, ranges, used, frames, room, output).await;
+                    let decided = batch::run(app, input, (ranges, used), frames, room, lookahead, output).await;
                     input.advance(decided);
                     continue;
                 }
@@ -174,9 +176,10 @@ mod tests {
         }
         let frames = Bounds { max_frame_bytes: 1 << 20, max_inline_bytes: 64 << 10, max_args: 1024 };
         let (mut decoder, mut output, limit) = (Decoder::default(), BytesMut::new(), 4 << 10);
+        let mut lookahead = Decoder::default();
         let (mut runs, mut largest, mut written) = (0, 0, 0);
         loop {
-            let batch = run(&app, &mut decoder, &mut input, &mut output, frames, limit).await;
+            let batch = run(&app, (&mut decoder, &mut lookahead), &mut input, &mut output, frames, limit).await;
             runs += 1;
             largest = largest.max(output.len());
             written += output.len();
@@ -209,9 +212,10 @@ mod tests {
         }
         let frames = Bounds { max_frame_bytes: 1 << 20, max_inline_bytes: 64 << 10, max_args: 1024 };
         let (mut decoder, mut output, limit) = (Decoder::default(), BytesMut::new(), 64 << 10);
+        let mut lookahead = Decoder::default();
         let (mut largest, mut errors) = (0, 0);
         loop {
-            let batch = run(&app, &mut decoder, &mut input, &mut output, frames, limit).await;
+            let batch = run(&app, (&mut decoder, &mut lookahead), &mut input, &mut output, frames, limit).await;
             largest = largest.max(output.len());
             errors += output.windows(27).filter(|w| w == b"ERR Couldn't parse as integ").count();
             output.clear();
