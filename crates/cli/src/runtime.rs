@@ -1,12 +1,15 @@
 //! The runtime `tollgate serve` runs on (`--runtime`, `--workers`).
 //!
-//! - **per-core** (the default): one single-threaded runtime per worker thread. The first, on
+//! - **shared** (the default): one work-stealing runtime with `--workers` threads, every task on
+//!   any of them.
+//! - **per-core**: one single-threaded runtime per worker thread. The first, on
 //!   the main thread, runs the server (listeners, gRPC, signals, reloads, health probes) and
 //!   serves connections too; each RESP and HTTP connection is handed, in turn, to one of the
 //!   runtimes and lives there (see `tollgate_server::workers`), so a decision that waits on
 //!   Redis is woken on its own thread, with no other thread to wake. Tasks a connection starts
-//!   (a lease's call, a Redis connection made by its first call) run on its runtime.
-//! - **shared**: one work-stealing runtime with `--workers` threads, every task on any of them.
+//!   (a lease's call, a Redis connection made by its first call) run on its runtime. Not the
+//!   default: it serves more Redis decisions a second for less CPU each, but a denied hot key
+//!   (leases) fewer (see docs/serve.md, Runtime).
 
 use std::future::Future;
 

@@ -86,10 +86,10 @@ pub(crate) struct ServeArgs {
     /// `info,tollgate_engine=debug`.
     #[arg(long, value_name = "LEVEL", default_value = "info", value_parser = units::log_filter)]
     log_level: String,
-    /// How connections are run: per-core (a single-threaded runtime per worker thread, each RESP
-    /// and HTTP connection handed to one in turn, so a decision waiting on Redis is woken on its
-    /// own thread; gRPC runs on the first) or shared (one work-stealing runtime).
-    #[arg(long, value_enum, value_name = "MODEL", default_value = "per-core")]
+    /// How connections are run: shared (one work-stealing runtime) or per-core (a
+    /// single-threaded runtime per worker thread, each RESP and HTTP connection handed to one in
+    /// turn, so a decision waiting on Redis is woken on its own thread; gRPC runs on the first).
+    #[arg(long, value_enum, value_name = "MODEL", default_value = "shared")]
     runtime: crate::runtime::Model,
     /// Worker threads [default: the cores this process may run on].
     #[arg(long, value_name = "N", value_parser = units::positive)]

@@ -48,6 +48,11 @@ pub(super) fn joins(
 ) -> bool {
     let Some(first_key) = key(input, first) else { return false };
     let rest = &input[used..];
+    // The same command again (a hot key's pipeline): on the same key, so it does not join; told
+    // by comparing bytes, cheaper than framing it.
+    if rest.starts_with(&input[..used]) {
+        return false;
+    }
     matches!(lookahead.decode(rest, frames), Ok(Some(_)))
         && key(rest, lookahead.args()).is_some_and(|next| next != first_key)
 }
