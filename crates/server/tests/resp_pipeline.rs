@@ -266,3 +266,40 @@ fn cut_then_pipelines(resp: SocketAddr, client: &redis::Client) -> (u64, Vec<u64
     tollgate_resp::value::read(&mut reader).unwrap();
     (before, (1..4).map(|round| pipeline(round, &mut writer, &mut reader)).collect())
 }
+
+/// The look-ahead keeps what it framed of a command cut across reads (here the name of a
+/// `CL.THROTTLE` whose key is still to come) and adds the next slice's arguments to it: an inline
+/// command followed by a short one then frames as arguments ranging past that slice's end, and
+/// taking the "name" out of it panicked (`range start index 9 out of range for slice of length
+/// 6`, `resp/batch.rs`): the connection closed without its replies, and the RESP connections
+/// gauge kept it counted for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_cut_after_its_name_then_short_inline_commands_are_answered() {
+    let redis = RedisServer::start();
+    let server = Server::start(config(StoreConfig::redis(&redis.url()))).await;
+    let resp = server.resp;
+    let replies = tokio::task::spawn_blocking(move || {
+        let stream = connect(resp);
+        let mut writer = stream.try_clone().unwrap();
+        let mut reader = BufReader::new(stream);
+        let mut reply = || {
+            tollgate_resp::value::read(&mut reader).map_or_else(|e| format!("no reply: {e}"), |v| comparable(&v, "cut"))
+        };
+        let two = encoded(&[words("CL.THROTTLE {k}a 5 10 60"), words("CL.THROTTLE {k}b 5 10 60")], "cut").concat();
+        // The second command cut inside its key (the look-ahead has framed its name).
+        let cut = two.len() / 2 + "*5\r\n$11\r\nCL.THROTTLE\r\n$5\r\nc".len();
+        writer.write_all(&two[..cut]).unwrap();
+        let mut replies = vec![reply()];
+        writer.write_all(&two[cut..]).unwrap();
+        replies.push(reply());
+        writer.write_all(b"CL.THROTTLE cut:c 5 10 60\r\nPING\r\n").unwrap();
+        replies.push(reply());
+        replies.push(reply());
+        replies
+    })
+    .await
+    .unwrap();
+    let decision = "[0, 6, 5] retry=false";
+    assert_eq!(replies, [decision, decision, decision, "Simple(\"PONG\")"]);
+    server.stop().await;
+}
