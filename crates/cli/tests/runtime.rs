@@ -133,3 +133,29 @@ fn an_unknown_runtime_or_no_worker_is_refused() {
         assert!(!output.status.success() && stderr.contains(says), "{flag} {value}: {stderr}");
     }
 }
+
+/// A worker count no machine has cores for is refused naming the flag, before anything starts:
+/// `--workers 1000000` started single-threaded runtimes (each a few file descriptors and a
+/// thread) until the process ran out of descriptors, then said only `cannot start the runtime:
+/// Too many open files` (and `--workers 3000` ran 3000 threads, silently).
+#[test]
+fn a_worker_count_beyond_reason_is_refused_naming_the_flag() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["serve", "--workers", "1000000", "--resp", "127.0.0.1:0", "--http", "127.0.0.1:0", "--grpc"])
+        .arg("127.0.0.1:0")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("tollgate runs");
+    let started = std::time::Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if started.elapsed() > support::DEADLINE {
+            let _ = child.kill();
+            panic!("`serve --workers 1000000` still running after {:?}", support::DEADLINE);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let output = child.wait_with_output().expect("output");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success() && stderr.contains("--workers"), "{stderr}");
+}

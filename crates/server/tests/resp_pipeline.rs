@@ -215,3 +215,91 @@ async fn pipelined_decisions_on_different_keys_reach_redis_together() {
     assert!(reads < 16, "Redis read {reads} times for 32 pipelined decisions");
     server.stop().await;
 }
+
+/// A command cut across two reads, seen by the look-ahead while half received, must not stop
+/// batching on that connection: the look-ahead decoder keeps the half-framed command's state
+/// (`expected`, `at`, its first arguments) and, never told the bytes moved, resumes framing at
+/// that offset in every later slice it is given; with commands of one shape that offset never
+/// frames, and every later pipeline of decisions is run one by one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_cut_across_reads_does_not_stop_batching_on_its_connection() {
+    let redis = RedisServer::start();
+    let lease = tollgate_server::LeaseOptions { mode: tollgate_server::LeaseMode::Off, ..Default::default() };
+    let config = Config { lease, ..config(StoreConfig::redis(&redis.url())) };
+    let server = Server::start(config).await;
+    let resp = server.resp;
+    let client = redis::Client::open(redis.url()).unwrap();
+    let (before, after) = tokio::task::spawn_blocking(move || cut_then_pipelines(resp, &client)).await.unwrap();
+    assert!(before < 16, "Redis read {before} times for 32 pipelined decisions before the cut");
+    assert!(after.iter().all(|&r| r < 16), "Redis reads per 32 pipelined decisions after a cut command: {after:?}");
+    server.stop().await;
+}
+
+/// On one connection: a pipeline of 32 decisions on fresh keys, a decision and one cut past its
+/// key (the look-ahead sees it half received), then three such pipelines; Redis's reads for each.
+fn cut_then_pipelines(resp: SocketAddr, client: &redis::Client) -> (u64, Vec<u64>) {
+    let redis_reads = || tokio::runtime::Handle::current().block_on(reads_processed(client));
+    let stream = connect(resp);
+    let mut writer = stream.try_clone().unwrap();
+    let mut reader = BufReader::new(stream);
+    // The script loaded and the connection made first.
+    let warm = encoded(&[words("CL.THROTTLE {k}warm 5 10 60")], "cut");
+    writer.write_all(&warm[0]).unwrap();
+    tollgate_resp::value::read(&mut reader).unwrap();
+    let pipeline = |round: usize, writer: &mut TcpStream, reader: &mut BufReader<TcpStream>| {
+        let commands: Vec<Vec<String>> =
+            (0..32).map(|i| words(&format!("CL.THROTTLE {{k}}r{round}:{i:02} 5 10 60"))).collect();
+        let before = redis_reads();
+        writer.write_all(&encoded(&commands, "cut").concat()).unwrap();
+        let replies: Vec<Value> = (0..32).map(|_| tollgate_resp::value::read(reader).unwrap()).collect();
+        assert!(replies.iter().all(|r| r.integers().is_some_and(|v| v[0] == 0)), "{replies:?}");
+        redis_reads() - before
+    };
+    let before = pipeline(0, &mut writer, &mut reader);
+    // The rest of the cut command follows once the first is answered.
+    let long = format!("CL.THROTTLE {{k}}{} 5 10 60 1", "b".repeat(50));
+    let two = encoded(&[words("CL.THROTTLE {k}a 5 10 60"), words(&long)], "cut").concat();
+    let (head, tail) = two.split_at(two.len() - 20);
+    writer.write_all(head).unwrap();
+    tollgate_resp::value::read(&mut reader).unwrap();
+    writer.write_all(tail).unwrap();
+    tollgate_resp::value::read(&mut reader).unwrap();
+    (before, (1..4).map(|round| pipeline(round, &mut writer, &mut reader)).collect())
+}
+
+/// The look-ahead keeps what it framed of a command cut across reads (here the name of a
+/// `CL.THROTTLE` whose key is still to come) and adds the next slice's arguments to it: an inline
+/// command followed by a short one then frames as arguments ranging past that slice's end, and
+/// taking the "name" out of it panicked (`range start index 9 out of range for slice of length
+/// 6`, `resp/batch.rs`): the connection closed without its replies, and the RESP connections
+/// gauge kept it counted for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_cut_after_its_name_then_short_inline_commands_are_answered() {
+    let redis = RedisServer::start();
+    let server = Server::start(config(StoreConfig::redis(&redis.url()))).await;
+    let resp = server.resp;
+    let replies = tokio::task::spawn_blocking(move || {
+        let stream = connect(resp);
+        let mut writer = stream.try_clone().unwrap();
+        let mut reader = BufReader::new(stream);
+        let mut reply = || {
+            tollgate_resp::value::read(&mut reader).map_or_else(|e| format!("no reply: {e}"), |v| comparable(&v, "cut"))
+        };
+        let two = encoded(&[words("CL.THROTTLE {k}a 5 10 60"), words("CL.THROTTLE {k}b 5 10 60")], "cut").concat();
+        // The second command cut inside its key (the look-ahead has framed its name).
+        let cut = two.len() / 2 + "*5\r\n$11\r\nCL.THROTTLE\r\n$5\r\nc".len();
+        writer.write_all(&two[..cut]).unwrap();
+        let mut replies = vec![reply()];
+        writer.write_all(&two[cut..]).unwrap();
+        replies.push(reply());
+        writer.write_all(b"CL.THROTTLE cut:c 5 10 60\r\nPING\r\n").unwrap();
+        replies.push(reply());
+        replies.push(reply());
+        replies
+    })
+    .await
+    .unwrap();
+    let decision = "[0, 6, 5] retry=false";
+    assert_eq!(replies, [decision, decision, decision, "Simple(\"PONG\")"]);
+    server.stop().await;
+}

@@ -228,6 +228,42 @@ mod tests {
         assert!(largest <= limit + (61 << 10), "held {largest} bytes of replies (limit {limit})");
     }
 
+    /// The batch bound counts its commands' bytes as the room their replies take; an error quoting
+    /// an argument that is not UTF-8 quotes each of its bytes as U+FFFD (3 bytes), so a batch of
+    /// such commands holds three times the room. One by one, the replies held never exceed the
+    /// limit by more than one reply.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_batch_of_errors_quoting_bytes_that_are_not_utf8_is_held_up_to_the_output_limit() {
+        let redis = tollgate_store::testkit::redis_server::RedisServer::start();
+        let config = crate::Config { store: crate::StoreConfig::redis(&redis.url()), ..crate::Config::default() };
+        let app = App::new(&config).await.unwrap();
+        let wrong = vec![0xFF_u8; 1 << 10];
+        let mut input = BytesMut::new();
+        for i in 0..64 {
+            let mut command = Vec::new();
+            let key = format!("k{i}");
+            tollgate_resp::command::encode(&[&b"CL.THROTTLE"[..], key.as_bytes(), &wrong, b"1", b"1"], &mut command);
+            input.extend_from_slice(&command);
+        }
+        let frames = Bounds { max_frame_bytes: 1 << 20, max_inline_bytes: 64 << 10, max_args: 1024 };
+        let (mut decoder, mut output, limit) = (Decoder::default(), BytesMut::new(), 16 << 10);
+        let mut lookahead = Decoder::default();
+        let (mut largest, mut errors) = (0, 0);
+        loop {
+            let batch = run(&app, (&mut decoder, &mut lookahead), &mut input, &mut output, frames, limit).await;
+            largest = largest.max(output.len());
+            errors += output.windows(27).filter(|w| w == b"ERR Couldn't parse as integ").count();
+            output.clear();
+            if batch != Batch::Full {
+                assert_eq!(batch, Batch::Done);
+                break;
+            }
+        }
+        assert_eq!(errors, 64, "every command answered");
+        let one_reply = "-ERR Couldn't parse as integer: \r\n".len() + 3 * wrong.len();
+        assert!(largest <= limit + one_reply, "held {largest} bytes of replies (limit {limit}, one reply {one_reply})");
+    }
+
     #[test]
     fn a_buffer_grown_for_a_large_command_shrinks_back_keeping_its_bytes() {
         let mut buffer = BytesMut::with_capacity(1 << 20);
