@@ -30,7 +30,7 @@ pub(crate) enum Model {
 /// How many worker threads by default: the cores this process may run on (its CPU affinity,
 /// e.g. under `taskset`, and its cgroup's quota, as Rust reads them).
 pub(crate) fn default_workers() -> usize {
-    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get).min(crate::units::MAX_WORKERS)
 }
 
 /// Runs `main`, given the workers its connections are to be handed to, on `workers` threads as

@@ -88,11 +88,11 @@ pub(crate) struct ServeArgs {
     log_level: String,
     /// How connections are run: shared (one work-stealing runtime) or per-core (a
     /// single-threaded runtime per worker thread, each RESP and HTTP connection handed to one in
-    /// turn, so a decision waiting on Redis is woken on its own thread; gRPC runs on the first).
+    /// turn, its socket polled there; gRPC runs on the first).
     #[arg(long, value_enum, value_name = "MODEL", default_value = "shared")]
     runtime: crate::runtime::Model,
-    /// Worker threads [default: the cores this process may run on].
-    #[arg(long, value_name = "N", value_parser = units::positive)]
+    /// Worker threads, at most 1024 [default: the cores this process may run on].
+    #[arg(long, value_name = "N", value_parser = units::workers)]
     workers: Option<usize>,
 }
 

@@ -53,6 +53,7 @@ pub(super) fn joins(
     if rest.starts_with(&input[..used]) {
         return false;
     }
+    lookahead.reset();
     matches!(lookahead.decode(rest, frames), Ok(Some(_)))
         && key(rest, lookahead.args()).is_some_and(|next| next != first_key)
 }
@@ -61,9 +62,10 @@ pub(super) fn joins(
 /// long; one that [`joins`] the next) together with the commands after it that join it, appending
 /// their replies to `output` in order. Returns how many bytes of `input` the batch took.
 ///
-/// A batch takes no more commands once they hold `room` bytes: a reply is a few dozen bytes, but
-/// an error may quote an argument, so a batch of large wrong commands could otherwise add 64 of
-/// them past the connection's output bound.
+/// A batch takes no more commands once three times their bytes fill `room`: a reply is a few
+/// dozen bytes, but an error may quote an argument, each byte that is not UTF-8 becoming U+FFFD's
+/// three, so a batch of large wrong commands could otherwise add 64 such replies past the
+/// connection's output bound.
 pub(super) async fn run(
     app: &App,
     input: &[u8],
@@ -75,9 +77,10 @@ pub(super) async fn run(
 ) -> usize {
     let mut batch: Vec<Vec<&[u8]>> = vec![first.iter().map(|range| &input[range.clone()]).collect()];
     let mut taken = used;
+    lookahead.reset();
     // `lookahead` is not the connection's decoder: a command that does not join is framed again
     // by the connection's in its turn (a partial command stays where it is).
-    while batch.len() < MAX_BATCH && taken < input.len() && taken < room {
+    while batch.len() < MAX_BATCH && taken < input.len() && taken.saturating_mul(3) < room {
         let rest = &input[taken..];
         let Ok(Some(length)) = lookahead.decode(rest, frames) else { break };
         let Some(key) = key(rest, lookahead.args()) else { break };
