@@ -5,6 +5,7 @@
 
 mod bench;
 mod proxy;
+mod runtime;
 mod serve;
 mod simulate;
 mod store_args;

@@ -86,6 +86,14 @@ pub(crate) struct ServeArgs {
     /// `info,tollgate_engine=debug`.
     #[arg(long, value_name = "LEVEL", default_value = "info", value_parser = units::log_filter)]
     log_level: String,
+    /// How connections are run: shared (one work-stealing runtime) or per-core (a
+    /// single-threaded runtime per worker thread, each RESP and HTTP connection handed to one in
+    /// turn, its socket polled there; gRPC runs on the first).
+    #[arg(long, value_enum, value_name = "MODEL", default_value = "shared")]
+    runtime: crate::runtime::Model,
+    /// Worker threads, at most 1024 [default: the cores this process may run on].
+    #[arg(long, value_name = "N", value_parser = units::workers)]
+    workers: Option<usize>,
 }
 
 /// The HTTP listener's bounds, shared by `serve` and `proxy`.
@@ -223,9 +231,9 @@ pub(crate) fn run(args: ServeArgs) -> anyhow::Result<()> {
         shutdown_grace: args.limits.shutdown_grace,
         ..config
     };
-    let runtime =
-        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
-    runtime.block_on(async move {
+    let workers = args.workers.unwrap_or_else(crate::runtime::default_workers);
+    crate::runtime::run(args.runtime, workers, |workers| async move {
+        let config = Config { workers, ..config };
         // The store first: one that cannot be opened is reported before anything listens.
         let app = Arc::new(App::new(&config).await.map_err(anyhow::Error::msg)?);
         let resp = bind(&args.resp, "--resp").await?;

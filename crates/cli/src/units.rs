@@ -56,6 +56,19 @@ pub(crate) fn positive(text: &str) -> Result<usize, String> {
     }
 }
 
+/// The most worker threads `serve` starts: far above any machine's cores, low enough that a typo
+/// (`--workers 1000000`) is refused with the flag's name instead of starting threads until the
+/// process runs out of file descriptors.
+pub(crate) const MAX_WORKERS: usize = 1024;
+
+/// A worker count: 1 to [`MAX_WORKERS`].
+pub(crate) fn workers(text: &str) -> Result<usize, String> {
+    match positive(text)? {
+        n if n > MAX_WORKERS => Err(format!("at most {MAX_WORKERS} worker threads")),
+        n => Ok(n),
+    }
+}
+
 /// A listen address, `HOST:PORT`: an IP address or a name that resolves (`localhost:6380`).
 pub(crate) fn address(text: &str) -> Result<String, String> {
     use std::net::ToSocketAddrs;

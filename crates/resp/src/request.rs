@@ -81,8 +81,7 @@ impl Decoder {
     /// `Ok(None)`: more bytes are needed.
     pub fn decode(&mut self, buf: &[u8], bounds: Bounds) -> Result<Option<usize>, ProtocolError> {
         if self.complete {
-            *self = Decoder { args: std::mem::take(&mut self.args), ..Decoder::default() };
-            self.args.clear();
+            self.reset();
         }
         let framed = match buf.first() {
             None => return Ok(None),
@@ -96,6 +95,14 @@ impl Decoder {
         }
         self.complete = framed.is_some();
         Ok(framed)
+    }
+
+    /// Forgets a command partly framed, to frame another buffer from its start (keeps the
+    /// arguments' allocation). A look-ahead that frames whatever follows the command in hand must
+    /// reset first: a partial frame describes the bytes it was read from, not the next slice.
+    pub fn reset(&mut self) {
+        *self = Decoder { args: std::mem::take(&mut self.args), ..Decoder::default() };
+        self.args.clear();
     }
 
     /// The ranges in the buffer of the last complete command's arguments.

@@ -75,6 +75,9 @@ pub struct Config {
     /// local decisions (default: the system clock; tests pass a manual one). Redis decides on
     /// its own time.
     pub clock: Arc<dyn Clock>,
+    /// The runtimes RESP and HTTP connections are handed to in turn (`serve --runtime
+    /// per-core`); none (the default): served on the runtime that runs the server.
+    pub workers: crate::workers::Workers,
 }
 
 /// How long a RESP or gRPC connection may stay idle by default: long enough that a client's pool
@@ -211,6 +214,7 @@ impl Default for Config {
             grpc: GrpcBounds::default(),
             shutdown_grace: Duration::from_secs(5),
             clock: Arc::new(SystemClock::new()),
+            workers: crate::workers::Workers::default(),
         }
     }
 }

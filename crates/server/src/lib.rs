@@ -17,6 +17,7 @@ mod listener;
 pub mod metrics;
 pub mod proxy;
 pub mod resp;
+pub mod workers;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -28,6 +29,7 @@ use tollgate_engine::reload::PolicyFile;
 pub use app::App;
 pub use config::{Config, GrpcBounds, HttpBounds, RedisTarget, RespBounds, StoreConfig, TlsConfig, Topology};
 pub use tollgate_store::{FailurePolicy, LeaseMode, LeaseOptions};
+pub use workers::Workers;
 
 /// The sockets the server answers on (bound by the caller, so that port 0 works).
 #[derive(Debug)]
@@ -62,10 +64,21 @@ pub async fn serve(
     reload_on_change(&app, &config);
     let (stop, stopped) = watch::channel(false);
     let grace = config.shutdown_grace;
-    let resp = tokio::spawn(resp::serve(listeners.resp, app.clone(), config.resp, grace, stopped.clone()));
+    let workers = config.workers.clone();
+    let resp =
+        tokio::spawn(resp::serve(listeners.resp, app.clone(), config.resp, grace, stopped.clone(), workers.clone()));
     let hosts = http::host::AllowedHosts::new(&config.allowed_hosts, "--http-allowed-host")?;
     let router = hosts.guard(http::router(app.clone(), config.http.max_body_bytes));
-    let http = tokio::spawn(http::server::serve(listeners.http, router, config.http, grace, stopped.clone(), None));
+    let options = http::server::ListenerOptions { workers, ..http::server::ListenerOptions::default() };
+    let http = tokio::spawn(http::server::serve_with(
+        listeners.http,
+        router,
+        config.http,
+        grace,
+        stopped.clone(),
+        None,
+        options,
+    ));
     let grpc = listeners.grpc.map(|listener| {
         tokio::spawn(grpc::serve(
             listener,

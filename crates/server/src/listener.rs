@@ -1,6 +1,7 @@
 //! What the RESP and HTTP listeners share: accepting until shutdown, a cap on open connections
 //! (a connection beyond it is handed back to be refused in the protocol's words), each
-//! connection on its own task, and on shutdown a grace period after which the connections still
+//! connection on its own task (on the runtime that accepted it, or on the next of the
+//! [`Workers`]), and on shutdown a grace period after which the connections still
 //! open are closed, whatever their clients do. And for a connection whose protocol code writes
 //! through `poll_write` (gRPC's), a bound on how long a write may wait on a client that reads
 //! nothing ([`WriteStall`]).
@@ -17,12 +18,15 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 use tokio::time::Sleep;
 
+use crate::workers::Workers;
+
 /// A bound listener and the connections it has spawned.
 pub(crate) struct Listener {
     listener: TcpListener,
     slots: Arc<Semaphore>,
     connections: JoinSet<()>,
     shutdown: watch::Receiver<bool>,
+    workers: Workers,
 }
 
 /// An accepted connection (`TCP_NODELAY` set).
@@ -35,7 +39,19 @@ pub(crate) enum Accepted {
 
 impl Listener {
     pub(crate) fn new(listener: TcpListener, max_connections: usize, shutdown: watch::Receiver<bool>) -> Self {
-        Listener { listener, slots: Arc::new(Semaphore::new(max_connections)), connections: JoinSet::new(), shutdown }
+        Listener {
+            listener,
+            slots: Arc::new(Semaphore::new(max_connections)),
+            connections: JoinSet::new(),
+            shutdown,
+            workers: Workers::default(),
+        }
+    }
+
+    /// The same, its connections served on `workers` in turn.
+    pub(crate) fn on(mut self, workers: Workers) -> Self {
+        self.workers = workers;
+        self
     }
 
     /// The next connection; `None` once shutdown has begun.
@@ -64,9 +80,13 @@ impl Listener {
         }
     }
 
-    /// Serves a connection on its own task.
-    pub(crate) fn spawn(&mut self, connection: impl Future<Output = ()> + Send + 'static) {
-        self.connections.spawn(connection);
+    /// Serves `stream` with `serve` on a task of its own, on the next worker if there are any.
+    pub(crate) fn serve<F, Fut>(&mut self, stream: TcpStream, serve: F)
+    where
+        F: FnOnce(TcpStream) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        self.workers.spawn(&mut self.connections, stream, serve);
     }
 
     /// Waits at most `grace` for the connections to finish, then closes those still open.

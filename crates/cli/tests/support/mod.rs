@@ -178,6 +178,18 @@ impl Tollgate {
         assert!(status.success(), "kill -s {signal} {pid} failed ({})", self.command);
     }
 
+    /// How the process exited, waited for at most `within` (then it fails, naming the command).
+    pub fn exit(&self, within: Duration) -> std::process::ExitStatus {
+        let until = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child().try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(Instant::now() < until, "{} still running after {within:?}", self.command);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// `GET /metrics` from `serve`'s HTTP listener: the whole response.
     pub fn metrics(&self) -> String {
         get(self.http(), "/metrics")

@@ -44,7 +44,7 @@ const TOO_MANY_CONNECTIONS: &[u8] =
     b"HTTP/1.1 429 Too Many Requests\r\ncontent-length: 0\r\nretry-after: 1\r\nconnection: close\r\n\r\n";
 
 /// What a listener applies beyond its [`HttpBounds`] (the proxy's; `serve`'s HTTP listener and
-/// the admin listener take the defaults: none of it).
+/// the admin listener take the defaults: none of it, but `serve`'s workers).
 #[derive(Clone, Default)]
 pub struct ListenerOptions {
     /// The cap on one client address's connections (those beyond it: 429 and closed).
@@ -54,6 +54,8 @@ pub struct ListenerOptions {
     pub app_times_requests: bool,
     /// Values made once per connection, given to each of its requests as extensions.
     pub per_connection: Option<Arc<dyn Fn() -> http::Extensions + Send + Sync>>,
+    /// The runtimes connections are handed to in turn (none: served where they are accepted).
+    pub workers: crate::workers::Workers,
 }
 
 /// Serves `app` on `listener` (over TLS with `tls`) until `shutdown` turns true; then stops
@@ -80,7 +82,7 @@ pub async fn serve_with(
     tls: Option<Tls>,
     options: ListenerOptions,
 ) {
-    let mut listener = Listener::new(listener, bounds.max_connections, shutdown.clone());
+    let mut listener = Listener::new(listener, bounds.max_connections, shutdown.clone()).on(options.workers.clone());
     let counts = Arc::new(ClientCounts::default());
     while let Some(accepted) = listener.next().await {
         let (stream, peer, slot) = match accepted {
@@ -104,7 +106,7 @@ pub async fn serve_with(
             _ => None,
         };
         let (app, stop, tls, options) = (app.clone(), shutdown.clone(), tls.clone(), options.clone());
-        listener.spawn(async move {
+        listener.serve(stream, move |stream| async move {
             let local = options.per_connection.as_ref().map(|make| make());
             let serving =
                 Serving { peer, app, bounds, stop, local, whole_request_timeout: !options.app_times_requests };

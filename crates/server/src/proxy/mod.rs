@@ -164,6 +164,7 @@ pub async fn run(
             extensions.insert(upstream::Dedicated::default());
             extensions
         })),
+        workers: crate::workers::Workers::default(),
     };
     let registry = Arc::new(registry);
     let admin_app = Router::new()

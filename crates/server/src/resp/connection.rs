@@ -13,11 +13,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
+use super::batch;
 use super::commands::{self, Flow};
 use crate::app::App;
 use crate::config::RespBounds;
 use tollgate_resp::reply;
 use tollgate_resp::request::{Bounds, Decoder};
+use tollgate_store::Store;
 
 /// The size buffers start at and shrink back to.
 const BUFFER: usize = 16 * 1024;
@@ -33,7 +35,7 @@ pub(super) async fn serve(
         max_inline_bytes: bounds.max_inline_bytes,
         max_args: bounds.max_args,
     };
-    let mut decoder = Decoder::default();
+    let (mut decoder, mut lookahead) = (Decoder::default(), Decoder::default());
     let mut input = BytesMut::with_capacity(BUFFER);
     let mut output = BytesMut::with_capacity(BUFFER);
     loop {
@@ -41,7 +43,8 @@ pub(super) async fn serve(
         // `max_output_bytes` are pending (a client that does not read then holds the connection
         // on the write, closed after `write_timeout`: never more than that buffered).
         let close = loop {
-            let batch = run(app, &mut decoder, &mut input, &mut output, frames, bounds.max_output_bytes).await;
+            let decoders = (&mut decoder, &mut lookahead);
+            let batch = run(app, decoders, &mut input, &mut output, frames, bounds.max_output_bytes).await;
             if !output.is_empty() {
                 match tokio::time::timeout(bounds.write_timeout, stream.write_all(&output)).await {
                     Ok(written) => written?,
@@ -91,15 +94,20 @@ enum Batch {
 }
 
 /// Runs the complete commands at the start of `input` (consuming them), appending their replies
-/// to `output`, until none is left or `output` holds at least `max_output` bytes.
+/// to `output`, until none is left or `output` holds at least `max_output` bytes (past it by one
+/// reply, or by one batch of decisions whose commands fit the room left: see [`batch::run`]).
+/// `decoders`: the connection's, and one to look at the commands after the current one with.
 async fn run(
     app: &App,
-    decoder: &mut Decoder,
+    (decoder, lookahead): (&mut Decoder, &mut Decoder),
     input: &mut BytesMut,
     output: &mut BytesMut,
     frames: Bounds,
     max_output: usize,
 ) -> Batch {
+    // A store that decides in place (memory) completes every command in the poll that reads it:
+    // nothing to gain from running several at once.
+    let batching = !app.engine.store().decides_in_place();
     loop {
         if output.len() >= max_output {
             return Batch::Full;
@@ -107,6 +115,12 @@ async fn run(
         match decoder.decode(input, frames) {
             Ok(Some(used)) => {
                 let ranges = decoder.args();
+                if batching && used < input.len() && batch::joins(input, ranges, used, frames, lookahead) {
+                    let room = max_output.saturating_sub(output.len());
+                    let decided = batch::run(app, input, (ranges, used), frames, room, lookahead, output).await;
+                    input.advance(decided);
+                    continue;
+                }
                 let mut close = false;
                 if !ranges.is_empty() {
                     // Most commands have few arguments: borrow them from a stack array.
@@ -162,9 +176,10 @@ mod tests {
         }
         let frames = Bounds { max_frame_bytes: 1 << 20, max_inline_bytes: 64 << 10, max_args: 1024 };
         let (mut decoder, mut output, limit) = (Decoder::default(), BytesMut::new(), 4 << 10);
+        let mut lookahead = Decoder::default();
         let (mut runs, mut largest, mut written) = (0, 0, 0);
         loop {
-            let batch = run(&app, &mut decoder, &mut input, &mut output, frames, limit).await;
+            let batch = run(&app, (&mut decoder, &mut lookahead), &mut input, &mut output, frames, limit).await;
             runs += 1;
             largest = largest.max(output.len());
             written += output.len();
@@ -178,6 +193,75 @@ mod tests {
         assert!(written > 250 << 10, "{written} bytes of replies");
         assert!(largest < limit + 1024, "held at most the limit and one reply: {largest}");
         assert!(runs > 50, "{runs} runs");
+    }
+
+    /// On Redis, pipelined decisions are decided in batches; a batch of wrong commands whose
+    /// errors quote a large argument must not hold more than the output bound either. Before the
+    /// batch was bounded by its commands' bytes, 64 of them (60 KiB each) were held at once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_batch_of_large_errors_is_held_up_to_the_output_limit() {
+        let redis = tollgate_store::testkit::redis_server::RedisServer::start();
+        let config = crate::Config { store: crate::StoreConfig::redis(&redis.url()), ..crate::Config::default() };
+        let app = App::new(&config).await.unwrap();
+        let wrong = "x".repeat(60 << 10);
+        let mut input = BytesMut::new();
+        for i in 0..64 {
+            let mut command = Vec::new();
+            tollgate_resp::command::encode(&["CL.THROTTLE", &format!("k{i}"), "1", "1", &wrong], &mut command);
+            input.extend_from_slice(&command);
+        }
+        let frames = Bounds { max_frame_bytes: 1 << 20, max_inline_bytes: 64 << 10, max_args: 1024 };
+        let (mut decoder, mut output, limit) = (Decoder::default(), BytesMut::new(), 64 << 10);
+        let mut lookahead = Decoder::default();
+        let (mut largest, mut errors) = (0, 0);
+        loop {
+            let batch = run(&app, (&mut decoder, &mut lookahead), &mut input, &mut output, frames, limit).await;
+            largest = largest.max(output.len());
+            errors += output.windows(27).filter(|w| w == b"ERR Couldn't parse as integ").count();
+            output.clear();
+            if batch != Batch::Full {
+                assert_eq!(batch, Batch::Done);
+                break;
+            }
+        }
+        assert_eq!(errors, 64, "every command answered");
+        assert!(largest <= limit + (61 << 10), "held {largest} bytes of replies (limit {limit})");
+    }
+
+    /// The batch bound counts its commands' bytes as the room their replies take; an error quoting
+    /// an argument that is not UTF-8 quotes each of its bytes as U+FFFD (3 bytes), so a batch of
+    /// such commands holds three times the room. One by one, the replies held never exceed the
+    /// limit by more than one reply.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_batch_of_errors_quoting_bytes_that_are_not_utf8_is_held_up_to_the_output_limit() {
+        let redis = tollgate_store::testkit::redis_server::RedisServer::start();
+        let config = crate::Config { store: crate::StoreConfig::redis(&redis.url()), ..crate::Config::default() };
+        let app = App::new(&config).await.unwrap();
+        let wrong = vec![0xFF_u8; 1 << 10];
+        let mut input = BytesMut::new();
+        for i in 0..64 {
+            let mut command = Vec::new();
+            let key = format!("k{i}");
+            tollgate_resp::command::encode(&[&b"CL.THROTTLE"[..], key.as_bytes(), &wrong, b"1", b"1"], &mut command);
+            input.extend_from_slice(&command);
+        }
+        let frames = Bounds { max_frame_bytes: 1 << 20, max_inline_bytes: 64 << 10, max_args: 1024 };
+        let (mut decoder, mut output, limit) = (Decoder::default(), BytesMut::new(), 16 << 10);
+        let mut lookahead = Decoder::default();
+        let (mut largest, mut errors) = (0, 0);
+        loop {
+            let batch = run(&app, (&mut decoder, &mut lookahead), &mut input, &mut output, frames, limit).await;
+            largest = largest.max(output.len());
+            errors += output.windows(27).filter(|w| w == b"ERR Couldn't parse as integ").count();
+            output.clear();
+            if batch != Batch::Full {
+                assert_eq!(batch, Batch::Done);
+                break;
+            }
+        }
+        assert_eq!(errors, 64, "every command answered");
+        let one_reply = "-ERR Couldn't parse as integer: \r\n".len() + 3 * wrong.len();
+        assert!(largest <= limit + one_reply, "held {largest} bytes of replies (limit {limit}, one reply {one_reply})");
     }
 
     #[test]
