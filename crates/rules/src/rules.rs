@@ -332,6 +332,9 @@ impl Rules {
                 if let Some(h) = &matcher.header_equals {
                     add(&h.name);
                 }
+                if let Some(h) = &matcher.header_regex {
+                    add(&h.name);
+                }
             }
             for part in &rule.key {
                 match part {
