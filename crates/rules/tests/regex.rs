@@ -133,3 +133,10 @@ fn a_bad_pattern_is_refused_naming_its_field_and_line() {
         assert!(error.contains(&format!("{field} \"")) && error.contains(why), "{error}");
     }
 }
+
+/// The front end reads the host only for rules that match on it: a `host_regex` is one.
+#[test]
+fn a_host_regex_makes_the_rules_read_the_host() {
+    assert!(Rules::parse(&one_rule(r#"{ host_regex = "a\\.example" }"#), "t").unwrap().uses_host());
+    assert!(!Rules::parse(&one_rule(r#"{ path_regex = "/a" }"#), "t").unwrap().uses_host());
+}
