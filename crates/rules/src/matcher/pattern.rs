@@ -126,6 +126,14 @@ mod tests {
         assert!(!alternatives.matches(b"/ab") && !alternatives.matches(b"/a/b"), "the anchors hold every alternative");
     }
 
+    /// A pattern is checked alone before it is anchored: it cannot close the anchoring group
+    /// and add an alternative outside the anchors.
+    #[test]
+    fn a_pattern_cannot_escape_its_anchors() {
+        let error = Regex::new("/x)|(?:.*", false).unwrap_err();
+        assert!(error.starts_with("not a valid pattern: "), "{error}");
+    }
+
     #[test]
     fn case_is_as_written_unless_asked() {
         assert!(!Regex::new("/Admin", false).unwrap().matches(b"/admin"));
