@@ -4,9 +4,10 @@
 //! Every ```` ```console ```` block of README.md and of each docs/*.md page is a transcript, run on
 //! its own (a block starts whatever server it uses): `$ COMMAND` lines (continued
 //! while a line ends in `|` or `\`) and `127.0.0.1:6380> COMMAND` lines (inside `redis-cli -p
-//! 6380`), each followed by the output it prints. `tollgate serve` is started in the background
-//! on free ports, its log lines compared with those shown; the ports a reader would see (6380,
-//! 8080, 8081) stand for the ones the test got. A word written `~WORD` in a page depends on the
+//! 6380`), each followed by the output it prints. `tollgate serve` and `tollgate proxy` are
+//! started in the background on free ports, their log lines compared with those shown; the ports
+//! a reader would see (6380, 8080, 8081; the proxy's 8088 and 9091) stand for the ones the test
+//! got. A word written `~WORD` in a page depends on the
 //! clock (a timestamp, a reset in ms) and matches any word; everything else must match exactly,
 //! word for word.
 
@@ -76,23 +77,39 @@ fn same(expected: &str, actual: &str) -> bool {
 fn run(page: &str, steps: &[Step]) {
     let binary = env!("CARGO_BIN_EXE_tollgate");
     let mut serve: Option<Tollgate> = None;
+    let mut proxy: Option<Tollgate> = None;
     for step in steps {
         let place = format!("{page}:{}: {}", step.line, step.command);
+        // The log lines a started server printed, the addresses it got shown as the page's.
+        let shown_log = |started: &Tollgate, addresses: &[(String, &str)]| -> Vec<String> {
+            let shown = step.expected.len();
+            let log = started.wait_until(&format!("the {shown} lines of {place}"), |log| log.len() >= shown);
+            log[..shown]
+                .iter()
+                .map(|line| addresses.iter().fold(line.clone(), |line, (actual, shown)| line.replace(actual, shown)))
+                .collect()
+        };
         let actual: Vec<String> = if let Some(args) = step.command.strip_prefix("tollgate serve") {
             let args: Vec<&str> = args.split_whitespace().collect();
             let started = Tollgate::serve(&args);
-            let shown = step.expected.len();
-            let log = started.wait_until(&format!("the {shown} lines of {place}"), |log| log.len() >= shown);
-            let addresses = [
-                (started.resp().to_string(), "127.0.0.1:6380"),
-                (started.http().to_string(), "127.0.0.1:8080"),
-                (started.grpc().to_string(), "127.0.0.1:8081"),
-            ];
-            let lines = log[..shown]
-                .iter()
-                .map(|line| addresses.iter().fold(line.clone(), |line, (actual, shown)| line.replace(actual, shown)))
-                .collect();
+            let lines = shown_log(
+                &started,
+                &[
+                    (started.resp().to_string(), "127.0.0.1:6380"),
+                    (started.http().to_string(), "127.0.0.1:8080"),
+                    (started.grpc().to_string(), "127.0.0.1:8081"),
+                ],
+            );
             serve = Some(started);
+            lines
+        } else if let Some(args) = step.command.strip_prefix("tollgate proxy") {
+            let args: Vec<&str> = args.split_whitespace().collect();
+            let started = Tollgate::proxy(&args);
+            let lines = shown_log(
+                &started,
+                &[(started.listen().to_string(), "127.0.0.1:8088"), (started.admin().to_string(), "127.0.0.1:9091")],
+            );
+            proxy = Some(started);
             lines
         } else if step.command == "redis-cli -p 6380" {
             assert!(serve.is_some(), "{place}: no server started before");
@@ -114,6 +131,11 @@ fn run(page: &str, steps: &[Step]) {
                     command = command
                         .replace("localhost:8080", &server.http().to_string())
                         .replace("-p 6380", &format!("-p {}", server.resp().port()));
+                }
+                if let Some(proxy) = &proxy {
+                    command = command
+                        .replace("localhost:8088", &proxy.listen().to_string())
+                        .replace("localhost:9091", &proxy.admin().to_string());
                 }
                 Command::new("bash").args(["-c", &command]).current_dir(repo()).output()
             }

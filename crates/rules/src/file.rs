@@ -303,12 +303,12 @@ fn rule(entry: RuleEntry, ipv6_prefix: u8) -> Result<Rule, String> {
     // Patterns in the form the request's path is compared in (see `route`).
     let fold = |matcher: Match| match path_match {
         PathMatch::Routed => matcher.routed(),
-        PathMatch::Exact => matcher,
+        PathMatch::Exact => Ok(matcher),
     };
-    let mitigation_matcher = fold(mitigation.matcher.unwrap_or_else(|| entry.matcher.clone()));
+    let mitigation_matcher = fold(mitigation.matcher.unwrap_or_else(|| entry.matcher.clone()))?;
     Ok(Rule {
         name: entry.name,
-        matcher: fold(entry.matcher),
+        matcher: fold(entry.matcher)?,
         path_match,
         key,
         limit,

@@ -29,7 +29,7 @@ mod rules;
 
 pub use asn::AsnDb;
 pub use ip::{Cidr, ForwardingHeader, TrustedProxies};
-pub use matcher::{Glob, HeaderEquals, Match};
+pub use matcher::{Glob, HeaderEquals, HeaderRegex, Match, Regex};
 pub use plan::{Applied, Asn, KeyBuf, Plan, RequestError};
 pub use request::{Ambiguous, Request};
 pub use rules::{

@@ -1,4 +1,5 @@
-//! Request matches: method, path (exact, prefix or glob), host, header present or equal. Every
+//! Request matches: method, path (exact, prefix, glob or regex), host (or a host regex), header
+//! present, equal or matching a regex (see `pattern`). Every
 //! given condition must hold; an empty match matches everything. Paths are compared as the rule's
 //! `path_match` says: by default as applications route them (see `route`: the patterns folded
 //! when the rules load, the request's path in every form a backend may route it in, each without
@@ -6,7 +7,11 @@
 //! their canonical forms (see `canonical`: `method = "GET"` matches HEAD too, and a request matches
 //! the methods its overrides name).
 
+mod pattern;
+
 use serde::Deserialize;
+
+pub use pattern::{HeaderRegex, Regex};
 
 use crate::Request;
 use crate::route::{self, Pattern, RequestPath};
@@ -29,12 +34,21 @@ pub struct Match {
     pub path_prefix: Option<String>,
     /// A path glob: `*` within one segment, `**` across segments, `?` one character.
     pub path_glob: Option<Glob>,
+    /// A path regex, a full match on the path in the form the other path conditions compare
+    /// (ASCII letters in any case when routed).
+    #[serde(default, deserialize_with = "pattern::exact_case")]
+    pub path_regex: Option<Regex>,
     /// The host, case-insensitive.
     pub host: Option<String>,
+    /// A host regex, a full match on the canonical host (no port, no trailing dot), in any case.
+    #[serde(default, deserialize_with = "pattern::any_case")]
+    pub host_regex: Option<Regex>,
     /// A header that must be present.
     pub header: Option<String>,
     /// A header that must have this exact value (on any of its lines).
     pub header_equals: Option<HeaderEquals>,
+    /// A header with a line a regex matches in full.
+    pub header_regex: Option<HeaderRegex>,
 }
 
 /// `{ name = "x-tier", value = "free" }`
@@ -56,18 +70,20 @@ impl Match {
         self.method.as_ref().is_none_or(|m| method_is(request, |method| method_matches(m, method)))
             && self.method_exact.as_ref().is_none_or(|m| method_is(request, |method| m.eq_ignore_ascii_case(method)))
             && self.host.as_ref().is_none_or(|h| crate::canonical::host(h).eq_ignore_ascii_case(request.host))
+            && self.host_regex.as_ref().is_none_or(|r| r.matches(request.host.as_bytes()))
             && self.header.as_ref().is_none_or(|h| request.headers_named(h).next().is_some())
             && self
                 .header_equals
                 .as_ref()
                 .is_none_or(|h| request.headers_named(&h.name).any(|v| v == h.value.as_bytes()))
+            && self.header_regex.as_ref().is_none_or(|h| request.headers_named(&h.name).any(|v| h.pattern.matches(v)))
             && self.path_matches(path, mode)
     }
 
     /// Whether the path conditions hold: on any form a backend may route the path in (`routed`),
     /// or on the path as spelled (`exact`).
     fn path_matches(&self, path: &RequestPath<'_>, mode: PathMatch) -> bool {
-        if self.path.is_none() && self.path_prefix.is_none() && self.path_glob.is_none() {
+        if self.path.is_none() && self.path_prefix.is_none() && self.path_glob.is_none() && self.path_regex.is_none() {
             return true;
         }
         match mode {
@@ -89,16 +105,25 @@ impl Match {
                 .path_glob
                 .as_ref()
                 .is_none_or(|g| if either_slash { g.matches_either_slash(path) } else { g.matches(path) })
+            && self
+                .path_regex
+                .as_ref()
+                .is_none_or(|r| r.matches(path.as_bytes()) || either_slash && r.matches(format!("{path}/").as_bytes()))
     }
 
     /// This match with its path patterns in the routing form (`path_match = "routed"`, the
-    /// default: the rules fold their patterns when they load).
-    #[must_use]
-    pub fn routed(mut self) -> Self {
+    /// default: the rules fold their patterns when they load), its path regex matching ASCII
+    /// letters in any case (the routing form lowercases them). An error if the regex, so
+    /// compiled, is too large.
+    pub fn routed(mut self) -> Result<Self, String> {
         self.path = self.path.map(|p| route::pattern(&p, Pattern::Path));
         self.path_prefix = self.path_prefix.map(|p| route::pattern(&p, Pattern::Prefix));
         self.path_glob = self.path_glob.map(|g| Glob::compile(route::pattern(g.as_str(), Pattern::Glob)));
-        self
+        self.path_regex = match self.path_regex {
+            Some(r) => Some(r.case_insensitive().map_err(|e| format!("path_regex {:?}: {e}", r.as_str()))?),
+            None => None,
+        };
+        Ok(self)
     }
 }
 

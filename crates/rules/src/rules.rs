@@ -332,6 +332,9 @@ impl Rules {
                 if let Some(h) = &matcher.header_equals {
                     add(&h.name);
                 }
+                if let Some(h) = &matcher.header_regex {
+                    add(&h.name);
+                }
             }
             for part in &rule.key {
                 match part {
@@ -350,7 +353,8 @@ impl Rules {
     /// Whether any rule matches on the host (callers need not extract it otherwise).
     #[must_use]
     pub fn uses_host(&self) -> bool {
-        self.rules.iter().any(|r| r.matcher.host.is_some() || r.mitigation_matcher.host.is_some())
+        let on_host = |m: &Match| m.host.is_some() || m.host_regex.is_some();
+        self.rules.iter().any(|r| on_host(&r.matcher) || on_host(&r.mitigation_matcher))
     }
 
     /// The rule named `name`, and its index.

@@ -77,6 +77,12 @@ impl Req {
         self
     }
 
+    /// With this header line, its value any bytes (UTF-8 or not).
+    pub(crate) fn header_bytes(mut self, name: &str, value: &[u8]) -> Self {
+        self.headers.push((name.into(), value.to_vec()));
+        self
+    }
+
     /// With this cookie (a `Cookie` line of its own).
     pub(crate) fn cookie(self, name: &str, value: &str) -> Self {
         self.header("cookie", &format!("{name}={value}"))
