@@ -14,6 +14,11 @@
 //!   which is never sent again (it may have run), and triggers a refresh: once Redis has
 //!   promoted a replica, the next refresh finds it, within [`REFRESH_EVERY`](crate::follow::REFRESH_EVERY) of the first call
 //!   after the promotion. The probe refreshes too, so an idle or breaker-skipped store follows.
+//! - **The scripts are loaded ahead.** Every primary a map read names gets the scripts given to
+//!   [`preload`](Cluster::preload) in the background (see [`Node::prepare`]): Redis does not copy
+//!   functions between primaries, and a migration's target would otherwise load them within the
+//!   deadline of the first call an `ASK` sends there. A primary that owns no slot (a node just
+//!   added) is in no map: its first migration's first call still loads them.
 //! - **An impossible reply** (a redirect to slot 20000, to port 0, for another slot than the
 //!   call's; see `topology.rs`) fails its call as a backend error naming the value and the
 //!   server: the map is unchanged.
@@ -118,6 +123,8 @@ pub(crate) struct Cluster {
     refresh: Refresh,
     /// The nodes that answered `CLUSTERDOWN` within [`DOWN_ASKED_LAST`], and when.
     down: Mutex<HashMap<Address, Instant>>,
+    /// The scripts loaded on every primary a map names (see [`preload`](Self::preload)).
+    scripts: Mutex<Vec<Arc<Script>>>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -143,6 +150,32 @@ impl Cluster {
             nodes: Nodes::new(settings),
             refresh: Refresh::default(),
             down: Mutex::new(HashMap::new()),
+            scripts: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Has `scripts` loaded on every primary each map read names, in the background, from now on
+    /// (and on the current map's now).
+    pub(crate) fn preload(&self, scripts: &[Arc<Script>]) {
+        let mut known = self.scripts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for script in scripts {
+            if !known.iter().any(|k| k.function() == script.function()) {
+                known.push(script.clone());
+            }
+        }
+        drop(known);
+        self.prepare_primaries(&self.map());
+    }
+
+    /// Loads the scripts on each of `map`'s primaries that has not had them (see
+    /// [`Node::prepare`]), each on a task of its own.
+    fn prepare_primaries(&self, map: &SlotMap) {
+        let scripts = self.scripts.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        for node in &map.primaries {
+            for script in scripts.iter().filter(|script| !node.is_prepared(script)) {
+                let (node, script) = (node.clone(), script.clone());
+                in_background(async move { node.prepare(&script).await });
+            }
         }
     }
 
@@ -371,7 +404,9 @@ impl Cluster {
             }
         }
         map.source = Some(source);
-        *self.map.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(map);
+        let map = Arc::new(map);
+        *self.map.write().unwrap_or_else(std::sync::PoisonError::into_inner) = map.clone();
+        self.prepare_primaries(&map);
         Ok(())
     }
 

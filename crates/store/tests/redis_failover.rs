@@ -15,6 +15,7 @@
 //! The wall-clock bound here (recovery within 5 s of Redis's promotion) is generous: it catches
 //! a store that never follows, not a slow machine. The measured figures are printed.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -235,4 +236,55 @@ async fn a_cluster_is_followed_through_a_live_reshard_and_a_primary_failover() {
     );
     assert!(!dead.is_empty(), "the dead primary's keys are the policy's");
     assert!(healthy.is_empty(), "healthy primaries' keys fell back: {:?}", &healthy[..healthy.len().min(5)]);
+}
+
+/// The tollgate libraries a server holds (`FUNCTION LIST`).
+fn libraries(node: &tollgate_store::testkit::redis_server::RedisServer) -> BTreeSet<String> {
+    let list = node.cli(&["FUNCTION", "LIST"]);
+    let mut lines = list.lines();
+    let mut names = BTreeSet::new();
+    while let Some(line) = lines.next() {
+        if line == "library_name"
+            && let Some(name) = lines.next()
+            && name.starts_with("tollgate_")
+        {
+            names.insert(name.to_string());
+        }
+    }
+    names
+}
+
+/// Redis does not propagate functions between primaries: a migration's target (or a primary
+/// added to the cluster) holds none of tollgate's libraries until tollgate loads them. Loaded by
+/// the first call that needs them (`Function not found`, `FUNCTION LOAD`, the call again after
+/// `ASKING`), they cost that call, and every call arriving meanwhile, three more round trips
+/// and a Lua compilation within its deadline: on a loaded machine the first calls of a live
+/// reshard timed out (`backend did not answer within 100ms`: denied under `closed`). Every
+/// primary a slot map names is prepared in the background as soon as the map is read.
+///
+/// Before: after one call, only its key's primary held a library (the others none, until 10 s).
+#[tokio::test]
+async fn every_primary_holds_the_libraries_as_soon_as_a_slot_map_names_it() {
+    let cluster = tokio::task::spawn_blocking(RedisCluster::start).await.unwrap();
+    let options =
+        RedisOptions { prefix: PREFIX.into(), timeout: Duration::from_millis(100), ..RedisOptions::default() };
+    let store = RedisStore::open_cluster(&cluster.urls(), options).await.unwrap();
+    // One call, on one primary: the map is read.
+    assert!(store.check(b"k1", &roomy(), 1).await.unwrap().allowed);
+    let primaries: Vec<usize> =
+        (0..cluster.nodes().len()).filter(|&i| cluster.nodes()[i].cli(&["ROLE"]).starts_with("master")).collect();
+    assert_eq!(primaries.len(), 3);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let held: Vec<BTreeSet<String>> = primaries.iter().map(|&i| libraries(&cluster.nodes()[i])).collect();
+        let all: BTreeSet<String> = held.iter().flatten().cloned().collect();
+        if !all.is_empty() && held.iter().all(|h| *h == all) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "10 s after a call, the primaries hold these libraries of tollgate's: {held:?} (of {all:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
