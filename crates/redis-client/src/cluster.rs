@@ -14,11 +14,11 @@
 //!   which is never sent again (it may have run), and triggers a refresh: once Redis has
 //!   promoted a replica, the next refresh finds it, within [`REFRESH_EVERY`](crate::follow::REFRESH_EVERY) of the first call
 //!   after the promotion. The probe refreshes too, so an idle or breaker-skipped store follows.
-//! - **The scripts are loaded ahead.** Every primary a map read names gets the scripts given to
-//!   [`preload`](Cluster::preload) in the background (see [`Node::prepare`]): Redis does not copy
-//!   functions between primaries, and a migration's target would otherwise load them within the
-//!   deadline of the first call an `ASK` sends there. A primary that owns no slot (a node just
-//!   added) is in no map: its first migration's first call still loads them.
+//! - **The scripts are loaded ahead.** A script a call has used is loaded, in the background, on
+//!   every primary the map names, and on those of every map read after (see [`Node::prepare`]):
+//!   Redis does not copy functions between primaries, and a migration's target would otherwise
+//!   load it within the deadline of the first call an `ASK` sends there. A primary that owns no
+//!   slot (a node just added) is in no map: its first migration's first call still loads it.
 //! - **An impossible reply** (a redirect to slot 20000, to port 0, for another slot than the
 //!   call's; see `topology.rs`) fails its call as a backend error naming the value and the
 //!   server: the map is unchanged.
@@ -37,7 +37,7 @@
 //! refresh). Connections are kept per address while the map or the URL names it.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use redis::{Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
@@ -123,8 +123,9 @@ pub(crate) struct Cluster {
     refresh: Refresh,
     /// The nodes that answered `CLUSTERDOWN` within [`DOWN_ASKED_LAST`], and when.
     down: Mutex<HashMap<Address, Instant>>,
-    /// The scripts loaded on every primary a map names (see [`preload`](Self::preload)).
-    scripts: Mutex<Vec<Arc<Script>>>,
+    /// The scripts calls have used: loaded on every primary a map names (see
+    /// [`learn`](Self::learn)).
+    scripts: RwLock<Vec<Arc<Script>>>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -150,27 +151,32 @@ impl Cluster {
             nodes: Nodes::new(settings),
             refresh: Refresh::default(),
             down: Mutex::new(HashMap::new()),
-            scripts: Mutex::new(Vec::new()),
+            scripts: RwLock::new(Vec::new()),
         }
     }
 
-    /// Has `scripts` loaded on every primary each map read names, in the background, from now on
-    /// (and on the current map's now).
-    pub(crate) fn preload(&self, scripts: &[Arc<Script>]) {
-        let mut known = self.scripts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        for script in scripts {
-            if !known.iter().any(|k| k.function() == script.function()) {
-                known.push(script.clone());
-            }
+    /// Notes that a call uses `script`: the first time, it is loaded on every primary the map
+    /// names, and from then on on those of every map read (a script no call uses, such as one
+    /// for a rare reload, costs no server anything).
+    fn learn(&self, script: &Script) {
+        let known = |scripts: &[Arc<Script>]| scripts.iter().any(|s| s.function() == script.function());
+        if known(&self.scripts.read().unwrap_or_else(PoisonError::into_inner)) {
+            return;
         }
-        drop(known);
+        {
+            let mut scripts = self.scripts.write().unwrap_or_else(PoisonError::into_inner);
+            if known(&scripts) {
+                return;
+            }
+            scripts.push(Arc::new(script.clone()));
+        }
         self.prepare_primaries(&self.map());
     }
 
-    /// Loads the scripts on each of `map`'s primaries that has not had them (see
+    /// Loads the scripts calls have used on each of `map`'s primaries that has not had them (see
     /// [`Node::prepare`]), each on a task of its own.
     fn prepare_primaries(&self, map: &SlotMap) {
-        let scripts = self.scripts.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let scripts = self.scripts.read().unwrap_or_else(PoisonError::into_inner).clone();
         for node in &map.primaries {
             for script in scripts.iter().filter(|script| !node.is_prepared(script)) {
                 let (node, script) = (node.clone(), script.clone());
@@ -221,6 +227,9 @@ impl Cluster {
         cmd: &Cmd,
         script: Option<&Script>,
     ) -> Result<Value, (RedisError, Option<Arc<Node>>)> {
+        if let Some(script) = script {
+            self.learn(script);
+        }
         let mut redirect: Option<(Arc<Node>, bool)> = None;
         let mut last = None;
         let mut settles = 0;

@@ -44,17 +44,6 @@ impl Connection {
         }))
     }
 
-    /// Has `scripts` loaded, in the background, on every primary of a Redis Cluster as soon as a
-    /// slot map names it (its first map is read by the first call), so that the first call a
-    /// primary gets (a migration's `ASK`, a failover's first call, a primary added) does not pay
-    /// the load within its deadline. Nothing else: one server loads them on its first call, and
-    /// a Sentinel group's promoted replica holds its primary's (Redis replicates functions).
-    pub fn preload(&self, scripts: &[Arc<Script>]) {
-        if let Kind::Cluster(cluster) = &self.0 {
-            cluster.preload(scripts);
-        }
-    }
-
     /// `server`, `cluster` or `sentinel`.
     #[must_use]
     pub fn kind(&self) -> &'static str {

@@ -21,7 +21,7 @@
 //! primaries answered late and were denied, in the reshard and after the failover. A call
 //! slowed by the store itself is a separate test's: the libraries loaded on a migration's target
 //! within the first `ASK`ed call's deadline (which made this test fail on CI) is
-//! `every_primary_holds_the_libraries_as_soon_as_a_slot_map_names_it`.
+//! `a_library_in_use_is_loaded_on_every_primary_a_slot_map_names`.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -266,12 +266,12 @@ fn libraries(node: &tollgate_store::testkit::redis_server::RedisServer) -> BTree
 /// the first call that needs them (`Function not found`, `FUNCTION LOAD`, the call again after
 /// `ASKING`), they cost that call, and every call arriving meanwhile, three more round trips
 /// and a Lua compilation within its deadline: on a loaded machine the first calls of a live
-/// reshard timed out (`backend did not answer within 100ms`: denied under `closed`). Every
-/// primary a slot map names is prepared in the background as soon as the map is read.
+/// reshard timed out (`backend did not answer within 100ms`: denied under `closed`). A
+/// library a call has used is loaded in the background on every primary the slot map names.
 ///
 /// Before: after one call, only its key's primary held a library (the others none, until 10 s).
 #[tokio::test]
-async fn every_primary_holds_the_libraries_as_soon_as_a_slot_map_names_it() {
+async fn a_library_in_use_is_loaded_on_every_primary_a_slot_map_names() {
     let cluster = tokio::task::spawn_blocking(RedisCluster::start).await.unwrap();
     let options = RedisOptions { prefix: PREFIX.into(), timeout: Duration::from_secs(1), ..RedisOptions::default() };
     let store = RedisStore::open_cluster(&cluster.urls(), options).await.unwrap();

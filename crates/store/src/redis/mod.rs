@@ -175,10 +175,14 @@ impl RedisStore {
     }
 
     fn with(connection: Connection, options: RedisOptions) -> Self {
-        let (script, carry_script, hold_script) =
-            (Arc::new(program::decide()), Arc::new(program::script("carry")), Arc::new(program::script("hold")));
-        connection.preload(&[script.clone(), carry_script.clone(), hold_script.clone()]);
-        RedisStore { connection, options, script, carry_script, hold_script, script_calls: Arc::default() }
+        RedisStore {
+            connection,
+            options,
+            script: Arc::new(program::decide()),
+            carry_script: Arc::new(program::script("carry")),
+            hold_script: Arc::new(program::script("hold")),
+            script_calls: Arc::default(),
+        }
     }
 
     /// How many script calls (`FCALL` or `EVALSHA`) this store and its clones have sent: the Redis calls
