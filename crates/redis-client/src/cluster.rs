@@ -64,6 +64,10 @@ const DOWN_ASKED_LAST: Duration = Duration::from_secs(10);
 /// refresh).
 const MAX_REPLICAS_KEPT: usize = MAX_PRIMARIES;
 
+/// The most scripts [`Cluster::learn`] keeps for loading ahead (the store has three): a caller
+/// with more has the rest loaded by their first call on each primary, as before.
+const MAX_SCRIPTS_LEARNED: usize = 16;
+
 /// Slot → primary.
 #[derive(Clone)]
 struct SlotMap {
@@ -165,7 +169,7 @@ impl Cluster {
         }
         {
             let mut scripts = self.scripts.write().unwrap_or_else(PoisonError::into_inner);
-            if known(&scripts) {
+            if known(&scripts) || scripts.len() >= MAX_SCRIPTS_LEARNED {
                 return;
             }
             scripts.push(Arc::new(script.clone()));
