@@ -14,6 +14,11 @@
 //!   which is never sent again (it may have run), and triggers a refresh: once Redis has
 //!   promoted a replica, the next refresh finds it, within [`REFRESH_EVERY`](crate::follow::REFRESH_EVERY) of the first call
 //!   after the promotion. The probe refreshes too, so an idle or breaker-skipped store follows.
+//! - **The scripts are loaded ahead.** A script a call has used is loaded, in the background, on
+//!   every primary the map names, and on those of every map read after (see [`Node::prepare`]):
+//!   Redis does not copy functions between primaries, and a migration's target would otherwise
+//!   load it within the deadline of the first call an `ASK` sends there. A primary that owns no
+//!   slot (a node just added) is in no map: its first migration's first call still loads it.
 //! - **An impossible reply** (a redirect to slot 20000, to port 0, for another slot than the
 //!   call's; see `topology.rs`) fails its call as a backend error naming the value and the
 //!   server: the map is unchanged.
@@ -32,7 +37,7 @@
 //! refresh). Connections are kept per address while the map or the URL names it.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use redis::{Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
@@ -58,6 +63,10 @@ const DOWN_ASKED_LAST: Duration = Duration::from_secs(10);
 /// first; a map of 16,384 ranges could name 16 replicas each, and each one kept costs every
 /// refresh).
 const MAX_REPLICAS_KEPT: usize = MAX_PRIMARIES;
+
+/// The most scripts [`Cluster::learn`] keeps for loading ahead (the store has three): a caller
+/// with more has the rest loaded by their first call on each primary, as before.
+const MAX_SCRIPTS_LEARNED: usize = 16;
 
 /// Slot → primary.
 #[derive(Clone)]
@@ -118,6 +127,9 @@ pub(crate) struct Cluster {
     refresh: Refresh,
     /// The nodes that answered `CLUSTERDOWN` within [`DOWN_ASKED_LAST`], and when.
     down: Mutex<HashMap<Address, Instant>>,
+    /// The scripts calls have used: loaded on every primary a map names (see
+    /// [`learn`](Self::learn)).
+    scripts: RwLock<Vec<Arc<Script>>>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -143,6 +155,37 @@ impl Cluster {
             nodes: Nodes::new(settings),
             refresh: Refresh::default(),
             down: Mutex::new(HashMap::new()),
+            scripts: RwLock::new(Vec::new()),
+        }
+    }
+
+    /// Notes that a call uses `script`: the first time, it is loaded on every primary the map
+    /// names, and from then on on those of every map read (a script no call uses, such as one
+    /// for a rare reload, costs no server anything).
+    fn learn(&self, script: &Script) {
+        let known = |scripts: &[Arc<Script>]| scripts.iter().any(|s| s.function() == script.function());
+        if known(&self.scripts.read().unwrap_or_else(PoisonError::into_inner)) {
+            return;
+        }
+        {
+            let mut scripts = self.scripts.write().unwrap_or_else(PoisonError::into_inner);
+            if known(&scripts) || scripts.len() >= MAX_SCRIPTS_LEARNED {
+                return;
+            }
+            scripts.push(Arc::new(script.clone()));
+        }
+        self.prepare_primaries(&self.map());
+    }
+
+    /// Loads the scripts calls have used on each of `map`'s primaries that has not had them (see
+    /// [`Node::prepare`]), each on a task of its own.
+    fn prepare_primaries(&self, map: &SlotMap) {
+        let scripts = self.scripts.read().unwrap_or_else(PoisonError::into_inner).clone();
+        for node in &map.primaries {
+            for script in scripts.iter().filter(|script| !node.is_prepared(script)) {
+                let (node, script) = (node.clone(), script.clone());
+                in_background(async move { node.prepare(&script).await });
+            }
         }
     }
 
@@ -188,6 +231,9 @@ impl Cluster {
         cmd: &Cmd,
         script: Option<&Script>,
     ) -> Result<Value, (RedisError, Option<Arc<Node>>)> {
+        if let Some(script) = script {
+            self.learn(script);
+        }
         let mut redirect: Option<(Arc<Node>, bool)> = None;
         let mut last = None;
         let mut settles = 0;
@@ -371,7 +417,9 @@ impl Cluster {
             }
         }
         map.source = Some(source);
-        *self.map.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(map);
+        let map = Arc::new(map);
+        *self.map.write().unwrap_or_else(std::sync::PoisonError::into_inner) = map.clone();
+        self.prepare_primaries(&map);
         Ok(())
     }
 

@@ -5,8 +5,9 @@
 //! primary, a cluster settling, and every failure to connect said in tollgate's words (which
 //! server, which name, which CA). Redirects are read in `topology.rs`.
 
-use std::sync::Arc;
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use redis::{Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
@@ -120,7 +121,13 @@ pub(crate) struct Node {
     /// The server has no native command (or its ACL user may not call it): its calls go to the
     /// script.
     no_native: AtomicBool,
+    /// The libraries (by function name) [`prepare`](Self::prepare) loaded here, or is loading.
+    prepared: Mutex<HashSet<String>>,
 }
+
+/// How long loading a library ahead of its first call may take (at least: the call timeout if
+/// longer); no caller waits for it.
+const PREPARE_WITHIN: Duration = Duration::from_secs(2);
 
 impl std::fmt::Debug for Node {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -142,6 +149,7 @@ impl Node {
             settings,
             eval_only: AtomicBool::new(false),
             no_native: AtomicBool::new(false),
+            prepared: Mutex::new(HashSet::new()),
         }))
     }
 
@@ -159,6 +167,38 @@ impl Node {
             self.link.broken(generation);
         }
         reply
+    }
+
+    /// Whether [`prepare`](Self::prepare) loaded `script`'s library here (or is loading it).
+    pub(crate) fn is_prepared(&self, script: &Script) -> bool {
+        self.prepared.lock().unwrap_or_else(PoisonError::into_inner).contains(script.function())
+    }
+
+    /// Loads `script`'s library on this server ahead of any call, connecting if need be: a
+    /// primary that never ran it (a migration's target, a primary added or promoted) would
+    /// otherwise have its first call, and every call arriving meanwhile, pay `Function not
+    /// found`, `FUNCTION LOAD` and the call again within their callers' deadlines. Once per
+    /// library; a load that fails (the server unreachable, a timeout) is tried at the next
+    /// preparation. Calls keep loading a library they find missing (a `FUNCTION FLUSH`, a
+    /// restart), and find out themselves a server without functions.
+    pub(crate) async fn prepare(&self, script: &Script) {
+        if self.eval_only.load(Ordering::Relaxed)
+            || !self.prepared.lock().unwrap_or_else(PoisonError::into_inner).insert(script.function().to_owned())
+        {
+            return;
+        }
+        let mut load = redis::cmd("FUNCTION");
+        load.arg("LOAD").arg(script.library());
+        let within = self.settings.timeout.max(PREPARE_WITHIN);
+        let failed = match tokio::time::timeout(within, self.run(&load, None, false)).await {
+            Ok(Ok(_)) => return,
+            // Present already, or functions not usable here (the calls go by EVALSHA): done.
+            Ok(Err(e)) if is_library_present(&e) || are_functions_unavailable(&e) => return,
+            Ok(Err(e)) => self.explain(&e),
+            Err(_) => format!("{}: no answer within {within:?}", self.address),
+        };
+        tracing::debug!(library = script.function(), "loading a library ahead of its first call failed: {failed}");
+        self.prepared.lock().unwrap_or_else(PoisonError::into_inner).remove(script.function());
     }
 
     async fn run_on(&self, connection: &Wire, cmd: &Cmd, script: Option<&Script>, asking: bool) -> RedisResult<Value> {

@@ -18,7 +18,7 @@ pub struct Native {
 }
 
 /// A Lua program in both forms (see the module docs).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Script {
     /// The library `FUNCTION LOAD` takes.
     library: String,
