@@ -251,7 +251,7 @@ impl Rule {
     /// raise the rule's `cost`, never lower it: a client does not set its own price.
     pub fn cost_for(&self, request: &Request<'_>) -> Result<u64, RequestError> {
         let name = match &self.cost {
-            Cost::Fixed(cost) => return Ok(*cost),
+            Cost::Fixed(cost) | Cost::Response { estimate: cost, .. } => return Ok(*cost),
             Cost::Header(name) => name,
         };
         let capacity = self.limit.capacity();

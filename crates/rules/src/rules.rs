@@ -17,6 +17,8 @@
 //!                                      # query:NAME, ja3, ja4, asn
 //! on_missing = "skip"                  # a key part the request lacks: skip | shared | reject
 //! count_status = [401]                 # count only these responses (reserved before, refunded after)
+//! cost = 1                             # or "response.usage.FIELD" / "response.header.NAME", with
+//! estimate = 1000                      # what to reserve until the response settles it (see `usage`)
 //! path_match = "routed"                # paths as applications route them (default) | "exact"
 //! rate_half_life = "2s"                # measure each key's rate, with this half-life (default 2 s)
 //! when_rate_above = "50/s"             # also mitigate while the measured rate is above this
@@ -39,6 +41,7 @@ use tollgate_core::Limit;
 use crate::asn::AsnDb;
 use crate::ip::TrustedProxies;
 use crate::matcher::Match;
+use crate::usage::ResponseCost;
 
 tollgate_core::words! {
     /// The kinds of [`Action`], as `action = "…"` names them.
@@ -137,6 +140,14 @@ pub enum Cost {
     /// Taken from this header (an integer from 1 to the limit's capacity): as it is from a
     /// trusted proxy, at least the rule's `cost` from any other peer.
     Header(String),
+    /// Known from the response (see [`usage`](crate::usage)): `estimate` is reserved when the
+    /// request is admitted, and settled with what `from` reads once the response is in.
+    Response {
+        /// Where the response says what the request cost.
+        from: ResponseCost,
+        /// What the request reserves meanwhile (1 to the limit's capacity).
+        estimate: u64,
+    },
 }
 
 tollgate_core::words! {
@@ -365,6 +376,22 @@ impl Rules {
 }
 
 impl Rule {
+    /// Where the rule reads what a request cost from its response, if it does.
+    #[must_use]
+    pub fn response_cost(&self) -> Option<&ResponseCost> {
+        match &self.cost {
+            Cost::Response { from, .. } => Some(from),
+            _ => None,
+        }
+    }
+
+    /// Whether what the rule reserves is settled after the response: it counts statuses, or its
+    /// cost is read from the response.
+    #[must_use]
+    pub fn settles_after(&self) -> bool {
+        self.count_status.is_some() || self.response_cost().is_some()
+    }
+
     /// Whether a response with `status` counts under this rule.
     #[must_use]
     pub fn counts_status(&self, status: u16) -> bool {
