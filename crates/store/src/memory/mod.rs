@@ -225,7 +225,6 @@ impl MemoryStore {
         }
     }
 
-    /// [`Store::refund`] without a future.
     /// [`Store::charge`], on this thread: each check's cost charged at now, whatever its limit.
     pub fn charge_sync(&self, checks: &[Check<'_>]) -> Result<(), StoreError> {
         let now = self.clock.now_ns();
@@ -233,6 +232,7 @@ impl MemoryStore {
         self.check_many(&[], &charges, false).map(drop)
     }
 
+    /// [`Store::refund`] without a future.
     pub fn refund_sync(&self, refunds: &[Refund<'_>]) {
         let now = self.clock.now_ns();
         let remote = self.as_remote.load(std::sync::atomic::Ordering::Relaxed);
