@@ -1,0 +1,72 @@
+//! Rules whose cost is read from the response (LLM tokens), at the engine: the estimate is
+//! reserved at admission, all or nothing with the request's other limits; the response settles
+//! it ([`Engine::complete_with`]): less refunded, more charged past the limit (the next request
+//! pays), a response that does not say keeps the estimate, no response at all refunds it.
+//!
+//! [`Engine::complete_with`]: tollgate_engine::Engine::complete_with
+
+mod support;
+
+use support::{harness, post};
+use tollgate_rules::ResponseCost;
+
+const TOKENS: &str = "[[rules]]\nname = \"input\"\nlimit = \"1000/1m\"\nalgorithm = \"fixed-window\"\n\
+     key = [\"client_ip\"]\ncost = \"response.usage.prompt_tokens\"\nestimate = 100\n\
+     [[rules]]\nname = \"output\"\nlimit = \"1000/1m\"\nalgorithm = \"fixed-window\"\n\
+     key = [\"client_ip\"]\ncost = \"response.usage.completion_tokens\"\nestimate = 300\n";
+
+/// What an OpenAI-shaped response says: `prompt_tokens` and `completion_tokens`.
+fn said(prompt: u64, completion: u64) -> impl Fn(&ResponseCost) -> Option<u64> + Sync {
+    move |from| match from {
+        ResponseCost::Usage(field) if field == "prompt_tokens" => Some(prompt),
+        ResponseCost::Usage(field) if field == "completion_tokens" => Some(completion),
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn each_limit_reserves_its_estimate_and_settles_from_its_own_field() {
+    let h = harness(TOKENS);
+    let ip = "192.0.2.1";
+    let proceed = h.proceed(&post("/v1/chat/completions")).await;
+    assert_eq!((h.remaining("input", ip).await, h.remaining("output", ip).await), (900, 700), "estimates reserved");
+    h.engine.complete_with(proceed.pending, 200, said(40, 500)).await;
+    assert_eq!(
+        (h.remaining("input", ip).await, h.remaining("output", ip).await),
+        (960, 500),
+        "input: 60 of 100 refunded; output: 200 past the estimate charged"
+    );
+}
+
+#[tokio::test]
+async fn more_than_the_limit_is_charged_and_the_next_request_pays() {
+    let h = harness(TOKENS);
+    let ip = "192.0.2.1";
+    let proceed = h.proceed(&post("/v1/chat/completions")).await;
+    h.engine.complete_with(proceed.pending, 200, said(100, 1200)).await;
+    assert_eq!(h.remaining("output", ip).await, 0, "1200 charged of 1000: in debt");
+    assert_eq!(h.outcome(&post("/v1/chat/completions")).await, "429:output");
+}
+
+#[tokio::test]
+async fn a_response_that_does_not_say_keeps_the_estimate_and_no_response_refunds_it() {
+    let h = harness(TOKENS);
+    let ip = "192.0.2.1";
+    let proceed = h.proceed(&post("/v1/chat/completions")).await;
+    h.engine.complete_with(proceed.pending, 500, |_| None).await;
+    assert_eq!((h.remaining("input", ip).await, h.remaining("output", ip).await), (900, 700));
+    let proceed = h.proceed(&post("/v1/chat/completions")).await;
+    let engine = std::sync::Arc::new(h.engine);
+    drop(engine.unsettled(proceed.pending));
+    let (input, output) = (support_remaining(&engine, "input").await, support_remaining(&engine, "output").await);
+    assert_eq!((input, output), (900, 700), "dropped before any response: refunded");
+}
+
+/// The remaining of `rule` for the test's client, read on a shared engine.
+async fn support_remaining(engine: &tollgate_engine::Engine<tollgate_store::MemoryStore>, rule: &str) -> u64 {
+    use tollgate_store::Store;
+    let policy = engine.policy();
+    let (_, rule) = policy.rules.named(rule).unwrap();
+    let check = tollgate_store::Check::new(b"192.0.2.1", &rule.limit, 0).scoped(&rule.name);
+    engine.store().check_one(check).await.unwrap().remaining
+}
