@@ -40,6 +40,17 @@ use crate::metrics::Outcome;
 use crate::sharded::Sharded;
 use crate::{Engine, Policy};
 
+/// What a response says a request cost under a rule whose cost is read from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Actual {
+    /// The response is whole: this is what it cost.
+    Final(u64),
+    /// The response was cut short (the client left mid-stream): it cost at least this (the last
+    /// cumulative count it gave), perhaps more. Settled at the larger of this and the estimate:
+    /// more is charged, nothing refunded.
+    AtLeast(u64),
+}
+
 /// The longest a request refused only by reservations in flight is told to wait: those are
 /// usually answered within it.
 pub(crate) const IN_FLIGHT_RETRY_NS: u64 = 1_000_000_000;
@@ -116,9 +127,10 @@ impl<S: Store + 'static> Unsettled<S> {
 
     /// Settles the reservations with the response's `status` and what it says the request cost:
     /// a rule whose cost is read from the response settles its estimate with `actual(from)`
-    /// (less: the difference refunded; more: charged past the limit; `None`, the response did
-    /// not say: the estimate stays charged); the others as [`complete`](Self::complete) does.
-    pub async fn complete_with(mut self, status: u16, actual: impl Fn(&ResponseCost) -> Option<u64> + Sync) {
+    /// (less: the difference refunded; more: charged past the limit; [`Actual::AtLeast`]: never
+    /// less than the estimate; `None`, the response did not say: the estimate stays charged); the
+    /// others as [`complete`](Self::complete) does.
+    pub async fn complete_with(mut self, status: u16, actual: impl Fn(&ResponseCost) -> Option<Actual> + Sync) {
         let pending = std::mem::take(&mut self.pending);
         self.engine.complete_with(pending, status, actual).await;
     }
@@ -194,7 +206,7 @@ impl<S: Store> Engine<S> {
         &self,
         pending: Pending,
         status: u16,
-        actual: impl Fn(&ResponseCost) -> Option<u64> + Sync,
+        actual: impl Fn(&ResponseCost) -> Option<Actual> + Sync,
     ) {
         self.settle(pending, Some(status), &actual).await;
     }
@@ -215,7 +227,7 @@ impl<S: Store> Engine<S> {
         &self,
         pending: Pending,
         status: Option<u16>,
-        actual: &(dyn Fn(&ResponseCost) -> Option<u64> + Sync),
+        actual: &(dyn Fn(&ResponseCost) -> Option<Actual> + Sync),
     ) {
         let Some(policy) = &pending.policy else { return };
         let mut refunds = Vec::new();
@@ -228,7 +240,12 @@ impl<S: Store> Engine<S> {
             match (status, rule.response_cost()) {
                 (Some(_), Some(from)) => {
                     self.metrics.count(counter, Outcome::Counted);
-                    match actual(from) {
+                    let cost = match actual(from) {
+                        Some(Actual::Final(cost)) => Some(cost),
+                        Some(Actual::AtLeast(cost)) => Some(cost.max(reservation.cost)),
+                        None => None,
+                    };
+                    match cost {
                         Some(cost) if cost < reservation.cost => refunds.push(refund(reservation.cost - cost)),
                         Some(cost) if cost > reservation.cost => charges.push(check(cost - reservation.cost)),
                         // As estimated, or the response did not say: the estimate stays charged.

@@ -8,6 +8,7 @@
 mod support;
 
 use support::{harness, post};
+use tollgate_engine::Actual;
 use tollgate_rules::ResponseCost;
 
 const TOKENS: &str = "[[rules]]\nname = \"input\"\nlimit = \"1000/1m\"\nalgorithm = \"fixed-window\"\n\
@@ -16,10 +17,10 @@ const TOKENS: &str = "[[rules]]\nname = \"input\"\nlimit = \"1000/1m\"\nalgorith
      key = [\"client_ip\"]\ncost = \"response.usage.completion_tokens\"\nestimate = 300\n";
 
 /// What an OpenAI-shaped response says: `prompt_tokens` and `completion_tokens`.
-fn said(prompt: u64, completion: u64) -> impl Fn(&ResponseCost) -> Option<u64> + Sync {
+fn said(prompt: u64, completion: u64) -> impl Fn(&ResponseCost) -> Option<Actual> + Sync {
     move |from| match from {
-        ResponseCost::Usage(field) if field == "prompt_tokens" => Some(prompt),
-        ResponseCost::Usage(field) if field == "completion_tokens" => Some(completion),
+        ResponseCost::Usage(field) if field == "prompt_tokens" => Some(Actual::Final(prompt)),
+        ResponseCost::Usage(field) if field == "completion_tokens" => Some(Actual::Final(completion)),
         _ => None,
     }
 }
@@ -46,6 +47,21 @@ async fn more_than_the_limit_is_charged_and_the_next_request_pays() {
     h.engine.complete_with(proceed.pending, 200, said(100, 1200)).await;
     assert_eq!(h.remaining("output", ip).await, 0, "1200 charged of 1000: in debt");
     assert_eq!(h.outcome(&post("/v1/chat/completions")).await, "429:output");
+}
+
+/// A stream cut short settles at the larger of the last count it gave and the estimate: more
+/// charged, nothing refunded (the rest of the stream might have said more).
+#[tokio::test]
+async fn a_stream_cut_short_is_charged_at_least_its_estimate() {
+    let h = harness(TOKENS);
+    let ip = "192.0.2.1";
+    let proceed = h.proceed(&post("/v1/chat/completions")).await;
+    let cut = |from: &ResponseCost| match from {
+        ResponseCost::Usage(field) if field == "prompt_tokens" => Some(Actual::AtLeast(30)),
+        _ => Some(Actual::AtLeast(420)),
+    };
+    h.engine.complete_with(proceed.pending, 200, cut).await;
+    assert_eq!((h.remaining("input", ip).await, h.remaining("output", ip).await), (900, 580));
 }
 
 #[tokio::test]
