@@ -86,3 +86,18 @@ async fn support_remaining(engine: &tollgate_engine::Engine<tollgate_store::Memo
     let check = tollgate_store::Check::new(b"192.0.2.1", &rule.limit, 0).scoped(&rule.name);
     engine.store().check_one(check).await.unwrap().remaining
 }
+
+/// A request under one such rule alone (no fast path that only checks: it must be reserved and
+/// settled like any other).
+#[tokio::test]
+async fn a_rule_alone_reserves_and_settles_too() {
+    let h = harness(
+        "[[rules]]\nname = \"tokens\"\nlimit = \"1000/1m\"\nalgorithm = \"fixed-window\"\nkey = [\"client_ip\"]\n\
+         cost = \"response.usage.total_tokens\"\nestimate = 100\n",
+    );
+    let proceed = h.proceed(&post("/v1/chat/completions")).await;
+    assert!(!proceed.pending.is_empty(), "reserved, to be settled");
+    let total = |_: &ResponseCost| Some(Actual::Final(29));
+    h.engine.complete_with(proceed.pending, 200, total).await;
+    assert_eq!(h.remaining("tokens", "192.0.2.1").await, 971);
+}
