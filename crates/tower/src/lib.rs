@@ -45,6 +45,7 @@ pub mod layer;
 mod options;
 pub mod service;
 pub mod shadow;
+pub mod usage;
 
 pub use layer::RateLimitLayer;
 pub use options::Options;
