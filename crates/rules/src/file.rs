@@ -15,7 +15,7 @@ use crate::rules::{
     Action, ActionKind, Characteristic, Cost, DEFAULT_IPV6_PREFIX, DEFAULT_RATE_HALF_LIFE_NS, FingerprintHeaders,
     OnBadCost, OnError, OnMissing, PathMatch, Rule, Rules, RulesError, check_name,
 };
-use crate::usage::ResponseCost;
+use crate::usage::{RequestField, ResponseCost};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -46,7 +46,8 @@ struct RuleEntry {
     #[serde(default)]
     key: Vec<String>,
     cost: Option<CostEntry>,
-    estimate: Option<u64>,
+    estimate: Option<CostEntry>,
+    estimate_default: Option<u64>,
     cost_header: Option<String>,
     on_bad_cost: Option<String>,
     on_missing: Option<String>,
@@ -214,7 +215,8 @@ fn characteristic(k: &str) -> Result<Characteristic, String> {
 struct CostFields<'e> {
     cost: &'e Option<CostEntry>,
     cost_header: &'e Option<String>,
-    estimate: Option<u64>,
+    estimate: &'e Option<CostEntry>,
+    estimate_default: Option<u64>,
     count_status: bool,
 }
 
@@ -242,16 +244,33 @@ fn cost(entry: &CostFields<'_>, capacity: u64) -> Result<(Cost, u64), String> {
                      every response (one that does not say keeps the estimate)"
                 ));
             }
-            let Some(estimate) = entry.estimate else {
-                return Err(format!(
-                    "cost {text:?} needs an estimate = N: what a request reserves until its response says"
-                ));
+            let (estimate, estimate_from) = match (entry.estimate, entry.estimate_default) {
+                (None, _) => {
+                    return Err(format!(
+                        "cost {text:?} needs an estimate = N (or \"request.json.FIELD\"): what a request reserves \
+                         until its response says"
+                    ));
+                }
+                (Some(CostEntry::Fixed(_)), Some(_)) => {
+                    return Err("estimate_default applies with an estimate read from the request only".into());
+                }
+                (Some(CostEntry::Fixed(n)), None) => (within("estimate", *n)?, None),
+                (Some(CostEntry::Source(path)), default) => {
+                    let field = RequestField::parse(path)
+                        .unwrap_or_else(|| Err(format!("estimate {path:?}: use a number or \"request.json.FIELD\"")))?;
+                    let Some(default) = default else {
+                        return Err(format!(
+                            "estimate {path:?} needs an estimate_default = N: what a request that does not give it \
+                             reserves"
+                        ));
+                    };
+                    (within("estimate_default", default)?, Some(field))
+                }
             };
-            let estimate = within("estimate", estimate)?;
-            (Cost::Response { from, estimate }, estimate)
+            (Cost::Response { from, estimate, estimate_from }, estimate)
         }
         (fixed, header) => {
-            if entry.estimate.is_some() {
+            if entry.estimate.is_some() || entry.estimate_default.is_some() {
                 return Err("estimate applies with a cost read from the response only".into());
             }
             let fixed = match fixed {
@@ -290,7 +309,8 @@ fn rule(entry: RuleEntry, ipv6_prefix: u8) -> Result<Rule, String> {
     let fields = CostFields {
         cost: &entry.cost,
         cost_header: &entry.cost_header,
-        estimate: entry.estimate,
+        estimate: &entry.estimate,
+        estimate_default: entry.estimate_default,
         count_status: entry.count_status.is_some(),
     };
     let (cost, default_cost) = cost(&fields, limit.capacity())?;

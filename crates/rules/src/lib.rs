@@ -37,4 +37,4 @@ pub use rules::{
     Action, ActionKind, Characteristic, Cost, DEFAULT_IPV6_PREFIX, DEFAULT_RATE_HALF_LIFE_NS, ENVOY_SCOPE,
     FingerprintHeaders, OnBadCost, OnError, OnMissing, PathMatch, Rule, Rules, RulesError, check_name,
 };
-pub use usage::ResponseCost;
+pub use usage::{RequestField, ResponseCost};

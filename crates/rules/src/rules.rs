@@ -18,7 +18,8 @@
 //! on_missing = "skip"                  # a key part the request lacks: skip | shared | reject
 //! count_status = [401]                 # count only these responses (reserved before, refunded after)
 //! cost = 1                             # or "response.usage.FIELD" / "response.header.NAME", with
-//! estimate = 1000                      # what to reserve until the response settles it (see `usage`)
+//! estimate = 1000                      # what to reserve until the response settles it (see `usage`),
+//!                                      # or "request.json.max_tokens" with estimate_default = N
 //! path_match = "routed"                # paths as applications route them (default) | "exact"
 //! rate_half_life = "2s"                # measure each key's rate, with this half-life (default 2 s)
 //! when_rate_above = "50/s"             # also mitigate while the measured rate is above this
@@ -41,7 +42,7 @@ use tollgate_core::Limit;
 use crate::asn::AsnDb;
 use crate::ip::TrustedProxies;
 use crate::matcher::Match;
-use crate::usage::ResponseCost;
+use crate::usage::{RequestField, ResponseCost};
 
 tollgate_core::words! {
     /// The kinds of [`Action`], as `action = "…"` names them.
@@ -145,8 +146,11 @@ pub enum Cost {
     Response {
         /// Where the response says what the request cost.
         from: ResponseCost,
-        /// What the request reserves meanwhile (1 to the limit's capacity).
+        /// What the request reserves meanwhile (1 to the limit's capacity); with
+        /// `estimate_from`, what it reserves when the request does not say.
         estimate: u64,
+        /// The field of the request's JSON body the estimate is read from, if any.
+        estimate_from: Option<RequestField>,
     },
 }
 
@@ -359,6 +363,21 @@ impl Rules {
             }
         }
         names
+    }
+
+    /// The fields of the request's JSON body the rules' estimates are read from, each once: a
+    /// front end reads them (see [`RequestField::pseudo_header`]); none, it need not read bodies.
+    #[must_use]
+    pub fn request_fields(&self) -> Vec<RequestField> {
+        let mut fields: Vec<RequestField> = Vec::new();
+        for rule in &self.rules {
+            if let Cost::Response { estimate_from: Some(field), .. } = &rule.cost
+                && !fields.contains(field)
+            {
+                fields.push(field.clone());
+            }
+        }
+        fields
     }
 
     /// Whether any rule matches on the host (callers need not extract it otherwise).

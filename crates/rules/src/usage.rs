@@ -21,6 +21,14 @@
 //!
 //! The request reserves `estimate` (all or nothing with its other limits); the response settles
 //! it: less is refunded, more charged even past the limit (the next requests pay for it).
+//!
+//! The estimate may be read from the request's JSON body instead:
+//! `estimate = "request.json.max_tokens"` (a dotted path of object keys), with `estimate_default
+//! = N` for a request that does not give it (no such field, not a positive integer, a body that
+//! is not JSON, or a front end that does not read bodies). A value above the limit's capacity
+//! reserves the capacity. The front end reads the body (bounded) and hands the values to the
+//! rules as pseudo-header fields named [`RequestField::pseudo_header`] (a name no real header
+//! can have: it starts with `:`); `tollgate proxy` does so.
 
 /// Where a rule reads what a request cost, from its response.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -72,6 +80,47 @@ impl std::fmt::Display for ResponseCost {
     }
 }
 
+/// A field of the request's JSON body an estimate is read from (`request.json.a.b`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RequestField {
+    /// The object keys down to it.
+    pub path: Vec<String>,
+    /// `:request.json.a.b`.
+    pseudo: String,
+}
+
+/// The most keys a request field's path may have.
+const MAX_PATH_KEYS: usize = 8;
+
+impl RequestField {
+    /// Parses `estimate = "request.json.…"`; `None` if `text` does not start with `request.`.
+    pub(crate) fn parse(text: &str) -> Option<Result<RequestField, String>> {
+        let rest = text.strip_prefix("request.")?;
+        let Some(path) = rest.strip_prefix("json.") else {
+            return Some(Err(format!(
+                "estimate {text:?}: use a number or \"request.json.FIELD\" (e.g. request.json.max_tokens)"
+            )));
+        };
+        let keys: Vec<String> = path.split('.').map(str::to_string).collect();
+        let valid = keys.len() <= MAX_PATH_KEYS
+            && keys.iter().all(|k| {
+                !k.is_empty() && k.len() <= 64 && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+            });
+        if !valid {
+            return Some(Err(format!(
+                "estimate {text:?}: a path of 1 to {MAX_PATH_KEYS} object keys (letters, digits, '_', '-'), dot-separated"
+            )));
+        }
+        Some(Ok(RequestField { pseudo: format!(":{text}"), path: keys }))
+    }
+
+    /// The name the front end gives the field's value among the request's header fields.
+    #[must_use]
+    pub fn pseudo_header(&self) -> &str {
+        &self.pseudo
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::ResponseCost;
@@ -85,6 +134,16 @@ mod tests {
             ResponseCost::parse("response.header.X-Tokens").unwrap().unwrap(),
             ResponseCost::Header("x-tokens".into())
         );
+    }
+
+    #[test]
+    fn request_fields_parse_into_their_path() {
+        let field = super::RequestField::parse("request.json.options.max_tokens").unwrap().unwrap();
+        assert_eq!(field.pseudo_header(), ":request.json.options.max_tokens");
+        assert_eq!(field.path, ["options", "max_tokens"]);
+        assert!(super::RequestField::parse("request.header.x").unwrap().unwrap_err().contains("request.json.FIELD"));
+        assert!(super::RequestField::parse("request.json.a..b").unwrap().unwrap_err().contains("dot-separated"));
+        assert!(super::RequestField::parse("response.usage.x").is_none());
     }
 
     #[test]

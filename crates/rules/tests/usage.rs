@@ -13,7 +13,10 @@ fn rule(fields: &str) -> Result<Rules, String> {
 fn a_usage_field_or_header_cost_loads_with_its_estimate() {
     let rules = rule("cost = \"response.usage.total_tokens\"\nestimate = 500").unwrap();
     let r = &rules.rules[0];
-    assert_eq!(r.cost, Cost::Response { from: ResponseCost::Usage("total_tokens".into()), estimate: 500 });
+    assert_eq!(
+        r.cost,
+        Cost::Response { from: ResponseCost::Usage("total_tokens".into()), estimate: 500, estimate_from: None }
+    );
     assert!(r.settles_after() && r.count_status.is_none());
     let rules = rule("cost = \"response.header.X-Tokens\"\nestimate = 1").unwrap();
     assert_eq!(rules.rules[0].response_cost(), Some(&ResponseCost::Header("x-tokens".into())));
@@ -39,5 +42,48 @@ fn bad_response_costs_are_refused_at_load() {
     for (fields, wanted) in cases {
         let error = rule(fields).unwrap_err();
         assert!(error.contains("rule \"tokens\"") && error.contains(wanted), "{fields}: {error}");
+    }
+}
+
+/// Headers as a front end passes them, the request field's value among them.
+fn estimate_for(rules: &Rules, headers: &[(&str, &[u8])]) -> u64 {
+    let request = tollgate_rules::Request {
+        method: "POST",
+        path: "/v1/messages",
+        query: "",
+        host: "",
+        headers,
+        client_ip: "192.0.2.1".parse().unwrap(),
+        key: None,
+        ja3: None,
+        ja4: None,
+        from_trusted_proxy: false,
+    };
+    rules.rules[0].cost_for(&request).unwrap()
+}
+
+#[test]
+fn an_estimate_read_from_the_request_falls_back_to_its_default_and_stops_at_the_capacity() {
+    let rules = rule(
+        "cost = \"response.usage.output_tokens\"\nestimate = \"request.json.max_tokens\"\nestimate_default = 4096",
+    )
+    .unwrap();
+    assert_eq!(rules.request_fields().len(), 1);
+    let field = rules.request_fields()[0].pseudo_header().to_string();
+    assert_eq!(field, ":request.json.max_tokens");
+    assert_eq!(estimate_for(&rules, &[(&field, b"1024")]), 1024);
+    assert_eq!(estimate_for(&rules, &[]), 4096, "not given: the default");
+    assert_eq!(estimate_for(&rules, &[(&field, b"0")]), 4096, "0 reserves nothing: the default");
+    assert_eq!(estimate_for(&rules, &[(&field, b"5000000")]), 100_000, "at most the capacity");
+    assert!(rules.header_names().iter().all(|n| !n.starts_with(':')), "not a header to copy");
+    for (fields, wanted) in [
+        ("estimate = \"request.json.max_tokens\"", "needs an estimate_default = N"),
+        ("estimate = \"request.body.max_tokens\"", "use a number or \"request.json.FIELD\""),
+        ("estimate = \"request.json.a..b\"", "dot-separated"),
+        ("estimate = 5\nestimate_default = 5", "estimate_default applies with an estimate read from the request only"),
+        ("estimate = \"max_tokens\"\nestimate_default = 5", "use a number or \"request.json.FIELD\""),
+    ] {
+        let error = rule(&format!("cost = \"response.usage.output_tokens\"\n{fields}")).unwrap_err();
+        assert!(error.contains(wanted), "{fields}: {error}");
     }
 }

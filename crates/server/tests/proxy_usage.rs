@@ -283,3 +283,24 @@ async fn input_and_output_limits_settle_from_their_own_fields_and_a_client_leavi
     eventually(&store, "k3", (900, 380)).await;
     proxy.stop().await;
 }
+
+const FROM_REQUEST: &str = "[[rules]]\nname = \"output\"\nlimit = \"5000/1h\"\nalgorithm = \"fixed-window\"\n\
+     key = [\"header:x-api-key\"]\ncost = \"response.usage.output_tokens\"\n\
+     estimate = \"request.json.max_tokens\"\nestimate_default = 2000\n";
+
+/// The estimate read from the request's `max_tokens` (the default when it gives none), then
+/// settled by the stream: each next request reports its own reservation on what was settled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_estimate_is_read_from_the_requests_max_tokens() {
+    let up = upstream().await;
+    let proxy = start(common::manual_config(), &up, FROM_REQUEST).await;
+    let with = |max: &str| {
+        format!(r#"{{"model":"claude-sonnet-4-5",{max}"stream":true,"messages":[{{"role":"user","content":"Hi"}}]}}"#)
+    };
+    let (status, field, text) = call(&proxy, "/v1/messages", "k4", "25,15", &with("\"max_tokens\":1024,")).await;
+    assert_eq!((status, field.as_str()), (200, "\"output\";r=3976"), "5000 - 1024 reserved: {text}");
+    assert!(text.contains("message_stop"), "{text}");
+    let (_, field, _) = call(&proxy, "/v1/messages", "k4", "25,15", &with("")).await;
+    assert_eq!(field, "\"output\";r=2985", "5000 - 15 settled - 2000 by default");
+    proxy.stop().await;
+}

@@ -23,7 +23,7 @@ use tower_service::Service;
 use crate::future::{self, ResponseFuture};
 use crate::options::Options;
 use crate::shadow::{self, Ban, Fake, Learning, Shadow};
-use crate::usage::Metered;
+use crate::usage::{Metered, RequestValues};
 
 /// The peer address, for servers other than axum (which provides `ConnectInfo<SocketAddr>`):
 /// insert it as a request extension.
@@ -211,6 +211,10 @@ impl<'r> Head<'r> {
             for value in self.headers.get_all(name.as_str()) {
                 values.push((name.as_str(), value.as_bytes()));
             }
+        }
+        // What the front end read of the body for the rules' estimates, as pseudo-headers.
+        if let Some(read) = self.extensions.get::<RequestValues>() {
+            values.extend(read.pairs());
         }
     }
 

@@ -42,6 +42,8 @@ use axum::response::Response;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use tollgate_edge as edge;
 use tollgate_engine::{Engine, Policy};
+use tollgate_rules::RequestField;
+use tollgate_tower::usage::RequestValues;
 
 use crate::backend::Backend;
 use crate::proxy::body::{Side, Timed, too_slow};
@@ -111,16 +113,37 @@ pub(crate) async fn inbound(State(inbound): State<Arc<Inbound>>, mut request: Re
     if let Err(refused) = inbound.shape(&mut request, &policy) {
         return refused.response();
     }
+    // The fields of the body the rules' estimates read (`estimate = "request.json.…"`).
+    let fields = policy.rules.request_fields();
     drop(policy);
-    let request = match inbound.frame(request).await {
+    let mut request = match inbound.frame(request).await {
         Ok(request) => request,
         Err(refused) => return refused,
     };
+    if !fields.is_empty() {
+        request = match read_estimates(request, &fields, inbound.max_body).await {
+            Ok(request) => request,
+            Err(refused) => return refused,
+        };
+    }
     let mut response = next.run(request).await;
     if response.status() == StatusCode::TOO_MANY_REQUESTS {
         close(&mut response);
     }
     response
+}
+
+/// Reads the body (framed already: at most `max` bytes) for the fields the rules' estimates read,
+/// attached as [`RequestValues`]; the body is forwarded as read.
+async fn read_estimates(request: Request, fields: &[RequestField], max: usize) -> Result<Request, Response> {
+    let (mut parts, body) = request.into_parts();
+    let bytes = match http_body_util::BodyExt::collect(http_body_util::Limited::new(body, max)).await {
+        Ok(collected) => collected.to_bytes(),
+        Err(error) if body_too_large(&*error) => return Err(too_large(max)),
+        Err(error) => return Err(client_error(&*error)),
+    };
+    parts.extensions.insert(RequestValues::read(fields, &bytes));
+    Ok(Request::from_parts(parts, Body::from(bytes)))
 }
 
 /// Asks hyper to close the connection after `response`.

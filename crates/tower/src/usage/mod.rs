@@ -12,6 +12,8 @@
 //!   (with `stream_options.include_usage`), Anthropic's `message_start` (`input_tokens`) and its
 //!   cumulative `message_delta`s (`output_tokens`). An event past [`MAX_EVENT_BYTES`] is unread.
 //!
+//! The estimate a request reserves may be read from its JSON body ([`RequestValues`]).
+//!
 //! The request's reservations are settled when the body ends (before the end is passed on: a
 //! client that read the whole response sees its cost counted), or when the body is dropped
 //! before (the client left mid-stream): each usage field then settles at the larger of the last
@@ -25,10 +27,44 @@ pub mod events;
 
 pub use body::Metered;
 pub use events::MAX_EVENT_BYTES;
+use tollgate_rules::RequestField;
 
 /// The longest JSON body kept for reading its `usage`: 1 MiB (a completion's body is rarely
 /// longer; a longer one is passed on unread and the estimate stays charged).
 pub const MAX_JSON_BYTES: usize = 1 << 20;
+
+/// Values read from a request's JSON body for the rules' estimates (`estimate =
+/// "request.json.max_tokens"`): a front end that reads request bodies inserts it as a request
+/// extension, and the middleware hands each value to the rules as the field's pseudo-header
+/// ([`RequestField::pseudo_header`]). `tollgate proxy` does so; without it, such a rule reserves
+/// its `estimate_default`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RequestValues(Vec<(String, Vec<u8>)>);
+
+impl RequestValues {
+    /// Reads `fields` from `body`, a JSON document of at most [`MAX_JSON_BYTES`] (a longer one,
+    /// or one that is not JSON, gives nothing); each a non-negative integer, else not given.
+    #[must_use]
+    pub fn read(fields: &[RequestField], body: &[u8]) -> Self {
+        if fields.is_empty() || body.len() > MAX_JSON_BYTES {
+            return RequestValues::default();
+        }
+        let Ok(json) = serde_json::from_slice::<serde_json::Value>(body) else { return RequestValues::default() };
+        let values = fields
+            .iter()
+            .filter_map(|field| {
+                let value = field.path.iter().try_fold(&json, |value, key| value.get(key))?.as_u64()?;
+                Some((field.pseudo_header().to_string(), value.to_string().into_bytes()))
+            })
+            .collect();
+        RequestValues(values)
+    }
+
+    /// Each field's pseudo-header and value.
+    pub(crate) fn pairs(&self) -> impl Iterator<Item = (&str, &[u8])> {
+        self.0.iter().map(|(name, value)| (name.as_str(), value.as_slice()))
+    }
+}
 
 /// The most `usage` fields kept per response (the known formats have under ten).
 const MAX_FIELDS: usize = 32;

@@ -163,3 +163,28 @@ fn values_that_are_not_counts_are_ignored() {
         assert_eq!(reader.usage().get(field), None, "{field}");
     }
 }
+
+#[test]
+fn request_values_are_the_integer_fields_of_a_json_body() {
+    let rules = tollgate_rules::Rules::parse(
+        "[[rules]]\nname = \"out\"\nlimit = \"1000/1m\"\nkey = [\"global\"]\ncost = \"response.usage.output_tokens\"\n\
+         estimate = \"request.json.max_tokens\"\nestimate_default = 7\n\
+         [[rules]]\nname = \"deep\"\nlimit = \"1000/1m\"\nkey = [\"global\"]\ncost = \"response.usage.total_tokens\"\n\
+         estimate = \"request.json.options.num_predict\"\nestimate_default = 7\n",
+        "t",
+    )
+    .unwrap();
+    let fields = rules.request_fields();
+    let read = |body: &str| {
+        let values = super::RequestValues::read(&fields, body.as_bytes());
+        values.pairs().map(|(n, v)| format!("{n}={}", String::from_utf8_lossy(v))).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        read(r#"{"max_tokens": 1024, "options": {"num_predict": 64}}"#),
+        [":request.json.max_tokens=1024", ":request.json.options.num_predict=64"]
+    );
+    assert_eq!(read(r#"{"max_tokens": "1024", "options": 3}"#), Vec::<String>::new(), "not counts");
+    assert_eq!(read("max_tokens=1024"), Vec::<String>::new(), "not JSON");
+    let long = format!(r#"{{"max_tokens": 5, "pad": "{}"}}"#, "x".repeat(MAX_JSON_BYTES));
+    assert_eq!(read(&long), Vec::<String>::new(), "over the bound");
+}
