@@ -78,6 +78,7 @@ async fn openai(headers: HeaderMap, body: Bytes) -> Response {
         });
         return Response::builder()
             .header(header::CONTENT_TYPE, "application/json")
+            .header("x-tokens-used", usage["total_tokens"].to_string())
             .body(Body::from(completion.to_string()))
             .unwrap();
     }
@@ -302,5 +303,24 @@ async fn the_estimate_is_read_from_the_requests_max_tokens() {
     assert!(text.contains("message_stop"), "{text}");
     let (_, field, _) = call(&proxy, "/v1/messages", "k4", "25,15", &with("")).await;
     assert_eq!(field, "\"output\";r=2985", "5000 - 15 settled - 2000 by default");
+    proxy.stop().await;
+}
+
+const FROM_HEADER: &str = "[[rules]]\nname = \"tokens\"\nlimit = \"1000/1h\"\nalgorithm = \"fixed-window\"\n\
+     key = [\"header:x-api-key\"]\ncost = \"response.header.x-tokens-used\"\nestimate = 100\n";
+
+/// A cost read from a response header; a response without it keeps the estimate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cost_read_from_a_response_header_settles_the_estimate() {
+    let up = upstream().await;
+    let proxy = start(common::manual_config(), &up, FROM_HEADER).await;
+    let plain = r#"{"model":"gpt-4o","messages":[]}"#;
+    call(&proxy, "/v1/chat/completions", "k5", "200,50", plain).await;
+    let (_, field, _) = call(&proxy, "/v1/chat/completions", "k5", "0,0", plain).await;
+    assert_eq!(field, "\"tokens\";r=650", "1000 - 250 said by the header - 100 reserved");
+    // A stream carries no such header: its estimate stays charged.
+    call(&proxy, "/v1/chat/completions", "k5", "1,1", r#"{"model":"gpt-4o","messages":[],"stream":true}"#).await;
+    let (_, field, _) = call(&proxy, "/v1/chat/completions", "k5", "0,0", plain).await;
+    assert_eq!(field, "\"tokens\";r=550", "1000 - 250 - 0 - 100 kept - 100 reserved");
     proxy.stop().await;
 }
