@@ -87,3 +87,25 @@ fn an_estimate_read_from_the_request_falls_back_to_its_default_and_stops_at_the_
         assert!(error.contains(wanted), "{fields}: {error}");
     }
 }
+
+/// `examples/rules/llm-tokens.toml`, as docs/rules.md shows it: input and output tokens per API
+/// key, each from its own field, the output's estimate read from the request's `max_tokens`.
+#[test]
+fn the_llm_tokens_example_loads_and_is_the_one_the_manual_shows() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let text = std::fs::read_to_string(root.join("examples/rules/llm-tokens.toml")).unwrap();
+    let rules = Rules::parse(&text, "llm-tokens.toml").unwrap();
+    let costs: Vec<_> = rules.rules.iter().map(|r| (r.name.as_str(), r.response_cost().unwrap().to_string())).collect();
+    assert_eq!(
+        costs,
+        [
+            ("input-tokens", "response.usage.prompt_tokens".to_string()),
+            ("output-tokens", "response.usage.completion_tokens".to_string())
+        ]
+    );
+    assert_eq!(rules.request_fields()[0].pseudo_header(), ":request.json.max_tokens");
+    // The manual shows the file without its comments.
+    let manual = std::fs::read_to_string(root.join("docs/rules.md")).unwrap();
+    let rules_only: String = text.lines().filter(|l| !l.starts_with('#')).collect::<Vec<_>>().join("\n");
+    assert!(manual.contains(rules_only.trim()), "docs/rules.md shows examples/rules/llm-tokens.toml");
+}
