@@ -61,9 +61,12 @@ struct RuleEntry {
     mitigation: Option<MitigationEntry>,
 }
 
-/// `cost = 3`, or `cost = "response.usage.FIELD"` (see `usage`).
+/// `cost = 3`, or `cost = "response.usage.FIELD"` (see `usage`); `estimate` likewise.
 #[derive(Deserialize)]
-#[serde(untagged)]
+#[serde(
+    untagged,
+    expecting = "a positive integer, or a string such as \"response.usage.total_tokens\" (cost) or \"request.json.max_tokens\" (estimate)"
+)]
 enum CostEntry {
     Fixed(u64),
     Source(String),

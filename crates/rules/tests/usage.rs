@@ -38,11 +38,16 @@ fn bad_response_costs_are_refused_at_load() {
         ("cost = \"response.usage.total_tokens\"\nestimate = 1\ncost_header = \"x-cost\"", "do not combine"),
         ("cost = \"response.usage.total_tokens\"\nestimate = 1\ncount_status = [200]", "count_status and cost"),
         ("cost = 0", "cost 0: use 1 to the limit's capacity"),
+        ("cost = 1.5", "a positive integer, or a string such as"),
+        ("cost = -1", "a positive integer, or a string such as"),
+        ("cost = \"response.usage.total_tokens\"\nestimate = true", "a positive integer, or a string such as"),
     ];
     for (fields, wanted) in cases {
         let error = rule(fields).unwrap_err();
-        assert!(error.contains("rule \"tokens\"") && error.contains(wanted), "{fields}: {error}");
+        assert!(error.contains(wanted), "{fields}: {error}");
     }
+    let error = rule("cost = \"response.usage.total_tokens\"").unwrap_err();
+    assert!(error.starts_with("rules.toml: rule \"tokens\": "), "names the file and the rule: {error}");
 }
 
 /// Headers as a front end passes them, the request field's value among them.

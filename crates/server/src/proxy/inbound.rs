@@ -120,7 +120,7 @@ pub(crate) async fn inbound(State(inbound): State<Arc<Inbound>>, mut request: Re
         Ok(request) => request,
         Err(refused) => return refused,
     };
-    if !fields.is_empty() {
+    if !fields.is_empty() && is_json(request.headers()) {
         request = match read_estimates(request, &fields, inbound.max_body).await {
             Ok(request) => request,
             Err(refused) => return refused,
@@ -131,6 +131,14 @@ pub(crate) async fn inbound(State(inbound): State<Arc<Inbound>>, mut request: Re
         close(&mut response);
     }
     response
+}
+
+/// Whether the request says its body is JSON (`application/json`, `…+json`): only such a body is
+/// read for the rules' estimates (an upload of another type is forwarded as it streams).
+fn is_json(headers: &HeaderMap) -> bool {
+    let Some(value) = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) else { return false };
+    let essence = value.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    essence == "application/json" || essence.ends_with("+json")
 }
 
 /// Reads the body (framed already: at most `max` bytes) for the fields the rules' estimates read,
