@@ -31,12 +31,12 @@ pub(crate) struct Applies<'p> {
 }
 
 /// The plan's only rule if it is the usual kind, which rejects when over and counts every request
-/// (no dry-run, delay, shadow-ban, mitigation timeout or `count_status`): then a plain check
-/// decides the request.
+/// (no dry-run, delay, shadow-ban, mitigation timeout, `count_status` or cost read from the
+/// response): then a plain check decides the request.
 fn single<'p>(policy: &Policy, plan: &'p Plan) -> Option<Applies<'p>> {
     let (rule, key, cost) = plan.single()?;
     let r = &policy.rules.rules[rule];
-    let plain = r.action == Action::Reject && r.count_status.is_none() && r.timeout_ns == 0;
+    let plain = r.action == Action::Reject && !r.settles_after() && r.timeout_ns == 0;
     plain.then_some(Applies { rule, key, cost, rate: None })
 }
 

@@ -192,7 +192,7 @@ impl<S: Store> Engine<S> {
                 self.metrics
                     .count(&policy.counters[applies.rule], if wait > 0 { Outcome::Delayed } else { Outcome::Allowed });
                 delay = delay.max(wait);
-                if rule.count_status.is_some() && routes.is_empty() {
+                if rule.settles_after() && routes.is_empty() {
                     let reserved_at = reserved.instant(i);
                     pending.hold(policy, (applies.rule, applies.key, applies.cost), reserved_at, *decision);
                 }
@@ -251,7 +251,7 @@ impl<S: Store> Engine<S> {
                 if !flagged {
                     self.metrics.count(&policy.counters[applied.rule], Outcome::Allowed);
                 }
-                if rule.count_status.is_some() {
+                if rule.settles_after() {
                     let what = (applied.rule, applied.key, applied.cost);
                     pending.hold(policy, what, reserved.at, reserved.decisions[0]);
                 }

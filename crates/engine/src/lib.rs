@@ -83,6 +83,6 @@ pub use engine::Engine;
 pub use metrics::{Frontend, Metrics, Outcome, Source};
 pub use policy::{Current, Policy};
 pub use rates::{DEFAULT_MAX_RATED_KEYS, MAX_TOP, Talker};
-pub use settle::Unsettled;
+pub use settle::{Actual, Unsettled};
 pub use tollgate_rules::Request;
 pub use waiting::DEFAULT_MAX_DELAYED;

@@ -9,6 +9,10 @@
 //!   never be counted).
 //! - **Settled with no status** ([`Unsettled`] dropped before a status exists: the request never
 //!   reached the service, the service failed or panicked): every reservation is given back.
+//! - **Settled with what the response cost** ([`Unsettled::complete_with`]): a rule whose cost is
+//!   read from the response (LLM tokens) reserved an estimate; less is refunded, more charged
+//!   past the limit ([`Store::charge`]: the next requests pay), and a response that does not say
+//!   leaves the estimate charged. Dropped before a status exists, it is refunded like the others.
 //! - **Kept** (a caller naming a rule has no response status; a quarantined request's response
 //!   is the quarantine's): every reservation stays counted.
 //!
@@ -27,6 +31,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use tollgate_core::Decision;
+use tollgate_rules::ResponseCost;
 use tollgate_store::{Check, Refund, Store};
 
 use crate::admission::{Answer, Fields, Pending};
@@ -34,6 +39,17 @@ use crate::admit::Applies;
 use crate::metrics::Outcome;
 use crate::sharded::Sharded;
 use crate::{Engine, Policy};
+
+/// What a response says a request cost under a rule whose cost is read from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Actual {
+    /// The response is whole: this is what it cost.
+    Final(u64),
+    /// The response was cut short (the client left mid-stream): it cost at least this (the last
+    /// cumulative count it gave), perhaps more. Settled at the larger of this and the estimate:
+    /// more is charged, nothing refunded.
+    AtLeast(u64),
+}
 
 /// The longest a request refused only by reservations in flight is told to wait: those are
 /// usually answered within it.
@@ -92,6 +108,32 @@ impl<S: Store + 'static> Unsettled<S> {
         let pending = std::mem::take(&mut self.pending);
         self.engine.complete(pending, status).await;
     }
+
+    /// Where the rules of these reservations read what the request cost from its response, each
+    /// once: what a front end extracts from the response for [`complete_with`](Self::complete_with).
+    #[must_use]
+    pub fn response_costs(&self) -> Vec<ResponseCost> {
+        let Some(policy) = &self.pending.policy else { return Vec::new() };
+        let mut costs: Vec<ResponseCost> = Vec::new();
+        for reservation in &self.pending.reservations {
+            if let Some(from) = policy.rules.rules[reservation.rule].response_cost()
+                && !costs.contains(from)
+            {
+                costs.push(from.clone());
+            }
+        }
+        costs
+    }
+
+    /// Settles the reservations with the response's `status` and what it says the request cost:
+    /// a rule whose cost is read from the response settles its estimate with `actual(from)`
+    /// (less: the difference refunded; more: charged past the limit; [`Actual::AtLeast`]: never
+    /// less than the estimate; `None`, the response did not say: the estimate stays charged); the
+    /// others as [`complete`](Self::complete) does.
+    pub async fn complete_with(mut self, status: u16, actual: impl Fn(&ResponseCost) -> Option<Actual> + Sync) {
+        let pending = std::mem::take(&mut self.pending);
+        self.engine.complete_with(pending, status, actual).await;
+    }
 }
 
 impl<S: Store + 'static> Unsettled<S> {
@@ -135,7 +177,7 @@ impl<S: Store + 'static> Engine<S> {
     /// reservations stay counted, an under-grant, and a warning says so).
     pub fn abandoned(self: &Arc<Self>, pending: Pending) {
         if self.store.decides_in_place() {
-            let settled = std::pin::pin!(self.settle(pending, None));
+            let settled = std::pin::pin!(self.settle(pending, None, &|_| None));
             if settled.poll(&mut Context::from_waker(Waker::noop())) == Poll::Pending {
                 tracing::error!("the store said it decides in place, then made a refund wait: it stays counted");
             }
@@ -144,7 +186,7 @@ impl<S: Store + 'static> Engine<S> {
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 let engine = self.clone();
-                runtime.spawn(async move { engine.settle(pending, None).await });
+                runtime.spawn(async move { engine.settle(pending, None, &|_| None).await });
             }
             Err(_) => tracing::warn!("a request ended with no runtime to refund it on: its reservations stay counted"),
         }
@@ -155,7 +197,18 @@ impl<S: Store> Engine<S> {
     /// Settles a request's reservations once its response's status is known: each `count_status`
     /// rule keeps what it reserved if it counts `status`, and gives it back otherwise.
     pub async fn complete(&self, pending: Pending, status: u16) {
-        self.settle(pending, Some(status)).await;
+        self.settle(pending, Some(status), &|_| None).await;
+    }
+
+    /// Settles a request's reservations with its response's `status` and what the response says
+    /// it cost (see [`Unsettled::complete_with`]).
+    pub async fn complete_with(
+        &self,
+        pending: Pending,
+        status: u16,
+        actual: impl Fn(&ResponseCost) -> Option<Actual> + Sync,
+    ) {
+        self.settle(pending, Some(status), &actual).await;
     }
 
     /// Keeps every reservation counted (a caller naming a rule has no response status).
@@ -166,29 +219,55 @@ impl<S: Store> Engine<S> {
         }
     }
 
-    /// Keeps (`status` counted) or refunds every reservation; `None` refunds them all. They leave
-    /// the reservations in flight once the store has them settled (as `pending` is dropped).
-    async fn settle(&self, pending: Pending, status: Option<u16>) {
+    /// Keeps (`status` counted) or refunds every reservation; `None` refunds them all. A rule
+    /// whose cost is read from the response settles with what `actual` reads (see
+    /// [`Unsettled::complete_with`]). They leave the reservations in flight once the store has
+    /// them settled (as `pending` is dropped).
+    async fn settle(
+        &self,
+        pending: Pending,
+        status: Option<u16>,
+        actual: &(dyn Fn(&ResponseCost) -> Option<Actual> + Sync),
+    ) {
         let Some(policy) = &pending.policy else { return };
         let mut refunds = Vec::new();
+        let mut charges = Vec::new();
         for reservation in &pending.reservations {
             let rule = &policy.rules.rules[reservation.rule];
-            if status.is_some_and(|s| rule.counts_status(s)) {
-                self.metrics.count(&policy.counters[reservation.rule], Outcome::Counted);
-            } else {
-                self.metrics.count(&policy.counters[reservation.rule], Outcome::Refunded);
-                refunds.push(Refund {
-                    check: Check::new(&reservation.key, &policy.checked[reservation.rule], reservation.cost)
-                        .scoped(&rule.name),
-                    at: reservation.at,
-                    decision: reservation.decision,
-                });
+            let check = |cost| Check::new(&reservation.key, &policy.checked[reservation.rule], cost).scoped(&rule.name);
+            let refund = |cost| Refund { check: check(cost), at: reservation.at, decision: reservation.decision };
+            let counter = &policy.counters[reservation.rule];
+            match (status, rule.response_cost()) {
+                (Some(_), Some(from)) => {
+                    self.metrics.count(counter, Outcome::Counted);
+                    let cost = match actual(from) {
+                        Some(Actual::Final(cost)) => Some(cost),
+                        Some(Actual::AtLeast(cost)) => Some(cost.max(reservation.cost)),
+                        None => None,
+                    };
+                    match cost {
+                        Some(cost) if cost < reservation.cost => refunds.push(refund(reservation.cost - cost)),
+                        Some(cost) if cost > reservation.cost => charges.push(check(cost - reservation.cost)),
+                        // As estimated, or the response did not say: the estimate stays charged.
+                        _ => {}
+                    }
+                }
+                (Some(s), None) if rule.counts_status(s) => self.metrics.count(counter, Outcome::Counted),
+                _ => {
+                    self.metrics.count(counter, Outcome::Refunded);
+                    refunds.push(refund(reservation.cost));
+                }
             }
         }
         if !refunds.is_empty()
             && let Err(error) = self.counted(self.store.refund(&refunds).await)
         {
             tracing::warn!(%error, "refund failed: the reservations stay counted");
+        }
+        if !charges.is_empty()
+            && let Err(error) = self.counted(self.store.charge(&charges).await)
+        {
+            tracing::warn!(%error, "charging what responses cost beyond their estimates failed: only the estimates stay counted");
         }
     }
 
@@ -207,7 +286,7 @@ impl<S: Store> Engine<S> {
     /// holding nothing.
     pub(crate) fn only_in_flight(&self, policy: &Policy, applies: &Applies<'_>, decision: &Decision) -> bool {
         let rule = &policy.rules.rules[applies.rule];
-        if rule.count_status.is_none() {
+        if !rule.settles_after() {
             return false;
         }
         let in_flight = policy.in_flight.of(&rule.name, applies.key);

@@ -15,6 +15,7 @@ use crate::rules::{
     Action, ActionKind, Characteristic, Cost, DEFAULT_IPV6_PREFIX, DEFAULT_RATE_HALF_LIFE_NS, FingerprintHeaders,
     OnBadCost, OnError, OnMissing, PathMatch, Rule, Rules, RulesError, check_name,
 };
+use crate::usage::{RequestField, ResponseCost};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -44,7 +45,9 @@ struct RuleEntry {
     slices: Option<u64>,
     #[serde(default)]
     key: Vec<String>,
-    cost: Option<u64>,
+    cost: Option<CostEntry>,
+    estimate: Option<CostEntry>,
+    estimate_default: Option<u64>,
     cost_header: Option<String>,
     on_bad_cost: Option<String>,
     on_missing: Option<String>,
@@ -56,6 +59,17 @@ struct RuleEntry {
     #[serde(default, rename = "match")]
     matcher: Match,
     mitigation: Option<MitigationEntry>,
+}
+
+/// `cost = 3`, or `cost = "response.usage.FIELD"` (see `usage`); `estimate` likewise.
+#[derive(Deserialize)]
+#[serde(
+    untagged,
+    expecting = "a positive integer, or a string such as \"response.usage.total_tokens\" (cost) or \"request.json.max_tokens\" (estimate)"
+)]
+enum CostEntry {
+    Fixed(u64),
+    Source(String),
 }
 
 #[derive(Deserialize, Default)]
@@ -200,6 +214,82 @@ fn characteristic(k: &str) -> Result<Characteristic, String> {
     })
 }
 
+/// What a rule's cost is made of.
+struct CostFields<'e> {
+    cost: &'e Option<CostEntry>,
+    cost_header: &'e Option<String>,
+    estimate: &'e Option<CostEntry>,
+    estimate_default: Option<u64>,
+    count_status: bool,
+}
+
+/// A rule's cost, and its `cost` as a number (the least a `cost_header` may say; a response
+/// cost's estimate).
+fn cost(entry: &CostFields<'_>, capacity: u64) -> Result<(Cost, u64), String> {
+    let within = |what: &str, n: u64| {
+        if n == 0 || n > capacity {
+            Err(format!("{what} {n}: use 1 to the limit's capacity {capacity}"))
+        } else {
+            Ok(n)
+        }
+    };
+    let (cost, default_cost) = match (entry.cost, entry.cost_header) {
+        (Some(CostEntry::Source(text)), header) => {
+            let from = ResponseCost::parse(text).unwrap_or_else(|| {
+                Err(format!("cost {text:?}: use a number, \"response.usage.FIELD\" or \"response.header.NAME\""))
+            })?;
+            if header.is_some() {
+                return Err("cost_header and a cost read from the response do not combine".into());
+            }
+            if entry.count_status {
+                return Err(format!(
+                    "count_status and cost {text:?} do not combine: a cost read from the response settles \
+                     every response (one that does not say keeps the estimate)"
+                ));
+            }
+            let (estimate, estimate_from) = match (entry.estimate, entry.estimate_default) {
+                (None, _) => {
+                    return Err(format!(
+                        "cost {text:?} needs an estimate = N (or \"request.json.FIELD\"): what a request reserves \
+                         until its response says"
+                    ));
+                }
+                (Some(CostEntry::Fixed(_)), Some(_)) => {
+                    return Err("estimate_default applies with an estimate read from the request only".into());
+                }
+                (Some(CostEntry::Fixed(n)), None) => (within("estimate", *n)?, None),
+                (Some(CostEntry::Source(path)), default) => {
+                    let field = RequestField::parse(path)
+                        .unwrap_or_else(|| Err(format!("estimate {path:?}: use a number or \"request.json.FIELD\"")))?;
+                    let Some(default) = default else {
+                        return Err(format!(
+                            "estimate {path:?} needs an estimate_default = N: what a request that does not give it \
+                             reserves"
+                        ));
+                    };
+                    (within("estimate_default", default)?, Some(field))
+                }
+            };
+            (Cost::Response { from, estimate, estimate_from }, estimate)
+        }
+        (fixed, header) => {
+            if entry.estimate.is_some() || entry.estimate_default.is_some() {
+                return Err("estimate applies with a cost read from the response only".into());
+            }
+            let fixed = match fixed {
+                Some(CostEntry::Fixed(n)) => within("cost", *n)?,
+                _ => 1,
+            };
+            let cost = match header {
+                Some(header) => Cost::Header(header.to_ascii_lowercase()),
+                None => Cost::Fixed(fixed),
+            };
+            (cost, fixed)
+        }
+    };
+    Ok((cost, default_cost))
+}
+
 /// An `ipv6_prefix`: 1 to 128 bits.
 fn prefix(bits: u8) -> Result<u8, String> {
     if (1..=128).contains(&bits) {
@@ -219,14 +309,14 @@ fn rule(entry: RuleEntry, ipv6_prefix: u8) -> Result<Rule, String> {
     if key.is_empty() {
         return Err("key: name at least one characteristic (\"global\" for one key for everyone)".into());
     }
-    let default_cost = entry.cost.unwrap_or(1);
-    let cost = match (entry.cost_header, entry.cost) {
-        (Some(header), _) => Cost::Header(header.to_ascii_lowercase()),
-        (None, cost) => Cost::Fixed(cost.unwrap_or(1)),
+    let fields = CostFields {
+        cost: &entry.cost,
+        cost_header: &entry.cost_header,
+        estimate: &entry.estimate,
+        estimate_default: entry.estimate_default,
+        count_status: entry.count_status.is_some(),
     };
-    if default_cost == 0 || default_cost > limit.capacity() {
-        return Err(format!("cost {default_cost}: use 1 to the limit's capacity {}", limit.capacity()));
-    }
+    let (cost, default_cost) = cost(&fields, limit.capacity())?;
     let on_missing: OnMissing = word(entry.on_missing)?;
     let on_bad_cost: OnBadCost = word(entry.on_bad_cost.clone())?;
     if entry.on_bad_cost.is_some() && !matches!(cost, Cost::Header(_)) {

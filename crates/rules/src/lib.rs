@@ -26,6 +26,7 @@ mod plan;
 mod request;
 pub mod route;
 mod rules;
+pub mod usage;
 
 pub use asn::AsnDb;
 pub use ip::{Cidr, ForwardingHeader, TrustedProxies};
@@ -36,3 +37,4 @@ pub use rules::{
     Action, ActionKind, Characteristic, Cost, DEFAULT_IPV6_PREFIX, DEFAULT_RATE_HALF_LIFE_NS, ENVOY_SCOPE,
     FingerprintHeaders, OnBadCost, OnError, OnMissing, PathMatch, Rule, Rules, RulesError, check_name,
 };
+pub use usage::{RequestField, ResponseCost};

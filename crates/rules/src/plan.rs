@@ -251,7 +251,13 @@ impl Rule {
     /// raise the rule's `cost`, never lower it: a client does not set its own price.
     pub fn cost_for(&self, request: &Request<'_>) -> Result<u64, RequestError> {
         let name = match &self.cost {
-            Cost::Fixed(cost) => return Ok(*cost),
+            Cost::Fixed(cost) | Cost::Response { estimate: cost, estimate_from: None, .. } => return Ok(*cost),
+            Cost::Response { estimate, estimate_from: Some(field), .. } => {
+                // Client-chosen, and only a reservation: the response settles what it cost.
+                let said = request.header(field.pseudo_header()).ok().flatten();
+                let said = said.and_then(|v| std::str::from_utf8(v).ok()).and_then(|v| v.parse::<u64>().ok());
+                return Ok(said.filter(|&n| n > 0).map_or(*estimate, |n| n.min(self.limit.capacity())));
+            }
             Cost::Header(name) => name,
         };
         let capacity = self.limit.capacity();

@@ -17,6 +17,9 @@
 //!                                      # query:NAME, ja3, ja4, asn
 //! on_missing = "skip"                  # a key part the request lacks: skip | shared | reject
 //! count_status = [401]                 # count only these responses (reserved before, refunded after)
+//! cost = 1                             # or "response.usage.FIELD" / "response.header.NAME", with
+//! estimate = 1000                      # what to reserve until the response settles it (see `usage`),
+//!                                      # or "request.json.max_tokens" with estimate_default = N
 //! path_match = "routed"                # paths as applications route them (default) | "exact"
 //! rate_half_life = "2s"                # measure each key's rate, with this half-life (default 2 s)
 //! when_rate_above = "50/s"             # also mitigate while the measured rate is above this
@@ -39,6 +42,7 @@ use tollgate_core::Limit;
 use crate::asn::AsnDb;
 use crate::ip::TrustedProxies;
 use crate::matcher::Match;
+use crate::usage::{RequestField, ResponseCost};
 
 tollgate_core::words! {
     /// The kinds of [`Action`], as `action = "…"` names them.
@@ -137,6 +141,17 @@ pub enum Cost {
     /// Taken from this header (an integer from 1 to the limit's capacity): as it is from a
     /// trusted proxy, at least the rule's `cost` from any other peer.
     Header(String),
+    /// Known from the response (see [`usage`](crate::usage)): `estimate` is reserved when the
+    /// request is admitted, and settled with what `from` reads once the response is in.
+    Response {
+        /// Where the response says what the request cost.
+        from: ResponseCost,
+        /// What the request reserves meanwhile (1 to the limit's capacity); with
+        /// `estimate_from`, what it reserves when the request does not say.
+        estimate: u64,
+        /// The field of the request's JSON body the estimate is read from, if any.
+        estimate_from: Option<RequestField>,
+    },
 }
 
 tollgate_core::words! {
@@ -350,6 +365,21 @@ impl Rules {
         names
     }
 
+    /// The fields of the request's JSON body the rules' estimates are read from, each once: a
+    /// front end reads them (see [`RequestField::pseudo_header`]); none, it need not read bodies.
+    #[must_use]
+    pub fn request_fields(&self) -> Vec<RequestField> {
+        let mut fields: Vec<RequestField> = Vec::new();
+        for rule in &self.rules {
+            if let Cost::Response { estimate_from: Some(field), .. } = &rule.cost
+                && !fields.contains(field)
+            {
+                fields.push(field.clone());
+            }
+        }
+        fields
+    }
+
     /// Whether any rule matches on the host (callers need not extract it otherwise).
     #[must_use]
     pub fn uses_host(&self) -> bool {
@@ -365,6 +395,22 @@ impl Rules {
 }
 
 impl Rule {
+    /// Where the rule reads what a request cost from its response, if it does.
+    #[must_use]
+    pub fn response_cost(&self) -> Option<&ResponseCost> {
+        match &self.cost {
+            Cost::Response { from, .. } => Some(from),
+            _ => None,
+        }
+    }
+
+    /// Whether what the rule reserves is settled after the response: it counts statuses, or its
+    /// cost is read from the response.
+    #[must_use]
+    pub fn settles_after(&self) -> bool {
+        self.count_status.is_some() || self.response_cost().is_some()
+    }
+
     /// Whether a response with `status` counts under this rule.
     #[must_use]
     pub fn counts_status(&self, status: u16) -> bool {

@@ -277,6 +277,13 @@ impl Store for Backend {
         }
     }
 
+    async fn charge(&self, checks: &[Check<'_>]) -> Result<(), StoreError> {
+        match self {
+            Backend::Memory(store) => store.charge_sync(checks),
+            Backend::Redis(store, _) => store.charge(checks).await,
+        }
+    }
+
     async fn check(&self, key: &[u8], limit: &Limit, cost: u64) -> Result<Decision, StoreError> {
         self.check_one(Check::new(key, limit, cost)).await
     }

@@ -130,6 +130,15 @@ pub trait Store: Send + Sync {
     /// was counted if the state still holds it (see `RateState::refund`): never an over-grant.
     fn refund(&self, refunds: &[Refund<'_>]) -> impl Future<Output = Result<(), StoreError>> + Send;
 
+    /// Charges each check's `cost` at the store's now whatever its limit says: an amount known
+    /// only once the request was served (a response that cost more than its reservation), which
+    /// the next requests pay for. The state may go into debt (bounded as `RateState::charge`
+    /// says). Default: refused as unsupported (the caller keeps what it reserved).
+    fn charge(&self, checks: &[Check<'_>]) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = checks;
+        async { Err(StoreError::Unsupported("this store cannot charge past a limit".into())) }
+    }
+
     /// Decides a request of `cost` for the ad-hoc `key` under `limit`, consuming capacity if
     /// admitted. `cost = 0` peeks: it reports the state, changes nothing and creates no state.
     fn check(&self, key: &[u8], limit: &Limit, cost: u64) -> impl Future<Output = Result<Decision, StoreError>> + Send {
@@ -230,6 +239,10 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
 
     fn refund(&self, refunds: &[Refund<'_>]) -> impl Future<Output = Result<(), StoreError>> + Send {
         (**self).refund(refunds)
+    }
+
+    fn charge(&self, checks: &[Check<'_>]) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).charge(checks)
     }
 
     fn check(&self, key: &[u8], limit: &Limit, cost: u64) -> impl Future<Output = Result<Decision, StoreError>> + Send {

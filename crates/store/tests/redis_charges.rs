@@ -8,7 +8,7 @@ use std::time::Duration;
 use tollgate_core::Snapshot;
 use tollgate_store::remote::{CHARGES_REMEMBERED, Charge, Origin, RESEND_HORIZON, Remote, Reply};
 use tollgate_store::testkit::redis_server::RedisServer;
-use tollgate_store::{Algorithm, Check, Limit, MemoryStore, RedisOptions, RedisStore, Refund};
+use tollgate_store::{Algorithm, Check, Limit, MemoryStore, RedisOptions, RedisStore, Refund, Store};
 
 /// A fresh key prefix per store.
 fn options() -> RedisOptions {
@@ -124,4 +124,26 @@ async fn a_nodes_charges_apply_once_and_restore_a_lost_key() {
     let ttl: u128 = server.cli(&["PTTL", &marker]).trim().parse().unwrap();
     let (resend, remembered) = (RESEND_HORIZON.as_millis(), CHARGES_REMEMBERED.as_millis());
     assert!(resend < ttl && ttl <= remembered, "{marker}: PTTL {ttl}");
+}
+
+/// [`Store::charge`] (a response that cost more than its reservation): charged whatever the
+/// limit says, the key then in debt until it is paid back; on every algorithm.
+async fn a_charge_goes_past_the_limit<S: Store>(store: &S) {
+    for algorithm in Algorithm::ALL {
+        let limit = Limit::per_hour(20).algorithm(algorithm).build().unwrap();
+        let check = |cost| Check::new(b"{past}", &limit, cost).scoped("tokens");
+        assert!(store.check_one(check(15)).await.unwrap().allowed, "{algorithm}");
+        store.charge(&[check(10)]).await.unwrap();
+        let peek = store.check_one(check(0)).await.unwrap();
+        assert_eq!(peek.remaining, 0, "{algorithm}: 15 admitted and 10 charged of 20");
+        assert!(!store.check_one(check(1)).await.unwrap().allowed, "{algorithm}: the next request pays");
+    }
+}
+
+#[tokio::test]
+async fn a_charge_goes_past_the_limit_on_memory_and_redis() {
+    a_charge_goes_past_the_limit(&MemoryStore::new()).await;
+    let server = RedisServer::start();
+    let redis = RedisStore::open(&server.url(), options()).unwrap();
+    a_charge_goes_past_the_limit(&redis).await;
 }

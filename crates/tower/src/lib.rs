@@ -15,6 +15,9 @@
 //!   answer, one that comes to no status (the service failed or panicked) is refunded, and one
 //!   refused only by the requests in flight holds nothing; a mitigation
 //!   `timeout` keeps a key mitigated after it went over;
+//! - rules whose cost is read from the response (LLM tokens: `cost =
+//!   "response.usage.total_tokens"`) reserve an estimate and settle it as the response's body
+//!   passes through, JSON or a server-sent events stream (OpenAI, Anthropic; see [`usage`]);
 //! - the client address is the peer's (`ConnectInfo<SocketAddr>` with axum, or a [`PeerAddr`]
 //!   extension), read through trusted proxies only; the TLS fingerprints `ja3`/`ja4` are the
 //!   connection's ([`TlsFingerprint`] extension) or a trusted proxy's headers;
@@ -45,6 +48,7 @@ pub mod layer;
 mod options;
 pub mod service;
 pub mod shadow;
+pub mod usage;
 
 pub use layer::RateLimitLayer;
 pub use options::Options;

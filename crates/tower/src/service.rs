@@ -23,6 +23,7 @@ use tower_service::Service;
 use crate::future::{self, ResponseFuture};
 use crate::options::Options;
 use crate::shadow::{self, Ban, Fake, Learning, Shadow};
+use crate::usage::{Metered, RequestValues};
 
 /// The peer address, for servers other than axum (which provides `ConnectInfo<SocketAddr>`):
 /// insert it as a request extension.
@@ -211,6 +212,10 @@ impl<'r> Head<'r> {
                 values.push((name.as_str(), value.as_bytes()));
             }
         }
+        // What the front end read of the body for the rules' estimates, as pseudo-headers.
+        if let Some(read) = self.extensions.get::<RequestValues>() {
+            values.extend(read.pairs());
+        }
     }
 
     /// The request as the engine sees it.
@@ -292,7 +297,8 @@ fn answered<B>(
 }
 
 /// Waits for a request's slot, calls `inner`, and settles the request's `count_status`
-/// reservations, if any, with the response's status. Dropped while `inner` answers (the client left, the server's timeout), the
+/// reservations, if any, with the response's status; those of rules whose cost is read from the
+/// response, as its body is read ([`Metered`]). Dropped while `inner` answers (the client left, the server's timeout), the
 /// call goes on and its status settles them all the same (see [`future::Answering`]); dropped
 /// before the call (waiting for its slot), or with a panic of `inner` unwinding, they are settled
 /// with no status: refunded (see [`Unsettled`]).
@@ -326,6 +332,12 @@ where
         None => inner.call(request).await?,
         Some(unsettled) => {
             let (response, unsettled) = future::Answering::new(inner.call(request), unsettled).await?;
+            let costs = unsettled.response_costs();
+            if !costs.is_empty() {
+                // Settled as the body is read (see `usage`).
+                let response = Metered::wrap(response, unsettled, costs);
+                return Ok(future::finish(response, fields.as_ref(), options, learning.as_deref()));
+            }
             unsettled.complete(response.status().as_u16()).await;
             response
         }

@@ -42,6 +42,8 @@ use axum::response::Response;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use tollgate_edge as edge;
 use tollgate_engine::{Engine, Policy};
+use tollgate_rules::RequestField;
+use tollgate_tower::usage::RequestValues;
 
 use crate::backend::Backend;
 use crate::proxy::body::{Side, Timed, too_slow};
@@ -111,16 +113,45 @@ pub(crate) async fn inbound(State(inbound): State<Arc<Inbound>>, mut request: Re
     if let Err(refused) = inbound.shape(&mut request, &policy) {
         return refused.response();
     }
+    // The fields of the body the rules' estimates read (`estimate = "request.json.…"`).
+    let fields = policy.rules.request_fields();
     drop(policy);
-    let request = match inbound.frame(request).await {
+    let mut request = match inbound.frame(request).await {
         Ok(request) => request,
         Err(refused) => return refused,
     };
+    if !fields.is_empty() && is_json(request.headers()) {
+        request = match read_estimates(request, &fields, inbound.max_body).await {
+            Ok(request) => request,
+            Err(refused) => return refused,
+        };
+    }
     let mut response = next.run(request).await;
     if response.status() == StatusCode::TOO_MANY_REQUESTS {
         close(&mut response);
     }
     response
+}
+
+/// Whether the request says its body is JSON (`application/json`, `…+json`): only such a body is
+/// read for the rules' estimates (an upload of another type is forwarded as it streams).
+fn is_json(headers: &HeaderMap) -> bool {
+    let Some(value) = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) else { return false };
+    let essence = value.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    essence == "application/json" || essence.ends_with("+json")
+}
+
+/// Reads the body (framed already: at most `max` bytes) for the fields the rules' estimates read,
+/// attached as [`RequestValues`]; the body is forwarded as read.
+async fn read_estimates(request: Request, fields: &[RequestField], max: usize) -> Result<Request, Response> {
+    let (mut parts, body) = request.into_parts();
+    let bytes = match http_body_util::BodyExt::collect(http_body_util::Limited::new(body, max)).await {
+        Ok(collected) => collected.to_bytes(),
+        Err(error) if body_too_large(&*error) => return Err(too_large(max)),
+        Err(error) => return Err(client_error(&*error)),
+    };
+    parts.extensions.insert(RequestValues::read(fields, &bytes));
+    Ok(Request::from_parts(parts, Body::from(bytes)))
 }
 
 /// Asks hyper to close the connection after `response`.

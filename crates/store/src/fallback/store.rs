@@ -17,6 +17,27 @@ impl<R: Remote> Store for Fallback<R> {
         timed(self.shared.timer.as_ref(), self.refund_untimed(refunds)).await
     }
 
+    /// On the backend, as a charge of its call (applied whenever sent), while its breakers are
+    /// closed; otherwise, or when it fails, an error: the caller keeps what it reserved (an
+    /// under-count of the difference, logged by the caller).
+    async fn charge(&self, checks: &[Check<'_>]) -> Result<(), StoreError> {
+        timed(self.shared.timer.as_ref(), async {
+            let breakers = self.shared.breakers_of(checks);
+            if let Some((domain, _)) = breakers.iter().find(|(_, b)| b.is_open()) {
+                return Err(StoreError::Backend(format!("circuit breaker open for {domain}: nothing charged")));
+            }
+            let charges: Vec<Charge<'_>> = checks.iter().map(|c| Charge::new(*c, 0)).collect();
+            match self.shared.remote.decide(&[], &charges).await {
+                Err(error) if error.is_backend() => {
+                    self.shared.failed(&error, &breakers);
+                    Err(error)
+                }
+                other => other.map(drop),
+            }
+        })
+        .await
+    }
+
     async fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> Result<(), StoreError> {
         timed(self.shared.timer.as_ref(), async {
             self.shared.remote.reset(scope, key, limit).await?;

@@ -119,6 +119,11 @@ impl<S: Store + Lessor + Clone + 'static> Store for Leased<S> {
         Box::pin(self.inner.reserve(checks)).await
     }
 
+    /// On the store itself: a lease holds units taken already, a charge adds to what is taken.
+    async fn charge(&self, checks: &[Check<'_>]) -> Result<(), StoreError> {
+        Box::pin(self.inner.charge(checks)).await
+    }
+
     async fn refund(&self, refunds: &[Refund<'_>]) -> Result<(), StoreError> {
         let now = self.clock.now_ns();
         let rest: Vec<Refund<'_>> = refunds

@@ -225,6 +225,13 @@ impl MemoryStore {
         }
     }
 
+    /// [`Store::charge`], on this thread: each check's cost charged at now, whatever its limit.
+    pub fn charge_sync(&self, checks: &[Check<'_>]) -> Result<(), StoreError> {
+        let now = self.clock.now_ns();
+        let charges: Vec<(crate::Charge<'_>, u64)> = checks.iter().map(|c| (crate::Charge::new(*c, 0), now)).collect();
+        self.check_many(&[], &charges, false).map(drop)
+    }
+
     /// [`Store::refund`] without a future.
     pub fn refund_sync(&self, refunds: &[Refund<'_>]) {
         let now = self.clock.now_ns();
@@ -400,6 +407,10 @@ impl Store for MemoryStore {
     async fn refund(&self, refunds: &[Refund<'_>]) -> Result<(), StoreError> {
         self.refund_sync(refunds);
         Ok(())
+    }
+
+    async fn charge(&self, checks: &[Check<'_>]) -> Result<(), StoreError> {
+        self.charge_sync(checks)
     }
 
     async fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> Result<(), StoreError> {

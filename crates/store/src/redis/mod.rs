@@ -375,6 +375,12 @@ impl Store for RedisStore {
         Ok(Reserved { decisions: reply.decisions, at: reply.now_ns, per_check, held: reply.held })
     }
 
+    /// As the charges of a call deciding nothing (see [`Remote::decide`]).
+    async fn charge(&self, checks: &[Check<'_>]) -> Result<(), StoreError> {
+        let charges: Vec<Charge<'_>> = checks.iter().map(|c| Charge::new(*c, 0)).collect();
+        Remote::decide(self, &[], &charges).await.map(drop)
+    }
+
     async fn refund(&self, refunds: &[Refund<'_>]) -> Result<(), StoreError> {
         let refunds: Vec<Refund<'_>> =
             refunds.iter().filter(|r| r.decision.allowed && r.check.cost > 0).copied().collect();

@@ -1,0 +1,185 @@
+//! [`Metered`]: a response body passed on unchanged while its usage is read, settling the
+//! request's reservations at its end, or when it is dropped before (see the module docs of
+//! [`usage`](super)).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use bytes::Bytes;
+use http::Response;
+use http_body::{Frame, SizeHint};
+use tollgate_engine::{Actual, Unsettled};
+use tollgate_rules::ResponseCost;
+use tollgate_store::Store;
+
+use super::Reader;
+
+/// A settlement under way, polled by the body before it passes its end on.
+type Settling = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// A response body read for its usage on the way through (see [`usage`](super)).
+pub struct Metered<B, S: Store + 'static> {
+    body: Pin<Box<B>>,
+    reader: Reader,
+    /// What is still to settle (until the body ends or is dropped).
+    settle: Option<Settle<S>>,
+    settling: Option<Settling>,
+    /// The body's last frame, held while the settlement it ended runs (a body that says it has
+    /// ended may not be polled again: a server writing an announced length stops at it).
+    last: Option<Frame<Bytes>>,
+    /// The end was passed on.
+    done: bool,
+}
+
+/// A request's reservations, and what its response's head said.
+struct Settle<S: Store + 'static> {
+    unsettled: Unsettled<S>,
+    status: u16,
+    costs: Vec<ResponseCost>,
+    /// `(name, value)` of each header cost: a decimal integer, or nothing usable.
+    headers: Vec<(String, Option<u64>)>,
+}
+
+impl<S: Store + 'static> Settle<S> {
+    /// Settles with what `reader` read; `whole`: the body was read to its end (else each usage
+    /// field counts at least what it said).
+    fn settling(self, reader: &Reader, whole: bool) -> Settling {
+        let actuals: Vec<(ResponseCost, Actual)> = self
+            .costs
+            .into_iter()
+            .filter_map(|from| {
+                let actual = match &from {
+                    ResponseCost::Usage(field) => {
+                        let said = reader.usage().get(field)?;
+                        if whole { Actual::Final(said) } else { Actual::AtLeast(said) }
+                    }
+                    ResponseCost::Header(name) => Actual::Final(self.headers.iter().find(|(n, _)| n == name)?.1?),
+                };
+                Some((from, actual))
+            })
+            .collect();
+        let actual = move |from: &ResponseCost| actuals.iter().find(|(c, _)| c == from).map(|&(_, a)| a);
+        Box::pin(self.unsettled.complete_with(self.status, actual))
+    }
+}
+
+impl<B, S: Store + 'static> Metered<B, S> {
+    /// `response`, its body metered for `unsettled`'s rules whose cost it says (`costs`).
+    pub fn wrap(response: Response<B>, unsettled: Unsettled<S>, costs: Vec<ResponseCost>) -> Response<Self> {
+        let content_type = response.headers().get(http::header::CONTENT_TYPE).map(http::HeaderValue::as_bytes);
+        let reader = Reader::new(content_type);
+        let headers = costs
+            .iter()
+            .filter_map(|from| match from {
+                ResponseCost::Header(name) => {
+                    let value = response.headers().get(name.as_str()).and_then(|v| v.to_str().ok());
+                    Some((name.clone(), value.and_then(|v| v.trim().parse::<u64>().ok())))
+                }
+                ResponseCost::Usage(_) => None,
+            })
+            .collect();
+        let status = response.status().as_u16();
+        let settle = Settle { unsettled, status, costs, headers };
+        response.map(|body| Metered {
+            body: Box::pin(body),
+            reader,
+            settle: Some(settle),
+            settling: None,
+            last: None,
+            done: false,
+        })
+    }
+}
+
+impl<B, S> http_body::Body for Metered<B, S>
+where
+    B: http_body::Body<Data = Bytes>,
+    S: Store + 'static,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let this = &mut *self;
+        loop {
+            if this.done {
+                return Poll::Ready(None);
+            }
+            if let Some(settling) = &mut this.settling {
+                ready!(settling.as_mut().poll(cx));
+                this.settling = None;
+                this.done = true;
+                return Poll::Ready(this.last.take().map(Ok));
+            }
+            match ready!(this.body.as_mut().poll_frame(cx)) {
+                Some(Ok(frame)) => {
+                    if let Some(data) = frame.data_ref() {
+                        this.reader.feed(data);
+                    }
+                    match this.settle.take() {
+                        // The last frame: settled first, then passed on.
+                        Some(settle) if this.body.is_end_stream() => {
+                            this.last = Some(frame);
+                            this.reader.finish();
+                            this.settling = Some(settle.settling(&this.reader, true));
+                        }
+                        settle => {
+                            this.settle = settle;
+                            return Poll::Ready(Some(Ok(frame)));
+                        }
+                    }
+                }
+                // The response was cut short: settled as such when the body is dropped.
+                Some(Err(error)) => return Poll::Ready(Some(Err(error))),
+                None => match this.settle.take() {
+                    Some(settle) => {
+                        this.reader.finish();
+                        this.settling = Some(settle.settling(&this.reader, true));
+                    }
+                    None => {
+                        this.done = true;
+                        return Poll::Ready(None);
+                    }
+                },
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done && self.last.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl<B, S: Store + 'static> Drop for Metered<B, S> {
+    /// Dropped before its end was passed on (the client left mid-stream, the upstream failed, or
+    /// the server stopped polling once it had written the announced length): settled on a task
+    /// with what was read; whole only if the reader saw the response's last event or a whole
+    /// JSON body. With no runtime, the reservations are dropped unsettled (refunded, see
+    /// `Unsettled`).
+    fn drop(&mut self) {
+        let settling = match (self.settling.take(), self.settle.take()) {
+            (Some(settling), _) => settling,
+            (None, Some(settle)) => {
+                self.reader.finish();
+                let whole = self.reader.whole();
+                settle.settling(&self.reader, whole)
+            }
+            (None, None) => return,
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn(settling)),
+            Err(_) => tracing::warn!("a metered response ended with no runtime to settle it on: refunded"),
+        }
+    }
+}
+
+impl<B, S: Store + 'static> std::fmt::Debug for Metered<B, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metered").field("reader", &self.reader).field("done", &self.done).finish_non_exhaustive()
+    }
+}

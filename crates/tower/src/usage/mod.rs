@@ -1,0 +1,188 @@
+//! What a response says its request cost (LLM tokens), for rules whose `cost` is read from the
+//! response (`cost = "response.usage.total_tokens"`, `"response.header.NAME"`; see
+//! `tollgate_rules::usage`).
+//!
+//! The response's body is passed on unchanged, piece by piece as it comes ([`Metered`]), and
+//! read on the way:
+//! - `application/json` (OpenAI chat completions, Anthropic messages, not streamed): the body's
+//!   top-level `usage` object, once the body is whole. Only a body up to [`MAX_JSON_BYTES`] is
+//!   kept for it; a longer one is passed on unread.
+//! - `text/event-stream` (streamed; see [`events`]): the last value of each field among the
+//!   events' `usage` objects (or `message.usage`): OpenAI's last chunk before `data: [DONE]`
+//!   (with `stream_options.include_usage`), Anthropic's `message_start` (`input_tokens`) and its
+//!   cumulative `message_delta`s (`output_tokens`). An event past [`MAX_EVENT_BYTES`] is unread.
+//!
+//! The estimate a request reserves may be read from its JSON body ([`RequestValues`]).
+//!
+//! The request's reservations are settled when the body ends (before the end is passed on: a
+//! client that read the whole response sees its cost counted), or when the body is dropped
+//! before (the client left mid-stream): each usage field then settles at the larger of the last
+//! count the stream gave and the estimate (nothing refunded: the rest might have said more), and
+//! a stream that gave none (an OpenAI stream's usage comes last) keeps the estimate. A response
+//! that does not say (another content type, no such field, a body over the bound, a header that
+//! is not a number) keeps the estimate too.
+
+mod body;
+pub mod events;
+
+pub use body::Metered;
+pub use events::MAX_EVENT_BYTES;
+use tollgate_rules::RequestField;
+
+/// The longest JSON body kept for reading its `usage`: 1 MiB (a completion's body is rarely
+/// longer; a longer one is passed on unread and the estimate stays charged).
+pub const MAX_JSON_BYTES: usize = 1 << 20;
+
+/// Values read from a request's JSON body for the rules' estimates (`estimate =
+/// "request.json.max_tokens"`): a front end that reads request bodies inserts it as a request
+/// extension, and the middleware hands each value to the rules as the field's pseudo-header
+/// ([`RequestField::pseudo_header`]). `tollgate proxy` does so; without it, such a rule reserves
+/// its `estimate_default`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RequestValues(Vec<(String, Vec<u8>)>);
+
+impl RequestValues {
+    /// Reads `fields` from `body`, a JSON document of at most [`MAX_JSON_BYTES`] (a longer one,
+    /// or one that is not JSON, gives nothing); each a non-negative integer, else not given.
+    #[must_use]
+    pub fn read(fields: &[RequestField], body: &[u8]) -> Self {
+        if fields.is_empty() || body.len() > MAX_JSON_BYTES {
+            return RequestValues::default();
+        }
+        let Ok(json) = serde_json::from_slice::<serde_json::Value>(body) else { return RequestValues::default() };
+        let values = fields
+            .iter()
+            .filter_map(|field| {
+                let value = field.path.iter().try_fold(&json, |value, key| value.get(key))?.as_u64()?;
+                Some((field.pseudo_header().to_string(), value.to_string().into_bytes()))
+            })
+            .collect();
+        RequestValues(values)
+    }
+
+    /// Each field's pseudo-header and value.
+    pub(crate) fn pairs(&self) -> impl Iterator<Item = (&str, &[u8])> {
+        self.0.iter().map(|(name, value)| (name.as_str(), value.as_slice()))
+    }
+}
+
+/// The most `usage` fields kept per response (the known formats have under ten).
+const MAX_FIELDS: usize = 32;
+
+/// The last value of each integer field of the `usage` objects a response gave.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Usage {
+    fields: Vec<(String, u64)>,
+}
+
+impl Usage {
+    /// The last value `field` was given, if any.
+    #[must_use]
+    pub fn get(&self, field: &str) -> Option<u64> {
+        self.fields.iter().find(|(f, _)| f == field).map(|&(_, v)| v)
+    }
+
+    /// Takes the integer fields of `value`'s `usage` object, and of its `message.usage`
+    /// (Anthropic's `message_start`), over those seen before.
+    pub(crate) fn merge(&mut self, value: &serde_json::Value) {
+        let message = value.get("message").and_then(|m| m.get("usage"));
+        for usage in [message, value.get("usage")].into_iter().flatten() {
+            let Some(usage) = usage.as_object() else { continue };
+            for (field, v) in usage {
+                let Some(v) = v.as_u64() else { continue };
+                match self.fields.iter().position(|(f, _)| f == field) {
+                    Some(at) => self.fields[at].1 = v,
+                    None if self.fields.len() < MAX_FIELDS => self.fields.push((field.clone(), v)),
+                    None => {}
+                }
+            }
+        }
+    }
+}
+
+/// How a body is read, by its content type.
+#[derive(Debug)]
+enum Format {
+    /// A JSON body, kept up to the bound (`None` past it).
+    Json(Option<Vec<u8>>),
+    /// A stream of server-sent events.
+    Events(events::Events),
+    /// Anything else: not read.
+    Other,
+}
+
+/// Reads a response body, piece by piece, for its usage.
+#[derive(Debug)]
+pub struct Reader {
+    format: Format,
+    usage: Usage,
+    /// A JSON body that parsed whole.
+    parsed: bool,
+}
+
+impl Reader {
+    /// A reader for a body of `content_type` (`application/json` or `…+json`,
+    /// `text/event-stream`; anything else is not read).
+    #[must_use]
+    pub fn new(content_type: Option<&[u8]>) -> Self {
+        let essence = content_type
+            .and_then(|t| std::str::from_utf8(t).ok())
+            .map(|t| t.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
+            .unwrap_or_default();
+        let format = if essence == "text/event-stream" {
+            Format::Events(events::Events::default())
+        } else if essence == "application/json" || essence.ends_with("+json") {
+            Format::Json(Some(Vec::new()))
+        } else {
+            Format::Other
+        };
+        Reader { format, usage: Usage::default(), parsed: false }
+    }
+
+    /// Reads the next piece of the body.
+    pub fn feed(&mut self, bytes: &[u8]) {
+        match &mut self.format {
+            Format::Json(kept) => {
+                if kept.as_ref().is_some_and(|k| k.len() + bytes.len() > MAX_JSON_BYTES) {
+                    *kept = None;
+                }
+                if let Some(kept) = kept {
+                    kept.extend_from_slice(bytes);
+                }
+            }
+            Format::Events(events) => events.feed(bytes, &mut self.usage),
+            Format::Other => {}
+        }
+    }
+
+    /// The body ended, or was dropped: a JSON body is read now (if it is whole JSON).
+    pub fn finish(&mut self) {
+        if let Format::Json(kept) = &mut self.format
+            && let Some(body) = kept.take()
+            && let Ok(value) = serde_json::from_slice::<serde_json::Value>(&body)
+        {
+            self.usage.merge(&value);
+            self.parsed = true;
+        }
+    }
+
+    /// Whether the response was read whole: a JSON body that parsed, or a stream whose last
+    /// event (`[DONE]`, `message_stop`) was seen.
+    #[must_use]
+    pub fn whole(&self) -> bool {
+        match &self.format {
+            Format::Json(_) => self.parsed,
+            Format::Events(events) => events.ended,
+            Format::Other => false,
+        }
+    }
+
+    /// What the body said so far.
+    #[must_use]
+    pub fn usage(&self) -> &Usage {
+        &self.usage
+    }
+}
+
+#[cfg(test)]
+mod tests;
