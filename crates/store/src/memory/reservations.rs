@@ -83,6 +83,10 @@ impl MemoryStore {
                     Refusal::Unknown(id.to_string())
                 }));
             };
+            // Settled already is told first, as Redis's tombstone tells it (until it is dropped).
+            if entry.checks.is_none() {
+                return Err(StoreError::Refused(Refusal::AlreadySettled(id.to_string())));
+            }
             if now / 1_000_000 >= entry.deadline_ms {
                 table.remove(&parsed.token);
                 return Err(StoreError::Refused(Refusal::Expired(id.to_string())));
