@@ -133,18 +133,32 @@ impl<S: Store> Engine<S> {
                 if *hold { check.with_hold() } else { check }
             })
             .collect();
-        let ttl_ns = crate::engine::duration_ns(ttl);
-        let decided = self.timed(frontend, self.store.reserve_until(&checks, ttl_ns)).await;
-        let (reserved, reservation) = match decided {
-            Err(refused @ StoreError::Refused(_)) => return Err(refused.into()),
-            other => self.counted(other)?,
-        };
+        let (reserved, reservation) = self.reserve_checks(frontend, &self.store, &checks, ttl).await?;
         let tightest = reserved
             .decisions
             .iter()
             .position(|d| !d.allowed)
             .or_else(|| (0..reserved.decisions.len()).min_by_key(|&i| reserved.decisions[i].remaining))
             .unwrap_or(0);
+        let (_, limit, name, _) = resolved.swap_remove(tightest);
+        let decision = reserved.decisions.get(tightest).copied().ok_or(EngineError::Store(StoreError::NoChecks))?;
+        Ok(Reserve { decision, limit, name, reservation })
+    }
+
+    /// Reserves `checks` on `store` for `ttl`, timed as `frontend`'s, counted in the metrics.
+    pub(crate) async fn reserve_checks(
+        &self,
+        frontend: Frontend,
+        store: &S,
+        checks: &[Check<'_>],
+        ttl: Duration,
+    ) -> Result<(tollgate_store::Reserved, Option<Reservation>), EngineError> {
+        let ttl_ns = crate::engine::duration_ns(ttl);
+        let decided = self.timed(frontend, store.reserve_until(checks, ttl_ns)).await;
+        let (reserved, reservation) = match decided {
+            Err(refused @ StoreError::Refused(_)) => return Err(refused.into()),
+            other => self.counted(other)?,
+        };
         let metrics = &self.metrics.reservations;
         match &reservation {
             Some(reservation) => {
@@ -154,16 +168,25 @@ impl<S: Store> Engine<S> {
             }
             None => metrics.event(Event::Denied),
         }
-        let (_, limit, name, _) = resolved.swap_remove(tightest);
-        let decision = reserved.decisions.get(tightest).copied().ok_or(EngineError::Store(StoreError::NoChecks))?;
-        Ok(Reserve { decision, limit, name, reservation })
+        Ok((reserved, reservation))
     }
 
     /// Settles the reservation `id` with the `actual` amount (see the module docs); refused (a
     /// [`StoreError::Refused`]) twice, after the deadline, or for an unknown id. Timed as
     /// `frontend`'s decision.
     pub async fn settle_reservation(&self, frontend: Frontend, id: &str, actual: u64) -> Result<Settled, EngineError> {
-        let settled = self.timed(frontend, self.store.settle(id, actual)).await;
+        self.settle_on(frontend, &self.store, id, actual).await
+    }
+
+    /// [`settle_reservation`](Self::settle_reservation) on `store`.
+    pub(crate) async fn settle_on(
+        &self,
+        frontend: Frontend,
+        store: &S,
+        id: &str,
+        actual: u64,
+    ) -> Result<Settled, EngineError> {
+        let settled = self.timed(frontend, store.settle(id, actual)).await;
         let metrics = &self.metrics.reservations;
         match &settled {
             Ok(s) => metrics.settled(s.estimate, s.actual),
@@ -187,5 +210,91 @@ impl<S: Store> Engine<S> {
         let metrics = &self.metrics.reservations;
         metrics.open.set(i64::try_from(open).unwrap_or(i64::MAX));
         metrics.expired.inc_by(expired);
+    }
+}
+
+/// The marker descriptor of a request to Envoy's rate-limit service that reserves: its one entry
+/// is `tollgate_reserve` = the reservation's life in ms (see [`Engine::reserve_descriptors`]).
+pub const RESERVE_ENTRY: &str = "tollgate_reserve";
+
+/// The descriptor of a request to Envoy's rate-limit service that settles: its one entry is
+/// `tollgate_settle` = the reservation's id, its `hits_addend` the actual amount.
+pub const SETTLE_ENTRY: &str = "tollgate_settle";
+
+impl<S: Store> Engine<S> {
+    /// Reserves Envoy's `descriptors` in `domain` (each at its own `hits_addend`, else
+    /// `estimate`), all or nothing, for `ttl`, on Envoy's store and scope, timed as gRPC's: the
+    /// verdicts (no quota; a descriptor always over its limit refuses the request without asking
+    /// the store) and the reservation if admitted. A descriptor whose limit is in `shadow_mode` or
+    /// `quota_mode` cannot be reserved (an error naming it): a reservation is all or nothing.
+    pub async fn reserve_descriptors(
+        &self,
+        domain: &str,
+        descriptors: &[crate::Descriptor<'_>],
+        estimate: u64,
+        ttl: Duration,
+    ) -> Result<(crate::Verdicts, Option<Reservation>), EngineError> {
+        use crate::{StatedLimit, Verdict, Verdicts};
+        let policy = self.policy();
+        let entries: Vec<&[(&str, &str)]> = descriptors.iter().map(|d| d.entries.as_slice()).collect();
+        let overrides: Vec<Option<&tollgate_envoy::RateLimit>> = descriptors.iter().map(|d| d.limit.as_ref()).collect();
+        let matched = policy.envoy.limits_for_request(domain, &entries, &overrides);
+        let mut verdicts = Vec::with_capacity(descriptors.len());
+        let mut checks = Vec::new();
+        let mut checked = Vec::new();
+        let mut blocked = false;
+        for (i, (descriptor, matched)) in descriptors.iter().zip(&matched).enumerate() {
+            let Some(m) = matched else {
+                verdicts.push(Verdict::Free);
+                continue;
+            };
+            if m.limit.unlimited {
+                verdicts.push(Verdict::Unlimited);
+                continue;
+            }
+            if m.limit.shadow_mode || m.limit.quota_mode {
+                return Err(EngineError::Store(StoreError::Unsupported(format!(
+                    "descriptor {i} ({}) has a limit in shadow_mode or quota_mode, which a reservation (all or nothing) cannot take",
+                    m.metric_key
+                ))));
+            }
+            let stated = StatedLimit {
+                name: m.limit.name.clone().unwrap_or_default(),
+                requests_per_unit: m.limit.requests_per_unit,
+                unit: m.limit.unit,
+            };
+            let hits = descriptor.hits_addend.unwrap_or(estimate);
+            match &m.limit.limit {
+                Some(limit) if hits <= limit.capacity() => {
+                    checks.push(Check::new(&m.key, limit, hits).scoped(tollgate_rules::ENVOY_SCOPE));
+                    checked.push(verdicts.len());
+                    verdicts.push(Verdict::Limited { limit: stated, over: false, decision: None });
+                }
+                _ => {
+                    blocked = true;
+                    verdicts.push(Verdict::Limited { limit: stated, over: true, decision: None });
+                }
+            }
+        }
+        if blocked || checks.is_empty() {
+            // Refused without asking the store, or nothing to reserve (every descriptor free).
+            return Ok((Verdicts { admitted: !blocked, verdicts, quota: Vec::new() }, None));
+        }
+        let store = self.envoy_store.as_ref().unwrap_or(&self.store);
+        let (reserved, reservation) = self.reserve_checks(Frontend::Grpc, store, &checks, ttl).await?;
+        for (&at, decision) in checked.iter().zip(&reserved.decisions) {
+            if let Verdict::Limited { over, decision: slot, .. } = &mut verdicts[at] {
+                *over = !decision.allowed;
+                *slot = Some(*decision);
+            }
+        }
+        Ok((Verdicts { admitted: reservation.is_some(), verdicts, quota: Vec::new() }, reservation))
+    }
+
+    /// Settles, on Envoy's store, the reservation `id` with `actual` (see
+    /// [`settle_reservation`](Self::settle_reservation)), timed as gRPC's.
+    pub async fn settle_descriptor(&self, id: &str, actual: u64) -> Result<Settled, EngineError> {
+        let store = self.envoy_store.as_ref().unwrap_or(&self.store);
+        self.settle_on(Frontend::Grpc, store, id, actual).await
     }
 }
