@@ -70,8 +70,8 @@ pub(crate) struct ReservationMetrics {
 }
 
 impl ReservationMetrics {
-    /// The metrics, registered in `registry`; every series at 0 from the start (an operator
-    /// alerts on the first `expired` or `under`).
+    /// The metrics, registered in `registry`: a labelled series appears with its first event (as
+    /// the decisions' do), the gauge and the expired counter are always there.
     pub(crate) fn new(registry: &mut Registry) -> Self {
         let events = Family::<EventLabels, Counter>::default();
         registry.register("reservations", "Reservations and their settles, by event", events.clone());
@@ -93,14 +93,6 @@ impl ReservationMetrics {
             "Reservations this engine opened whose deadline passed with no settle through it (charged at the estimate)",
             expired.clone(),
         );
-        for event in
-            [Event::Opened, Event::Denied, Event::Settled, Event::SettledAlready, Event::Expired, Event::Unknown]
-        {
-            let _ = events.get_or_create(&EventLabels { event: event.label() }).get();
-        }
-        for estimate in ["over", "under", "exact"] {
-            let _ = settles.get_or_create(&EstimateLabels { estimate }).get();
-        }
         ReservationMetrics { events, settles, open, expired }
     }
 
