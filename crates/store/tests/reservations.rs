@@ -1,10 +1,11 @@
 //! Reservations (`Store::reserve_until` → `Store::settle`) on the memory store and on real Redis
-//! (a server, and a 3-node Cluster with a reservation across slots): a settle above the estimate
-//! charged past the limit, one below refunded, each exactly once; twice, after the deadline, an
-//! unknown or malformed id refused with its own error, changing nothing; a reservation settled by
-//! another node (another connection) than the one that made it; both stores deciding the same
-//! scenario identically; and a concurrent burst of N clients (reserve → settle) whose total stays
-//! within the documented bound, each settle counted once.
+//! (a server, a 3-node Cluster with a reservation across slots, a primary killed between reserve
+//! and settle): a settle above the estimate charged past the limit, one below refunded, each
+//! exactly once; twice, after the deadline, an unknown or malformed id refused with its own
+//! error, changing nothing; a reservation settled by another node (another connection) than the
+//! one that made it; both stores deciding the same scenario identically; and a concurrent burst
+//! of N clients (reserve → settle) whose total stays within the documented bound, each settle
+//! counted once.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -313,4 +314,75 @@ async fn a_burst_of_clients_never_over_grants_beyond_the_under_estimates_on_redi
     }
     let reply = store.decide(&[Check::new(b"burst", &limit, 0)], &[]).await.unwrap();
     check_burst(&totals.lock().unwrap(), reply.snapshots[0].used, limit.capacity());
+}
+
+/// A Redis Cluster primary killed (SIGKILL) between reserve and settle, once what it holds reached
+/// its replica: the promoted replica has the reservations; one is settled once through the
+/// failover (a settle refused by the dying primary's failure may be sent again), the other, never
+/// settled, stays charged at its estimate and is refused after its deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reservation_outlives_its_primary_killed_between_reserve_and_settle() {
+    use tollgate_store::testkit::redis_topology::ClusterConfig;
+    let config = ClusterConfig {
+        replicas: 1,
+        node_timeout_ms: 1000,
+        lines: vec!["cluster-require-full-coverage no".into()],
+        ..ClusterConfig::default()
+    };
+    let cluster = Arc::new(std::sync::Mutex::new(
+        tokio::task::spawn_blocking(move || RedisCluster::start_with(config)).await.unwrap(),
+    ));
+    let urls = cluster.lock().unwrap().urls();
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = RedisStore::open_cluster(&urls, options(Some(clock.clone()))).await.unwrap();
+    let limit = hourly();
+    let settled = store.reserve_until(&[Check::new(b"k", &limit, 40)], 60 * SEC).await.unwrap().1.unwrap().id;
+    let never = store.reserve_until(&[Check::new(b"k", &limit, 20)], 60 * SEC).await.unwrap().1.unwrap().id;
+    let c = cluster.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut guard = c.lock().unwrap();
+        let slot = guard.slot_of(b"{k}");
+        let victim = guard.primary_of(slot).unwrap();
+        let port = guard.nodes()[victim].port().to_string();
+        // Wait until the replica has everything its primary wrote (their replication offsets).
+        let offset = |role: &str, line: usize| role.lines().nth(line).and_then(|l| l.trim().parse::<u64>().ok());
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let primary = offset(&guard.nodes()[victim].cli(&["ROLE"]), 1);
+            let replica = guard
+                .nodes()
+                .iter()
+                .map(|n| n.cli(&["ROLE"]))
+                .find(|r| r.starts_with("slave") && r.lines().nth(2).is_some_and(|p| p.trim() == port));
+            if primary.is_some() && replica.as_deref().and_then(|r| offset(r, 4)) >= primary {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "the replica never caught up");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        guard.nodes_mut()[victim].kill();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while guard.primary_of(slot).is_none_or(|p| p == victim) {
+            assert!(std::time::Instant::now() < deadline, "no replica promoted within 30 s");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    })
+    .await
+    .unwrap();
+    // Through the failover: the store follows the new primary; a settle failing meanwhile (the
+    // backend's error) is sent again, and applies once.
+    let mut answer = Err(StoreError::Backend("not sent".into()));
+    for _ in 0..300 {
+        answer = store.settle(&settled, 55).await;
+        if !matches!(&answer, Err(e) if e.is_backend()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(answer.unwrap().actual, 55);
+    assert_eq!(refusal(store.settle(&settled, 55).await), Refusal::AlreadySettled(settled));
+    assert_eq!(store.peek(b"k", &limit).await.unwrap().remaining, 100 - 55 - 20);
+    clock.advance(Duration::from_secs(61));
+    assert_eq!(refusal(store.settle(&never, 0).await), Refusal::Expired(never));
+    assert_eq!(store.peek(b"k", &limit).await.unwrap().remaining, 25, "expired as charged");
 }
