@@ -11,7 +11,10 @@
 //!   settle applies once whichever node sends it, and however often: one that failed (its call
 //!   may have run) is never sent again by the store, and a caller sending it again is told
 //!   [`Refusal::AlreadySettled`] if it ran. A reservation whose checks span several slots is
-//!   settled slot by slot; a slot refused after others were settled answers the refusal.
+//!   settled slot by slot; a settle sent again after one that failed part way settles the slots
+//!   that one had not reached (with the actual it is given: send the same), and is told
+//!   [`Refusal::AlreadySettled`] only when every slot was; a slot refused otherwise (its record
+//!   lost to a failover) answers the refusal.
 //!
 //! The record lives in Redis, not in a tollgate process: a node that dies between the two calls
 //! leaves it to expire as charged, or to be settled by another node.
@@ -121,6 +124,9 @@ impl RedisStore {
         }
         let slots = if id.slots.is_empty() { vec![0] } else { id.slots.clone() };
         let mut estimate = None;
+        // Slots found settled already: a settle sent again after one that failed part way (a
+        // later slot's server) goes on with the slots it had not reached.
+        let mut already = 0;
         for slot in slots {
             let key = self.record_key(slot, &id);
             let read = self.run_plain(&key, redis::cmd("GET").arg(key.as_slice())).await?;
@@ -136,7 +142,10 @@ impl RedisStore {
             };
             let content = match content {
                 None => return Err(refused(-1)),
-                Some(c) if c == b"settled" => return Err(refused(-2)),
+                Some(c) if c == b"settled" => {
+                    already += 1;
+                    continue;
+                }
                 Some(c) => c,
             };
             let held = reservation::decode(&content)?;
@@ -153,11 +162,16 @@ impl RedisStore {
                 content: String::from_utf8(content).map_err(|_| StoreError::BadState("a record not text".into()))?,
                 deadline_ms: id.deadline_ms,
             };
-            if let Guarded::Refused(code) = self.invoke_guarded(&[], &charges, &refunds, None, Some(&guard)).await? {
-                return Err(refused(code));
+            match self.invoke_guarded(&[], &charges, &refunds, None, Some(&guard)).await? {
+                Guarded::Refused(-2) => already += 1,
+                Guarded::Refused(code) => return Err(refused(code)),
+                Guarded::Ran(..) => {}
             }
         }
-        Ok(Settled { estimate: estimate.unwrap_or(0), actual })
+        match estimate {
+            Some(estimate) if already < id.slots.len().max(1) => Ok(Settled { estimate, actual }),
+            _ => Err(StoreError::Refused(Refusal::AlreadySettled(text.to_string()))),
+        }
     }
 
     /// Now in ms for telling an expired id from an unknown one when its record is gone: the
