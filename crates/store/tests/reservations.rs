@@ -394,3 +394,23 @@ async fn a_reservation_outlives_its_primary_killed_between_reserve_and_settle() 
     assert_eq!(refusal(store.settle(&never, 0).await), Refusal::Expired(never));
     assert_eq!(store.peek(b"k", &limit).await.unwrap().remaining, 25, "expired as charged");
 }
+
+/// The memory store keeps at most `MAX_OPEN_RESERVATIONS`: past it a reserve is refused, charging
+/// nothing, until some reach their deadline.
+#[tokio::test]
+async fn the_memory_store_bounds_its_open_reservations() {
+    use tollgate_store::memory::MAX_OPEN_RESERVATIONS;
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = MemoryStore::builder().clock(clock.clone()).build();
+    let limit = Limit::per_hour(1_000_000).algorithm(Algorithm::FixedWindow).build().unwrap();
+    for _ in 0..MAX_OPEN_RESERVATIONS {
+        assert!(store.reserve_until_sync(&[Check::new(b"k", &limit, 1)], SEC).unwrap().1.is_some());
+    }
+    assert_eq!(store.reservations(), MAX_OPEN_RESERVATIONS);
+    let full = store.reserve_until_sync(&[Check::new(b"k", &limit, 1)], SEC);
+    assert!(matches!(full, Err(StoreError::Refused(Refusal::Full(n))) if n == MAX_OPEN_RESERVATIONS), "{full:?}");
+    assert_eq!(store.peek(b"k", &limit).await.unwrap().remaining, 1_000_000 - 100_000, "nothing charged");
+    clock.advance(Duration::from_secs(2));
+    assert!(store.reserve_until_sync(&[Check::new(b"k", &limit, 1)], SEC).unwrap().1.is_some());
+    assert_eq!(store.reservations(), 1, "those past their deadline dropped");
+}
