@@ -103,3 +103,22 @@ async fn two_engines_on_redis_settle_what_the_other_reserved() {
     assert!(r.reservation.is_some());
     assert_eq!(a.series("tollgate_reservations_open"), 1);
 }
+
+/// A named limit's key held by its mitigation (its `timeout`) is denied a reservation, though its
+/// limit has room again; nothing is charged.
+#[tokio::test]
+async fn a_key_held_by_its_mitigation_is_denied_a_reservation() {
+    let rules =
+        "[[rules]]\nname = \"login\"\nlimit = \"2/1m\"\nkey = [\"key\"]\n[rules.mitigation]\ntimeout = \"1h\"\n";
+    let clock = clock();
+    let h = build(memory(&clock), clock, rules, false);
+    let login = vec![Reserving::Named("login".into())];
+    for _ in 0..3 {
+        h.engine.check_named(Frontend::Resp, "login", b"u", 1).await.unwrap();
+    }
+    h.clock.advance(Duration::from_secs(120));
+    let r = h.engine.reserve(Frontend::Http, &login, b"u", 1, Duration::from_secs(10)).await.unwrap();
+    assert!(!r.decision.allowed && r.reservation.is_none(), "held: {r:?}");
+    let other = h.engine.reserve(Frontend::Http, &login, b"v", 1, Duration::from_secs(10)).await.unwrap();
+    assert!(other.reservation.is_some(), "another key is not held");
+}
