@@ -121,6 +121,7 @@ impl<S: Store> EngineBuilder<S> {
             routes: self.routes,
             metrics,
             in_flight,
+            reservations: crate::reserve::Opened::default(),
             places: waiting::Places::new(self.max_delayed),
             max_wait_ns: self.max_wait.map_or(u64::MAX, duration_ns),
         }

@@ -33,6 +33,8 @@ pub struct Engine<S> {
     pub(crate) rates: rates::Rates,
     pub(crate) routes: bool,
     pub(crate) metrics: Metrics,
+    /// The reservations this engine opened (reserve → settle), for their metrics.
+    pub(crate) reservations: crate::reserve::Opened,
     /// The `count_status` reservations not settled yet.
     pub(crate) in_flight: Arc<settle::InFlight>,
     /// The requests waiting for their slot.

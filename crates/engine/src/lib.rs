@@ -43,7 +43,7 @@
 //! (building an engine), `engine` (the engine and its accessors), `admit` (deciding a request),
 //! `enforce` (several rules, all or nothing), `mitigation` (keys over: holds, actions,
 //! `on_error`), `shared` (holds in the store), `measure` (measured rates, [`Engine::top`]),
-//! `settle` (`count_status` reservations), `carry` (counts carried across a reload),
+//! `settle` (`count_status` reservations), `reserve` (reserve → settle for front ends), `carry` (counts carried across a reload),
 //! `descriptors` (Envoy's descriptors; their store half in `asks`), `direct` (named and ad-hoc
 //! limits, resets) and [`reload`] (swapping the policy); the policy in force compiled, in
 //! `policy`.
@@ -69,6 +69,7 @@ mod mitigation;
 mod policy;
 pub mod rates;
 pub mod reload;
+mod reserve;
 mod settle;
 mod sharded;
 mod shared;
@@ -83,6 +84,7 @@ pub use engine::Engine;
 pub use metrics::{Frontend, Metrics, Outcome, Source};
 pub use policy::{Current, Policy};
 pub use rates::{DEFAULT_MAX_RATED_KEYS, MAX_TOP, Talker};
+pub use reserve::{RESERVE_ENTRY, Reserve, Reserving, SETTLE_ENTRY};
 pub use settle::{Actual, Unsettled};
 pub use tollgate_rules::Request;
 pub use waiting::DEFAULT_MAX_DELAYED;

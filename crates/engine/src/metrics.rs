@@ -12,6 +12,9 @@
 //!   those in `tollgate_store_backend_errors_total`); a front end times its own remote store;
 //! - `tollgate_decision_duration_seconds{frontend}`: seconds per decision, by front end
 //!   (`resp`, `http`, `grpc`, `middleware`; see [`crate::latency`]);
+//! - reservations (reserve → settle): `tollgate_reservations_total{event}`,
+//!   `tollgate_reservation_settles_total{estimate}`, `tollgate_reservations_open`,
+//!   `tollgate_reservations_expired_total` (see `reservations`);
 //! - `tollgate_config_reloads_total{result}`, `tollgate_blocked_keys`,
 //!   `tollgate_blocks_dropped_total`;
 //! - for an engine with Envoy's configuration ([`EngineBuilder::envoy`](crate::EngineBuilder::envoy)):
@@ -35,6 +38,7 @@
 //! and every later decision is an atomic load and an atomic increment.
 
 mod descriptors;
+mod reservations;
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -49,6 +53,7 @@ use tollgate_store::StoreError;
 
 pub use descriptors::DescriptorMetrics;
 pub(crate) use descriptors::DescriptorOutcome;
+pub(crate) use reservations::Event as ReservationEvent;
 
 pub use crate::latency::{Frontend, Latency};
 
@@ -218,6 +223,8 @@ pub struct Metrics {
     latency_by_frontend: [OnceLock<Latency>; Frontend::ALL.len()],
     pub(crate) blocked: Gauge,
     pub(crate) blocks_dropped: Counter,
+    /// Reservations and their settles (see `reservations`).
+    pub(crate) reservations: reservations::ReservationMetrics,
 }
 
 impl Metrics {
@@ -264,6 +271,7 @@ impl Metrics {
             "Keys whose mitigation hold ended early to keep the table bounded",
             blocks_dropped.clone(),
         );
+        let reservations = reservations::ReservationMetrics::new(registry);
         let adhoc_counters = std::array::from_fn(|_| std::array::from_fn(|_| std::array::from_fn(|_| OnceLock::new())));
         let metrics = Metrics {
             rules,
@@ -278,6 +286,7 @@ impl Metrics {
             latency_by_frontend: std::array::from_fn(|_| OnceLock::new()),
             blocked,
             blocks_dropped,
+            reservations,
         };
         if remote {
             for kind in 0..STORE_ERROR_KINDS.len() {

@@ -284,6 +284,27 @@ impl Store for Backend {
         }
     }
 
+    /// Straight to Redis (not through the failure policy nor the leases: a reservation made from
+    /// a node's local view could not be settled on another node), so a reserve fails while Redis
+    /// does. Leased slices are charged in Redis already: still exact.
+    async fn reserve_until(
+        &self,
+        checks: &[Check<'_>],
+        ttl_ns: u64,
+    ) -> Result<(Reserved, Option<crate::Reservation>), StoreError> {
+        match self {
+            Backend::Memory(store) => store.reserve_until_sync(checks, ttl_ns),
+            Backend::Redis(store, _) => store.inner().inner().reserve_until(checks, ttl_ns).await,
+        }
+    }
+
+    async fn settle(&self, id: &str, actual: u64) -> Result<crate::Settled, StoreError> {
+        match self {
+            Backend::Memory(store) => store.settle_sync(id, actual),
+            Backend::Redis(store, _) => store.inner().inner().settle(id, actual).await,
+        }
+    }
+
     async fn check(&self, key: &[u8], limit: &Limit, cost: u64) -> Result<Decision, StoreError> {
         self.check_one(Check::new(key, limit, cost)).await
     }

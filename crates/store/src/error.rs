@@ -35,6 +35,10 @@ pub enum StoreError {
     /// to its failure policy; a store's own callers get the failure itself.
     #[error("{}", .0)]
     Partial(Box<crate::remote::Partial>),
+    /// A reservation could not be made or settled (see [`Refusal`](crate::reservation::Refusal)):
+    /// nothing was changed.
+    #[error(transparent)]
+    Refused(crate::reservation::Refusal),
 }
 
 impl StoreError {

@@ -51,6 +51,7 @@ pub mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;
 pub mod remote;
+pub mod reservation;
 mod store;
 mod table;
 #[cfg(feature = "testkit")]
@@ -73,5 +74,6 @@ pub use memory::{MemoryStore, MemoryStoreBuilder};
 #[cfg(feature = "redis")]
 pub use redis::{RedisOptions, RedisStore, RedisTarget, TimeSource, TlsConfig};
 pub use remote::{Charge, Domain, Remote, Reply};
+pub use reservation::{Refusal, Reservation, Settled};
 pub use store::{Check, MAX_HOLD_NS, Refund, Reserved, Store, all_allowed, held_decision};
 pub use tollgate_core::{Algorithm, Clock, Decision, Limit, ManualClock, SystemClock};

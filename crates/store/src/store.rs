@@ -5,6 +5,7 @@ use std::future::Future;
 use tollgate_core::{Decision, Limit};
 
 use crate::StoreError;
+use crate::reservation::{Reservation, Settled};
 
 /// One limit to check as part of a request: whose state (scope and key), under which limit, at
 /// which cost.
@@ -158,6 +159,32 @@ pub trait Store: Send + Sync {
         self.check(key, limit, 0)
     }
 
+    /// [`reserve`](Self::reserve), and if every check admitted, a reservation open for `ttl_ns`
+    /// (at most [`MAX_RESERVATION_NS`](crate::reservation::MAX_RESERVATION_NS)) that
+    /// [`settle`](Self::settle) corrects with the actual amount, exactly once; never settled, it
+    /// stays charged at the checks' costs (see [`reservation`](crate::reservation)). A reserve that
+    /// fails may have charged the checks (as any failed check on a remote store may): no
+    /// reservation is open then, the charge expires with the state. A store that keeps no
+    /// reservations answers [`StoreError::Unsupported`] (the default).
+    fn reserve_until(
+        &self,
+        checks: &[Check<'_>],
+        ttl_ns: u64,
+    ) -> impl Future<Output = Result<(Reserved, Option<Reservation>), StoreError>> + Send {
+        let _ = (checks, ttl_ns);
+        async { Err(StoreError::Unsupported("this store keeps no reservations".into())) }
+    }
+
+    /// Settles the reservation `id` with the `actual` amount, once: each of its checks is charged
+    /// the difference above its estimate (whatever its limit says) or refunded the difference
+    /// below. A settle twice, after the deadline, or of an unknown id is refused
+    /// ([`StoreError::Refused`]), changing nothing. A settle that failed otherwise (the backend)
+    /// may be sent again: it applies once. The default: [`StoreError::Unsupported`].
+    fn settle(&self, id: &str, actual: u64) -> impl Future<Output = Result<Settled, StoreError>> + Send {
+        let _ = (id, actual);
+        async { Err(StoreError::Unsupported("this store keeps no reservations".into())) }
+    }
+
     /// Forgets the state of `key` in `scope` under `limit`'s algorithm, and any hold of `key` in
     /// `scope`: the key is idle again.
     fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> impl Future<Output = Result<(), StoreError>> + Send;
@@ -243,6 +270,18 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
 
     fn charge(&self, checks: &[Check<'_>]) -> impl Future<Output = Result<(), StoreError>> + Send {
         (**self).charge(checks)
+    }
+
+    fn reserve_until(
+        &self,
+        checks: &[Check<'_>],
+        ttl_ns: u64,
+    ) -> impl Future<Output = Result<(Reserved, Option<Reservation>), StoreError>> + Send {
+        (**self).reserve_until(checks, ttl_ns)
+    }
+
+    fn settle(&self, id: &str, actual: u64) -> impl Future<Output = Result<Settled, StoreError>> + Send {
+        (**self).settle(id, actual)
     }
 
     fn check(&self, key: &[u8], limit: &Limit, cost: u64) -> impl Future<Output = Result<Decision, StoreError>> + Send {

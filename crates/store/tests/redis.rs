@@ -200,8 +200,8 @@ async fn the_native_module_decides_exactly_like_the_script_and_the_memory_store(
 }
 
 /// Random limits across the whole range, random keys, costs, clock jumps, charges, views and
-/// refunds, holds: every field of every decision equal to the memory store's, and the checks a
-/// hold denied.
+/// refunds, holds, reservations settled above, below, twice and late: every field of every
+/// decision equal to the memory store's, the checks a hold denied, and every settle's answer.
 async fn differential(server: &RedisServer, module: bool) {
     // TOLLGATE_SEED=n explores another sequence (the suite runs the fixed one).
     let seed = std::env::var("TOLLGATE_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x9E37_79B9_7F4A_7C15);
@@ -209,6 +209,9 @@ async fn differential(server: &RedisServer, module: bool) {
     // Holds, drawn apart so that the other draws stay the sequence they were before holds.
     let mut holds = Rng(seed ^ 0x5EED_0F40_71D5);
     let keys: [&[u8]; 3] = [b"a", b"{tag}:b", b"\xff\x00}{"];
+    // Reservations, drawn apart too: opened on both stores, settled (once, twice, late) alike.
+    let mut reserving = Rng(seed ^ 0x7E5E_47E5);
+    let (mut settled, mut refused) = (0, 0);
     // Decisions a hold made, and decisions asking for a hold that none made.
     let (mut by_hold, mut not_held) = (0, 0);
     for round in 0..140 {
@@ -226,6 +229,8 @@ async fn differential(server: &RedisServer, module: bool) {
         let mut sent: Vec<(Charge<'_>, u64, u64)> = Vec::new();
         let horizon = u64::try_from(tollgate_store::remote::RESEND_HORIZON.as_nanos()).unwrap();
         let mut latest = 0;
+        // Reservations open on both stores: the limit, the memory store's id, Redis's.
+        let mut open: Vec<(&Limit, String, String)> = Vec::new();
         for step in 0..60 {
             let limit = if rng.below(6) == 0 { &limits[1 + step % 2] } else { &limits[0] };
             let period = limit.period_ns();
@@ -347,8 +352,45 @@ async fn differential(server: &RedisServer, module: bool) {
                 memory.refund(&refund).await.unwrap();
                 redis.refund(&refund).await.unwrap();
             }
+            // Now and then a reservation of the step's cost, for up to two periods (an hour at
+            // most); and one settled with an actual up to twice the capacity, now and then twice.
+            if reserving.below(5) == 0 {
+                let max = tollgate_store::reservation::MAX_RESERVATION_NS;
+                let ttl = 1 + reserving.below((2 * period).min(max - 1));
+                let reserved = [Check::new(key, limit, cost)];
+                let want = memory.reserve_until(&reserved, ttl).await.unwrap();
+                let got = redis.reserve_until(&reserved, ttl).await.unwrap();
+                assert_eq!(got.0, want.0, "{limit} round {round} step {step}: reserve of {cost} for {ttl} ns");
+                let deadline = |r: &Option<tollgate_store::Reservation>| r.as_ref().map(|r| r.deadline_ns);
+                assert_eq!(deadline(&got.1), deadline(&want.1));
+                if let (Some(w), Some(g)) = (want.1, got.1) {
+                    open.push((limit, w.id, g.id));
+                }
+            }
+            if !open.is_empty() && reserving.below(3) == 0 {
+                let i = usize::try_from(reserving.below(open.len() as u64)).unwrap();
+                let (limit, ref w, ref g) = open[i];
+                let actual = reserving.below(2 * limit.capacity() + 1);
+                let want = memory.settle(w, actual).await;
+                let got = redis.settle(g, actual).await;
+                let shown = |r: &Result<tollgate_store::Settled, StoreError>| match r {
+                    Ok(s) => format!("{s:?}"),
+                    Err(StoreError::Refused(refusal)) => format!("{refusal:?}").split('(').next().unwrap().to_string(),
+                    Err(e) => panic!("{e}"),
+                };
+                assert_eq!(shown(&got), shown(&want), "{limit} round {round} step {step}: settle of {actual}");
+                if want.is_ok() {
+                    settled += 1
+                } else {
+                    refused += 1
+                }
+                if reserving.below(3) != 0 {
+                    open.swap_remove(i);
+                }
+            }
         }
     }
+    assert!(settled > 50 && refused > 10, "{settled} reservations settled, {refused} settles refused");
     assert!(by_hold > 100 && not_held > 100, "holds made {by_hold} decisions, and asked for {not_held} others")
 }
 

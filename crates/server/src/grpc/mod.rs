@@ -5,10 +5,12 @@
 //! each descriptor is decided, all or nothing, shadow and quota mode, timing, store errors and
 //! envoyproxy/ratelimit's per-limit counters), and rendered as Envoy's statuses (and, if asked,
 //! its `RateLimit-*` headers; for a request with quota-mode descriptors, dynamic metadata saying
-//! which are over).
+//! which are over). A request marked to reserve, or to settle a reservation, is answered by
+//! `reserve` (Envoy's request-time and response-time calls).
 
 mod idle;
 mod listener;
+mod reserve;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -66,6 +68,10 @@ impl tollgate_rls::RateLimitService for RateLimitService {
     ) -> Result<Response<RateLimitResponse>, Status> {
         let request = request.into_inner();
         let descriptors = parse(&request)?;
+        // A request marked to reserve or to settle (see `reserve`).
+        if let Some(response) = reserve::answer(&self.engine, &request, &descriptors).await? {
+            return Ok(Response::new(response));
+        }
         let verdicts = self.engine.admit_descriptors(&request.domain, &descriptors, request.hits_addend).await;
         let verdicts = verdicts.map_err(|e| match e {
             StoreError::Limit(e) => Status::invalid_argument(e.to_string()),

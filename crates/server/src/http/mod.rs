@@ -1,5 +1,5 @@
-//! The HTTP API: `POST /v1/check`, `GET /metrics`, `GET /healthz` ([`router`]), served with the
-//! bounds of [`server`].
+//! The HTTP API: `POST /v1/check`, `POST /v1/reserve` and `POST /v1/settle` ([`reserve`]),
+//! `GET /metrics`, `GET /healthz` ([`router`]), served with the bounds of [`server`].
 //!
 //! `POST /v1/check` takes `{"key", "algorithm", "limit": "10/s", "burst", "slices", "cost"}` or
 //! `{"limit_name", "key", "cost"}` and answers the decision as JSON: 200 when allowed, 429 when
@@ -14,6 +14,7 @@
 
 pub mod held;
 pub mod host;
+pub mod reserve;
 pub mod server;
 pub mod tls;
 
@@ -39,6 +40,8 @@ use crate::app::App;
 pub fn router(app: Arc<App>, max_body_bytes: usize) -> Router {
     Router::new()
         .route("/v1/check", post(check))
+        .route("/v1/reserve", post(reserve))
+        .route("/v1/settle", post(settle))
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .layer(DefaultBodyLimit::max(max_body_bytes))
@@ -85,15 +88,29 @@ fn store_error(e: &StoreError) -> Response {
 }
 
 async fn check(State(app): State<Arc<App>>, request_headers: HeaderMap, body: Bytes) -> Response {
-    if let Some(refusal) = not_json(&request_headers) {
+    if let Some(refusal) = not_json(&request_headers, "/v1/check") {
         return refusal;
     }
     check_json(&app, &body).await
 }
 
+async fn reserve(State(app): State<Arc<App>>, request_headers: HeaderMap, body: Bytes) -> Response {
+    if let Some(refusal) = not_json(&request_headers, "/v1/reserve") {
+        return refusal;
+    }
+    reserve::reserve_json(&app, &body).await
+}
+
+async fn settle(State(app): State<Arc<App>>, request_headers: HeaderMap, body: Bytes) -> Response {
+    if let Some(refusal) = not_json(&request_headers, "/v1/settle") {
+        return refusal;
+    }
+    reserve::settle_json(&app, &body).await
+}
+
 /// The 415 to answer a request that does not say its body is `application/json` (parameters such
 /// as `charset` allowed); none if it does.
-fn not_json(request_headers: &HeaderMap) -> Option<Response> {
+fn not_json(request_headers: &HeaderMap, path: &str) -> Option<Response> {
     let mut lines = request_headers.get_all(header::CONTENT_TYPE).iter();
     let given = match (lines.next(), lines.next()) {
         (Some(line), None) => {
@@ -107,7 +124,7 @@ fn not_json(request_headers: &HeaderMap) -> Option<Response> {
         (Some(_), Some(_)) => "more than one".into(),
     };
     let message = format!(
-        "POST /v1/check takes Content-Type: application/json (given: {given}); with curl, add -H 'content-type: \
+        "POST {path} takes Content-Type: application/json (given: {given}); with curl, add -H 'content-type: \
          application/json'"
     );
     Some((StatusCode::UNSUPPORTED_MEDIA_TYPE, axum::Json(serde_json::json!({ "error": message }))).into_response())

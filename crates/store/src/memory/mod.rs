@@ -13,7 +13,10 @@ mod carry;
 mod holds;
 mod many;
 mod remote;
+mod reservations;
 mod slots;
+
+pub use reservations::MAX_OPEN_RESERVATIONS;
 
 use std::sync::Arc;
 
@@ -47,6 +50,8 @@ pub struct MemoryStore {
     /// Whether this store has decided as a [`Remote`](crate::Remote) (for a node's failure
     /// policy, in tests and simulations): only then are its refunds remembered in `applied`.
     as_remote: std::sync::atomic::AtomicBool,
+    /// The reservations kept (see `reservations`).
+    reservations: reservations::Reservations,
 }
 
 impl std::fmt::Debug for MemoryStore {
@@ -127,6 +132,7 @@ impl MemoryStoreBuilder {
             max_memory: self.max_memory,
             applied: applied::Applied::new(self.max_keys),
             as_remote: std::sync::atomic::AtomicBool::new(false),
+            reservations: reservations::Reservations::default(),
         }
     }
 }
@@ -411,6 +417,18 @@ impl Store for MemoryStore {
 
     async fn charge(&self, checks: &[Check<'_>]) -> Result<(), StoreError> {
         self.charge_sync(checks)
+    }
+
+    async fn reserve_until(
+        &self,
+        checks: &[Check<'_>],
+        ttl_ns: u64,
+    ) -> Result<(Reserved, Option<crate::Reservation>), StoreError> {
+        self.reserve_until_sync(checks, ttl_ns)
+    }
+
+    async fn settle(&self, id: &str, actual: u64) -> Result<crate::Settled, StoreError> {
+        self.settle_sync(id, actual)
     }
 
     async fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> Result<(), StoreError> {

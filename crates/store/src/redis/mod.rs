@@ -36,6 +36,7 @@ mod keys;
 mod lease;
 pub mod program;
 mod reply;
+mod reservations;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -100,8 +101,16 @@ pub struct RedisStore {
     carry_script: Arc<Script>,
     /// The script holding a key (see `hold`).
     hold_script: Arc<Script>,
+    /// The script settling a reservation (see `reservations`).
+    settle_script: Arc<Script>,
     /// Script calls sent (one `FCALL` or `EVALSHA` each), for the calls-per-decision figure.
     script_calls: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// What a call answered: its reply (and a lease's figures), or a guard's refusal code.
+enum Guarded {
+    Ran(Reply, Option<(u64, u64)>),
+    Refused(i64),
 }
 
 /// The lease part of a script call.
@@ -181,6 +190,7 @@ impl RedisStore {
             script: Arc::new(program::decide()),
             carry_script: Arc::new(program::script("carry")),
             hold_script: Arc::new(program::script("hold")),
+            settle_script: Arc::new(program::script("settle")),
             script_calls: Arc::default(),
         }
     }
@@ -207,6 +217,7 @@ impl RedisStore {
             script: self.script.clone(),
             carry_script: self.carry_script.clone(),
             hold_script: self.hold_script.clone(),
+            settle_script: self.settle_script.clone(),
             script_calls: self.script_calls.clone(),
         })
     }
@@ -256,6 +267,25 @@ impl RedisStore {
         refunds: &[Refund<'_>],
         lease: Option<LeaseArgs>,
     ) -> Result<(Reply, Option<(u64, u64)>), StoreError> {
+        match self.invoke_guarded(checks, charges, refunds, lease, None).await? {
+            Guarded::Ran(reply, lease) => Ok((reply, lease)),
+            Guarded::Refused(code) => {
+                Err(StoreError::Backend(format!("the script refused an unguarded call ({code})")))
+            }
+        }
+    }
+
+    /// [`invoke`](Self::invoke), or with `guard` through the settle script: the call runs only if
+    /// the guard's record holds what the guard says (see `reservations`), else it is refused with
+    /// the script's code.
+    async fn invoke_guarded(
+        &self,
+        checks: &[Check<'_>],
+        charges: &[Charge<'_>],
+        refunds: &[Refund<'_>],
+        lease: Option<LeaseArgs>,
+        guard: Option<&reservations::Guard<'_>>,
+    ) -> Result<Guarded, StoreError> {
         if let Some(c) = checks.iter().find(|c| c.cost > c.limit.capacity()) {
             return Err(tollgate_core::Error::CostExceedsCapacity { cost: c.cost, capacity: c.limit.capacity() }.into());
         }
@@ -266,7 +296,7 @@ impl RedisStore {
             .chain(refunds.iter().map(|r| &r.check))
             .map(|c| self.state_key(c.scope, c.key, c.limit))
             .collect::<Result<Vec<_>, _>>()?;
-        if keys.is_empty() {
+        if keys.is_empty() && guard.is_none() {
             return Err(StoreError::NoChecks);
         }
         // Each charge's and each refund's marker (what the key was given: nodes' running totals, its
@@ -281,8 +311,11 @@ impl RedisStore {
         if lease.is_some() {
             keys.push(keys::lessees_key(&self.options.prefix, &keys[0]));
         }
+        // The server the call goes to: the guard's record's (in the slot of every key), or the
+        // first key's.
+        let route: Vec<u8> = guard.map_or_else(|| keys[0].clone(), |g| g.record.to_vec());
         if self.is_cluster() {
-            let slot = keys::slot(&keys[0]);
+            let slot = keys::slot(&route);
             if keys.iter().any(|k| keys::slot(k) != slot) {
                 return Err(StoreError::CrossSlot);
             }
@@ -290,12 +323,23 @@ impl RedisStore {
         // The native module decides a lone check of its algorithms where it is loaded (the
         // client sends it to the script elsewhere: `program::decide`).
         let native = self.options.module
+            && guard.is_none()
             && lease.is_none()
             && checks.iter().all(|c| !c.hold)
             && charges.is_empty()
             && refunds.is_empty()
             && matches!(checks, [check] if module_decides(check.limit.algorithm()));
-        let mut call = if native { Call::module(&keys[0]) } else { Call::new(&self.script, &keys) };
+        let script = if guard.is_some() { &self.settle_script } else { &self.script };
+        let mut call = match guard {
+            _ if native => Call::module(&keys[0]),
+            Some(guard) => Call::guarded(
+                script,
+                guard.record,
+                &keys,
+                &[guard.content.as_bytes(), guard.deadline_ms.to_string().as_bytes()],
+            ),
+            None => Call::new(script, &keys),
+        };
         self.header(&mut call, checks.len(), charges.len(), refunds.len());
         for check in checks {
             call.part(CHECK_ARGS).limit(check.limit, check.cost).put(CHECK_HOLD, u8::from(check.hold));
@@ -330,13 +374,16 @@ impl RedisStore {
         }
         let cmd = call.into_cmd();
         self.script_calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let call = self.connection.run(&keys[0], &cmd, Some(&self.script));
+        let call = self.connection.run(&route, &cmd, Some(script));
         let reply = tokio::time::timeout(self.options.timeout, call)
             .await
             .map_err(|_| StoreError::Timeout(self.options.timeout))?
             .map_err(|failure| script_error(&failure, &keys))?;
         let reply: Vec<i64> = redis::from_redis_value(reply)
             .map_err(|e| StoreError::Backend(format!("the script answered something else than integers: {e}")))?;
+        if let (Some(_), [code]) = (guard, reply.as_slice()) {
+            return Ok(Guarded::Refused(*code));
+        }
         let parsed = match (lease, checks) {
             (None, _) => (parse_reply(&reply, checks.len())?, None),
             (Some(_), [check]) => {
@@ -348,7 +395,7 @@ impl RedisStore {
         if let Some(&i) = parsed.0.held.iter().find(|&&i| checks.get(i).is_none_or(|c| !c.hold)) {
             return Err(StoreError::Backend(format!("the script answered check {i} held, which asked for no hold")));
         }
-        Ok(parsed)
+        Ok(Guarded::Ran(parsed.0, parsed.1))
     }
 }
 
@@ -388,6 +435,18 @@ impl Store for RedisStore {
             self.call(&[], &[], &group).await?;
         }
         Ok(())
+    }
+
+    async fn reserve_until(
+        &self,
+        checks: &[Check<'_>],
+        ttl_ns: u64,
+    ) -> Result<(Reserved, Option<crate::Reservation>), StoreError> {
+        self.reserve_recorded(checks, ttl_ns).await
+    }
+
+    async fn settle(&self, id: &str, actual: u64) -> Result<crate::Settled, StoreError> {
+        self.settle_recorded(id, actual).await
     }
 
     async fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> Result<(), StoreError> {

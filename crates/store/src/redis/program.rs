@@ -15,7 +15,8 @@ pub use crate::layout::*;
 use tollgate_redis_client::{Native, Script};
 
 /// The script's body (after the layout): the Lua sources; it defines `decide(KEYS, ARGV)`,
-/// `carry(KEYS, ARGV)` and `hold(KEYS, ARGV)`, each the entry of a script of its own.
+/// `carry(KEYS, ARGV)`, `hold(KEYS, ARGV)` and `settle(KEYS, ARGV)`, each the entry of a script of
+/// its own.
 const BODY: &str = concat!(
     include_str!("lua/prelude.lua"),
     include_str!("lua/gcra.lua"),
@@ -28,6 +29,7 @@ const BODY: &str = concat!(
     include_str!("lua/decide.lua"),
     include_str!("lua/carry.lua"),
     include_str!("lua/hold.lua"),
+    include_str!("lua/settle.lua"),
 );
 
 /// The native module's command, deciding the lone checks of its algorithms where it is loaded:
@@ -78,6 +80,20 @@ impl Call {
         cmd.arg(script.function()).arg(keys.len());
         for key in keys {
             cmd.arg(key.as_slice());
+        }
+        Call { cmd, written: 0, base: 0, end: HEADER_ARGS }
+    }
+
+    /// `FCALL` of `script` (the settle script) on `record` and then `keys`, whose first arguments
+    /// are `guard`'s (not part of the layout); the header comes next.
+    pub(super) fn guarded(script: &Script, record: &[u8], keys: &[Vec<u8>], guard: &[&[u8]]) -> Self {
+        let mut cmd = redis::cmd("FCALL");
+        cmd.arg(script.function()).arg(keys.len() + 1).arg(record);
+        for key in keys {
+            cmd.arg(key.as_slice());
+        }
+        for value in guard {
+            cmd.arg(*value);
         }
         Call { cmd, written: 0, base: 0, end: HEADER_ARGS }
     }

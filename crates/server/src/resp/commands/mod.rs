@@ -9,6 +9,8 @@
 //! | `TG.PEEK key algorithm count period_ms [BURST b] [SLICES s]` | the same, consuming nothing |
 //! | `TG.RESET key algorithm count period_ms [BURST b] [SLICES s]` | `+OK` |
 //! | `TG.LIMIT name key [COST c]` | as `TG.CHECK`, under the config's named limit |
+//! | `TG.RESERVE key estimate ttl_ms name [name ...]` | as `TG.CHECK`, then the reservation's id (null if denied) and deadline_ms |
+//! | `TG.SETTLE id actual` | `[estimate, actual]`, or `SETTLED`, `EXPIRED`, `NORESERVATION` errors |
 //! | `PING`, `ECHO`, `HELLO`, `CLIENT`, `COMMAND`, `INFO`, `SELECT`, `CONFIG GET`, `QUIT` | enough for redis-cli, client libraries and redis-benchmark |
 //!
 //! A line of an HTTP request (`POST`, `Host:`, `METHOD TARGET HTTP/x`) answers an error and closes
@@ -27,6 +29,7 @@ mod args;
 mod cross_protocol;
 mod native;
 mod options;
+mod reserve;
 mod throttle;
 
 use bytes::BytesMut;
@@ -34,6 +37,7 @@ use tollgate_resp::reply;
 
 pub use admin::Client;
 pub use native::{AdHoc, Keyed, Named};
+pub use reserve::{Reserve, Settle};
 pub use throttle::Throttle;
 
 use crate::app::App;
@@ -60,6 +64,10 @@ pub enum Command<'a> {
     Reset(Keyed<'a>),
     /// `TG.LIMIT`.
     Limit(Named<'a>),
+    /// `TG.RESERVE`.
+    Reserve(Reserve<'a>),
+    /// `TG.SETTLE`.
+    Settle(Settle<'a>),
     /// `PING [message]`.
     Ping(Option<&'a [u8]>),
     /// `ECHO message`.
@@ -117,6 +125,8 @@ impl<'a> Command<'a> {
             b"TG.PEEK" => Command::Peek(Keyed::parse_peek(args)?),
             b"TG.RESET" => Command::Reset(Keyed::parse_reset(args)?),
             b"TG.LIMIT" => Command::Limit(Named::parse(args)?),
+            b"TG.RESERVE" => Command::Reserve(Reserve::parse(args)?),
+            b"TG.SETTLE" => Command::Settle(Settle::parse(args)?),
             b"PING" => Command::Ping(admin::ping(args)?),
             b"ECHO" => Command::Echo(admin::echo(args)?),
             b"QUIT" => Command::Quit,
@@ -139,6 +149,8 @@ impl<'a> Command<'a> {
             Command::Peek(keyed) => keyed.peek(app, out).await,
             Command::Reset(keyed) => keyed.reset(app, out).await,
             Command::Limit(named) => named.apply(app, out).await,
+            Command::Reserve(reserve) => reserve.apply(app, out).await,
+            Command::Settle(settle) => settle.apply(app, out).await,
             Command::Ping(None) => reply::simple(out, "PONG"),
             Command::Ping(Some(message)) | Command::Echo(message) => reply::bulk(out, message),
             Command::Hello => admin::hello_reply(out),

@@ -1,0 +1,122 @@
+//! The memory store's reservations (see [`crate::reservation`]): a table of records by token,
+//! bounded ([`MAX_OPEN_RESERVATIONS`]), each kept until its deadline (a settled one as a
+//! tombstone, so that a second settle is told so). Reserving holds the table's lock across the
+//! decision, so that a reservation refused for a full table charges nothing.
+
+use std::sync::Mutex;
+
+use std::collections::HashMap;
+
+use super::MemoryStore;
+use crate::remote::Charge;
+use crate::reservation::{Held, Id, Refusal, Reservation, Settled, deadline_ms};
+use crate::{Check, Refund, Reserved, StoreError, all_allowed};
+
+/// The most reservations a memory store keeps at once (open, or settled and not past their
+/// deadline): 100,000. Past it, a reserve is refused ([`Refusal::Full`]) until some reach their
+/// deadline; a record is about 100 bytes and a key's length.
+pub const MAX_OPEN_RESERVATIONS: usize = 100_000;
+
+/// One reservation: its deadline and checks, `None` once settled.
+#[derive(Debug)]
+struct Entry {
+    deadline_ms: u64,
+    checks: Option<Vec<Held>>,
+}
+
+/// The table of reservations.
+#[derive(Debug, Default)]
+pub(super) struct Reservations {
+    table: Mutex<HashMap<[u8; 16], Entry>>,
+}
+
+impl Reservations {
+    /// Reservations kept now (open or settled, not yet dropped after their deadline).
+    pub(super) fn len(&self) -> usize {
+        self.table.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len()
+    }
+}
+
+impl MemoryStore {
+    /// [`Store::reserve_until`](crate::Store::reserve_until) without a future.
+    pub fn reserve_until_sync(
+        &self,
+        checks: &[Check<'_>],
+        ttl_ns: u64,
+    ) -> Result<(Reserved, Option<Reservation>), StoreError> {
+        let mut table = self.reservations.table.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now_ms = self.clock.now_ns() / 1_000_000;
+        if table.len() >= MAX_OPEN_RESERVATIONS {
+            table.retain(|_, e| e.deadline_ms > now_ms);
+            if table.len() >= MAX_OPEN_RESERVATIONS {
+                return Err(StoreError::Refused(Refusal::Full(table.len())));
+            }
+        }
+        deadline_ms(0, ttl_ns)?;
+        let reserved = self.reserve_sync(checks)?;
+        if !all_allowed(&reserved.decisions) {
+            return Ok((reserved, None));
+        }
+        let deadline = deadline_ms(reserved.at, ttl_ns)?;
+        let id = Id::new(deadline, Vec::new())?;
+        let held =
+            checks.iter().enumerate().map(|(i, c)| Held::of(c, reserved.instant(i), reserved.decisions[i])).collect();
+        table.insert(id.token, Entry { deadline_ms: deadline, checks: Some(held) });
+        let reservation = Reservation { id: id.to_string(), deadline_ns: id.deadline_ns() };
+        Ok((reserved, Some(reservation)))
+    }
+
+    /// [`Store::settle`](crate::Store::settle) without a future.
+    pub fn settle_sync(&self, id: &str, actual: u64) -> Result<Settled, StoreError> {
+        let parsed = Id::parse(id)?;
+        if actual > crate::reservation::MAX_ACTUAL {
+            return Err(StoreError::Refused(Refusal::TooLarge(actual)));
+        }
+        let now = self.clock.now_ns();
+        let checks = {
+            let mut table = self.reservations.table.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let entry = table.get_mut(&parsed.token).filter(|e| e.deadline_ms == parsed.deadline_ms);
+            let Some(entry) = entry else {
+                return Err(StoreError::Refused(if now / 1_000_000 >= parsed.deadline_ms {
+                    Refusal::Expired(id.to_string())
+                } else {
+                    Refusal::Unknown(id.to_string())
+                }));
+            };
+            // Settled already is told first, as Redis's tombstone tells it (until it is dropped).
+            if entry.checks.is_none() {
+                return Err(StoreError::Refused(Refusal::AlreadySettled(id.to_string())));
+            }
+            if now / 1_000_000 >= entry.deadline_ms {
+                table.remove(&parsed.token);
+                return Err(StoreError::Refused(Refusal::Expired(id.to_string())));
+            }
+            entry.checks.take().ok_or_else(|| StoreError::Refused(Refusal::AlreadySettled(id.to_string())))?
+        };
+        let estimate = checks.first().map_or(0, |h| h.estimate);
+        self.correct(&checks, actual, now)?;
+        Ok(Settled { estimate, actual })
+    }
+
+    /// Charges (at `now`) each check's actual above its estimate, refunds what is below.
+    fn correct(&self, checks: &[Held], actual: u64, now: u64) -> Result<(), StoreError> {
+        let refunds: Vec<Refund<'_>> =
+            checks.iter().filter(|h| h.estimate > actual).map(|h| h.refund(h.estimate - actual)).collect();
+        self.refund_sync(&refunds);
+        let charges: Vec<(Charge<'_>, u64)> = checks
+            .iter()
+            .filter(|h| actual > h.estimate)
+            .map(|h| (Charge::new(h.check(actual - h.estimate), 0), now))
+            .collect();
+        if !charges.is_empty() {
+            self.check_many(&[], &charges, false)?;
+        }
+        Ok(())
+    }
+
+    /// Reservations kept now (open, or settled and not past their deadline).
+    #[must_use]
+    pub fn reservations(&self) -> usize {
+        self.reservations.len()
+    }
+}
