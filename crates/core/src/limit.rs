@@ -170,6 +170,32 @@ impl Limit {
         }
     }
 
+    /// The start of the window a stored window start stands for: itself for a fixed period (a
+    /// state written under another period keeps its own start), the start of the calendar window
+    /// holding it for a calendar period (every state is read on this calendar's windows).
+    #[must_use]
+    pub fn align(&self, start: u64) -> u64 {
+        if self.calendar.is_some() { self.window_at(start).0 } else { start }
+    }
+
+    /// The end of the window starting at `start` (see [`align`](Self::align)): `start + period`,
+    /// or the end of the calendar window holding it (saturated at `u64::MAX`).
+    #[must_use]
+    pub fn window_end(&self, start: u64) -> u64 {
+        if self.calendar.is_some() { self.window_at(start).1 } else { start.saturating_add(self.period_ns) }
+    }
+
+    /// The start of the window before the one starting at `start`: `start - period`, or the
+    /// calendar window holding `start - 1 ns` (`None` before the epoch).
+    #[must_use]
+    pub fn window_before(&self, start: u64) -> Option<u64> {
+        if self.calendar.is_some() {
+            start.checked_sub(1).map(|t| self.window_at(t).0)
+        } else {
+            start.checked_sub(self.period_ns)
+        }
+    }
+
     /// Unit-cost requests admitted at once from idle (bucket family; equals `count` otherwise).
     #[must_use]
     pub fn burst(&self) -> u64 {

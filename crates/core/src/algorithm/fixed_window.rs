@@ -43,7 +43,7 @@ impl RateState for FixedWindow {
     }
 
     fn idle_at(&self, limit: &Limit) -> u64 {
-        if self.used == 0 { 0 } else { limit.window_at(self.window_start).1 }
+        if self.used == 0 { 0 } else { limit.window_end(limit.align(self.window_start)) }
     }
 
     fn charge(&mut self, at: u64, limit: &Limit, cost: u64) -> Result<(), Error> {
@@ -58,7 +58,7 @@ impl RateState for FixedWindow {
     fn refund(&mut self, at: u64, decision: &Decision, limit: &Limit, cost: u64) {
         // Counted in the window ending `reset_after` after the admission.
         let end = at.saturating_add(decision.reset_after_ns);
-        if decision.allowed && self.used > 0 && limit.window_at(self.window_start).1 == end {
+        if decision.allowed && self.used > 0 && limit.window_end(limit.align(self.window_start)) == end {
             self.used -= cost.min(self.used);
         }
     }
@@ -79,7 +79,8 @@ impl FixedWindow {
     fn rolled(&self, now: u64, limit: &Limit) -> (u64, u64, u64) {
         let (current, end) = limit.window_at(now);
         if self.window_start >= current && self.used > 0 {
-            (self.window_start, self.used, limit.window_at(self.window_start).1)
+            let start = limit.align(self.window_start);
+            (start, self.used, limit.window_end(start))
         } else {
             (current, 0, end)
         }

@@ -130,7 +130,7 @@ impl Snapshot {
             crate::Algorithm::FixedWindow => limit.window_at(at).1,
             crate::Algorithm::SlidingWindow => {
                 let end = limit.window_at(at).1;
-                if self.used > 0 { limit.window_at(end).1 } else { end }
+                if self.used > 0 { limit.window_end(end) } else { end }
             }
             crate::Algorithm::SlidingLog => at.saturating_add(period),
             crate::Algorithm::SubWindow => {

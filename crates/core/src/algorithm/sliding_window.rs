@@ -27,10 +27,11 @@ impl SlidingWindow {
     /// The counters as seen from the window holding `now`: `(start, prev, curr, end)`.
     fn rolled(&self, now: u64, limit: &Limit) -> (u64, u64, u64, u64) {
         let (current, end) = limit.window_at(now);
-        if self.window_start >= current {
+        let stored = limit.align(self.window_start);
+        if stored >= current {
             // Same window, or a clock gone backwards: keep the later window's counters.
-            (self.window_start, self.prev, self.curr, limit.window_at(self.window_start).1)
-        } else if limit.window_at(self.window_start).1 == current {
+            (stored, self.prev, self.curr, limit.window_end(stored))
+        } else if limit.window_end(stored) == current {
             (current, self.curr, 0, end)
         } else {
             (current, 0, 0, end)
@@ -52,7 +53,7 @@ impl RateState for SlidingWindow {
         }
         // The current window's length (a calendar month's own) and the next one's.
         let period = end - start;
-        let next_end = limit.window_at(end).1;
+        let next_end = limit.window_end(end);
         if next_end == u64::MAX {
             return Err(Error::Overflow("next window end beyond 2^64 ns"));
         }
@@ -93,9 +94,9 @@ impl RateState for SlidingWindow {
     }
 
     fn idle_at(&self, limit: &Limit) -> u64 {
-        let end = limit.window_at(self.window_start).1;
+        let end = limit.window_end(limit.align(self.window_start));
         match (self.prev, self.curr) {
-            (_, c) if c > 0 => limit.window_at(end).1,
+            (_, c) if c > 0 => limit.window_end(end),
             (p, _) if p > 0 => end,
             _ => 0,
         }
@@ -112,16 +113,15 @@ impl RateState for SlidingWindow {
 
     fn refund(&mut self, at: u64, decision: &Decision, limit: &Limit, cost: u64) {
         // Counted in the window starting two windows before its state's reset.
-        let Some(last) = at.saturating_add(decision.reset_after_ns).checked_sub(1) else { return };
-        let Some(before) = limit.window_at(last).0.checked_sub(1) else { return };
-        let start = limit.window_at(before).0;
+        let reset = at.saturating_add(decision.reset_after_ns);
+        let Some(start) = limit.window_before(reset).and_then(|last| limit.window_before(last)) else { return };
         if !decision.allowed || cost == 0 {
             return;
         }
-        let previous = self.window_start.checked_sub(1).map(|t| limit.window_at(t).0);
-        if self.window_start == start {
+        let stored = limit.align(self.window_start);
+        if stored == start {
             self.curr -= cost.min(self.curr);
-        } else if previous == Some(start) {
+        } else if limit.window_before(stored) == Some(start) {
             self.prev -= cost.min(self.prev);
         }
     }
@@ -132,11 +132,7 @@ impl RateState for SlidingWindow {
     }
 
     fn from_snapshot(limit: &Limit, snapshot: &Snapshot) -> Self {
-        SlidingWindow {
-            window_start: limit.window_at(snapshot.at).0,
-            prev: snapshot.previous,
-            curr: snapshot.used,
-        }
+        SlidingWindow { window_start: limit.window_at(snapshot.at).0, prev: snapshot.previous, curr: snapshot.used }
     }
 }
 
@@ -223,7 +219,8 @@ mod tests {
     /// no February use starts afresh. Denied, a request waits until March's own fraction frees it.
     #[test]
     fn calendar_months_weigh_the_previous_month_by_the_current_months_length() {
-        let l: Limit = "100/month".parse::<crate::LimitBuilder>().unwrap().algorithm(Algorithm::SlidingWindow).build().unwrap();
+        let l: Limit =
+            "100/month".parse::<crate::LimitBuilder>().unwrap().algorithm(Algorithm::SlidingWindow).build().unwrap();
         let march = 1_835_481_600 * SEC; // 2028-03-01T00:00:00Z
         let february = march - 29 * 86_400 * SEC;
         let mut s = SlidingWindow::idle(&l);
