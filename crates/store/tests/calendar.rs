@@ -110,7 +110,8 @@ async fn calendar_windows_decide_alike_on_memory_and_redis_at_the_zones_boundari
 }
 
 /// On the server's clock (the default): the client sends the windows around its own now and the
-/// script picks the server's; a fixed window's reset is the next UTC midnight.
+/// script picks the server's; a fixed window's reset is the next UTC midnight, and its key lives
+/// until then.
 #[tokio::test]
 async fn on_the_servers_clock_the_reset_is_the_next_midnight() {
     let server = RedisServer::start();
@@ -121,6 +122,11 @@ async fn on_the_servers_clock_the_reset_is_the_next_midnight() {
     let midnight = first.now_ns - first.now_ns % DAY + DAY;
     assert_eq!(first.decisions[0].remaining, 1);
     assert_eq!(first.now_ns + first.decisions[0].reset_after_ns, midnight);
+    // The key lives until the calendar boundary, no longer.
+    let key = String::from_utf8(store.state_key("", b"day", &limit).unwrap()).unwrap();
+    let ttl_ms: u64 = server.cli(&["pttl", &key]).trim().parse().unwrap();
+    let until_ms = (midnight - first.now_ns).div_ceil(1_000_000);
+    assert!(ttl_ms <= until_ms && ttl_ms + 5_000 > until_ms, "a TTL of {ttl_ms} ms, {until_ms} ms to midnight");
     store.decide(&checks, &[]).await.unwrap();
     let denied = store.decide(&checks, &[]).await.unwrap();
     assert!(!denied.decisions[0].allowed);
