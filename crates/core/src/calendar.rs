@@ -12,6 +12,8 @@
 //! one build computes the same boundaries, whatever `/usr/share/zoneinfo` a machine has (or lacks).
 
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use jiff::civil::{Date, Time};
 use jiff::tz::TimeZone;
@@ -60,7 +62,15 @@ pub struct Calendar {
     zone: TimeZone,
     /// The zone's name as given (`Europe/Berlin`, `UTC`): what the limit shows and compares.
     name: String,
+    /// The two windows last computed (a sliding window counter asks about the current one and
+    /// the next), shared by the limit's clones (see [`Calendar::window_at`]).
+    last: Arc<[AtomicU64; 2]>,
 }
+
+const NS_PER_SEC: u64 = 1_000_000_000;
+/// A cached window: its start in seconds (39 bits hold every u64 of ns) above its length in
+/// seconds (25 bits: 388 days). 0: none.
+const LENGTH_BITS: u32 = 25;
 
 impl PartialEq for Calendar {
     fn eq(&self, other: &Calendar) -> bool {
@@ -91,7 +101,7 @@ impl Calendar {
             return Err(Error::UnknownTimeZone(name.chars().take(MAX_ZONE_NAME).collect()));
         }
         let zone = jiff::tz::db().get(name).map_err(|_| Error::UnknownTimeZone(name.to_string()))?;
-        Ok(Calendar { unit, zone, name: name.to_string() })
+        Ok(Calendar { unit, zone, name: name.to_string(), last: Arc::new([AtomicU64::new(0), AtomicU64::new(0)]) })
     }
 
     /// The unit.
@@ -110,6 +120,28 @@ impl Calendar {
     /// `end` past 2^64 ns saturated to `u64::MAX`.
     #[must_use]
     pub fn window_at(&self, now: u64) -> (u64, u64) {
+        // The time zone conversions cost ~150 ns; most calls ask about a window of the last two.
+        // One word holds a window whole (whole seconds), so a racing store is never read torn.
+        let cached = [self.last[0].load(Ordering::Relaxed), self.last[1].load(Ordering::Relaxed)];
+        for packed in cached {
+            let start = (packed >> LENGTH_BITS) * NS_PER_SEC;
+            let end = start + (packed & ((1 << LENGTH_BITS) - 1)) * NS_PER_SEC;
+            if packed != 0 && start <= now && now < end {
+                return (start, end);
+            }
+        }
+        let (start, end) = self.computed(now);
+        let length = (end - start) / NS_PER_SEC;
+        if start.is_multiple_of(NS_PER_SEC) && end.is_multiple_of(NS_PER_SEC) && length < 1 << LENGTH_BITS {
+            // In place of the earlier of the two.
+            let slot = usize::from(cached[1] < cached[0]);
+            self.last[slot].store((start / NS_PER_SEC) << LENGTH_BITS | length, Ordering::Relaxed);
+        }
+        (start, end)
+    }
+
+    /// [`window_at`](Self::window_at), computed.
+    fn computed(&self, now: u64) -> (u64, u64) {
         let longest = self.unit.longest_ns();
         let Some((start, end)) = self.civil_window(now) else {
             // Outside the calendar's range (past year 9999): never for a u64 of ns (year 2554).
