@@ -3,7 +3,7 @@
 //! Everything that can be wrong with a limit is refused here, once, with a message saying what to
 //! change; the algorithms then only check the request's cost.
 
-use std::{fmt, str::FromStr, time::Duration};
+use std::{fmt, str::FromStr, sync::Arc, time::Duration};
 
 use crate::Error;
 use crate::calendar::{Calendar, CalendarUnit};
@@ -22,6 +22,7 @@ pub const MAX_PERIOD_NS: u64 = 50 * 86_400 * NS_PER_SEC;
 /// The most slices a sub-window limit may have: every check sums them, and its state holds one
 /// counter per slice.
 pub const MAX_SLICES: u64 = 3_600;
+const _: () = assert!(MAX_SLICES <= u32::MAX as u64);
 
 /// The highest `count` of a sliding-log limit: its state holds up to one entry per admitted unit.
 pub const MAX_LOG_COUNT: u64 = 100_000;
@@ -76,10 +77,13 @@ pub struct Limit {
     count: u64,
     period_ns: u64,
     burst: u64,
-    slices: u64,
+    /// At most [`MAX_SLICES`]: 32 bits keep a limit (moved with every admission) at 56 bytes.
+    slices: u32,
     emission_ns: u64,
     tolerance_ns: u64,
-    calendar: Option<Calendar>,
+    /// Shared: a limit is cloned into every decision's reservation; the calendar is its
+    /// zone's rules and the windows last computed.
+    calendar: Option<Arc<Calendar>>,
 }
 
 impl Limit {
@@ -153,7 +157,7 @@ impl Limit {
     /// The calendar unit and zone of a calendar period (`None`: a fixed length).
     #[must_use]
     pub fn calendar(&self) -> Option<&Calendar> {
-        self.calendar.as_ref()
+        self.calendar.as_deref()
     }
 
     /// The window (fixed window, sliding window counter) holding `now`: `(start, end)` in ns since
@@ -205,7 +209,7 @@ impl Limit {
     /// Slices of the period (sub-window counter; 1 otherwise).
     #[must_use]
     pub fn slices(&self) -> u64 {
-        self.slices
+        u64::from(self.slices)
     }
 
     /// `T = ceil(period / count)`: rounding up never admits more than `count` per period.
@@ -243,9 +247,9 @@ impl Limit {
             count: self.count,
             period_ns: u128::from(self.period_ns),
             burst: self.algorithm.is_bucket().then_some(self.burst),
-            slices: (self.algorithm == Algorithm::SubWindow).then_some(self.slices),
-            calendar: self.calendar.as_ref().map(Calendar::unit),
-            tz: self.calendar.as_ref().map(|c| c.zone().to_string()),
+            slices: (self.algorithm == Algorithm::SubWindow).then_some(u64::from(self.slices)),
+            calendar: self.calendar.as_deref().map(Calendar::unit),
+            tz: self.calendar.as_deref().map(|c| c.zone().to_string()),
         }
     }
 }
@@ -323,7 +327,7 @@ impl LimitBuilder {
                 if !matches!(algorithm, Algorithm::FixedWindow | Algorithm::SlidingWindow) {
                     return Err(Error::CalendarNotApplicable { algorithm });
                 }
-                Some(Calendar::new(unit, tz.as_deref())?)
+                Some(Arc::new(Calendar::new(unit, tz.as_deref())?))
             }
             (None, Some(_)) => {
                 let period = u64::try_from(period_ns).map_or_else(|_| format!("{period_ns}ns"), format_period);
@@ -391,6 +395,8 @@ impl LimitBuilder {
             (_, Some(_)) => return Err(Error::SlicesNotApplicable { algorithm }),
             (_, None) => 1,
         };
+        // MAX_SLICES fits 32 bits.
+        let slices = u32::try_from(slices).unwrap_or(u32::MAX);
         Ok(Limit { algorithm, count, period_ns, burst, slices, emission_ns, tolerance_ns, calendar })
     }
 }
@@ -602,6 +608,13 @@ mod tests {
         assert!(err.contains("or day, week, month or year alone for a calendar period"), "{err}");
         // 1d is a fixed length: 86,400 s windows aligned to the epoch, whatever the zone.
         assert!(parse("5/1d").unwrap().calendar().is_none());
+    }
+
+    #[test]
+    fn a_limit_stays_small() {
+        // Moved with every admission (the engine's `Admission` holds one): a calendar costs a
+        // pointer, which 32-bit slices pay for.
+        assert_eq!(std::mem::size_of::<Limit>(), 56);
     }
 
     #[test]
