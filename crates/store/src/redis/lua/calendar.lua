@@ -267,9 +267,11 @@ ALGS['sliding-window@calendar'] = {
     local list, k, aligned = cal_locate(p, st, true)
     if k == 0 then return end
     local idle = list[k + 2]
+    -- Only a refund that gives something back applies (and stamps the key's marker), as the core's.
     if aligned.start == start then
+      if st.curr == 0 then return end
       return { start = st.start, frac = st.frac, prev = st.prev, curr = st.curr - math.min(cost, st.curr) }, idle
-    elseif list[k - 1] == start then
+    elseif list[k - 1] == start and st.prev > 0 then
       return { start = st.start, frac = st.frac, prev = st.prev - math.min(cost, st.prev), curr = st.curr }, idle
     end
   end,
