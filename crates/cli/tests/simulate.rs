@@ -55,6 +55,9 @@ fn replays_every_conformance_trace_exactly() {
             "--trace".into(),
             "-".into(),
         ];
+        if let Some(zone) = params["tz"].as_str() {
+            args.extend(["--tz".to_string(), zone.to_string()]);
+        }
         for flag in ["burst", "slices"] {
             if let Some(value) = params[flag].as_u64() {
                 args.extend([format!("--{flag}"), value.to_string()]);

@@ -77,6 +77,25 @@ pub enum Error {
         /// Its maximum.
         max: u128,
     },
+    /// A time zone the bundled IANA database does not know.
+    #[error("unknown time zone {0:?}: use an IANA name such as UTC, Europe/Berlin or America/New_York")]
+    UnknownTimeZone(String),
+    /// A calendar period (`/day`, `/week`, `/month`, `/year`) for an algorithm that takes a fixed
+    /// length.
+    #[error(
+        "calendar periods (day, week, month, year) apply to fixed-window and sliding-window only; \
+         {algorithm} takes a fixed length such as 1d or 24h"
+    )]
+    CalendarNotApplicable {
+        /// The algorithm the limit is for.
+        algorithm: Algorithm,
+    },
+    /// A time zone for a period that is a fixed length.
+    #[error("tz applies to calendar periods (COUNT/day, /week, /month, /year), not to a fixed length such as {period}")]
+    TimeZoneWithoutCalendar {
+        /// The fixed period, as written by [`format_period`](crate::format_period).
+        period: String,
+    },
     /// Text that should describe a limit, period or algorithm does not.
     #[error("{0}")]
     Syntax(String),

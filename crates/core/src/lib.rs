@@ -22,6 +22,7 @@
 //! ```
 
 pub mod algorithm;
+mod calendar;
 mod clock;
 mod decision;
 mod error;
@@ -32,6 +33,7 @@ pub mod trace;
 mod words;
 
 pub use algorithm::{MAX_AHEAD_NS, MAX_COUNTER, RateState, Snapshot, State};
+pub use calendar::{Calendar, CalendarUnit, DEFAULT_TIME_ZONE};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::Decision;
 pub use error::Error;

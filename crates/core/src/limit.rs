@@ -3,21 +3,26 @@
 //! Everything that can be wrong with a limit is refused here, once, with a message saying what to
 //! change; the algorithms then only check the request's cost.
 
-use std::{fmt, str::FromStr, time::Duration};
+use std::{fmt, str::FromStr, sync::Arc, time::Duration};
 
 use crate::Error;
+use crate::calendar::{Calendar, CalendarUnit};
 
 const NS_PER_SEC: u64 = 1_000_000_000;
 
-/// The longest period, and the longest `burst × T` (a bucket's capacity in time): 50 days.
+/// The longest fixed period, and the longest `burst × T` (a bucket's capacity in time): 50 days.
 ///
 /// One maximum for every store: the Redis script computes instants relative to now in Lua's
-/// doubles, exact up to 2^53 ns (104 days), and a sliding window counter looks back two periods.
+/// doubles, exact up to 2^53 ns (104 days), and a sliding window counter looks back two periods
+/// (a bucket's schedule runs up to `burst × T` ahead). Longer quotas are calendar periods (up to a
+/// year, for the fixed window and the sliding window counter), which the script computes in
+/// seconds and nanoseconds apart.
 pub const MAX_PERIOD_NS: u64 = 50 * 86_400 * NS_PER_SEC;
 
 /// The most slices a sub-window limit may have: every check sums them, and its state holds one
 /// counter per slice.
 pub const MAX_SLICES: u64 = 3_600;
+const _: () = assert!(MAX_SLICES <= u32::MAX as u64);
 
 /// The highest `count` of a sliding-log limit: its state holds up to one entry per admitted unit.
 pub const MAX_LOG_COUNT: u64 = 100_000;
@@ -72,15 +77,36 @@ pub struct Limit {
     count: u64,
     period_ns: u64,
     burst: u64,
-    slices: u64,
+    /// At most [`MAX_SLICES`]: 32 bits keep a limit (moved with every admission) at 56 bytes.
+    slices: u32,
     emission_ns: u64,
     tolerance_ns: u64,
+    /// Shared: a limit is cloned into every decision's reservation; the calendar is its
+    /// zone's rules and the windows last computed.
+    calendar: Option<Arc<Calendar>>,
 }
 
 impl Limit {
     /// Start a limit of `count` requests per `period` (GCRA, burst = count, until changed).
     pub fn builder(count: u64, period: Duration) -> LimitBuilder {
-        LimitBuilder { algorithm: Algorithm::Gcra, count, period_ns: period.as_nanos(), burst: None, slices: None }
+        LimitBuilder {
+            algorithm: Algorithm::Gcra,
+            count,
+            period_ns: period.as_nanos(),
+            burst: None,
+            slices: None,
+            calendar: None,
+            tz: None,
+        }
+    }
+
+    /// Start a limit of `count` requests per calendar `unit` (in UTC until [`LimitBuilder::tz`]
+    /// names a zone; the fixed window until another algorithm is named).
+    pub fn per_calendar(count: u64, unit: CalendarUnit) -> LimitBuilder {
+        LimitBuilder {
+            calendar: Some(unit),
+            ..Limit::builder(count, Duration::from_nanos(unit.longest_ns())).algorithm(Algorithm::FixedWindow)
+        }
     }
 
     /// `count` per second.
@@ -115,7 +141,8 @@ impl Limit {
         self.count
     }
 
-    /// The period in nanoseconds.
+    /// The period in nanoseconds; for a calendar period, the unit's longest length
+    /// ([`CalendarUnit::longest_ns`]).
     #[must_use]
     pub fn period_ns(&self) -> u64 {
         self.period_ns
@@ -127,6 +154,52 @@ impl Limit {
         Duration::from_nanos(self.period_ns)
     }
 
+    /// The calendar unit and zone of a calendar period (`None`: a fixed length).
+    #[must_use]
+    pub fn calendar(&self) -> Option<&Calendar> {
+        self.calendar.as_deref()
+    }
+
+    /// The window (fixed window, sliding window counter) holding `now`: `(start, end)` in ns since
+    /// the epoch, `start <= now < end` (an end past 2^64 ns is `u64::MAX`). A fixed period's
+    /// windows are `[k × period, (k + 1) × period)`; a calendar period's, its civil units.
+    #[must_use]
+    pub fn window_at(&self, now: u64) -> (u64, u64) {
+        match &self.calendar {
+            Some(calendar) => calendar.window_at(now),
+            None => {
+                let start = now - now % self.period_ns;
+                (start, start.saturating_add(self.period_ns))
+            }
+        }
+    }
+
+    /// The start of the window a stored window start stands for: itself for a fixed period (a
+    /// state written under another period keeps its own start), the start of the calendar window
+    /// holding it for a calendar period (every state is read on this calendar's windows).
+    #[must_use]
+    pub fn align(&self, start: u64) -> u64 {
+        if self.calendar.is_some() { self.window_at(start).0 } else { start }
+    }
+
+    /// The end of the window starting at `start` (see [`align`](Self::align)): `start + period`,
+    /// or the end of the calendar window holding it (saturated at `u64::MAX`).
+    #[must_use]
+    pub fn window_end(&self, start: u64) -> u64 {
+        if self.calendar.is_some() { self.window_at(start).1 } else { start.saturating_add(self.period_ns) }
+    }
+
+    /// The start of the window before the one starting at `start`: `start - period`, or the
+    /// calendar window holding `start - 1 ns` (`None` before the epoch).
+    #[must_use]
+    pub fn window_before(&self, start: u64) -> Option<u64> {
+        if self.calendar.is_some() {
+            start.checked_sub(1).map(|t| self.window_at(t).0)
+        } else {
+            start.checked_sub(self.period_ns)
+        }
+    }
+
     /// Unit-cost requests admitted at once from idle (bucket family; equals `count` otherwise).
     #[must_use]
     pub fn burst(&self) -> u64 {
@@ -136,7 +209,7 @@ impl Limit {
     /// Slices of the period (sub-window counter; 1 otherwise).
     #[must_use]
     pub fn slices(&self) -> u64 {
-        self.slices
+        u64::from(self.slices)
     }
 
     /// `T = ceil(period / count)`: rounding up never admits more than `count` per period.
@@ -174,14 +247,19 @@ impl Limit {
             count: self.count,
             period_ns: u128::from(self.period_ns),
             burst: self.algorithm.is_bucket().then_some(self.burst),
-            slices: (self.algorithm == Algorithm::SubWindow).then_some(self.slices),
+            slices: (self.algorithm == Algorithm::SubWindow).then_some(u64::from(self.slices)),
+            calendar: self.calendar.as_deref().map(Calendar::unit),
+            tz: self.calendar.as_deref().map(|c| c.zone().to_string()),
         }
     }
 }
 
 impl fmt::Display for Limit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}/{}", self.algorithm, self.count, format_period(self.period_ns))?;
+        match &self.calendar {
+            Some(calendar) => write!(f, "{} {}/{} {}", self.algorithm, self.count, calendar.unit(), calendar.zone())?,
+            None => write!(f, "{} {}/{}", self.algorithm, self.count, format_period(self.period_ns))?,
+        }
         if self.algorithm.is_bucket() {
             write!(f, " burst {}", self.burst)?;
         }
@@ -201,6 +279,9 @@ pub struct LimitBuilder {
     period_ns: u128,
     burst: Option<u64>,
     slices: Option<u64>,
+    /// A calendar period (its `period_ns` is then the unit's longest).
+    calendar: Option<CalendarUnit>,
+    tz: Option<String>,
 }
 
 /// Slices of a sub-window limit when none are given (Figma's sixty), for periods it divides.
@@ -232,19 +313,40 @@ impl LimitBuilder {
         self
     }
 
+    /// The IANA time zone of a calendar period (default UTC); refused with a fixed period.
+    pub fn tz(mut self, zone: impl Into<String>) -> Self {
+        self.tz = Some(zone.into());
+        self
+    }
+
     /// Validate and build the limit.
     pub fn build(self) -> Result<Limit, Error> {
-        let LimitBuilder { algorithm, count, period_ns, burst, slices } = self;
+        let LimitBuilder { algorithm, count, period_ns, burst, slices, calendar, tz } = self;
+        let calendar = match (calendar, tz) {
+            (Some(unit), tz) => {
+                if !matches!(algorithm, Algorithm::FixedWindow | Algorithm::SlidingWindow) {
+                    return Err(Error::CalendarNotApplicable { algorithm });
+                }
+                Some(Arc::new(Calendar::new(unit, tz.as_deref())?))
+            }
+            (None, Some(_)) => {
+                let period = u64::try_from(period_ns).map_or_else(|_| format!("{period_ns}ns"), format_period);
+                return Err(Error::TimeZoneWithoutCalendar { period });
+            }
+            (None, None) => None,
+        };
+        // A calendar period's bound is its own (a year is longer than a fixed period may be).
+        let max_period = calendar.as_ref().map_or(MAX_PERIOD_NS, |c| c.unit().longest_ns());
         if count == 0 {
             return Err(Error::ZeroCount);
         }
         if period_ns == 0 {
             return Err(Error::ZeroPeriod);
         }
-        if period_ns > u128::from(MAX_PERIOD_NS) {
+        if period_ns > u128::from(max_period) {
             return Err(Error::TooLarge { parameter: "period", value: period_ns, max: u128::from(MAX_PERIOD_NS) });
         }
-        let period_ns = u64::try_from(period_ns).unwrap_or(MAX_PERIOD_NS);
+        let period_ns = u64::try_from(period_ns).unwrap_or(max_period);
         if algorithm == Algorithm::SlidingLog && count > MAX_LOG_COUNT {
             return Err(Error::TooLarge {
                 parameter: "count",
@@ -263,14 +365,15 @@ impl LimitBuilder {
             None => count,
         };
         let tolerance_ns = u128::from(burst) * u128::from(emission_ns);
-        if tolerance_ns > u128::from(MAX_PERIOD_NS) {
+        // A calendar period is for the window family, whose capacity is not a time.
+        if tolerance_ns > u128::from(MAX_PERIOD_NS) && calendar.is_none() {
             return Err(Error::TooLarge {
                 parameter: "burst × emission interval",
                 value: tolerance_ns,
                 max: u128::from(MAX_PERIOD_NS),
             });
         }
-        let tolerance_ns = u64::try_from(tolerance_ns).unwrap_or(MAX_PERIOD_NS);
+        let tolerance_ns = u64::try_from(tolerance_ns).unwrap_or(u64::MAX);
         let slices = match (algorithm, slices) {
             (Algorithm::SubWindow, s) => {
                 let s = s.unwrap_or_else(|| default_slices(period_ns));
@@ -292,11 +395,16 @@ impl LimitBuilder {
             (_, Some(_)) => return Err(Error::SlicesNotApplicable { algorithm }),
             (_, None) => 1,
         };
-        Ok(Limit { algorithm, count, period_ns, burst, slices, emission_ns, tolerance_ns })
+        // MAX_SLICES fits 32 bits.
+        let slices = u32::try_from(slices).unwrap_or(u32::MAX);
+        Ok(Limit { algorithm, count, period_ns, burst, slices, emission_ns, tolerance_ns, calendar })
     }
 }
 
-/// Parses `N/PERIOD`, e.g. `10/s`, `100/1m`, `30/60s`, `5/500ms` (no number means 1).
+/// Parses `N/PERIOD`, e.g. `10/s`, `100/1m`, `30/60s`, `5/500ms` (no number means 1), or a
+/// calendar period spelled out, `N/day`, `N/week`, `N/month`, `N/year` (the fixed window until
+/// another algorithm is named; `1d` is 86,400 s from any instant's epoch-aligned day, `day` the
+/// civil day of a time zone).
 impl FromStr for LimitBuilder {
     type Err = Error;
 
@@ -307,14 +415,11 @@ impl FromStr for LimitBuilder {
         let count: u64 = count.trim().parse().map_err(|_| {
             Error::Syntax(format!("invalid limit {s:?}: count {count:?} is not a non-negative integer"))
         })?;
+        if let Ok(unit) = period.trim().parse::<CalendarUnit>() {
+            return Ok(Limit::per_calendar(count, unit));
+        }
         let period_ns = parse_period_ns(period)?;
-        Ok(LimitBuilder {
-            algorithm: Algorithm::Gcra,
-            count,
-            period_ns: u128::from(period_ns),
-            burst: None,
-            slices: None,
-        })
+        Ok(Limit::builder(count, Duration::from_nanos(period_ns)))
     }
 }
 
@@ -344,7 +449,8 @@ pub fn parse_period_ns(text: &str) -> Result<u64, Error> {
         }
         other => {
             return Err(Error::Syntax(format!(
-                "invalid period {text:?}: unknown unit {other:?} (use ns, us, ms, s, m, h or d)"
+                "invalid period {text:?}: unknown unit {other:?} (use ns, us, ms, s, m, h or d; or day, week, \
+                 month or year alone for a calendar period)"
             )));
         }
     };
@@ -474,6 +580,41 @@ mod tests {
             assert_eq!(a.as_str().parse::<Algorithm>().unwrap(), a);
         }
         assert!("gcra2".parse::<Algorithm>().unwrap_err().to_string().contains("token-bucket"));
+    }
+
+    #[test]
+    fn calendar_periods_parse_with_their_zone_for_the_window_family_only() {
+        let month: Limit = "1000000/month".parse::<LimitBuilder>().unwrap().tz("Europe/Berlin").build().unwrap();
+        assert_eq!(month.algorithm(), Algorithm::FixedWindow, "a calendar period's default algorithm");
+        assert_eq!(month.to_string(), "fixed-window 1000000/month Europe/Berlin");
+        assert_eq!(month.calendar().map(|c| (c.unit(), c.zone())), Some((CalendarUnit::Month, "Europe/Berlin")));
+        assert_eq!(month.period_ns(), 32 * 86_400 * NS_PER_SEC);
+        assert_eq!(month.to_builder().build().unwrap(), month);
+        let year = "5/year".parse::<LimitBuilder>().unwrap().algorithm(Algorithm::SlidingWindow).build().unwrap();
+        assert_eq!(year.to_string(), "sliding-window 5/year UTC");
+        assert_eq!(
+            "5/day".parse::<LimitBuilder>().unwrap().algorithm(Algorithm::Gcra).build(),
+            Err(Error::CalendarNotApplicable { algorithm: Algorithm::Gcra })
+        );
+        assert_eq!(
+            Limit::per_day(5).tz("Europe/Berlin").build(),
+            Err(Error::TimeZoneWithoutCalendar { period: "1d".into() })
+        );
+        assert!(matches!(
+            "5/week".parse::<LimitBuilder>().unwrap().tz("Mars/Olympus").build(),
+            Err(Error::UnknownTimeZone(z)) if z == "Mars/Olympus"
+        ));
+        let err = parse("5/2month").unwrap_err().to_string();
+        assert!(err.contains("or day, week, month or year alone for a calendar period"), "{err}");
+        // 1d is a fixed length: 86,400 s windows aligned to the epoch, whatever the zone.
+        assert!(parse("5/1d").unwrap().calendar().is_none());
+    }
+
+    #[test]
+    fn a_limit_stays_small() {
+        // Moved with every admission (the engine's `Admission` holds one): a calendar costs a
+        // pointer, which 32-bit slices pay for.
+        assert_eq!(std::mem::size_of::<Limit>(), 56);
     }
 
     #[test]

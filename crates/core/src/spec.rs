@@ -24,7 +24,8 @@ pub struct LimitSpec {
     #[cfg_attr(feature = "serde", serde(default))]
     #[cfg_attr(feature = "clap", arg(long, value_name = "ALG", required = true))]
     pub algorithm: Option<Algorithm>,
-    /// COUNT/PERIOD, e.g. 10/s, 100/1m, 5/500ms (units ns, us, ms, s, m, h, d).
+    /// COUNT/PERIOD, e.g. 10/s, 100/1m, 5/500ms (units ns, us, ms, s, m, h, d), or COUNT/day,
+    /// /week, /month, /year: a calendar period (fixed-window, sliding-window).
     #[cfg_attr(feature = "clap", arg(long, value_name = "N/PERIOD", required = true))]
     pub limit: Option<String>,
     /// Requests admitted at once from idle (gcra, token-bucket, leaky-bucket; default: the count).
@@ -33,6 +34,9 @@ pub struct LimitSpec {
     /// Equal slices of the period (sub-window; default 60, or the largest divisor below 60).
     #[cfg_attr(feature = "clap", arg(long, value_name = "S"))]
     pub slices: Option<u64>,
+    /// The IANA time zone of a calendar period, e.g. Europe/Berlin (default UTC).
+    #[cfg_attr(feature = "clap", arg(long, value_name = "ZONE"))]
+    pub tz: Option<String>,
 }
 
 impl LimitSpec {
@@ -54,9 +58,15 @@ impl LimitSpec {
         self.tuned(Limit::builder(count, period)).build()
     }
 
-    /// `builder` with this spec's algorithm (GCRA when none is named), burst and slices.
+    /// `builder` with this spec's algorithm (when none is named, the builder's: GCRA, or the fixed
+    /// window for a calendar period), burst, slices and time zone.
     fn tuned(&self, mut builder: LimitBuilder) -> LimitBuilder {
-        builder = builder.algorithm(self.algorithm.unwrap_or_default());
+        if let Some(algorithm) = self.algorithm {
+            builder = builder.algorithm(algorithm);
+        }
+        if let Some(tz) = &self.tz {
+            builder = builder.tz(tz.clone());
+        }
         if let Some(burst) = self.burst {
             builder = builder.burst(burst);
         }
@@ -78,6 +88,9 @@ impl fmt::Display for LimitSpec {
         if let Some(slices) = self.slices {
             write!(f, " slices {slices}")?;
         }
+        if let Some(tz) = &self.tz {
+            write!(f, " tz {tz}")?;
+        }
         Ok(())
     }
 }
@@ -96,7 +109,7 @@ mod tests {
     use super::*;
 
     fn spec(limit: &str, algorithm: Option<Algorithm>, burst: Option<u64>, slices: Option<u64>) -> LimitSpec {
-        LimitSpec { algorithm, limit: Some(limit.into()), burst, slices }
+        LimitSpec { algorithm, limit: Some(limit.into()), burst, slices, tz: None }
     }
 
     #[test]
@@ -117,7 +130,7 @@ mod tests {
 
     #[test]
     fn a_rate_given_as_numbers_is_tuned_and_validated_alike() {
-        let tuning = |algorithm, burst, slices| LimitSpec { algorithm, limit: None, burst, slices };
+        let tuning = |algorithm, burst, slices| LimitSpec { algorithm, limit: None, burst, slices, tz: None };
         let second = Duration::from_secs(1);
         let built = tuning(Some(Algorithm::SubWindow), None, Some(10)).build_rate(10, second).unwrap();
         assert_eq!(built, spec("10/s", Some(Algorithm::SubWindow), None, Some(10)).build().unwrap());

@@ -424,3 +424,71 @@ proptest! {
         }
     }
 }
+
+/// A calendar limit (the fixed window or the sliding window counter; a day, week, month or year of
+/// a zone with DST or without), a start between 2026 and 2029 (DST changes, 29 February 2028), and
+/// a trace with gaps scaled to the unit's length.
+fn calendar_limit_and_trace() -> impl Strategy<Value = (Limit, u64, Vec<(u64, u64)>)> {
+    const ZONES: [&str; 4] = ["UTC", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe"];
+    let algorithms = proptest::sample::select(&[Algorithm::FixedWindow, Algorithm::SlidingWindow][..]);
+    (
+        algorithms,
+        proptest::sample::select(&tollgate_core::CalendarUnit::ALL[..]),
+        proptest::sample::select(&ZONES[..]),
+        1u64..=20,
+    )
+        .prop_flat_map(|(algorithm, unit, zone, count)| {
+            let limit =
+                Limit::per_calendar(count, unit).algorithm(algorithm).tz(zone).build().expect("a calendar limit");
+            let length = unit.longest_ns() / 2;
+            let gap = prop_oneof![3 => Just(0u64), 4 => 0..=length / 4 + 1, 1 => 0..=3 * length];
+            let cost = prop_oneof![6 => Just(1u64), 1 => Just(0u64), 2 => 0..=count];
+            let start = 1_767_225_600_000_000_000u64..1_861_920_000_000_000_000;
+            (Just(limit), start, proptest::collection::vec((gap, cost), 1..80))
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Calendar windows: a fixed window admits at most `count` per calendar window; the sliding
+    /// window counter's estimate, over the current window's own length, stays at most `count`;
+    /// a denial's `retry_after` is the exact earliest instant the request is admitted; after
+    /// `reset_after` the key answers as an idle one.
+    #[test]
+    fn calendar_windows_hold_their_bounds_and_their_answers((limit, start, trace) in calendar_limit_and_trace()) {
+        let mut state = State::idle(&limit);
+        let mut now = start;
+        let mut granted: Vec<(u64, u64)> = Vec::new();
+        for &(gap, cost) in &trace {
+            now += gap;
+            let before = state.clone();
+            let d = state.check(now, &limit, cost).unwrap();
+            if !d.allowed {
+                prop_assert_eq!(&state, &before);
+                let mut later = before.clone();
+                prop_assert!(later.check(now + d.retry_after_ns, &limit, cost).unwrap().allowed, "{} at {}", limit, now);
+                let mut earlier = before.clone();
+                prop_assert!(!earlier.check(now + d.retry_after_ns - 1, &limit, cost).unwrap().allowed, "{} at {}", limit, now);
+            } else if cost > 0 {
+                granted.push((now, cost));
+            }
+            let idle = State::idle(&limit).check(now + d.reset_after_ns, &limit, 0).unwrap();
+            prop_assert_eq!(state.clone().check(now + d.reset_after_ns, &limit, 0).unwrap(), idle);
+            let (window, end) = limit.window_at(now);
+            let sum = |from: u64, to: u64| -> u64 { granted.iter().filter(|(t, _)| *t >= from && *t < to).map(|(_, c)| c).sum() };
+            let curr = sum(window, end);
+            if limit.algorithm() == Algorithm::FixedWindow {
+                prop_assert!(curr <= limit.count(), "{} in the window from {}", curr, window);
+            } else {
+                let previous = limit.window_before(window).unwrap();
+                let (prev, length, e) = (sum(previous, window), end - window, now - window);
+                prop_assert!(
+                    u128::from(prev) * u128::from(length - e) + u128::from(curr) * u128::from(length)
+                        <= u128::from(limit.count()) * u128::from(length),
+                    "{}: estimate above the count at {}: prev {}, curr {}", limit, now, prev, curr
+                );
+            }
+        }
+    }
+}

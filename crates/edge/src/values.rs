@@ -5,7 +5,7 @@
 //! durations in whole seconds are rounded up (a client that waits what it is told is never early),
 //! and a denial never says "retry in 0 s".
 
-use tollgate_core::{Decision, Limit};
+use tollgate_core::{CalendarUnit, Decision, Limit};
 
 const NS_PER_SEC: u64 = 1_000_000_000;
 const NS_PER_MS: u64 = 1_000_000;
@@ -56,11 +56,20 @@ fn field_name(policy: &str) -> String {
 /// seconds is stated over the shortest whole-second window holding a whole number of periods
 /// (`10/500ms` is `q=20;w=1`, `7/300ms` is `q=70;w=3`); when that window would exceed an hour,
 /// over the period rounded up to a second, with `q` rounded down: never a promise of more than
-/// the limit admits.
+/// the limit admits. A calendar period (whose windows differ in length: a month of 28 to 31 days)
+/// is stated over its nominal length, a day of 86,400 s, a week of 7 days, a month of 30, a year
+/// of 365 (the reset fields give the actual boundary).
 #[must_use]
 pub fn policy_parameters(limit: &Limit) -> String {
     const SECOND: u128 = NS_PER_SEC as u128;
-    let (count, period) = (u128::from(limit.count()), u128::from(limit.period_ns()));
+    let period_ns = match limit.calendar().map(tollgate_core::Calendar::unit) {
+        Some(CalendarUnit::Day) => 86_400 * NS_PER_SEC,
+        Some(CalendarUnit::Week) => 7 * 86_400 * NS_PER_SEC,
+        Some(CalendarUnit::Month) => 30 * 86_400 * NS_PER_SEC,
+        Some(CalendarUnit::Year) => 365 * 86_400 * NS_PER_SEC,
+        None => limit.period_ns(),
+    };
+    let (count, period) = (u128::from(limit.count()), u128::from(period_ns));
     let whole = period / gcd(period, SECOND) * SECOND; // lcm(period, 1 s)
     let (quota, window) = if whole / SECOND <= 3_600 {
         (count * (whole / period), whole / SECOND)
@@ -178,6 +187,14 @@ mod tests {
             "q=100;w=60"
         );
         assert_eq!(policy("5/1h", Algorithm::SlidingLog, None), "q=5;w=3600");
+    }
+
+    #[test]
+    fn calendar_periods_are_stated_over_their_nominal_length() {
+        let month = "1000/month".parse::<tollgate_core::LimitBuilder>().unwrap().tz("Europe/Berlin").build().unwrap();
+        assert_eq!(policy_parameters(&month), "q=1000;w=2592000");
+        let year = "12/year".parse::<tollgate_core::LimitBuilder>().unwrap().build().unwrap();
+        assert_eq!(policy_parameters(&year), "q=12;w=31536000");
     }
 
     #[test]

@@ -5,11 +5,12 @@
 //! on the same epoch, so the default algorithm starts and ends every window at the same second.
 //! The tollgate extensions `algorithm`, `burst` and `slices` inside `rate_limit` choose another.
 
-use tollgate_core::{Algorithm, Limit, LimitSpec, MAX_PERIOD_NS};
+use tollgate_core::{Algorithm, CalendarUnit, Limit, LimitSpec, MAX_PERIOD_NS};
 
 tollgate_core::words! {
-    /// The unit of a `rate_limit`, with envoyproxy/ratelimit's lengths (a month is 30 days, a year
-    /// 365) and the numbers of `RateLimitResponse.RateLimit.Unit` in Envoy's `rls.proto`, by its
+    /// The unit of a `rate_limit`, with envoyproxy/ratelimit's lengths (a week is 7 days, a month
+    /// 30, a year 365, each window aligned to the Unix epoch; with the tollgate extension `tz`, a
+    /// day, week, month or year of the calendar instead) and the numbers of `RateLimitResponse.RateLimit.Unit` in Envoy's `rls.proto`, by its
     /// name in configurations, lower case (see [`Unit::parse`] for the case envoyproxy accepts).
     pub enum Unit: "unit" {
         /// One second (proto `SECOND = 1`).
@@ -24,8 +25,8 @@ tollgate_core::words! {
         Week = "week",
         /// 30 days (`MONTH = 5`).
         Month = "month",
-        /// 365 days (`YEAR = 6`): longer than any tollgate period (50 days), so a limit in years
-        /// cannot be built (see [`limit_for`]).
+        /// 365 days (`YEAR = 6`): longer than a fixed tollgate period (50 days), so a limit in
+        /// years is a calendar year, with a `tz` (see [`limit_for`]).
         Year = "year",
     }
 }
@@ -42,6 +43,19 @@ impl Unit {
             Unit::Week => 7 * 86_400,
             Unit::Month => 30 * 86_400,
             Unit::Year => 365 * 86_400,
+        }
+    }
+
+    /// The calendar unit of the same name (day, week, month, year), which a `rate_limit` with a
+    /// `tz` counts in instead of the fixed length.
+    #[must_use]
+    pub const fn calendar(self) -> Option<CalendarUnit> {
+        match self {
+            Unit::Day => Some(CalendarUnit::Day),
+            Unit::Week => Some(CalendarUnit::Week),
+            Unit::Month => Some(CalendarUnit::Month),
+            Unit::Year => Some(CalendarUnit::Year),
+            Unit::Second | Unit::Minute | Unit::Hour => None,
         }
     }
 
@@ -79,8 +93,9 @@ impl Unit {
 pub const DEFAULT_ALGORITHM: Algorithm = Algorithm::FixedWindow;
 
 /// The tollgate limit for `requests_per_unit` per `unit`: `None` when `requests_per_unit` is 0
-/// (every request is over the limit, as envoyproxy/ratelimit answers it). Errors are tollgate's
-/// bounds: a year (365 days) is longer than any tollgate period (50 days); a second holds at
+/// (every request is over the limit, as envoyproxy/ratelimit answers it). With a `tz` in
+/// `tuning`, a day, week, month or year is that calendar unit of the zone. Errors are tollgate's
+/// bounds: a year of 365 days is longer than a fixed tollgate period (50 days); a second holds at
 /// most 10^9 requests (one per nanosecond); a sliding log at most 100,000; a burst or slices
 /// where the algorithm takes none.
 ///
@@ -94,9 +109,14 @@ pub fn limit_for(
     if requests_per_unit == 0 {
         return Ok(None);
     }
+    // With a time zone, a day, week, month or year is a calendar unit of it.
+    let period = match (unit.calendar(), &tuning.tz) {
+        (Some(calendar), Some(_)) => calendar.to_string(),
+        _ => format!("{}s", unit.seconds()),
+    };
     let spec = LimitSpec {
         algorithm: Some(tuning.algorithm.unwrap_or(DEFAULT_ALGORITHM)),
-        limit: Some(format!("{requests_per_unit}/{}s", unit.seconds())),
+        limit: Some(format!("{requests_per_unit}/{period}")),
         ..tuning.clone()
     };
     spec.build().map(Some)
@@ -203,5 +223,22 @@ mod tests {
         assert_eq!(limit_for(10, Unit::Second, &gcra).unwrap().unwrap().burst(), 20);
         let bad = LimitSpec { burst: Some(2), ..LimitSpec::default() };
         assert!(limit_for(10, Unit::Second, &bad).is_err());
+    }
+
+    /// Before: `unit: year` was refused, a month was 30 days from the epoch whatever was asked.
+    /// After: with `tz`, the calendar unit of the zone; without it, envoyproxy/ratelimit's lengths.
+    #[test]
+    fn a_time_zone_makes_days_to_years_calendar_units() {
+        let berlin = LimitSpec { tz: Some("Europe/Berlin".into()), ..LimitSpec::default() };
+        let month = limit_for(1_000_000, Unit::Month, &berlin).unwrap().unwrap();
+        assert_eq!(month.to_string(), "fixed-window 1000000/month Europe/Berlin");
+        let utc = LimitSpec { tz: Some("UTC".into()), ..LimitSpec::default() };
+        assert_eq!(limit_for(5, Unit::Year, &utc).unwrap().unwrap().to_string(), "fixed-window 5/year UTC");
+        assert_eq!(
+            limit_for(5, Unit::Month, &LimitSpec::default()).unwrap().unwrap().period_ns(),
+            30 * 86_400_000_000_000
+        );
+        let err = limit_for(5, Unit::Hour, &berlin).unwrap_err().to_string();
+        assert!(err.starts_with("tz applies to calendar periods"), "{err}");
     }
 }

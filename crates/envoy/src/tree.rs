@@ -236,7 +236,7 @@ impl<'o> Builder<'o> {
             )));
         };
         rate_limit.unit = unit;
-        let mut tuning = LimitSpec { burst: raw.burst, slices: raw.slices, ..LimitSpec::default() };
+        let mut tuning = LimitSpec { burst: raw.burst, slices: raw.slices, tz: raw.tz.clone(), ..LimitSpec::default() };
         if let Some(algorithm) = &raw.algorithm {
             let algorithm = algorithm.parse().map_err(|e| self.error(format!("rate_limit.algorithm: {e}")))?;
             tuning.algorithm = Some(algorithm);
@@ -246,10 +246,11 @@ impl<'o> Builder<'o> {
                 "rate_limit: `burst` and `slices` do not apply to `requests_per_unit: 0` (every request is over the limit)",
             ));
         }
-        if requests_per_unit > 0 && too_long(unit) {
+        if requests_per_unit > 0 && too_long(unit) && raw.tz.is_none() {
             return Err(self.error(format!(
-                "rate_limit: unit {unit} ({} days) is longer than tollgate keeps state for (50 days); \
-                 use a shorter unit, e.g. {} per month",
+                "rate_limit: unit {unit} read as envoyproxy/ratelimit does ({} days from the epoch) is longer than \
+                 a fixed tollgate period (50 days); add `tz: UTC` (or another zone) to count calendar years, \
+                 or use a shorter unit, e.g. {} per month",
                 unit.seconds() / 86_400,
                 (u64::from(requests_per_unit) * 30).div_ceil(365)
             )));

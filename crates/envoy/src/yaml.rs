@@ -59,6 +59,9 @@ pub(crate) struct RawRateLimit {
     pub(crate) burst: Option<u64>,
     /// tollgate extension: the sub-window counter's slices.
     pub(crate) slices: Option<u64>,
+    /// tollgate extension: an IANA time zone; with it `day`, `week`, `month` and `year` are
+    /// calendar units of that zone (without it, envoyproxy/ratelimit's fixed lengths).
+    pub(crate) tz: Option<String>,
 }
 
 /// One entry of `replaces`.

@@ -105,8 +105,14 @@ fn every_refusal_says_where_and_why() {
         ),
         (
             "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, requests_per_unit: 365}\n",
-            "cfg.yaml: d > k: rate_limit: unit year (365 days) is longer than tollgate keeps state for (50 days); \
-             use a shorter unit, e.g. 30 per month",
+            "cfg.yaml: d > k: rate_limit: unit year read as envoyproxy/ratelimit does (365 days from the epoch) is \
+             longer than a fixed tollgate period (50 days); add `tz: UTC` (or another zone) to count calendar years, \
+             or use a shorter unit, e.g. 30 per month",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: month, requests_per_unit: 5, tz: Europe/Berln}\n",
+            "cfg.yaml: d > k: rate_limit: unknown time zone \"Europe/Berln\": use an IANA name such as UTC, \
+             Europe/Berlin or America/New_York",
         ),
         (
             "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5, burst: 9}\n",
@@ -208,4 +214,24 @@ fn state_keys_never_collide() {
             panic!("{d:?} and {other:?} share a state key");
         }
     }
+}
+
+/// Before: `unit: year` was refused and a month was 30 days from the epoch whatever was asked.
+/// After: the tollgate extension `tz` makes day, week, month and year calendar units of its zone
+/// (the reset at the zone's midnight); without it they stay envoyproxy/ratelimit's fixed lengths.
+#[test]
+fn with_a_time_zone_units_are_calendar_units() {
+    let yaml = "domain: d\ndescriptors:\n  - key: plan\n    rate_limit: {unit: month, requests_per_unit: 1000000, tz: Europe/Berlin}\n  \
+                - key: yearly\n    rate_limit: {unit: YEAR, requests_per_unit: 12, tz: UTC, algorithm: sliding-window}\n  \
+                - key: fixed\n    rate_limit: {unit: month, requests_per_unit: 7}\n";
+    let c = Config::parse(yaml, "t").unwrap();
+    let got = c.limits_for("d", &[&[("plan", "x")], &[("yearly", "x")], &[("fixed", "x")]]);
+    let [Some(plan), Some(yearly), Some(fixed)] = &got[..] else { panic!("{got:?}") };
+    let limit = |m: &tollgate_envoy::Matched<'_>| m.limit.limit.as_ref().unwrap().to_string();
+    assert_eq!(limit(plan), "fixed-window 1000000/month Europe/Berlin");
+    assert_eq!(limit(yearly), "sliding-window 12/year UTC");
+    assert_eq!(limit(fixed), "fixed-window 7/30d", "envoyproxy/ratelimit's 30 days");
+    let hourly =
+        refused("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 5, tz: UTC}\n");
+    assert!(hourly.contains("tz applies to calendar periods"), "{hourly}");
 }

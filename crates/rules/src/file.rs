@@ -43,6 +43,7 @@ struct RuleEntry {
     algorithm: Option<Algorithm>,
     burst: Option<u64>,
     slices: Option<u64>,
+    tz: Option<String>,
     #[serde(default)]
     key: Vec<String>,
     cost: Option<CostEntry>,
@@ -302,8 +303,13 @@ fn prefix(bits: u8) -> Result<u8, String> {
 fn rule(entry: RuleEntry, ipv6_prefix: u8) -> Result<Rule, String> {
     check_name(&entry.name)?;
     let ipv6_prefix = entry.ipv6_prefix.map_or(Ok(ipv6_prefix), prefix)?;
-    let spec =
-        LimitSpec { algorithm: entry.algorithm, limit: Some(entry.limit), burst: entry.burst, slices: entry.slices };
+    let spec = LimitSpec {
+        algorithm: entry.algorithm,
+        limit: Some(entry.limit),
+        burst: entry.burst,
+        slices: entry.slices,
+        tz: entry.tz,
+    };
     let limit = spec.build().map_err(|e| e.to_string())?;
     let key = entry.key.iter().map(|k| characteristic(k)).collect::<Result<Vec<_>, _>>()?;
     if key.is_empty() {

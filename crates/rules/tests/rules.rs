@@ -530,3 +530,45 @@ fn front_end_scopes_are_reserved() {
         assert!(error.contains("\"envoy\" is reserved"), "{error}");
     }
 }
+
+/// Before: `limit = "1000000/month"` was refused ("unknown unit \"month\"") and `tz` was an unknown
+/// field. After: a calendar month in Berlin (the fixed window by default), a sliding counter per
+/// year in UTC, and a precise refusal of an unknown zone, of a zone on a fixed length, and of a
+/// calendar period for GCRA.
+#[test]
+fn calendar_periods_load_with_their_zone() {
+    let rules = Rules::parse(
+        r#"
+[[rules]]
+name = "plan"
+limit = "1000000/month"
+tz = "Europe/Berlin"
+key = ["header:x-api-key"]
+
+[limits.yearly]
+limit = "50/year"
+algorithm = "sliding-window"
+"#,
+        "test",
+    )
+    .unwrap();
+    let plan = rules.rules.iter().find(|r| r.name == "plan").unwrap();
+    assert_eq!(plan.limit.to_string(), "fixed-window 1000000/month Europe/Berlin");
+    let yearly = rules.rules.iter().find(|r| r.name == "yearly").unwrap();
+    assert_eq!(yearly.limit.to_string(), "sliding-window 50/year UTC");
+    for (rule, message) in [
+        (
+            "limit = \"5/day\"\ntz = \"Europe/Berlln\"",
+            "rule \"r\": unknown time zone \"Europe/Berlln\": use an IANA name such as UTC, Europe/Berlin or America/New_York",
+        ),
+        (
+            "limit = \"5/1d\"\ntz = \"Europe/Berlin\"",
+            "rule \"r\": tz applies to calendar periods (COUNT/day, /week, /month, /year), not to a fixed length such as 1d",
+        ),
+        ("limit = \"5/day\"\nalgorithm = \"gcra\"", "rule \"r\": calendar periods (day, week, month, year) apply to"),
+    ] {
+        let text = format!("[[rules]]\nname = \"r\"\n{rule}\nkey = [\"global\"]\n");
+        let err = Rules::parse(&text, "test").unwrap_err().to_string();
+        assert!(err.contains(message), "{rule}: {err}");
+    }
+}

@@ -83,6 +83,9 @@ fn flags(args: &LimitSpec) -> anyhow::Result<replay::Flags> {
     if let Some(slices) = args.slices {
         given.push(format!("--slices {slices}"));
     }
+    if let Some(tz) = &args.tz {
+        given.push(format!("--tz {tz}"));
+    }
     let limit = match (args.algorithm, &args.limit) {
         (Some(_), Some(_)) => Some(args.build().with_context(|| format!("invalid limit {args}"))?),
         _ => None,

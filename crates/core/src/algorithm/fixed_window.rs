@@ -1,9 +1,10 @@
-//! Fixed window: a counter per window `[k*period, (k+1)*period)`, aligned to the epoch.
+//! Fixed window: a counter per window `[k*period, (k+1)*period)`, aligned to the epoch, or per
+//! calendar unit of a time zone (a day, week, month or year: [`Limit::window_at`]).
 //!
 //! The seam between two windows is at a predictable instant, and a burst lined up across it
 //! admits `2 * count` in an instant (the boundary attack of "Rate Limiting Demystified - Part 2" and "Rate-limiting algorithms for defense"); `tollgate simulate over-grant` shows it.
 
-use super::{RateState, Snapshot, counted, window_start};
+use super::{RateState, Snapshot, counted};
 use crate::{Decision, Error, Limit};
 
 /// Fixed window state.
@@ -22,9 +23,10 @@ impl RateState for FixedWindow {
 
     fn check(&mut self, now: u64, limit: &Limit, cost: u64) -> Result<Decision, Error> {
         limit.check_cost(cost)?;
-        let period = limit.period_ns();
-        let (start, used) = self.rolled(now, period);
-        let end = start.checked_add(period).ok_or(Error::Overflow("window end beyond 2^64 ns"))?;
+        let (start, used, end) = self.rolled(now, limit);
+        if end == u64::MAX {
+            return Err(Error::Overflow("window end beyond 2^64 ns"));
+        }
         let wanted = used.checked_add(cost).ok_or(Error::Overflow("window counter"))?;
         let allowed = wanted <= limit.count();
         let after = if allowed { wanted } else { used };
@@ -41,14 +43,14 @@ impl RateState for FixedWindow {
     }
 
     fn idle_at(&self, limit: &Limit) -> u64 {
-        if self.used == 0 { 0 } else { self.window_start.saturating_add(limit.period_ns()) }
+        if self.used == 0 { 0 } else { limit.window_end(limit.align(self.window_start)) }
     }
 
     fn charge(&mut self, at: u64, limit: &Limit, cost: u64) -> Result<(), Error> {
         if cost == 0 {
             return Ok(());
         }
-        let (start, used) = self.rolled(at, limit.period_ns());
+        let (start, used, _) = self.rolled(at, limit);
         *self = FixedWindow { window_start: start, used: used + counted(used, cost) };
         Ok(())
     }
@@ -56,26 +58,32 @@ impl RateState for FixedWindow {
     fn refund(&mut self, at: u64, decision: &Decision, limit: &Limit, cost: u64) {
         // Counted in the window ending `reset_after` after the admission.
         let end = at.saturating_add(decision.reset_after_ns);
-        if decision.allowed && self.used > 0 && self.window_start.checked_add(limit.period_ns()) == Some(end) {
+        if decision.allowed && self.used > 0 && limit.window_end(limit.align(self.window_start)) == end {
             self.used -= cost.min(self.used);
         }
     }
 
     fn snapshot(&self, now: u64, limit: &Limit) -> Snapshot {
-        Snapshot { at: now, used: self.rolled(now, limit.period_ns()).1, previous: 0 }
+        Snapshot { at: now, used: self.rolled(now, limit).1, previous: 0 }
     }
 
     fn from_snapshot(limit: &Limit, snapshot: &Snapshot) -> Self {
-        FixedWindow { window_start: window_start(snapshot.at, limit.period_ns()), used: snapshot.used }
+        FixedWindow { window_start: limit.window_at(snapshot.at).0, used: snapshot.used }
     }
 }
 
 impl FixedWindow {
-    /// The window counting at `now` and its use: now's window, or the stored one if that is
-    /// later (a clock gone backwards, or a charge dated in an earlier window), which still counts.
-    fn rolled(&self, now: u64, period: u64) -> (u64, u64) {
-        let current = window_start(now, period);
-        if self.window_start >= current && self.used > 0 { (self.window_start, self.used) } else { (current, 0) }
+    /// The window counting at `now`, its use and its end: now's window, or the stored one if
+    /// that is later (a clock gone backwards, or a charge dated in an earlier window), which still
+    /// counts.
+    fn rolled(&self, now: u64, limit: &Limit) -> (u64, u64, u64) {
+        let (current, end) = limit.window_at(now);
+        if self.window_start >= current && self.used > 0 {
+            let start = limit.align(self.window_start);
+            (start, self.used, limit.window_end(start))
+        } else {
+            (current, 0, end)
+        }
     }
 }
 
@@ -130,6 +138,23 @@ mod tests {
         assert_eq!(s.check(T0 + 300 * MS, &l, 1).unwrap(), denied(10, 0, 700 * MS, 700 * MS));
         assert_eq!(FixedWindow::from_snapshot(&l, &s.snapshot(T0 + 300 * MS, &l)), s);
         assert!(s.check(T0 + SEC, &l, 10).unwrap().allowed, "the next window starts afresh");
+    }
+
+    /// 3 per calendar day in Europe/Berlin across the spring change (a 23-hour day): the reset
+    /// is Berlin's next midnight, and a charge there is refunded in its own day.
+    #[test]
+    fn a_calendar_day_resets_at_the_zones_midnight() {
+        let l = "3/day".parse::<crate::LimitBuilder>().unwrap().tz("Europe/Berlin").build().unwrap();
+        let midnight = 1_774_738_800 * SEC; // 2026-03-29T00:00:00+01:00
+        let next = midnight + 23 * 3_600 * SEC; // 2026-03-30T00:00:00+02:00
+        let mut s = FixedWindow::idle(&l);
+        let d = s.check(midnight + 10 * 3_600 * SEC, &l, 3).unwrap();
+        assert_eq!(d, allowed(3, 0, next - midnight - 10 * 3_600 * SEC));
+        assert_eq!(s.check(next - 1, &l, 1).unwrap(), denied(3, 0, 1, 1));
+        assert_eq!(s.idle_at(&l), next);
+        s.refund(midnight + 10 * 3_600 * SEC, &d, &l, 1);
+        assert!(s.check(next - 1, &l, 1).unwrap().allowed, "the refund went back to its own day");
+        assert!(s.check(next, &l, 3).unwrap().allowed, "the next day starts afresh");
     }
 
     #[test]

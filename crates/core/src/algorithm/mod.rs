@@ -127,10 +127,10 @@ impl Snapshot {
                 at.saturating_add(self.used)
             }
             _ if self.used == 0 && self.previous == 0 => 0,
-            crate::Algorithm::FixedWindow => window_start(at, period).saturating_add(period),
+            crate::Algorithm::FixedWindow => limit.window_at(at).1,
             crate::Algorithm::SlidingWindow => {
-                let windows = if self.used > 0 { 2 } else { 1 };
-                window_start(at, period).saturating_add(windows * period)
+                let end = limit.window_at(at).1;
+                if self.used > 0 { limit.window_end(end) } else { end }
             }
             crate::Algorithm::SlidingLog => at.saturating_add(period),
             crate::Algorithm::SubWindow => {

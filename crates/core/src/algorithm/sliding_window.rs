@@ -3,11 +3,13 @@
 //!
 //! With `e = now - current_window_start`, the estimate `prev*(period - e)/period + curr` is
 //! compared exactly, in 128-bit integers, as `prev*(period - e) + (curr + cost)*period <=
-//! count*period`. It assumes the previous window's traffic was uniform; synchronized bursts break
+//! count*period`. Over calendar windows (a month in a time zone: [`Limit::window_at`]) `period`
+//! is the *current* window's length: the previous window weighs the fraction of the current one
+//! still to come (a 31-day month after a 28-day one weighs February by what is left of March). It assumes the previous window's traffic was uniform; synchronized bursts break
 //! that assumption (34 admitted where 30 are allowed, in "Rate Limiter Algorithm Zoo"; see
 //! docs/SEMANTICS.md), which `tollgate simulate over-grant` shows.
 
-use super::{RateState, Snapshot, counted, window_start};
+use super::{RateState, Snapshot, counted};
 use crate::{Decision, Error, Limit};
 
 /// Sliding window counter state.
@@ -22,16 +24,17 @@ pub struct SlidingWindow {
 }
 
 impl SlidingWindow {
-    /// The counters as seen from the window holding `now`: `(start, prev, curr)`.
-    fn rolled(&self, now: u64, period: u64) -> (u64, u64, u64) {
-        let current = window_start(now, period);
-        if self.window_start >= current {
+    /// The counters as seen from the window holding `now`: `(start, prev, curr, end)`.
+    fn rolled(&self, now: u64, limit: &Limit) -> (u64, u64, u64, u64) {
+        let (current, end) = limit.window_at(now);
+        let stored = limit.align(self.window_start);
+        if stored >= current {
             // Same window, or a clock gone backwards: keep the later window's counters.
-            (self.window_start, self.prev, self.curr)
-        } else if self.window_start.checked_add(period) == Some(current) {
-            (current, self.curr, 0)
+            (stored, self.prev, self.curr, limit.window_end(stored))
+        } else if limit.window_end(stored) == current {
+            (current, self.curr, 0, end)
         } else {
-            (current, 0, 0)
+            (current, 0, 0, end)
         }
     }
 }
@@ -43,10 +46,18 @@ impl RateState for SlidingWindow {
 
     fn check(&mut self, now: u64, limit: &Limit, cost: u64) -> Result<Decision, Error> {
         limit.check_cost(cost)?;
-        let period = limit.period_ns();
         let count = limit.count();
-        let (start, prev, curr) = self.rolled(now, period);
-        let end = start.checked_add(period).ok_or(Error::Overflow("window end beyond 2^64 ns"))?;
+        let (start, prev, curr, end) = self.rolled(now, limit);
+        if end == u64::MAX {
+            return Err(Error::Overflow("window end beyond 2^64 ns"));
+        }
+        // The current window's length (a calendar month's own) and the next one's.
+        let period = end - start;
+        let next_end = limit.window_end(end);
+        if next_end == u64::MAX {
+            return Err(Error::Overflow("next window end beyond 2^64 ns"));
+        }
+        let next_period = next_end - end;
         let elapsed = now.saturating_sub(start);
         let (p, c) = (u128::from(period), u128::from(count));
         let weighted_prev = u128::from(prev) * u128::from(period - elapsed);
@@ -68,13 +79,12 @@ impl RateState for SlidingWindow {
             let at = start + period - u64::try_from(fits).unwrap_or(period).min(period);
             at - now
         } else {
-            // Only in the next window, once curr*(period - e'') <= (count - cost)*period.
-            let fits = (u128::from(count - cost) * p) / u128::from(curr);
-            let next_end = end.checked_add(period).ok_or(Error::Overflow("next window end beyond 2^64 ns"))?;
-            next_end - u64::try_from(fits).unwrap_or(period).min(period) - now
+            // Only in the next window, once curr*(next - e'') <= (count - cost)*next.
+            let fits = (u128::from(count - cost) * u128::from(next_period)) / u128::from(curr);
+            next_end - u64::try_from(fits).unwrap_or(next_period).min(next_period) - now
         };
         let reset_after_ns = if after > 0 {
-            end.saturating_add(period) - now
+            next_end - now
         } else if prev > 0 {
             end - now
         } else {
@@ -84,10 +94,10 @@ impl RateState for SlidingWindow {
     }
 
     fn idle_at(&self, limit: &Limit) -> u64 {
-        let period = limit.period_ns();
+        let end = limit.window_end(limit.align(self.window_start));
         match (self.prev, self.curr) {
-            (_, c) if c > 0 => self.window_start.saturating_add(2 * period),
-            (p, _) if p > 0 => self.window_start.saturating_add(period),
+            (_, c) if c > 0 => limit.window_end(end),
+            (p, _) if p > 0 => end,
             _ => 0,
         }
     }
@@ -96,36 +106,33 @@ impl RateState for SlidingWindow {
         if cost == 0 {
             return Ok(());
         }
-        let (start, prev, curr) = self.rolled(at, limit.period_ns());
+        let (start, prev, curr, _) = self.rolled(at, limit);
         *self = SlidingWindow { window_start: start, prev, curr: curr + counted(curr, cost) };
         Ok(())
     }
 
     fn refund(&mut self, at: u64, decision: &Decision, limit: &Limit, cost: u64) {
-        // Counted in the window starting two periods before its state's reset.
-        let period = limit.period_ns();
-        let Some(start) = at.saturating_add(decision.reset_after_ns).checked_sub(2 * period) else { return };
+        // Counted in the window starting two windows before its state's reset.
+        let reset = at.saturating_add(decision.reset_after_ns);
+        let Some(start) = limit.window_before(reset).and_then(|last| limit.window_before(last)) else { return };
         if !decision.allowed || cost == 0 {
             return;
         }
-        if self.window_start == start {
+        let stored = limit.align(self.window_start);
+        if stored == start {
             self.curr -= cost.min(self.curr);
-        } else if self.window_start.checked_sub(period) == Some(start) {
+        } else if limit.window_before(stored) == Some(start) {
             self.prev -= cost.min(self.prev);
         }
     }
 
     fn snapshot(&self, now: u64, limit: &Limit) -> Snapshot {
-        let (_, prev, curr) = self.rolled(now, limit.period_ns());
+        let (_, prev, curr, _) = self.rolled(now, limit);
         Snapshot { at: now, used: curr, previous: prev }
     }
 
     fn from_snapshot(limit: &Limit, snapshot: &Snapshot) -> Self {
-        SlidingWindow {
-            window_start: window_start(snapshot.at, limit.period_ns()),
-            prev: snapshot.previous,
-            curr: snapshot.used,
-        }
+        SlidingWindow { window_start: limit.window_at(snapshot.at).0, prev: snapshot.previous, curr: snapshot.used }
     }
 }
 
@@ -205,6 +212,31 @@ mod tests {
         assert!(s.check(T0 + SEC + 55 * SEC / 100, &l, 1).unwrap().allowed);
         let now = T0 + SEC + 6 * SEC / 10;
         assert_eq!(SlidingWindow::from_snapshot(&l, &s.snapshot(now, &l)), s);
+    }
+
+    /// 100 per calendar month in UTC, 90 admitted in February 2028 (29 days): a quarter into
+    /// March (31 days), February weighs `90 * (1 - 7.75/31)` = 67.5, so 32 more fit; a month with
+    /// no February use starts afresh. Denied, a request waits until March's own fraction frees it.
+    #[test]
+    fn calendar_months_weigh_the_previous_month_by_the_current_months_length() {
+        let l: Limit =
+            "100/month".parse::<crate::LimitBuilder>().unwrap().algorithm(Algorithm::SlidingWindow).build().unwrap();
+        let march = 1_835_481_600 * SEC; // 2028-03-01T00:00:00Z
+        let february = march - 29 * 86_400 * SEC;
+        let mut s = SlidingWindow::idle(&l);
+        assert!(s.check(february + 5 * SEC, &l, 90).unwrap().allowed);
+        let quarter = march + 31 * 86_400 * SEC / 4;
+        let d = s.check(quarter, &l, 0).unwrap();
+        assert_eq!(d.remaining, 32, "floor(100 - 67.5) = 32");
+        assert_eq!(d.reset_after_ns, march + 31 * 86_400 * SEC - quarter, "February's use leaves at April");
+        assert!(s.check(quarter, &l, 32).unwrap().allowed);
+        let denied = s.check(quarter, &l, 1).unwrap();
+        // 90*(31d - e) + 33*31d <= 100*31d once 31d - e <= 67*31d/90.
+        let april = march + 31 * 86_400 * SEC;
+        assert_eq!(denied.retry_after_ns, april - (67 * 31 * 86_400 * SEC) / 90 - quarter);
+        assert_eq!(denied.reset_after_ns, april + 30 * 86_400 * SEC - quarter, "March's use leaves at May");
+        assert_eq!(s.idle_at(&l), april + 30 * 86_400 * SEC);
+        assert_eq!(SlidingWindow::from_snapshot(&l, &s.snapshot(quarter, &l)), s);
     }
 
     #[test]

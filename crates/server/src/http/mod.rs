@@ -58,6 +58,7 @@ struct CheckRequest {
     limit: Option<String>,
     burst: Option<u64>,
     slices: Option<u64>,
+    tz: Option<String>,
     cost: Option<u64>,
 }
 
@@ -76,8 +77,13 @@ fn bad_request(message: String) -> Response {
 
 fn limit_of(request: &CheckRequest) -> Result<Limit, String> {
     let text = request.limit.clone().ok_or("give either \"limit_name\" or \"limit\" (e.g. \"10/s\")")?;
-    let spec =
-        LimitSpec { algorithm: request.algorithm, limit: Some(text), burst: request.burst, slices: request.slices };
+    let spec = LimitSpec {
+        algorithm: request.algorithm,
+        limit: Some(text),
+        burst: request.burst,
+        slices: request.slices,
+        tz: request.tz.clone(),
+    };
     spec.build().map_err(|e| e.to_string())
 }
 
@@ -138,7 +144,11 @@ pub async fn check_json(app: &App, body: &[u8]) -> Response {
     };
     let cost = request.cost.unwrap_or(1);
     let (decision, limit, policy) = if let Some(name) = &request.limit_name {
-        if request.limit.is_some() || request.algorithm.is_some() || request.burst.is_some() || request.slices.is_some()
+        if request.limit.is_some()
+            || request.algorithm.is_some()
+            || request.burst.is_some()
+            || request.slices.is_some()
+            || request.tz.is_some()
         {
             return bad_request("give either \"limit_name\" or an inline limit, not both".into());
         }

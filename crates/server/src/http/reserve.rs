@@ -38,6 +38,8 @@ struct ReserveRequest {
     limit: Option<String>,
     burst: Option<u64>,
     slices: Option<u64>,
+    /// The zone of an inline calendar limit (`"1000000/month"`).
+    tz: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -98,13 +100,15 @@ pub async fn reserve_json(app: &App, body: &[u8]) -> Response {
             limit: Some(text.clone()),
             burst: request.burst,
             slices: request.slices,
+            tz: request.tz.clone(),
         };
         match spec.build() {
             Ok(limit) => limits.push(Reserving::Limit(limit)),
             Err(e) => return bad_request(e.to_string()),
         }
-    } else if request.algorithm.is_some() || request.burst.is_some() || request.slices.is_some() {
-        return bad_request("\"algorithm\", \"burst\" and \"slices\" go with an inline \"limit\"".into());
+    } else if request.algorithm.is_some() || request.burst.is_some() || request.slices.is_some() || request.tz.is_some()
+    {
+        return bad_request("\"algorithm\", \"burst\", \"slices\" and \"tz\" go with an inline \"limit\"".into());
     }
     if limits.is_empty() {
         return bad_request("give \"limit_name\", \"limit_names\" or an inline \"limit\" (e.g. \"1000/m\")".into());

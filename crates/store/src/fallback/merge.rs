@@ -34,7 +34,9 @@ pub(crate) fn merge(limit: &Limit, first: Pending, second: Pending) -> (Pending,
             let lead = first.cost.saturating_mul(limit.emission_interval_ns());
             (Pending { at: first.at.max(second.at.saturating_sub(lead)), ..later }, true)
         }
-        Algorithm::FixedWindow | Algorithm::SlidingWindow => (later, same(limit.period_ns())),
+        Algorithm::FixedWindow | Algorithm::SlidingWindow => {
+            (later, limit.window_at(first.at).0 == limit.window_at(second.at).0)
+        }
         Algorithm::SubWindow => (later, same(limit.period_ns() / limit.slices().max(1))),
         Algorithm::SlidingLog => (later, first.at == second.at),
     }
@@ -77,6 +79,18 @@ mod tests {
             self.0 ^= self.0 << 17;
             self.0 % n.max(1)
         }
+    }
+
+    /// Two charges in two calendar months (Berlin's February and March, an hour apart) are not
+    /// one window's, though one 32-day span from the epoch holds both: merged, not exactly.
+    #[test]
+    fn calendar_charges_merge_exactly_only_within_one_calendar_window() {
+        let limit = "5/month".parse::<tollgate_core::LimitBuilder>().unwrap().tz("Europe/Berlin").build().unwrap();
+        let february = 1_772_317_800 * SEC; // 2026-02-28T22:30:00Z, 23:30 in Berlin
+        let march = february + 3_600 * SEC; // 00:30 on 1 March in Berlin
+        let at = |at| Pending { at, cost: 1, seq: 1, total: 1, sent_at: 0 };
+        assert!(!merge(&limit, at(february), at(march)).1, "February's and March's charges");
+        assert!(merge(&limit, at(march), at(march + 86_400 * SEC)).1, "two of March's");
     }
 
     fn remaining(state: &State, limit: &Limit, at: u64) -> u64 {

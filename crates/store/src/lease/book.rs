@@ -380,14 +380,11 @@ impl Book {
     }
 
     /// How long a slice debited at the store's `server_at` may be spent: its lifetime, and for a
-    /// window no longer than the window it was counted in (epoch-aligned, as the algorithms).
+    /// window no longer than the window it was counted in (epoch-aligned or calendar, as the
+    /// algorithms: `Limit::window_at`).
     fn life(&self, limit: &Limit, server_at: u64) -> u64 {
         let lifetime = self.lifetime_ns();
-        if is_window(limit.algorithm()) {
-            lifetime.min(limit.period_ns() - server_at % limit.period_ns())
-        } else {
-            lifetime
-        }
+        if is_window(limit.algorithm()) { lifetime.min(limit.window_at(server_at).1 - server_at) } else { lifetime }
     }
 
     /// The most this node holds of `limit`'s capacity at once (`g_max` in the bound).
@@ -409,17 +406,16 @@ impl Book {
             // What the store has left now, estimated from the latest grant: refilled since for a
             // bucket, all of it in a new window.
             let server_now = st.last_server_at + since;
-            let period = limit.period_ns();
             let left = if limit.algorithm().is_bucket() {
                 st.left.saturating_add(since / limit.emission_interval_ns()).min(capacity)
-            } else if server_now / period != st.last_server_at / period {
+            } else if limit.window_at(server_now).0 != limit.window_at(st.last_server_at).0 {
                 capacity
             } else {
                 st.left
             };
             want = want.min((left / lessees).max(1));
             if is_window(limit.algorithm()) {
-                let rest = period - server_now % period;
+                let rest = limit.window_at(server_now).1 - server_now;
                 want = want.min(whole_units(st.rate * rest as f64 / 1e9));
             }
         }

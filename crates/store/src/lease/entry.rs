@@ -106,7 +106,8 @@ impl State {
         let reset_after_ns = if limit.algorithm().is_bucket() {
             (limit.capacity() - remaining).saturating_mul(limit.emission_interval_ns())
         } else {
-            limit.period_ns() - (self.last_server_at + now.saturating_sub(self.last_sent)) % limit.period_ns()
+            let server_now = self.last_server_at + now.saturating_sub(self.last_sent);
+            limit.window_at(server_now).1 - server_now
         };
         Decision { allowed: true, limit: limit.capacity(), remaining, retry_after_ns: 0, reset_after_ns }
     }

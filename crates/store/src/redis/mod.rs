@@ -232,9 +232,15 @@ impl RedisStore {
     /// server's), the TTL margin, and how many checks, charges and refunds follow.
     fn header(&self, call: &mut Call, checks: usize, charges: usize, refunds: usize) {
         match &self.options.time {
-            TimeSource::Server => call.put(ARG_VERSION, VERSION).put(ARG_NOW_SEC, "").put(ARG_NOW_NSEC, ""),
+            TimeSource::Server => {
+                // Calendar windows are sent around this machine's now; the script picks by its own.
+                let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+                call.client_now(u64::try_from(now.as_nanos()).unwrap_or(u64::MAX));
+                call.put(ARG_VERSION, VERSION).put(ARG_NOW_SEC, "").put(ARG_NOW_NSEC, "")
+            }
             TimeSource::Clock(clock) => {
                 let now = clock.now_ns();
+                call.client_now(now);
                 call.put(ARG_VERSION, VERSION)
                     .put(ARG_NOW_SEC, now / 1_000_000_000)
                     .put(ARG_NOW_NSEC, now % 1_000_000_000)
@@ -328,7 +334,7 @@ impl RedisStore {
             && checks.iter().all(|c| !c.hold)
             && charges.is_empty()
             && refunds.is_empty()
-            && matches!(checks, [check] if module_decides(check.limit.algorithm()));
+            && matches!(checks, [check] if module_decides(check.limit.algorithm()) && check.limit.calendar().is_none());
         let script = if guard.is_some() { &self.settle_script } else { &self.script };
         let mut call = match guard {
             _ if native => Call::module(&keys[0]),
@@ -345,6 +351,7 @@ impl RedisStore {
             call.part(CHECK_ARGS).limit(check.limit, check.cost).put(CHECK_HOLD, u8::from(check.hold));
         }
         for charge in charges {
+            call.charge_at(Some(call.client_now_ns().saturating_sub(charge.age_ns)));
             call.part(CHARGE_ARGS).limit(charge.check.limit, charge.check.cost).put(CHARGE_AGE, charge.age_ns);
             match charge.origin {
                 Some(origin) => call.put(CHARGE_NODE, format!("{:016x}", origin.node)).put(CHARGE_TOTAL, origin.total),
@@ -363,7 +370,10 @@ impl RedisStore {
             };
             call.put(CHARGE_VIEW, u8::from(charge.view));
         }
+        call.charge_at(None);
         for refund in refunds {
+            // A calendar refund is located among the windows around its admission, however long ago.
+            call.client_now(refund.at);
             call.part(REFUND_ARGS)
                 .limit(refund.check.limit, refund.check.cost)
                 .put(REFUND_AT, refund.at)

@@ -23,6 +23,7 @@ const BODY: &str = concat!(
     include_str!("lua/token_bucket.lua"),
     include_str!("lua/leaky_bucket.lua"),
     include_str!("lua/fixed_window.lua"),
+    include_str!("lua/calendar.lua"),
     include_str!("lua/sliding_window.lua"),
     include_str!("lua/sub_window.lua"),
     include_str!("lua/sliding_log.lua"),
@@ -71,6 +72,10 @@ pub(super) struct Call {
     written: usize,
     base: usize,
     end: usize,
+    /// The client's now (ns since the epoch), around which a calendar limit's windows are sent.
+    now_ns: u64,
+    /// A charge's instant, around which its calendar limit's windows are sent too.
+    charge_ns: Option<u64>,
 }
 
 impl Call {
@@ -81,7 +86,7 @@ impl Call {
         for key in keys {
             cmd.arg(key.as_slice());
         }
-        Call { cmd, written: 0, base: 0, end: HEADER_ARGS }
+        Call { cmd, written: 0, base: 0, end: HEADER_ARGS, now_ns: 0, charge_ns: None }
     }
 
     /// `FCALL` of `script` (the settle script) on `record` and then `keys`, whose first arguments
@@ -95,14 +100,32 @@ impl Call {
         for value in guard {
             cmd.arg(*value);
         }
-        Call { cmd, written: 0, base: 0, end: HEADER_ARGS }
+        Call { cmd, written: 0, base: 0, end: HEADER_ARGS, now_ns: 0, charge_ns: None }
     }
 
     /// `TOLLGATE.CHECK` (the native module's command) on `key`, one check; the header comes next.
     pub(super) fn module(key: &[u8]) -> Self {
         let mut cmd = redis::cmd(MODULE_COMMAND);
         cmd.arg(key);
-        Call { cmd, written: 0, base: 0, end: HEADER_ARGS }
+        Call { cmd, written: 0, base: 0, end: HEADER_ARGS, now_ns: 0, charge_ns: None }
+    }
+
+    /// Sets the client's now, around which calendar limits' windows are computed (the header's
+    /// writer calls it: the store's clock, or this machine's when the script reads the server's).
+    pub(super) fn client_now(&mut self, now_ns: u64) -> &mut Self {
+        self.now_ns = now_ns;
+        self
+    }
+
+    /// The client's now set by [`client_now`](Self::client_now).
+    pub(super) fn client_now_ns(&self) -> u64 {
+        self.now_ns
+    }
+
+    /// Sets the instant of the charge whose limit is written next (`None` for a check or refund).
+    pub(super) fn charge_at(&mut self, at: Option<u64>) -> &mut Self {
+        self.charge_ns = at;
+        self
     }
 
     /// Starts the next part of `size` values ([`CHECK_ARGS`], [`CHARGE_ARGS`], [`REFUND_ARGS`],
@@ -124,9 +147,16 @@ impl Call {
 
     /// The limit and cost of a check, charge or refund (its first [`LIMIT_COST`] values).
     pub(super) fn limit(&mut self, limit: &tollgate_core::Limit, cost: u64) -> &mut Self {
+        let mut period = period_arg(limit, self.now_ns);
+        if let Some(at) = self.charge_ns.filter(|_| limit.calendar().is_some()) {
+            // A charge's windows around its own instant too: `cal LONGEST B1..B7 C1..C7`.
+            for bound in calendar_bounds(limit, at) {
+                period.push_str(&format!(" {bound}"));
+            }
+        }
         self.put(LIMIT_ALGORITHM, limit.algorithm().as_str())
             .put(LIMIT_COUNT, limit.count())
-            .put(LIMIT_PERIOD, limit.period_ns())
+            .put(LIMIT_PERIOD, period)
             .put(LIMIT_BURST, limit.burst())
             .put(LIMIT_SLICES, limit.slices())
             .put(LIMIT_EMISSION, limit.emission_interval_ns())
@@ -138,6 +168,32 @@ impl Call {
         debug_assert_eq!(self.written, self.end, "the call's last part left incomplete");
         self.cmd
     }
+}
+
+/// A limit's period as the script reads it: its length in ns, or for a calendar period
+/// `cal LONGEST B1 .. B7` (`lua/calendar.lua`): the unit's longest length, then seven consecutive
+/// window starts in ns since the epoch, `now` in the third window, so that the script finds the
+/// window of a server's now up to a window away from this one, the windows before and after it,
+/// and a key's window written up to two windows ahead (a clock gone backwards).
+#[must_use]
+pub fn period_arg(limit: &tollgate_core::Limit, now: u64) -> String {
+    if limit.calendar().is_none() {
+        return limit.period_ns().to_string();
+    }
+    let mut text = format!("cal {}", limit.period_ns());
+    for bound in calendar_bounds(limit, now) {
+        text.push_str(&format!(" {bound}"));
+    }
+    text
+}
+
+/// Seven consecutive window starts of a calendar limit, `at` in the third window.
+fn calendar_bounds(limit: &tollgate_core::Limit, at: u64) -> [u64; 7] {
+    let (start, end) = limit.window_at(at);
+    let before = |t: u64| limit.window_before(t).unwrap_or(0);
+    let (b2, b5) = (before(start), limit.window_end(end));
+    let b6 = limit.window_end(b5);
+    [before(b2), b2, start, end, b5, b6, limit.window_end(b6)]
 }
 
 /// The script as `EVAL` runs it, and its SHA1 (for tests and benches that call it directly).

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use tollgate_core::{Algorithm, Limit, MAX_LOG_COUNT, MAX_PERIOD_NS, MAX_SLICES};
+use tollgate_core::{Algorithm, CalendarUnit, Limit, MAX_LOG_COUNT, MAX_PERIOD_NS, MAX_SLICES};
 
 const SEC: u64 = 1_000_000_000;
 
@@ -65,4 +65,25 @@ pub fn random_limit(rng: &mut Rng, algorithm: Algorithm) -> Limit {
             return limit;
         }
     }
+}
+
+/// Zones whose calendars differ: UTC, two with DST at 02:00 local, one with a half-hour DST shift,
+/// one that skipped a day (Samoa, 30 December 2011).
+pub const CALENDAR_ZONES: [&str; 5] =
+    ["UTC", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Pacific/Apia"];
+
+/// A random calendar limit of `algorithm` (the fixed window or the sliding window counter): a
+/// day, week, month or year of one of [`CALENDAR_ZONES`], counts from 1 to a billion.
+pub fn random_calendar_limit(rng: &mut Rng, algorithm: Algorithm) -> Limit {
+    let unit = rng.pick(&CalendarUnit::ALL);
+    let count = match rng.below(3) {
+        0 => 1 + rng.below(12),
+        1 => 1 + rng.below(1_000),
+        _ => 1 + rng.below(1_000_000_000),
+    };
+    Limit::per_calendar(count, unit)
+        .algorithm(algorithm)
+        .tz(rng.pick(&CALENDAR_ZONES))
+        .build()
+        .expect("a calendar limit of the window family in a known zone")
 }

@@ -9,8 +9,16 @@ pub use tollgate_core::trace::{Expect, Request, Trace};
 use crate::Store;
 
 /// The trace files, by name.
-const FILES: [(&str, &str); 8] = [
+const FILES: [(&str, &str); 10] = [
     ("fixed-window-10pers", include_str!("../../../../testdata/conformance/fixed-window-10pers.jsonl")),
+    (
+        "fixed-window-3perday-berlin-dst",
+        include_str!("../../../../testdata/conformance/fixed-window-3perday-berlin-dst.jsonl"),
+    ),
+    (
+        "sliding-window-4permonth-utc-leap",
+        include_str!("../../../../testdata/conformance/sliding-window-4permonth-utc-leap.jsonl"),
+    ),
     ("gcra-10pers-burst10", include_str!("../../../../testdata/conformance/gcra-10pers-burst10.jsonl")),
     ("gcra-7pers-burst3", include_str!("../../../../testdata/conformance/gcra-7pers-burst3.jsonl")),
     ("leaky-bucket-10pers-burst4", include_str!("../../../../testdata/conformance/leaky-bucket-10pers-burst4.jsonl")),

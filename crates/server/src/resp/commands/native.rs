@@ -49,6 +49,7 @@ fn parse<'a>(syntax: &Syntax, args: &[&'a [u8]]) -> Result<(Keyed<'a>, u64), Str
         limit: None,
         burst: options.get(Opt::Burst),
         slices: options.get(Opt::Slices),
+        tz: None,
     };
     let limit = spec.build_rate(per_period, Duration::from_millis(period_ms)).map_err(|e| format!("ERR {e}"))?;
     Ok((Keyed { key, limit }, options.get(Opt::Cost).unwrap_or(1)))

@@ -58,7 +58,14 @@ local function params(argv, b, key)
     burst = tonumber(argv[b + LIMIT_BURST]), slices = tonumber(argv[b + LIMIT_SLICES]),
     T = tonumber(argv[b + LIMIT_EMISSION]), tol = tonumber(argv[b + LIMIT_TOLERANCE]), key = key,
   }
-  if not ALGS[p.alg] then error({ err = 'TOLLGATE_ARGS unknown algorithm ' .. tostring(p.alg) }) end
+  -- A calendar period (see calendar.lua) is decided by its algorithm's calendar twin.
+  if not p.period and p.alg and not string.find(p.alg, '@', 1, true) then
+    calendar_params(p, argv[b + LIMIT_PERIOD] or '')
+    p.alg = p.alg .. '@calendar'
+  end
+  if not ALGS[p.alg] or (p.B == nil) ~= (string.find(tostring(p.alg), '@', 1, true) == nil) then
+    error({ err = 'TOLLGATE_ARGS unknown algorithm ' .. tostring(p.alg) })
+  end
   return p, tonumber(argv[b + LIMIT_COST])
 end
 
@@ -180,7 +187,7 @@ local function decide(KEYS, ARGV)
       if A.refund_in_place then
         applied = A.refund_in_place(key, p, cost, at, reset)
       else
-        local new, at_idle = A.refund(A.load(key), p, cost, at, reset)
+        local new, at_idle = A.refund(A.load(key), p, cost, at, reset, ARGV[b + REFUND_AT], ARGV[b + REFUND_RESET], key)
         if new then A.store(key, new, at_idle); applied = true end
       end
     end
@@ -222,13 +229,17 @@ local function decide(KEYS, ARGV)
       -- Not over a reset or refund at or after the sender's snapshot (each stamps the marker with
       -- its instant); a view only for a key this server lost (its state at the snapshot's instant
       -- is behind it).
-      local at = rel(key, ARGV[b + CHARGE_SEEN_AT])
+      -- (A calendar limit's instants may lie further than FAR: compared exactly, as decimals.)
+      local seen = ARGV[b + CHARGE_SEEN_AT]
+      local at = rel(key, seen)
       local stamps = redis.call('HMGET', marker, 'reset', 'refunded')
       for i = 1, 2 do
-        if stamps[i] and rel(key, stamps[i]) >= at then known = -1 end
+        if stamps[i] and (p.B and cal_not_before(key, stamps[i], seen) or not p.B and rel(key, stamps[i]) >= at) then
+          known = -1
+        end
       end
       if known >= 0 and ARGV[b + CHARGE_VIEW] == '1' then
-        local used, previous = A.snapshot(current(key, p), p, at)
+        local used, previous = A.snapshot(current(key, p), p, p.B and seen or at)
         if used >= tonumber(ARGV[b + CHARGE_SEEN_USED]) and previous >= tonumber(ARGV[b + CHARGE_SEEN_PREVIOUS]) then
           known = -1
         end
