@@ -1,0 +1,234 @@
+//! Ways around a cost read from the response (LLM tokens), end to end through `tollgate proxy`:
+//! each test makes the upstream say what a request cost (`usage.total_tokens`) in a way a
+//! client can bring about, and checks that the key's budget reads it (or, for a response that
+//! used nothing, that the estimate is given back).
+//!
+//! The budget is read as the next request sees it: the `RateLimit` field of a request to
+//! `/free` (which the upstream answers with a usage of 0) reports `5000 - spent - 100`, its own
+//! estimate of 100 reserved on top (then refunded).
+
+mod common;
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::Response;
+use axum::routing::post;
+use common::proxy::{Proxy, curl};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tollgate_rules::Rules;
+use tollgate_server::proxy::ProxyConfig;
+use tollgate_tower::Options;
+
+const RULES: &str = "[[rules]]\nname = \"tokens\"\nlimit = \"5000/1h\"\nalgorithm = \"fixed-window\"\n\
+     key = [\"header:x-api-key\"]\ncost = \"response.usage.total_tokens\"\nestimate = 100\n";
+
+/// A chat completion (OpenAI's shape, not streamed) whose usage says `total` tokens, its one
+/// message `content` long.
+fn completion(total: u64, content: &str) -> String {
+    serde_json::json!({
+        "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "gpt-4o",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": total, "completion_tokens": 0, "total_tokens": total},
+    })
+    .to_string()
+}
+
+fn json(status: StatusCode, body: impl Into<Body>) -> Response {
+    Response::builder().status(status).header(header::CONTENT_TYPE, "application/json").body(body.into()).unwrap()
+}
+
+/// The CRC-32 of gzip (IEEE 802.3, reflected).
+fn crc32(bytes: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &byte in bytes {
+        crc ^= u32::from(byte);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 { (crc >> 1) ^ 0xEDB8_8320 } else { crc >> 1 };
+        }
+    }
+    !crc
+}
+
+/// `bytes` as a gzip member of stored (uncompressed) deflate blocks: what any gzip decoder
+/// reads back as `bytes`.
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    let mut out = vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff];
+    let blocks: Vec<&[u8]> = bytes.chunks(0xffff).collect();
+    for (i, block) in blocks.iter().enumerate() {
+        out.push(u8::from(i + 1 == blocks.len()));
+        let len = u16::try_from(block.len()).unwrap();
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(&(!len).to_le_bytes());
+        out.extend_from_slice(block);
+    }
+    out.extend_from_slice(&crc32(bytes).to_le_bytes());
+    out.extend_from_slice(&u32::try_from(bytes.len()).unwrap().to_le_bytes());
+    out
+}
+
+/// The fake upstream: `/free` costs nothing; `/gzip` costs 900 and is gzip-encoded when the
+/// request accepts it (as OpenAI's API and most servers behind a compressing front do); `/slow`
+/// costs 900, answered after a second; `/big` costs 900 with 2 MiB of content (`"n": 128` or
+/// `logprobs` make such bodies); `/overloaded` is a 503 that used nothing.
+async fn upstream() -> String {
+    let app = Router::new()
+        .route("/free", post(|| async { json(StatusCode::OK, completion(0, "")) }))
+        .route(
+            "/gzip",
+            post(|headers: HeaderMap| async move {
+                let body = completion(900, "Hello world");
+                let accepts = headers.get(header::ACCEPT_ENCODING).and_then(|v| v.to_str().ok()).unwrap_or("");
+                if !accepts.contains("gzip") {
+                    return json(StatusCode::OK, body);
+                }
+                let mut response = json(StatusCode::OK, gzip(body.as_bytes()));
+                response.headers_mut().insert(header::CONTENT_ENCODING, "gzip".parse().unwrap());
+                response
+            }),
+        )
+        .route(
+            "/slow",
+            post(|| async {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                json(StatusCode::OK, completion(900, "Hello world"))
+            }),
+        )
+        .route("/big", post(|| async { json(StatusCode::OK, completion(900, &"word ".repeat(400_000))) }))
+        .route(
+            "/overloaded",
+            post(|| async {
+                let error = r#"{"error":{"message":"The server is overloaded","type":"server_error","code":null}}"#;
+                json(StatusCode::SERVICE_UNAVAILABLE, error)
+            }),
+        );
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{address}")
+}
+
+async fn start(upstream: &str) -> Proxy {
+    let proxy = ProxyConfig {
+        upstream: upstream.to_string(),
+        rules: Rules::parse(RULES, "test").unwrap(),
+        rules_file: None,
+        options: Options { headers_on_allowed: true, ..Options::default() },
+        upstream_timeout: Duration::from_secs(10),
+        tls: None,
+        limits: Default::default(),
+    };
+    Proxy::start(common::manual_config(), proxy).await
+}
+
+/// curl `POST path` for `key` with `extra` arguments: the status and the `RateLimit` field
+/// without its reset (`"tokens";r=4800`).
+async fn call(proxy: &Proxy, path: &str, key: &str, extra: &[&str]) -> (u16, String) {
+    let mut args: Vec<String> =
+        vec!["-X".into(), "POST".into(), proxy.url(path), "-H".into(), format!("x-api-key: {key}")];
+    args.extend(["-H".into(), "content-type: application/json".into(), "--data".into(), "{}".into()]);
+    args.extend(extra.iter().map(|a| (*a).to_string()));
+    let (status, text) = curl(args).await;
+    let head = text.split("\r\n\r\n").next().unwrap_or("");
+    let field = head.lines().find_map(|l| l.strip_prefix("ratelimit: ")).unwrap_or("");
+    (status, field.split(";t=").next().unwrap_or("").to_string())
+}
+
+/// What is left of `key`'s 5000 as the next request sees it (its own estimate of 100 reserved).
+async fn left(proxy: &Proxy, key: &str) -> String {
+    call(proxy, "/free", key, &[]).await.1
+}
+
+/// Reads `key`'s budget until it is `wanted`, for at most 5 s (a settlement on a task of its
+/// own); the last reading otherwise.
+async fn eventually_left(proxy: &Proxy, key: &str, wanted: &str) -> String {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let seen = left(proxy, key).await;
+        if seen == wanted || tokio::time::Instant::now() > deadline {
+            return seen;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A client that accepts gzip gets the upstream's gzip-encoded completion: its usage is still
+/// what the request cost (900 tokens, not the estimate of 100).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gzip_encoded_completion_is_charged_what_its_usage_says() {
+    let up = upstream().await;
+    let proxy = start(&up).await;
+    let (status, _) = call(&proxy, "/gzip", "plain", &[]).await;
+    assert_eq!(status, 200);
+    assert_eq!(left(&proxy, "plain").await, "\"tokens\";r=4000", "an identity body: 5000 - 900 - 100 reserved");
+    let (status, _) = call(&proxy, "/gzip", "gzip", &["-H", "accept-encoding: gzip"]).await;
+    assert_eq!(status, 200);
+    let seen = left(&proxy, "gzip").await;
+    assert_eq!(
+        seen, "\"tokens\";r=4000",
+        "a gzip-encoded completion (Accept-Encoding: gzip, the client's choice) read {seen}: charged its estimate of \
+         100, not the 900 tokens its usage says"
+    );
+    proxy.stop().await;
+}
+
+/// A client that leaves before the response's head (a non-streamed completion takes a while):
+/// the proxy's call goes on, the upstream does the whole work and says it cost 900 tokens; the
+/// request is charged those, not its estimate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_leaves_before_the_head_is_charged_what_the_response_says() {
+    let up = upstream().await;
+    let proxy = start(&up).await;
+    let mut client = TcpStream::connect(proxy.at).await.unwrap();
+    let request = "POST /slow HTTP/1.1\r\nhost: localhost\r\nx-api-key: gone\r\ncontent-type: application/json\r\n\
+                   content-length: 2\r\n\r\n{}";
+    client.write_all(request.as_bytes()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drop(client);
+    // The upstream answers a second after the request; its settlement follows.
+    let seen = eventually_left(&proxy, "gone", "\"tokens\";r=4000").await;
+    assert_eq!(
+        seen, "\"tokens\";r=4000",
+        "a client that left before the head of a completion whose usage says 900 read {seen}: charged its estimate of \
+         100 (5000 - 100 - 100 reserved)"
+    );
+    proxy.stop().await;
+}
+
+/// A completion over 1 MiB (the client asked for many choices, or logprobs): its usage, at the
+/// end of the body as OpenAI writes it, still says what the request cost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_over_one_mebibyte_is_charged_what_its_usage_says() {
+    let up = upstream().await;
+    let proxy = start(&up).await;
+    let (status, _) = call(&proxy, "/big", "big", &[]).await;
+    assert_eq!(status, 200);
+    let seen = left(&proxy, "big").await;
+    assert_eq!(
+        seen, "\"tokens\";r=4000",
+        "a 2 MiB completion whose usage says 900 read {seen}: charged its estimate of 100, its usage unread"
+    );
+    proxy.stop().await;
+}
+
+/// An upstream that failed (503, overloaded) used no tokens and says no usage: the estimate is
+/// given back, so that an outage of the upstream does not spend its clients' budgets (with
+/// `estimate_default = 4096` under `100000/1m`, 25 retried errors lock a key out for a minute).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_error_that_says_no_usage_gives_the_estimate_back() {
+    let up = upstream().await;
+    let proxy = start(&up).await;
+    for _ in 0..3 {
+        let (status, _) = call(&proxy, "/overloaded", "outage", &[]).await;
+        assert_eq!(status, 503);
+    }
+    let seen = left(&proxy, "outage").await;
+    assert_eq!(
+        seen, "\"tokens\";r=4900",
+        "after three 503s that used nothing the key read {seen}: each kept its estimate of 100"
+    );
+    proxy.stop().await;
+}
