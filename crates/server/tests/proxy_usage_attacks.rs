@@ -17,7 +17,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::Response;
 use axum::routing::post;
 use common::proxy::{Proxy, curl};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tollgate_rules::Rules;
 use tollgate_server::proxy::ProxyConfig;
@@ -73,7 +73,9 @@ fn gzip(bytes: &[u8]) -> Vec<u8> {
 /// The fake upstream: `/free` costs nothing; `/gzip` costs 900 and is gzip-encoded when the
 /// request accepts it (as OpenAI's API and most servers behind a compressing front do); `/slow`
 /// costs 900, answered after a second; `/big` costs 900 with 2 MiB of content (`"n": 128` or
-/// `logprobs` make such bodies); `/overloaded` is a 503 that used nothing.
+/// `logprobs` make such bodies); `/late-body` costs 900, its head sent at once and its body a
+/// second later; `/cut-stream` is an Anthropic-shaped stream ended by an `error` event after
+/// `message_start` (which says `total_tokens: 1`); `/overloaded` is a 503 that used nothing.
 async fn upstream() -> String {
     let app = Router::new()
         .route("/free", post(|| async { json(StatusCode::OK, completion(0, "")) }))
@@ -98,6 +100,30 @@ async fn upstream() -> String {
             }),
         )
         .route("/big", post(|| async { json(StatusCode::OK, completion(900, &"word ".repeat(400_000))) }))
+        .route(
+            "/late-body",
+            post(|| async {
+                // The head at once, the completion a second later (a server that flushes its head first).
+                let body = futures_util::stream::once(async {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    Ok::<_, std::convert::Infallible>(bytes::Bytes::from(completion(900, "Hello world")))
+                });
+                json(StatusCode::OK, Body::from_stream(body))
+            }),
+        )
+        .route(
+            "/cut-stream",
+            post(|| async {
+                let start = r#"{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"m","usage":{"input_tokens":0,"output_tokens":1,"total_tokens":1}}}"#;
+                let delta = r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}"#;
+                let error = r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+                let events = format!(
+                    "event: message_start\ndata: {start}\n\nevent: content_block_delta\ndata: {delta}\n\n\
+                     event: error\ndata: {error}\n\n"
+                );
+                Response::builder().header(header::CONTENT_TYPE, "text/event-stream").body(Body::from(events)).unwrap()
+            }),
+        )
         .route(
             "/overloaded",
             post(|| async {
@@ -229,6 +255,52 @@ async fn an_upstream_error_that_says_no_usage_gives_the_estimate_back() {
     assert_eq!(
         seen, "\"tokens\";r=4900",
         "after three 503s that used nothing the key read {seen}: each kept its estimate of 100"
+    );
+    proxy.stop().await;
+}
+
+/// A client that reads the head of a non-streamed completion and leaves before its body (the
+/// upstream did the whole work by then): charged the 900 tokens the body says, not the estimate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_leaves_after_the_head_of_a_completion_is_charged_what_its_body_says() {
+    let up = upstream().await;
+    let proxy = start(&up).await;
+    let mut client = TcpStream::connect(proxy.at).await.unwrap();
+    let request = "POST /late-body HTTP/1.1\r\nhost: localhost\r\nx-api-key: head-only\r\n\
+                   content-type: application/json\r\ncontent-length: 2\r\n\r\n{}";
+    client.write_all(request.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    let mut buffer = [0u8; 4096];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = tokio::time::timeout(Duration::from_secs(10), client.read(&mut buffer)).await.unwrap().unwrap();
+        assert!(n > 0, "closed before the head: {}", String::from_utf8_lossy(&head));
+        head.extend_from_slice(&buffer[..n]);
+    }
+    drop(client);
+    let seen = eventually_left(&proxy, "head-only", "\"tokens\";r=4000").await;
+    assert_eq!(
+        seen, "\"tokens\";r=4000",
+        "a client that left after the head of a completion whose usage says 900 read {seen}: charged its estimate of \
+         100"
+    );
+    proxy.stop().await;
+}
+
+/// An Anthropic stream the upstream ends before its last event (an `error` event, as Anthropic
+/// sends `overloaded_error` mid-stream, then the end): cut short, so each field settles at the
+/// larger of what it said and the estimate (as for a client that leaves), not at the
+/// `output_tokens: 1` of `message_start`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_the_upstream_cuts_short_keeps_at_least_the_estimate() {
+    let up = upstream().await;
+    let proxy = start(&up).await;
+    let (status, _) = call(&proxy, "/cut-stream", "cut", &[]).await;
+    assert_eq!(status, 200);
+    let seen = left(&proxy, "cut").await;
+    assert_eq!(
+        seen, "\"tokens\";r=4800",
+        "a stream ended by an error event after message_start (total_tokens 1 said so far) read {seen}: settled as whole \
+         at 1, its estimate of 100 refunded"
     );
     proxy.stop().await;
 }
