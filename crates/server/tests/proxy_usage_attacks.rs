@@ -75,7 +75,8 @@ fn gzip(bytes: &[u8]) -> Vec<u8> {
 /// costs 900, answered after a second; `/big` costs 900 with 2 MiB of content (`"n": 128` or
 /// `logprobs` make such bodies); `/late-body` costs 900, its head sent at once and its body a
 /// second later; `/cut-stream` is an Anthropic-shaped stream ended by an `error` event after
-/// `message_start` (which says `total_tokens: 1`); `/overloaded` is a 503 that used nothing.
+/// `message_start` (which says `total_tokens: 1`); `/stream` is an OpenAI stream that costs 900,
+/// with its usage chunk only when the request asks for it; `/overloaded` is a 503 that used nothing.
 async fn upstream() -> String {
     let app = Router::new()
         .route("/free", post(|| async { json(StatusCode::OK, completion(0, "")) }))
@@ -125,6 +126,21 @@ async fn upstream() -> String {
             }),
         )
         .route(
+            "/stream",
+            post(|body: bytes::Bytes| async move {
+                // OpenAI's stream: the usage in a last chunk only when the request asks for it.
+                let request: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+                let chunk = r#"{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"Hi"}}]}"#;
+                let mut events = format!("data: {chunk}\n\n");
+                if request["stream_options"]["include_usage"] == true {
+                    let usage = r#"{"id":"c","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":900,"completion_tokens":0,"total_tokens":900}}"#;
+                    events.push_str(&format!("data: {usage}\n\n"));
+                }
+                events.push_str("data: [DONE]\n\n");
+                Response::builder().header(header::CONTENT_TYPE, "text/event-stream").body(Body::from(events)).unwrap()
+            }),
+        )
+        .route(
             "/overloaded",
             post(|| async {
                 let error = r#"{"error":{"message":"The server is overloaded","type":"server_error","code":null}}"#;
@@ -150,12 +166,17 @@ async fn start(upstream: &str) -> Proxy {
     Proxy::start(common::manual_config(), proxy).await
 }
 
-/// curl `POST path` for `key` with `extra` arguments: the status and the `RateLimit` field
-/// without its reset (`"tokens";r=4800`).
+/// curl `POST path` for `key` with the body `{}` and `extra` arguments: the status and the
+/// `RateLimit` field without its reset (`"tokens";r=4800`).
 async fn call(proxy: &Proxy, path: &str, key: &str, extra: &[&str]) -> (u16, String) {
+    call_with(proxy, path, key, "{}", extra).await
+}
+
+/// [`call`] with the JSON body `body`.
+async fn call_with(proxy: &Proxy, path: &str, key: &str, body: &str, extra: &[&str]) -> (u16, String) {
     let mut args: Vec<String> =
         vec!["-X".into(), "POST".into(), proxy.url(path), "-H".into(), format!("x-api-key: {key}")];
-    args.extend(["-H".into(), "content-type: application/json".into(), "--data".into(), "{}".into()]);
+    args.extend(["-H".into(), "content-type: application/json".into(), "--data".into(), body.into()]);
     args.extend(extra.iter().map(|a| (*a).to_string()));
     let (status, text) = curl(args).await;
     let head = text.split("\r\n\r\n").next().unwrap_or("");
@@ -301,6 +322,28 @@ async fn a_stream_the_upstream_cuts_short_keeps_at_least_the_estimate() {
         seen, "\"tokens\";r=4800",
         "a stream ended by an error event after message_start (total_tokens 1 said so far) read {seen}: settled as whole \
          at 1, its estimate of 100 refunded"
+    );
+    proxy.stop().await;
+}
+
+/// An OpenAI stream whose request does not ask for its usage (`stream_options.include_usage`,
+/// off by default): the upstream used 900 tokens (a long prompt) all the same; charged those,
+/// not the estimate (with `examples/rules/llm-tokens.toml`, every streamed request would
+/// otherwise pay 1000 input tokens whatever its prompt).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_that_does_not_ask_for_its_usage_is_charged_what_it_used() {
+    let up = upstream().await;
+    let proxy = start(&up).await;
+    let asked = r#"{"model":"gpt-4o","stream":true,"stream_options":{"include_usage":true}}"#;
+    let (status, _) = call_with(&proxy, "/stream", "asked", asked, &[]).await;
+    assert_eq!(status, 200);
+    assert_eq!(left(&proxy, "asked").await, "\"tokens\";r=4000", "the usage asked for: 5000 - 900 - 100 reserved");
+    let (status, _) = call_with(&proxy, "/stream", "silent", r#"{"model":"gpt-4o","stream":true}"#, &[]).await;
+    assert_eq!(status, 200);
+    let seen = left(&proxy, "silent").await;
+    assert_eq!(
+        seen, "\"tokens\";r=4000",
+        "a stream that did not ask for its usage (900 tokens used) read {seen}: charged its estimate of 100"
     );
     proxy.stop().await;
 }
