@@ -76,7 +76,7 @@ fn gzip(bytes: &[u8]) -> Vec<u8> {
 /// `logprobs` make such bodies); `/late-body` costs 900, its head sent at once and its body a
 /// second later; `/cut-stream` is an Anthropic-shaped stream ended by an `error` event after
 /// `message_start` (which says `total_tokens: 1`); `/stream` is an OpenAI stream that costs 900,
-/// with its usage chunk only when the request asks for it; `/overloaded` is a 503 that used nothing.
+/// with its usage chunk only when the request asks for it; `/huge` costs 5000; `/overloaded` is a 503 that used nothing.
 async fn upstream() -> String {
     let app = Router::new()
         .route("/free", post(|| async { json(StatusCode::OK, completion(0, "")) }))
@@ -140,6 +140,7 @@ async fn upstream() -> String {
                 Response::builder().header(header::CONTENT_TYPE, "text/event-stream").body(Body::from(events)).unwrap()
             }),
         )
+        .route("/huge", post(|| async { json(StatusCode::OK, completion(5000, "Hello world")) }))
         .route(
             "/overloaded",
             post(|| async {
@@ -154,16 +155,20 @@ async fn upstream() -> String {
 }
 
 async fn start(upstream: &str) -> Proxy {
+    start_with(upstream, RULES, common::manual_config()).await
+}
+
+async fn start_with(upstream: &str, rules: &str, config: tollgate_server::Config) -> Proxy {
     let proxy = ProxyConfig {
         upstream: upstream.to_string(),
-        rules: Rules::parse(RULES, "test").unwrap(),
+        rules: Rules::parse(rules, "test").unwrap(),
         rules_file: None,
         options: Options { headers_on_allowed: true, ..Options::default() },
         upstream_timeout: Duration::from_secs(10),
         tls: None,
         limits: Default::default(),
     };
-    Proxy::start(common::manual_config(), proxy).await
+    Proxy::start(config, proxy).await
 }
 
 /// curl `POST path` for `key` with the body `{}` and `extra` arguments: the status and the
@@ -346,4 +351,40 @@ async fn a_stream_that_does_not_ask_for_its_usage_is_charged_what_it_used() {
         "a stream that did not ask for its usage (900 tokens used) read {seen}: charged its estimate of 100"
     );
     proxy.stop().await;
+}
+
+/// A request whose response says it cost 5000 tokens under `1000/1m` puts its key 4000 tokens
+/// in debt: "its next requests pay for it" (docs/rules.md), so the key has nothing for the next
+/// four minutes, on the window algorithms the docs recommend for token budgets as on the bucket
+/// family. (Were the debt forgotten when the window rolls, a key would use any number of tokens a
+/// window: as many requests as its budget has estimates, each as large as it likes.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_debt_past_the_limit_outlives_the_window() {
+    let up = upstream().await;
+    let mut forgiven = Vec::new();
+    for algorithm in ["fixed-window", "sliding-window", "gcra"] {
+        let rules = RULES.replace("5000/1h", "1000/1m").replace("fixed-window", algorithm);
+        let clock = std::sync::Arc::new(tollgate_core::ManualClock::new(common::T0));
+        let config = tollgate_server::Config { clock: clock.clone(), ..common::manual_config() };
+        let proxy = start_with(&up, &rules, config).await;
+        let (status, _) = call(&proxy, "/huge", "debtor", &[]).await;
+        assert_eq!(status, 200, "{algorithm}");
+        let mut admitted = Vec::new();
+        for minute in 1..=3 {
+            clock.advance(Duration::from_secs(61));
+            let (status, field) = call(&proxy, "/free", "debtor", &[]).await;
+            if status == 200 {
+                admitted.push(format!("minute {minute}: {field}"));
+            }
+        }
+        if !admitted.is_empty() {
+            forgiven.push(format!("{algorithm}: {}", admitted.join(", ")));
+        }
+        proxy.stop().await;
+    }
+    assert!(
+        forgiven.is_empty(),
+        "5000 tokens charged under 1000/1m, yet admitted again within the 4 minutes the debt lasts: {}",
+        forgiven.join("; ")
+    );
 }
