@@ -388,3 +388,29 @@ async fn a_debt_past_the_limit_outlives_the_window() {
         forgiven.join("; ")
     );
 }
+
+/// `max_tokens` read from a request body sent without a `Content-Type`: FastAPI (vLLM, SGLang,
+/// LiteLLM) parses such a body as JSON and acts on its `max_tokens`, so its estimate is that,
+/// not `estimate_default` (what users see is what the upstream acts on: a client leaving
+/// mid-stream, or asking more than the key has left, pays by `max_tokens`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_without_a_content_type_gives_its_max_tokens_as_the_estimate() {
+    let up = upstream().await;
+    let rules = RULES.replace("estimate = 100", "estimate = \"request.json.max_tokens\"\nestimate_default = 2000");
+    let proxy = start_with(&up, &rules, common::manual_config()).await;
+    let body = r#"{"model":"gpt-4o","max_tokens":3000,"messages":[]}"#;
+    let typed = call_with(&proxy, "/free", "typed", body, &[]).await;
+    assert_eq!(typed, (200, "\"tokens\";r=2000".to_string()), "3000 reserved from max_tokens");
+    // curl sends no Content-Type when told an empty one.
+    let args = ["-X", "POST", &proxy.url("/free"), "-H", "x-api-key: untyped", "-H", "content-type:", "--data", body];
+    let (status, text) = curl(args.iter().map(|a| (*a).to_string()).collect()).await;
+    let field = text.lines().find_map(|l| l.strip_prefix("ratelimit: ")).unwrap_or("");
+    let untyped = (status, field.split(";t=").next().unwrap_or("").to_string());
+    assert_eq!(
+        untyped,
+        (200, "\"tokens\";r=2000".to_string()),
+        "the same body without a Content-Type (read as JSON by FastAPI upstreams) reserved estimate_default 2000, \
+         not its max_tokens 3000"
+    );
+    proxy.stop().await;
+}
