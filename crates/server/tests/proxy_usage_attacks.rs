@@ -76,7 +76,8 @@ fn gzip(bytes: &[u8]) -> Vec<u8> {
 /// `logprobs` make such bodies); `/late-body` costs 900, its head sent at once and its body a
 /// second later; `/cut-stream` is an Anthropic-shaped stream ended by an `error` event after
 /// `message_start` (which says `total_tokens: 1`); `/stream` is an OpenAI stream that costs 900,
-/// with its usage chunk only when the request asks for it; `/huge` costs 5000; `/overloaded` is a 503 that used nothing.
+/// with its usage chunk only when the request asks for it; `/long-stop` is an Anthropic stream
+/// whose `message_delta` (900 tokens) echoes a 70 KiB stop sequence; `/huge` costs 5000; `/overloaded` is a 503 that used nothing.
 async fn upstream() -> String {
     let app = Router::new()
         .route("/free", post(|| async { json(StatusCode::OK, completion(0, "")) }))
@@ -137,6 +138,22 @@ async fn upstream() -> String {
                     events.push_str(&format!("data: {usage}\n\n"));
                 }
                 events.push_str("data: [DONE]\n\n");
+                Response::builder().header(header::CONTENT_TYPE, "text/event-stream").body(Body::from(events)).unwrap()
+            }),
+        )
+        .route(
+            "/long-stop",
+            post(|| async {
+                // The stop sequence is the client's (`stop_sequences`), echoed in `message_delta`.
+                let start = r#"{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"m","usage":{"input_tokens":0,"output_tokens":1,"total_tokens":1}}}"#;
+                let stop = "x".repeat(70 << 10);
+                let delta = format!(
+                    r#"{{"type":"message_delta","delta":{{"stop_reason":"stop_sequence","stop_sequence":"{stop}"}},"usage":{{"output_tokens":900,"total_tokens":900}}}}"#
+                );
+                let events = format!(
+                    "event: message_start\ndata: {start}\n\nevent: message_delta\ndata: {delta}\n\n\
+                     event: message_stop\ndata: {{\"type\":\"message_stop\"}}\n\n"
+                );
                 Response::builder().header(header::CONTENT_TYPE, "text/event-stream").body(Body::from(events)).unwrap()
             }),
         )
@@ -411,6 +428,25 @@ async fn a_body_without_a_content_type_gives_its_max_tokens_as_the_estimate() {
         (200, "\"tokens\";r=2000".to_string()),
         "the same body without a Content-Type (read as JSON by FastAPI upstreams) reserved estimate_default 2000, \
          not its max_tokens 3000"
+    );
+    proxy.stop().await;
+}
+
+/// An Anthropic stream whose `message_delta` is over the 64 KiB an event is read to (it echoes
+/// the client's own `stop_sequences`): its count unread, the request is not settled at the
+/// `output_tokens: 1` of `message_start` as if that were final, but at least at its estimate
+/// (better: at the 900 the delta says).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_usage_event_over_the_bound_does_not_settle_below_the_estimate() {
+    let up = upstream().await;
+    let proxy = start(&up).await;
+    let (status, _) = call(&proxy, "/long-stop", "long-stop", &[]).await;
+    assert_eq!(status, 200);
+    let seen = left(&proxy, "long-stop").await;
+    assert!(
+        seen == "\"tokens\";r=4000" || seen == "\"tokens\";r=4800",
+        "a stream whose 900-token message_delta (70 KiB, a client-chosen stop sequence) went unread read {seen}: \
+         settled at message_start's 1, its estimate of 100 refunded"
     );
     proxy.stop().await;
 }
