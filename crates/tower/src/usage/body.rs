@@ -122,7 +122,8 @@ where
                         Some(settle) if this.body.is_end_stream() => {
                             this.last = Some(frame);
                             this.reader.finish();
-                            this.settling = Some(settle.settling(&this.reader, true));
+                            let whole = this.reader.whole();
+                            this.settling = Some(settle.settling(&this.reader, whole));
                         }
                         settle => {
                             this.settle = settle;
@@ -134,8 +135,10 @@ where
                 Some(Err(error)) => return Poll::Ready(Some(Err(error))),
                 None => match this.settle.take() {
                     Some(settle) => {
+                        // A stream that ended without its last event was cut short (see `Reader::whole`).
                         this.reader.finish();
-                        this.settling = Some(settle.settling(&this.reader, true));
+                        let whole = this.reader.whole();
+                        this.settling = Some(settle.settling(&this.reader, whole));
                     }
                     None => {
                         this.done = true;

@@ -16,7 +16,9 @@
 //!
 //! The request's reservations are settled when the body ends (before the end is passed on: a
 //! client that read the whole response sees its cost counted), or when the body is dropped
-//! before (the client left mid-stream): each usage field then settles at the larger of the last
+//! before (the client left mid-stream). A response not read whole (a stream that ended without
+//! its last event, or with an event skipped past the bound) settles as cut short: each usage
+//! field then settles at the larger of the last
 //! count the stream gave and the estimate (nothing refunded: the rest might have said more), and
 //! a stream that gave none (an OpenAI stream's usage comes last) keeps the estimate. A response
 //! that does not say (another content type, no such field, a body over the bound, a header that
@@ -172,7 +174,7 @@ impl Reader {
     pub fn whole(&self) -> bool {
         match &self.format {
             Format::Json(_) => self.parsed,
-            Format::Events(events) => events.ended,
+            Format::Events(events) => events.ended && !events.skipped,
             Format::Other => false,
         }
     }

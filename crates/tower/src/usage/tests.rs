@@ -152,6 +152,9 @@ fn other_content_types_and_bodies_over_the_bounds_are_not_read() {
     );
     let reader = read("text/event-stream", &[big.as_bytes()]);
     assert_eq!((reader.usage().get("output_tokens"), reader.usage().get("input_tokens")), (None, Some(3)));
+    // Ended as its format says, but with an event unread: its counts are not final.
+    let ended = format!("{big}data: [DONE]\n\n");
+    assert!(!read("text/event-stream", &[ended.as_bytes()]).whole(), "an event was skipped");
 }
 
 #[test]
