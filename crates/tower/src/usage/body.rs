@@ -43,18 +43,27 @@ struct Settle<S: Store + 'static> {
 
 impl<S: Store + 'static> Settle<S> {
     /// Settles with what `reader` read; `whole`: the body was read to its end (else each usage
-    /// field counts at least what it said).
+    /// field counts at least what it said). An error (a status of 400 or more) that says no
+    /// count used nothing: its estimate is given back (an upstream's outage does not spend its
+    /// clients' budgets); a success that says none keeps it.
     fn settling(self, reader: &Reader, whole: bool) -> Settling {
+        let failed = self.status >= 400;
         let actuals: Vec<(ResponseCost, Actual)> = self
             .costs
             .into_iter()
             .filter_map(|from| {
                 let actual = match &from {
-                    ResponseCost::Usage(field) => {
-                        let said = reader.usage().get(field)?;
-                        if whole { Actual::Final(said) } else { Actual::AtLeast(said) }
-                    }
-                    ResponseCost::Header(name) => Actual::Final(self.headers.iter().find(|(n, _)| n == name)?.1?),
+                    ResponseCost::Usage(field) => match reader.usage().get(field) {
+                        Some(said) if whole => Actual::Final(said),
+                        Some(said) => Actual::AtLeast(said),
+                        None if failed && reader.readable() => Actual::Final(0),
+                        None => return None,
+                    },
+                    ResponseCost::Header(name) => match self.headers.iter().find(|(n, _)| n == name)?.1 {
+                        Some(said) => Actual::Final(said),
+                        None if failed => Actual::Final(0),
+                        None => return None,
+                    },
                 };
                 Some((from, actual))
             })
@@ -67,8 +76,8 @@ impl<S: Store + 'static> Settle<S> {
 impl<B, S: Store + 'static> Metered<B, S> {
     /// `response`, its body metered for `unsettled`'s rules whose cost it says (`costs`).
     pub fn wrap(response: Response<B>, unsettled: Unsettled<S>, costs: Vec<ResponseCost>) -> Response<Self> {
-        let content_type = response.headers().get(http::header::CONTENT_TYPE).map(http::HeaderValue::as_bytes);
-        let reader = Reader::new(content_type);
+        let header = |name| response.headers().get(name).map(http::HeaderValue::as_bytes);
+        let reader = Reader::encoded_as(header(http::header::CONTENT_TYPE), header(http::header::CONTENT_ENCODING));
         let headers = costs
             .iter()
             .filter_map(|from| match from {

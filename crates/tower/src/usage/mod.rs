@@ -22,7 +22,9 @@
 //! count the stream gave and the estimate (nothing refunded: the rest might have said more), and
 //! a stream that gave none (an OpenAI stream's usage comes last) keeps the estimate. A response
 //! that does not say (another content type, no such field, a body over the bound, a header that
-//! is not a number) keeps the estimate too.
+//! is not a number) keeps the estimate too, unless it is an error (a status of 400 or more: the
+//! upstream used nothing, the estimate is given back). An encoded body (`Content-Encoding`) is
+//! not read, and says nothing, not even that it used nothing: at least the estimate stays.
 
 mod body;
 pub mod events;
@@ -120,6 +122,8 @@ pub struct Reader {
     usage: Usage,
     /// A JSON body that parsed whole.
     parsed: bool,
+    /// The body is encoded (gzip, br…): not read.
+    encoded: bool,
 }
 
 impl Reader {
@@ -138,7 +142,23 @@ impl Reader {
         } else {
             Format::Other
         };
-        Reader { format, usage: Usage::default(), parsed: false }
+        Reader { format, usage: Usage::default(), parsed: false, encoded: false }
+    }
+
+    /// A reader for a body of `content_type` encoded as `content_encoding` says: one encoded
+    /// otherwise than `identity` is not read, and says nothing of its usage (not even that it has
+    /// none; see [`readable`](Self::readable)).
+    #[must_use]
+    pub fn encoded_as(content_type: Option<&[u8]>, content_encoding: Option<&[u8]>) -> Self {
+        let encoded = content_encoding.is_some_and(|coding| {
+            coding
+                .split(|&b| b == b',')
+                .any(|c| !c.trim_ascii().is_empty() && !c.trim_ascii().eq_ignore_ascii_case(b"identity"))
+        });
+        if encoded {
+            return Reader { format: Format::Other, usage: Usage::default(), parsed: false, encoded: true };
+        }
+        Reader::new(content_type)
     }
 
     /// Reads the next piece of the body.
@@ -177,6 +197,13 @@ impl Reader {
             Format::Events(events) => events.ended && !events.skipped,
             Format::Other => false,
         }
+    }
+
+    /// Whether the body could say its usage: not one encoded (`Content-Encoding`), which is
+    /// passed on unread (what it says is unknown, not nothing).
+    #[must_use]
+    pub fn readable(&self) -> bool {
+        !self.encoded
     }
 
     /// What the body said so far.

@@ -141,6 +141,13 @@ fn a_stream_cut_short_says_what_it_gave_and_is_not_whole() {
 fn other_content_types_and_bodies_over_the_bounds_are_not_read() {
     assert_eq!(read("text/plain", &[OPENAI_JSON.as_bytes()]).usage().get("total_tokens"), None);
     assert_eq!(Reader::new(None).usage().get("total_tokens"), None);
+    // An encoded body is not read, and is not taken to say it has no usage.
+    for coding in ["gzip", "identity, br"] {
+        let encoded = read_encoded(Some(coding));
+        assert_eq!((encoded.usage().get("total_tokens"), encoded.readable()), (None, false), "{coding}");
+    }
+    let identity = read_encoded(Some("identity"));
+    assert_eq!((identity.usage().get("total_tokens"), identity.readable()), (Some(21), true));
     // A JSON body past the bound: passed on unread.
     let padding = " ".repeat(MAX_JSON_BYTES);
     let long = read("application/json", &[padding.as_bytes(), OPENAI_JSON.as_bytes()]);
@@ -190,4 +197,12 @@ fn request_values_are_the_integer_fields_of_a_json_body() {
     assert_eq!(read("max_tokens=1024"), Vec::<String>::new(), "not JSON");
     let long = format!(r#"{{"max_tokens": 5, "pad": "{}"}}"#, "x".repeat(MAX_JSON_BYTES));
     assert_eq!(read(&long), Vec::<String>::new(), "over the bound");
+}
+
+/// OpenAI's JSON completion read as encoded by `coding`.
+fn read_encoded(coding: Option<&str>) -> Reader {
+    let mut reader = Reader::encoded_as(Some(b"application/json"), coding.map(str::as_bytes));
+    reader.feed(OPENAI_JSON.as_bytes());
+    reader.finish();
+    reader
 }
