@@ -23,7 +23,7 @@ use tower_service::Service;
 use crate::future::{self, ResponseFuture};
 use crate::options::Options;
 use crate::shadow::{self, Ban, Fake, Learning, Shadow};
-use crate::usage::{Metered, RequestValues};
+use crate::usage::{Metered, ReadsResponse, RequestValues};
 
 /// The peer address, for servers other than axum (which provides `ConnectInfo<SocketAddr>`):
 /// insert it as a request extension.
@@ -309,7 +309,7 @@ async fn proceed<I, S, B, RB>(
     policy: Arc<Policy>,
     mut proceed: Proceed,
     mut inner: I,
-    request: Request<B>,
+    mut request: Request<B>,
     options: Options,
     mut learning: Option<Box<Learning>>,
 ) -> Result<Response<Body>, I::Error>
@@ -322,6 +322,10 @@ where
 {
     let pending = std::mem::take(&mut proceed.pending);
     let unsettled = (!pending.is_empty()).then(|| engine.unsettled(pending));
+    if unsettled.as_ref().is_some_and(|unsettled| !unsettled.response_costs().is_empty()) {
+        // Its response is read for its cost: a front end asks for it unencoded.
+        request.extensions_mut().insert(ReadsResponse);
+    }
     proceed.wait().await;
     let fields = if options.headers_on_allowed { proceed.fields(&policy) } else { None };
     if let Some(learning) = &mut learning {

@@ -14,6 +14,9 @@
 //! client gets the framing hyper writes for the upstream's body, never the upstream's
 //! `Transfer-Encoding` or a `Content-Length` beside it.
 //!
+//! **Encoding.** A request whose response a rule reads for its cost (LLM tokens, see
+//! `tollgate_tower::usage`) asks the upstream for it unencoded (`Accept-Encoding: identity`).
+//!
 //! **Time.** The upstream must accept the connection, take each piece of the body, and answer
 //! once the body is sent, within `--upstream-timeout` each (then 504), and pause its body no
 //! longer than that between two pieces; the client's body must arrive within the request timeout (then 408, see `inbound`).
@@ -26,13 +29,14 @@ use std::time::Duration;
 use axum::body::{Body, HttpBody};
 use axum::extract::{Request, State};
 use axum::response::Response;
-use http::{StatusCode, Uri, Version, header};
+use http::{HeaderValue, StatusCode, Uri, Version, header};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tollgate_edge as edge;
 use tollgate_tower::Quarantine;
+use tollgate_tower::usage::ReadsResponse;
 
 use crate::http::held::WriteTimeout;
 use crate::proxy::body::{Side, Timed, Watched, too_slow};
@@ -114,6 +118,11 @@ pub(crate) async fn forward(State(upstream): State<Arc<Upstream>>, mut request: 
     *request.uri_mut() = uri;
     *request.version_mut() = Version::HTTP_11;
     let (mut parts, body) = request.into_parts();
+    if parts.extensions.remove::<ReadsResponse>().is_some() {
+        // Its response is read for what it cost (LLM tokens), which an encoded body hides: the
+        // upstream's compression is given up on such requests.
+        parts.headers.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("identity"));
+    }
     // A body on a method that carries none (`--allow-body-on`): its own upstream connection.
     let own_connection = body.size_hint().exact() != Some(0) && bodiless(&parts.method).is_some();
     let dedicated = parts.extensions.remove::<Dedicated>().filter(|_| !own_connection);

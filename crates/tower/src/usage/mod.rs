@@ -70,6 +70,13 @@ impl RequestValues {
     }
 }
 
+/// A request extension the middleware inserts before passing on a request whose response is
+/// read for its cost (a rule's `cost = "response.…"`): a front end that forwards it should ask
+/// the upstream for an unencoded response (`Accept-Encoding: identity`), as an encoded one is
+/// not read (see [`Reader::readable`]). `tollgate proxy` does so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadsResponse;
+
 /// The most `usage` fields kept per response (the known formats have under ten).
 const MAX_FIELDS: usize = 32;
 
