@@ -5,6 +5,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::Response;
@@ -18,9 +19,17 @@ use super::Reader;
 /// A settlement under way, polled by the body before it passes its end on.
 type Settling = Pin<Box<dyn Future<Output = ()> + Send>>;
 
+/// The longest a response whose client left is read on for its usage (see [`Metered`]'s drop).
+pub const MAX_READ_ON: Duration = Duration::from_secs(300);
+
+/// Reads the rest of a body whose client left, then settles (a function: the bounds it needs are
+/// `wrap`'s).
+type ReadOn<B, S> = fn(Pin<Box<B>>, Reader, Settle<S>) -> Settling;
+
 /// A response body read for its usage on the way through (see [`usage`](super)).
 pub struct Metered<B, S: Store + 'static> {
-    body: Pin<Box<B>>,
+    /// The body (taken when it is dropped early, to be read on).
+    body: Option<Pin<Box<B>>>,
     reader: Reader,
     /// What is still to settle (until the body ends or is dropped).
     settle: Option<Settle<S>>,
@@ -30,6 +39,7 @@ pub struct Metered<B, S: Store + 'static> {
     last: Option<Frame<Bytes>>,
     /// The end was passed on.
     done: bool,
+    read_on: ReadOn<B, S>,
 }
 
 /// A request's reservations, and what its response's head said.
@@ -73,7 +83,11 @@ impl<S: Store + 'static> Settle<S> {
     }
 }
 
-impl<B, S: Store + 'static> Metered<B, S> {
+impl<B, S> Metered<B, S>
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    S: Store + 'static,
+{
     /// `response`, its body metered for `unsettled`'s rules whose cost it says (`costs`).
     pub fn wrap(response: Response<B>, unsettled: Unsettled<S>, costs: Vec<ResponseCost>) -> Response<Self> {
         let header = |name| response.headers().get(name).map(http::HeaderValue::as_bytes);
@@ -91,14 +105,45 @@ impl<B, S: Store + 'static> Metered<B, S> {
         let status = response.status().as_u16();
         let settle = Settle { unsettled, status, costs, headers };
         response.map(|body| Metered {
-            body: Box::pin(body),
+            body: Some(Box::pin(body)),
             reader,
             settle: Some(settle),
             settling: None,
             last: None,
             done: false,
+            read_on: read_on::<B, S>,
         })
     }
+}
+
+/// Reads the rest of `body` into `reader` (within [`MAX_READ_ON`], and while the reader still
+/// reads it), then settles: whole if it came to its end.
+fn read_on<B, S>(mut body: Pin<Box<B>>, mut reader: Reader, settle: Settle<S>) -> Settling
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    S: Store + 'static,
+{
+    Box::pin(async move {
+        let reading = async {
+            while reader.reading() {
+                match std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
+                    Some(Ok(frame)) => {
+                        if let Some(data) = frame.data_ref() {
+                            reader.feed(data);
+                        }
+                    }
+                    None => return true,
+                    Some(Err(_)) => return false,
+                }
+            }
+            false
+        };
+        let ended = tokio::time::timeout(MAX_READ_ON, reading).await.unwrap_or(false);
+        drop(body);
+        reader.finish();
+        let whole = ended && reader.whole();
+        settle.settling(&reader, whole).await;
+    })
 }
 
 impl<B, S> http_body::Body for Metered<B, S>
@@ -121,14 +166,16 @@ where
                 this.done = true;
                 return Poll::Ready(this.last.take().map(Ok));
             }
-            match ready!(this.body.as_mut().poll_frame(cx)) {
+            // The body is taken only by the drop.
+            let Some(body) = this.body.as_mut() else { return Poll::Ready(None) };
+            match ready!(body.as_mut().poll_frame(cx)) {
                 Some(Ok(frame)) => {
                     if let Some(data) = frame.data_ref() {
                         this.reader.feed(data);
                     }
                     match this.settle.take() {
                         // The last frame: settled first, then passed on.
-                        Some(settle) if this.body.is_end_stream() => {
+                        Some(settle) if this.body.as_ref().is_some_and(|body| body.is_end_stream()) => {
                             this.last = Some(frame);
                             this.reader.finish();
                             let whole = this.reader.whole();
@@ -163,25 +210,31 @@ where
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
+        self.body.as_ref().map_or_else(SizeHint::default, |body| body.size_hint())
     }
 }
 
 impl<B, S: Store + 'static> Drop for Metered<B, S> {
-    /// Dropped before its end was passed on (the client left mid-stream, the upstream failed, or
-    /// the server stopped polling once it had written the announced length): settled on a task
-    /// with what was read; whole only if the reader saw the response's last event or a whole
-    /// JSON body. With no runtime, the reservations are dropped unsettled (refunded, see
+    /// Dropped before its end was passed on (the client left, the upstream failed, or the server
+    /// stopped polling once it had written the announced length): settled on a task. A JSON body
+    /// (not streamed: the upstream has done the whole work by its head) is read on first, up to
+    /// its bound and for at most [`MAX_READ_ON`], so that it is charged what it says; a stream
+    /// is cut with its client, settled with what was read (whole only if the reader saw its last
+    /// event). With no runtime, the reservations are dropped unsettled (refunded, see
     /// `Unsettled`).
     fn drop(&mut self) {
-        let settling = match (self.settling.take(), self.settle.take()) {
-            (Some(settling), _) => settling,
-            (None, Some(settle)) => {
+        let settling = match (self.settling.take(), self.settle.take(), self.body.take()) {
+            (Some(settling), _, _) => settling,
+            (None, Some(settle), Some(body)) if self.reader.reads_whole_body() => {
+                let reader = std::mem::replace(&mut self.reader, Reader::new(None));
+                (self.read_on)(body, reader, settle)
+            }
+            (None, Some(settle), _) => {
                 self.reader.finish();
                 let whole = self.reader.whole();
                 settle.settling(&self.reader, whole)
             }
-            (None, None) => return,
+            (None, None, _) => return,
         };
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => drop(runtime.spawn(settling)),

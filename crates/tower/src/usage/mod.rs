@@ -29,7 +29,7 @@
 mod body;
 pub mod events;
 
-pub use body::Metered;
+pub use body::{MAX_READ_ON, Metered};
 pub use events::MAX_EVENT_BYTES;
 use tollgate_rules::RequestField;
 
@@ -211,6 +211,18 @@ impl Reader {
     #[must_use]
     pub fn readable(&self) -> bool {
         !self.encoded
+    }
+
+    /// Whether reading more of the body may still tell its usage: a JSON body within its bound
+    /// (a stream's events, or an unread body, tell nothing more once cut).
+    pub(crate) fn reading(&self) -> bool {
+        matches!(self.format, Format::Json(Some(_)))
+    }
+
+    /// Whether the body is read only once whole (JSON, not streamed): one whose client left is
+    /// worth reading on (see [`Metered`]).
+    pub(crate) fn reads_whole_body(&self) -> bool {
+        self.reading()
     }
 
     /// What the body said so far.
