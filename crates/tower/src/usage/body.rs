@@ -22,6 +22,9 @@ type Settling = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// The longest a response whose client left is read on for its usage (see [`Metered`]'s drop).
 pub const MAX_READ_ON: Duration = Duration::from_secs(300);
 
+/// The most bytes of a response whose client left read on for its usage: 64 MiB.
+pub const MAX_READ_ON_BYTES: u64 = 64 << 20;
+
 /// Reads the rest of a body whose client left, then settles (a function: the bounds it needs are
 /// `wrap`'s).
 type ReadOn<B, S> = fn(Pin<Box<B>>, Reader, Settle<S>) -> Settling;
@@ -116,8 +119,8 @@ where
     }
 }
 
-/// Reads the rest of `body` into `reader` (within [`MAX_READ_ON`], and while the reader still
-/// reads it), then settles: whole if it came to its end.
+/// Reads the rest of `body` into `reader` (within [`MAX_READ_ON`] and [`MAX_READ_ON_BYTES`], and
+/// while the reader still reads it), then settles: whole if it came to its end.
 fn read_on<B, S>(mut body: Pin<Box<B>>, mut reader: Reader, settle: Settle<S>) -> Settling
 where
     B: http_body::Body<Data = Bytes> + Send + 'static,
@@ -125,10 +128,12 @@ where
 {
     Box::pin(async move {
         let reading = async {
-            while reader.reading() {
+            let mut read = 0u64;
+            while reader.reading() && read <= MAX_READ_ON_BYTES {
                 match std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
                     Some(Ok(frame)) => {
                         if let Some(data) = frame.data_ref() {
+                            read += data.len() as u64;
                             reader.feed(data);
                         }
                     }

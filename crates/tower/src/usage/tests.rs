@@ -2,7 +2,7 @@
 //! streamed and not), fed whole, split at every byte boundary and byte by byte, with LF, CRLF
 //! and CR line ends, comments, multi-line data, and over the bounds.
 
-use super::{MAX_EVENT_BYTES, MAX_JSON_BYTES, Reader};
+use super::{MAX_EVENT_BYTES, MAX_JSON_BYTES, MAX_USAGE_BYTES, Reader};
 
 /// An OpenAI chat completions stream with `stream_options.include_usage`: token chunks with
 /// `"usage":null`, then a chunk with no choices and the usage, then `[DONE]`.
@@ -148,10 +148,13 @@ fn other_content_types_and_bodies_over_the_bounds_are_not_read() {
     }
     let identity = read_encoded(Some("identity"));
     assert_eq!((identity.usage().get("total_tokens"), identity.readable()), (Some(21), true));
-    // A JSON body past the bound: passed on unread.
+    // A JSON body of any length is read (only its usage is kept); a usage past its bound is not.
     let padding = " ".repeat(MAX_JSON_BYTES);
     let long = read("application/json", &[padding.as_bytes(), OPENAI_JSON.as_bytes()]);
-    assert_eq!((long.usage().get("total_tokens"), long.whole()), (None, false));
+    assert_eq!((long.usage().get("total_tokens"), long.whole()), (Some(21), true));
+    let padded = format!(r#"{{"usage":{{"total_tokens":5,"pad":"{}"}}}}"#, "x".repeat(MAX_USAGE_BYTES));
+    let long_usage = read("application/json", &[padded.as_bytes()]);
+    assert_eq!(long_usage.usage().get("total_tokens"), None);
     // An event past the bound is unread; the events after it are read.
     let big = format!(
         "data: {{\"usage\":{{\"output_tokens\":5}},\"pad\":\"{}\"}}\n\ndata: {{\"usage\":{{\"input_tokens\":3}}}}\n\n",
