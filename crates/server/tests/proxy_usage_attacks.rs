@@ -370,6 +370,43 @@ async fn a_stream_that_does_not_ask_for_its_usage_is_charged_what_it_used() {
     proxy.stop().await;
 }
 
+/// The usage chunk the proxy asked for on behalf of a client that did not is taken out of the
+/// stream that client gets (it asked for none: a client that reads `choices[0]` of every chunk
+/// would fail on it); a client that asked for it gets it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_usage_chunk_the_proxy_asked_for_is_not_passed_on() {
+    let up = upstream().await;
+    let proxy = start(&up).await;
+    let stream = |key: &str, body: &str| {
+        let args = [
+            "-X",
+            "POST",
+            &proxy.url("/stream"),
+            "-H",
+            &format!("x-api-key: {key}"),
+            "-H",
+            "content-type: application/json",
+            "--data",
+            body,
+        ];
+        curl(args.iter().map(|a| (*a).to_string()).collect())
+    };
+    let (status, silent) = stream("silent", r#"{"model":"gpt-4o","stream":true}"#).await;
+    assert_eq!(status, 200);
+    let events = silent.split("\r\n\r\n").nth(1).unwrap_or("");
+    assert_eq!(
+        events,
+        "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n\
+         data: [DONE]\n\n",
+        "the stream a client that did not ask for its usage gets"
+    );
+    let asked = r#"{"model":"gpt-4o","stream":true,"stream_options":{"include_usage":true}}"#;
+    let (status, text) = stream("asked", asked).await;
+    assert_eq!(status, 200);
+    assert!(text.contains("\"choices\":[],\"usage\""), "a client that asked for its usage gets it: {text}");
+    proxy.stop().await;
+}
+
 /// A request whose response says it cost 5000 tokens under `1000/1m` puts its key 4000 tokens
 /// in debt: "its next requests pay for it" (docs/rules.md), so the key has nothing for the next
 /// four minutes, on the window algorithms the docs recommend for token budgets as on the bucket

@@ -137,7 +137,7 @@ pub(crate) async fn inbound(State(inbound): State<Arc<Inbound>>, mut request: Re
 /// type at all (FastAPI servers, vLLM's and LiteLLM's among them, parse such a body as JSON and
 /// act on it). Only such a body is read for the rules' estimates (an upload of another type is
 /// forwarded as it streams).
-fn may_be_json(headers: &HeaderMap) -> bool {
+pub(crate) fn may_be_json(headers: &HeaderMap) -> bool {
     let Some(value) = headers.get(header::CONTENT_TYPE) else { return true };
     let Ok(value) = value.to_str() else { return false };
     let essence = value.split(';').next().unwrap_or("").trim().to_ascii_lowercase();

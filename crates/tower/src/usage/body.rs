@@ -15,6 +15,7 @@ use tollgate_rules::ResponseCost;
 use tollgate_store::Store;
 
 use super::Reader;
+use super::asked::{Unasked, UsageAsked};
 
 /// A settlement under way, polled by the body before it passes its end on.
 type Settling = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -43,6 +44,8 @@ pub struct Metered<B, S: Store + 'static> {
     /// The end was passed on.
     done: bool,
     read_on: ReadOn<B, S>,
+    /// Takes out of the stream the usage-only chunk the front end asked for ([`UsageAsked`]).
+    unasked: Option<Unasked>,
 }
 
 /// A request's reservations, and what its response's head said.
@@ -107,6 +110,12 @@ where
             .collect();
         let status = response.status().as_u16();
         let settle = Settle { unsettled, status, costs, headers };
+        let unasked = (reader.is_stream() && response.extensions().get::<UsageAsked>().is_some()).then(Unasked::new);
+        let mut response = response;
+        if unasked.is_some() {
+            // The stream passed on is shorter than the upstream's: its length goes.
+            response.headers_mut().remove(http::header::CONTENT_LENGTH);
+        }
         response.map(|body| Metered {
             body: Some(Box::pin(body)),
             reader,
@@ -115,6 +124,7 @@ where
             last: None,
             done: false,
             read_on: read_on::<B, S>,
+            unasked,
         })
     }
 }
@@ -175,12 +185,29 @@ where
             let Some(body) = this.body.as_mut() else { return Poll::Ready(None) };
             match ready!(body.as_mut().poll_frame(cx)) {
                 Some(Ok(frame)) => {
-                    if let Some(data) = frame.data_ref() {
-                        this.reader.feed(data);
-                    }
+                    let end = this.body.as_ref().is_some_and(|body| body.is_end_stream());
+                    let frame = match frame.into_data() {
+                        Ok(data) => {
+                            this.reader.feed(&data);
+                            match &mut this.unasked {
+                                Some(unasked) => {
+                                    let mut out = unasked.filter(&data);
+                                    if end {
+                                        out.extend(unasked.finish());
+                                    }
+                                    if out.is_empty() && !end {
+                                        continue;
+                                    }
+                                    Frame::data(Bytes::from(out))
+                                }
+                                None => Frame::data(data),
+                            }
+                        }
+                        Err(frame) => frame,
+                    };
                     match this.settle.take() {
                         // The last frame: settled first, then passed on.
-                        Some(settle) if this.body.as_ref().is_some_and(|body| body.is_end_stream()) => {
+                        Some(settle) if end => {
                             this.last = Some(frame);
                             this.reader.finish();
                             let whole = this.reader.whole();
@@ -196,6 +223,11 @@ where
                 Some(Err(error)) => return Poll::Ready(Some(Err(error))),
                 None => match this.settle.take() {
                     Some(settle) => {
+                        // What the stream's filter still held (an event cut short) goes last.
+                        let rest = this.unasked.as_mut().map(Unasked::finish).unwrap_or_default();
+                        if !rest.is_empty() {
+                            this.last = Some(Frame::data(Bytes::from(rest)));
+                        }
                         // A stream that ended without its last event was cut short (see `Reader::whole`).
                         this.reader.finish();
                         let whole = this.reader.whole();
@@ -215,6 +247,10 @@ where
     }
 
     fn size_hint(&self) -> SizeHint {
+        if self.unasked.is_some() {
+            // Shorter than the upstream's by the chunk taken out.
+            return SizeHint::default();
+        }
         self.body.as_ref().map_or_else(SizeHint::default, |body| body.size_hint())
     }
 }

@@ -13,7 +13,9 @@
 //!   (with `stream_options.include_usage`), Anthropic's `message_start` (`input_tokens`) and its
 //!   cumulative `message_delta`s (`output_tokens`). An event past [`MAX_EVENT_BYTES`] is unread.
 //!
-//! The estimate a request reserves may be read from its JSON body ([`RequestValues`]).
+//! The estimate a request reserves may be read from its JSON body ([`RequestValues`]). A front
+//! end may ask an OpenAI stream for the usage its client did not ask for ([`ask_for_stream_usage`],
+//! [`UsageAsked`]): the usage-only chunk is then taken out of what the client gets (see `asked`).
 //!
 //! The request's reservations are settled when the body ends (before the end is passed on: a
 //! client that read the whole response sees its cost counted), or when the body is dropped
@@ -27,10 +29,12 @@
 //! upstream used nothing, the estimate is given back). An encoded body (`Content-Encoding`) is
 //! not read, and says nothing, not even that it used nothing: at least the estimate stays.
 
+mod asked;
 mod body;
 pub mod events;
 mod scan;
 
+pub use asked::{UsageAsked, ask_for_stream_usage};
 pub use body::{MAX_READ_ON, MAX_READ_ON_BYTES, Metered};
 pub use events::MAX_EVENT_BYTES;
 pub use scan::MAX_USAGE_BYTES;
@@ -76,8 +80,13 @@ impl RequestValues {
 /// read for its cost (a rule's `cost = "response.…"`): a front end that forwards it should ask
 /// the upstream for an unencoded response (`Accept-Encoding: identity`), as an encoded one is
 /// not read (see [`Reader::readable`]). `tollgate proxy` does so.
+/// A streamed request under a rule reading `usage` may be asked for it
+/// ([`ask_for_stream_usage`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ReadsResponse;
+pub struct ReadsResponse {
+    /// A rule reads the response's `usage` object.
+    pub usage: bool,
+}
 
 /// The most `usage` fields kept per response (the known formats have under ten).
 const MAX_FIELDS: usize = 32;
@@ -207,6 +216,11 @@ impl Reader {
     #[must_use]
     pub fn readable(&self) -> bool {
         !self.encoded
+    }
+
+    /// Whether the body is a stream of server-sent events.
+    pub(crate) fn is_stream(&self) -> bool {
+        matches!(self.format, Format::Events(_))
     }
 
     /// Whether reading more of the body may still tell its usage: a JSON body within its bound
