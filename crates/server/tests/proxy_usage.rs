@@ -213,11 +213,13 @@ async fn the_budget_reads_the_tokens_an_openai_stream_and_a_completion_said() {
     assert_eq!((status, field.as_str()), (200, "\"tokens\";r=871"), "1000 - 29 streamed - 100 reserved");
     let (_, field, _) = call(&proxy, "/v1/chat/completions", "k1", "1,1", plain).await;
     assert_eq!(field, "\"tokens\";r=850", "1000 - 29 - 21 - 100 reserved");
-    // A stream without include_usage says nothing: its estimate stays charged.
+    // A stream without include_usage is asked for it by the proxy: its 10 tokens are charged,
+    // and the client gets the stream it asked for, without the usage chunk.
     let silent = r#"{"model":"gpt-4o","messages":[],"stream":true}"#;
-    call(&proxy, "/v1/chat/completions", "k1", "5,5", silent).await;
+    let (_, _, body) = call(&proxy, "/v1/chat/completions", "k1", "5,5", silent).await;
+    assert!(!body.contains("\"choices\":[]") && body.ends_with("data: [DONE]\n\n"), "no usage chunk: {body}");
     let (_, field, _) = call(&proxy, "/v1/chat/completions", "k1", "0,0", plain).await;
-    assert_eq!(field, "\"tokens\";r=748", "1000 - 29 - 21 - 2 - 100 kept - 100 reserved");
+    assert_eq!(field, "\"tokens\";r=838", "1000 - 29 - 21 - 2 - 10 - 100 reserved");
     let metrics = proxy.metrics().await;
     assert!(metrics.contains("tollgate_rule_decisions_total{rule=\"tokens\",outcome=\"counted\"} 5"), "{metrics}");
     proxy.stop().await;

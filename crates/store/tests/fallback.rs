@@ -470,3 +470,26 @@ async fn a_request_whose_second_server_fails_keeps_or_gives_back_what_the_first_
         }
     }
 }
+
+/// A charge past the limit made while the backend is down (a streamed LLM response said it cost
+/// more tokens than its request reserved) is the node's to pay, as its local admissions are: kept
+/// with them and charged to the backend once it is back, not dropped.
+#[tokio::test(start_paused = true)]
+async fn a_charge_made_while_the_backend_is_down_is_charged_back_to_it() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let remote = backend(&clock);
+    let node = node(&remote, &clock, FailurePolicy::Local);
+    let limit = hourly(100);
+    assert_eq!(node.admitted(b"k", &limit, 5).await, 5);
+    remote.set(Fault::Refuse);
+    assert_eq!(node.admitted(b"k", &limit, 5).await, 5, "admitted locally");
+    let charged = node.store.charge(&[Check::new(b"k", &limit, 50)]).await;
+    remote.set(Fault::None);
+    until_settled(&node).await;
+    let seen = remote.inner().check_sync(b"k", &limit, 0).unwrap();
+    assert_eq!(
+        seen.remaining, 40,
+        "100 - 10 admitted - 50 charged during the outage; the charge answered {charged:?} and the backend has {} left",
+        seen.remaining
+    );
+}

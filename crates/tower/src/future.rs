@@ -21,6 +21,7 @@ use tollgate_store::Store;
 
 use crate::options::Options;
 use crate::shadow::Learning;
+use crate::usage::Metered;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -131,6 +132,8 @@ where
 /// or not anyone waits for its answer (a login's password is checked), so an attacker hanging up
 /// after each guess is counted as one who waits. Only a call that comes to no status (it fails, or
 /// panics) is refunded. A call unwinding from its own panic cannot be polled again: refunded.
+/// Reservations whose cost is read from the response settle from its body, read as
+/// [`Metered`]'s drop reads a body whose client left (a JSON body to its end, a stream not at all).
 pub(crate) struct Answering<F, S: Store + 'static> {
     call: Option<(Pin<Box<F>>, Unsettled<S>)>,
     /// Takes a dropped call to its status on a task (a function: the bounds it needs are `new`'s).
@@ -140,11 +143,24 @@ pub(crate) struct Answering<F, S: Store + 'static> {
 impl<F, RB, E, S> Answering<F, S>
 where
     F: Future<Output = Result<Response<RB>, E>> + Send + 'static,
+    RB: http_body::Body<Data = Bytes> + Send + 'static,
     S: Store + 'static,
 {
     pub(crate) fn new(call: F, unsettled: Unsettled<S>) -> Self {
         let go_on: fn(Pin<Box<F>>, Unsettled<S>) = |call, unsettled| {
-            unsettled.settle_later(async move { call.await.ok().map(|response| response.status().as_u16()) });
+            let costs = unsettled.response_costs();
+            if costs.is_empty() {
+                unsettled.settle_later(async move { call.await.ok().map(|response| response.status().as_u16()) });
+                return;
+            }
+            // A cost read from the response: its body is read as if the client were there (a
+            // JSON body whole, a stream cut at once; see `Metered`'s drop). No runtime: refunded.
+            let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+            runtime.spawn(async move {
+                if let Ok(response) = call.await {
+                    drop(Metered::wrap(response, unsettled, costs));
+                }
+            });
         };
         Answering { call: Some((Box::pin(call), unsettled)), go_on }
     }

@@ -16,14 +16,15 @@ use http::request::Parts;
 use http::{Request, Response};
 use smallvec::SmallVec;
 use tollgate_edge::http as edge;
-use tollgate_engine::{Admission, Answer, Engine, Policy, Proceed};
+use tollgate_engine::{Admission, Answer, Engine, Policy, Proceed, Unsettled};
+use tollgate_rules::ResponseCost;
 use tollgate_store::Store;
 use tower_service::Service;
 
 use crate::future::{self, ResponseFuture};
 use crate::options::Options;
 use crate::shadow::{self, Ban, Fake, Learning, Shadow};
-use crate::usage::{Metered, RequestValues};
+use crate::usage::{Metered, ReadsResponse, RequestValues};
 
 /// The peer address, for servers other than axum (which provides `ConnectInfo<SocketAddr>`):
 /// insert it as a request extension.
@@ -302,14 +303,12 @@ fn answered<B>(
 /// call goes on and its status settles them all the same (see [`future::Answering`]); dropped
 /// before the call (waiting for its slot), or with a panic of `inner` unwinding, they are settled
 /// with no status: refunded (see [`Unsettled`]).
-///
-/// [`Unsettled`]: tollgate_engine::Unsettled
 async fn proceed<I, S, B, RB>(
     engine: Arc<Engine<S>>,
     policy: Arc<Policy>,
     mut proceed: Proceed,
     mut inner: I,
-    request: Request<B>,
+    mut request: Request<B>,
     options: Options,
     mut learning: Option<Box<Learning>>,
 ) -> Result<Response<Body>, I::Error>
@@ -322,6 +321,13 @@ where
 {
     let pending = std::mem::take(&mut proceed.pending);
     let unsettled = (!pending.is_empty()).then(|| engine.unsettled(pending));
+    let costs = unsettled.as_ref().map(Unsettled::response_costs).unwrap_or_default();
+    if !costs.is_empty() {
+        // Its response is read for its cost: a front end asks for it unencoded (and a stream
+        // for its usage).
+        let usage = costs.iter().any(|cost| matches!(cost, ResponseCost::Usage(_)));
+        request.extensions_mut().insert(ReadsResponse { usage });
+    }
     proceed.wait().await;
     let fields = if options.headers_on_allowed { proceed.fields(&policy) } else { None };
     if let Some(learning) = &mut learning {

@@ -120,7 +120,7 @@ pub(crate) async fn inbound(State(inbound): State<Arc<Inbound>>, mut request: Re
         Ok(request) => request,
         Err(refused) => return refused,
     };
-    if !fields.is_empty() && is_json(request.headers()) {
+    if !fields.is_empty() && may_be_json(request.headers()) {
         request = match read_estimates(request, &fields, inbound.max_body).await {
             Ok(request) => request,
             Err(refused) => return refused,
@@ -133,10 +133,13 @@ pub(crate) async fn inbound(State(inbound): State<Arc<Inbound>>, mut request: Re
     response
 }
 
-/// Whether the request says its body is JSON (`application/json`, `…+json`): only such a body is
-/// read for the rules' estimates (an upload of another type is forwarded as it streams).
-fn is_json(headers: &HeaderMap) -> bool {
-    let Some(value) = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) else { return false };
+/// Whether the request's body may be JSON: it says so (`application/json`, `…+json`), or says no
+/// type at all (FastAPI servers, vLLM's and LiteLLM's among them, parse such a body as JSON and
+/// act on it). Only such a body is read for the rules' estimates (an upload of another type is
+/// forwarded as it streams).
+pub(crate) fn may_be_json(headers: &HeaderMap) -> bool {
+    let Some(value) = headers.get(header::CONTENT_TYPE) else { return true };
+    let Ok(value) = value.to_str() else { return false };
     let essence = value.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
     essence == "application/json" || essence.ends_with("+json")
 }

@@ -14,6 +14,9 @@
 //! client gets the framing hyper writes for the upstream's body, never the upstream's
 //! `Transfer-Encoding` or a `Content-Length` beside it.
 //!
+//! **Encoding.** A request whose response a rule reads for its cost (LLM tokens, see
+//! `tollgate_tower::usage`) asks the upstream for it unencoded (`Accept-Encoding: identity`).
+//!
 //! **Time.** The upstream must accept the connection, take each piece of the body, and answer
 //! once the body is sent, within `--upstream-timeout` each (then 504), and pause its body no
 //! longer than that between two pieces; the client's body must arrive within the request timeout (then 408, see `inbound`).
@@ -26,17 +29,18 @@ use std::time::Duration;
 use axum::body::{Body, HttpBody};
 use axum::extract::{Request, State};
 use axum::response::Response;
-use http::{StatusCode, Uri, Version, header};
+use http::{HeaderValue, StatusCode, Uri, Version, header};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tollgate_edge as edge;
 use tollgate_tower::Quarantine;
+use tollgate_tower::usage::{MAX_JSON_BYTES, ReadsResponse, UsageAsked, ask_for_stream_usage};
 
 use crate::http::held::WriteTimeout;
 use crate::proxy::body::{Side, Timed, Watched, too_slow};
-use crate::proxy::inbound::{bodiless, client_error, refuse, strip_hop_by_hop};
+use crate::proxy::inbound::{bodiless, client_error, may_be_json, refuse, strip_hop_by_hop};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -113,7 +117,19 @@ pub(crate) async fn forward(State(upstream): State<Arc<Upstream>>, mut request: 
     };
     *request.uri_mut() = uri;
     *request.version_mut() = Version::HTTP_11;
-    let (mut parts, body) = request.into_parts();
+    let (mut parts, mut body) = request.into_parts();
+    let mut usage_asked = false;
+    if let Some(reads) = parts.extensions.remove::<ReadsResponse>() {
+        // Its response is read for what it cost (LLM tokens), which an encoded body hides: the
+        // upstream's compression is given up on such requests.
+        parts.headers.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("identity"));
+        if reads.usage {
+            (body, usage_asked) = match ask_for_usage(&mut parts.headers, body).await {
+                Ok(asked) => asked,
+                Err(error) => return client_error(&error),
+            };
+        }
+    }
     // A body on a method that carries none (`--allow-body-on`): its own upstream connection.
     let own_connection = body.size_hint().exact() != Some(0) && bodiless(&parts.method).is_some();
     let dedicated = parts.extensions.remove::<Dedicated>().filter(|_| !own_connection);
@@ -132,6 +148,10 @@ pub(crate) async fn forward(State(upstream): State<Arc<Upstream>>, mut request: 
     match outcome {
         Ok(response) => {
             let (mut parts, body) = response.into_parts();
+            if usage_asked {
+                // The usage-only chunk the client did not ask for is taken out (see `usage`).
+                parts.extensions.insert(UsageAsked);
+            }
             let _ = strip_hop_by_hop(&mut parts.headers, |_| false);
             // hyper read the upstream's framing and writes its own: the upstream's chunked coding
             // goes, and a length beside it is stale (RFC 9112 section 6.3: a proxy removes it;
@@ -156,6 +176,25 @@ pub(crate) async fn forward(State(upstream): State<Arc<Upstream>>, mut request: 
             tracing::warn!(upstream = ?*target, %error, "upstream failed");
             gateway_error(StatusCode::BAD_GATEWAY)
         }
+    }
+}
+
+/// A JSON body (within [`MAX_JSON_BYTES`]) that streams without asking for its usage, asked for
+/// it (`stream_options.include_usage`, see `ask_for_stream_usage`), its `Content-Length` set
+/// anew; with whether it was. The rules read the client's body: only that field is added after
+/// them, so that a streamed completion's usage is known (OpenAI sends it only when asked).
+async fn ask_for_usage(headers: &mut http::HeaderMap, body: Body) -> Result<(Body, bool), axum::Error> {
+    let length = body.size_hint().exact().unwrap_or(0);
+    if length == 0 || length > MAX_JSON_BYTES as u64 || !may_be_json(headers) {
+        return Ok((body, false));
+    }
+    let bytes = http_body_util::BodyExt::collect(body).await?.to_bytes();
+    match ask_for_stream_usage(&bytes) {
+        Some(asked) => {
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(asked.len()));
+            Ok((Body::from(asked), true))
+        }
+        None => Ok((Body::from(bytes), false)),
     }
 }
 

@@ -411,6 +411,30 @@ impl Ledger {
         Ok(decisions)
     }
 
+    /// Owes the remote `checks`' costs, charged at `now` past any limit (a charge the remote
+    /// could not take: what a response cost beyond its estimate), as local admissions are owed.
+    pub(crate) fn owe(&self, checks: &[Check<'_>], now: u64) {
+        for check in checks.iter().filter(|c| c.cost > 0) {
+            let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+            self.with(check, now, true, |entry| {
+                let debt = entry.debt.get_or_insert_with(|| {
+                    Box::new(Debt {
+                        scope: check.scope.into(),
+                        key: check.key.into(),
+                        limit: check.limit.clone(),
+                        charges: Vec::new(),
+                        origin: 0,
+                        known_remaining: None,
+                        seen: None,
+                    })
+                });
+                debt.limit = check.limit.clone();
+                let mut charges = Charges { list: &mut debt.charges, numbering: &mut entry.numbering };
+                charges.push(check.limit, now, check.cost, seq, || self.new_origin());
+            });
+        }
+    }
+
     /// Keys with a debt, and live entries evicted (each can make this node over-grant).
     pub(crate) fn counts(&self) -> (usize, u64) {
         let debts = (0..self.table.shard_count())

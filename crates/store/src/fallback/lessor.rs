@@ -32,7 +32,7 @@ impl<R: Remote + Lessor> Fallback<R> {
         let sh = &self.shared;
         let breakers = sh.breakers_of(&[check]);
         if let Some((domain, _)) = breakers.iter().find(|(_, b)| b.is_open()) {
-            return Err(StoreError::Backend(format!("circuit breaker open for {domain}")));
+            return Err(StoreError::Backend(format!("circuit breaker open for {}", super::store::named(domain))));
         }
         // The refill may take up to `want` units: counted in flight, as any call is, so that a
         // request decided locally meanwhile cannot spend them too.

@@ -18,18 +18,31 @@ impl<R: Remote> Store for Fallback<R> {
     }
 
     /// On the backend, as a charge of its call (applied whenever sent), while its breakers are
-    /// closed; otherwise, or when it fails, an error: the caller keeps what it reserved (an
-    /// under-count of the difference, logged by the caller).
+    /// closed. While one is open (nothing sent), under the `local` policy the charge is owed in
+    /// the ledger, as the node's local admissions are, and paid to the backend when it answers
+    /// again (its next requests pay meanwhile: the node's local decisions count it); under the
+    /// others, an error. A call that fails is an error too (the backend may have applied it: not
+    /// charged twice): the caller keeps what it reserved (an under-count of the difference,
+    /// logged by the caller).
     async fn charge(&self, checks: &[Check<'_>]) -> Result<(), StoreError> {
         timed(self.shared.timer.as_ref(), async {
-            let breakers = self.shared.breakers_of(checks);
+            let sh = &self.shared;
+            let breakers = sh.breakers_of(checks);
             if let Some((domain, _)) = breakers.iter().find(|(_, b)| b.is_open()) {
-                return Err(StoreError::Backend(format!("circuit breaker open for {domain}: nothing charged")));
+                if sh.policy == FailurePolicy::Local {
+                    sh.ledger.owe(checks, sh.now());
+                    sh.start_flusher();
+                    return Ok(());
+                }
+                return Err(StoreError::Backend(format!(
+                    "circuit breaker open for {}: nothing charged",
+                    named(domain)
+                )));
             }
             let charges: Vec<Charge<'_>> = checks.iter().map(|c| Charge::new(*c, 0)).collect();
-            match self.shared.remote.decide(&[], &charges).await {
+            match sh.remote.decide(&[], &charges).await {
                 Err(error) if error.is_backend() => {
-                    self.shared.failed(&error, &breakers);
+                    sh.failed(&error, &breakers);
                     Err(error)
                 }
                 other => other.map(drop),
@@ -84,7 +97,10 @@ impl<R: Remote> Fallback<R> {
         let check = Check { scope, key, limit: &limit, cost: 0, hold: true };
         let breakers = sh.breakers_of(std::slice::from_ref(&check));
         if let Some((domain, _)) = breakers.iter().find(|(_, b)| b.is_open()) {
-            return Err(StoreError::Backend(format!("circuit breaker open for {domain}: the hold is kept locally")));
+            return Err(StoreError::Backend(format!(
+                "circuit breaker open for {}: the hold is kept locally",
+                named(domain)
+            )));
         }
         match sh.remote.hold(scope, key, hold_ns).await {
             Err(error) if error.is_backend() => {
@@ -165,4 +181,10 @@ impl<R: Remote> Fallback<R> {
             other => other,
         }
     }
+}
+
+/// A fault domain as an error names it: its server, or the store for a remote of one server
+/// (whose domain is `""`).
+pub(super) fn named(domain: &str) -> &str {
+    if domain.is_empty() { "the store" } else { domain }
 }

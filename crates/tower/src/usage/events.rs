@@ -4,7 +4,8 @@
 //! and for the stream's end: OpenAI's `data: [DONE]`, Anthropic's `message_stop`.
 //!
 //! Bounded: a line or an event's data past [`MAX_EVENT_BYTES`] is not kept (that event is not
-//! read; the rest of the stream is). An event cut short by the end of the body is not dispatched
+//! read; the rest of the stream is, but its counts are no longer final: the skipped event may
+//! have said more). An event cut short by the end of the body is not dispatched
 //! (as the grammar says).
 
 use super::Usage;
@@ -28,6 +29,9 @@ pub(crate) struct Events {
     after_cr: bool,
     /// The stream's last event was seen (`[DONE]`, `message_stop`).
     pub(crate) ended: bool,
+    /// An event went past the bound unread: it may have said a count, so those read are not
+    /// final.
+    pub(crate) skipped: bool,
 }
 
 impl Events {
@@ -97,7 +101,9 @@ impl Events {
     /// The event is whole: its data read (unless it went past the bound).
     fn dispatch(&mut self, usage: &mut Usage) {
         let data = std::mem::take(&mut self.data);
-        if !std::mem::take(&mut self.data_over) && !data.is_empty() {
+        if std::mem::take(&mut self.data_over) {
+            self.skipped = true;
+        } else if !data.is_empty() {
             let data = &data[..data.len() - 1];
             if data == b"[DONE]" {
                 self.ended = true;

@@ -5,32 +5,42 @@
 //! The response's body is passed on unchanged, piece by piece as it comes ([`Metered`]), and
 //! read on the way:
 //! - `application/json` (OpenAI chat completions, Anthropic messages, not streamed): the body's
-//!   top-level `usage` object, once the body is whole. Only a body up to [`MAX_JSON_BYTES`] is
-//!   kept for it; a longer one is passed on unread.
+//!   top-level `usage` object, once the body is whole. The body is not kept: it is scanned as it
+//!   passes ([`scan`]), and only the `usage` value is kept (up to [`MAX_USAGE_BYTES`]), so a
+//!   body of any length is read.
 //! - `text/event-stream` (streamed; see [`events`]): the last value of each field among the
 //!   events' `usage` objects (or `message.usage`): OpenAI's last chunk before `data: [DONE]`
 //!   (with `stream_options.include_usage`), Anthropic's `message_start` (`input_tokens`) and its
 //!   cumulative `message_delta`s (`output_tokens`). An event past [`MAX_EVENT_BYTES`] is unread.
 //!
-//! The estimate a request reserves may be read from its JSON body ([`RequestValues`]).
+//! The estimate a request reserves may be read from its JSON body ([`RequestValues`]). A front
+//! end may ask an OpenAI stream for the usage its client did not ask for ([`ask_for_stream_usage`],
+//! [`UsageAsked`]): the usage-only chunk is then taken out of what the client gets (see `asked`).
 //!
 //! The request's reservations are settled when the body ends (before the end is passed on: a
 //! client that read the whole response sees its cost counted), or when the body is dropped
-//! before (the client left mid-stream): each usage field then settles at the larger of the last
+//! before (the client left mid-stream). A response not read whole (a stream that ended without
+//! its last event, or with an event skipped past the bound) settles as cut short: each usage
+//! field then settles at the larger of the last
 //! count the stream gave and the estimate (nothing refunded: the rest might have said more), and
 //! a stream that gave none (an OpenAI stream's usage comes last) keeps the estimate. A response
 //! that does not say (another content type, no such field, a body over the bound, a header that
-//! is not a number) keeps the estimate too.
+//! is not a number) keeps the estimate too, unless it is an error (a status of 400 or more: the
+//! upstream used nothing, the estimate is given back). An encoded body (`Content-Encoding`) is
+//! not read, and says nothing, not even that it used nothing: at least the estimate stays.
 
+mod asked;
 mod body;
 pub mod events;
+mod scan;
 
-pub use body::Metered;
+pub use asked::{UsageAsked, ask_for_stream_usage};
+pub use body::{MAX_READ_ON, MAX_READ_ON_BYTES, Metered};
 pub use events::MAX_EVENT_BYTES;
+pub use scan::MAX_USAGE_BYTES;
 use tollgate_rules::RequestField;
 
-/// The longest JSON body kept for reading its `usage`: 1 MiB (a completion's body is rarely
-/// longer; a longer one is passed on unread and the estimate stays charged).
+/// The longest request body parsed for the rules' estimates: 1 MiB.
 pub const MAX_JSON_BYTES: usize = 1 << 20;
 
 /// Values read from a request's JSON body for the rules' estimates (`estimate =
@@ -66,6 +76,18 @@ impl RequestValues {
     }
 }
 
+/// A request extension the middleware inserts before passing on a request whose response is
+/// read for its cost (a rule's `cost = "response.…"`): a front end that forwards it should ask
+/// the upstream for an unencoded response (`Accept-Encoding: identity`), as an encoded one is
+/// not read (see [`Reader::readable`]). `tollgate proxy` does so.
+/// A streamed request under a rule reading `usage` may be asked for it
+/// ([`ask_for_stream_usage`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadsResponse {
+    /// A rule reads the response's `usage` object.
+    pub usage: bool,
+}
+
 /// The most `usage` fields kept per response (the known formats have under ten).
 const MAX_FIELDS: usize = 32;
 
@@ -87,14 +109,19 @@ impl Usage {
     pub(crate) fn merge(&mut self, value: &serde_json::Value) {
         let message = value.get("message").and_then(|m| m.get("usage"));
         for usage in [message, value.get("usage")].into_iter().flatten() {
-            let Some(usage) = usage.as_object() else { continue };
-            for (field, v) in usage {
-                let Some(v) = v.as_u64() else { continue };
-                match self.fields.iter().position(|(f, _)| f == field) {
-                    Some(at) => self.fields[at].1 = v,
-                    None if self.fields.len() < MAX_FIELDS => self.fields.push((field.clone(), v)),
-                    None => {}
-                }
+            self.merge_usage(usage);
+        }
+    }
+
+    /// Takes the integer fields of `usage`, a `usage` object, over those seen before.
+    fn merge_usage(&mut self, usage: &serde_json::Value) {
+        let Some(usage) = usage.as_object() else { return };
+        for (field, v) in usage {
+            let Some(v) = v.as_u64() else { continue };
+            match self.fields.iter().position(|(f, _)| f == field) {
+                Some(at) => self.fields[at].1 = v,
+                None if self.fields.len() < MAX_FIELDS => self.fields.push((field.clone(), v)),
+                None => {}
             }
         }
     }
@@ -103,8 +130,8 @@ impl Usage {
 /// How a body is read, by its content type.
 #[derive(Debug)]
 enum Format {
-    /// A JSON body, kept up to the bound (`None` past it).
-    Json(Option<Vec<u8>>),
+    /// A JSON body, scanned for its top-level `usage`.
+    Json(scan::Scan),
     /// A stream of server-sent events.
     Events(events::Events),
     /// Anything else: not read.
@@ -116,8 +143,8 @@ enum Format {
 pub struct Reader {
     format: Format,
     usage: Usage,
-    /// A JSON body that parsed whole.
-    parsed: bool,
+    /// The body is encoded (gzip, br…): not read.
+    encoded: bool,
 }
 
 impl Reader {
@@ -132,24 +159,33 @@ impl Reader {
         let format = if essence == "text/event-stream" {
             Format::Events(events::Events::default())
         } else if essence == "application/json" || essence.ends_with("+json") {
-            Format::Json(Some(Vec::new()))
+            Format::Json(scan::Scan::default())
         } else {
             Format::Other
         };
-        Reader { format, usage: Usage::default(), parsed: false }
+        Reader { format, usage: Usage::default(), encoded: false }
+    }
+
+    /// A reader for a body of `content_type` encoded as `content_encoding` says: one encoded
+    /// otherwise than `identity` is not read, and says nothing of its usage (not even that it has
+    /// none; see [`readable`](Self::readable)).
+    #[must_use]
+    pub fn encoded_as(content_type: Option<&[u8]>, content_encoding: Option<&[u8]>) -> Self {
+        let encoded = content_encoding.is_some_and(|coding| {
+            coding
+                .split(|&b| b == b',')
+                .any(|c| !c.trim_ascii().is_empty() && !c.trim_ascii().eq_ignore_ascii_case(b"identity"))
+        });
+        if encoded {
+            return Reader { format: Format::Other, usage: Usage::default(), encoded: true };
+        }
+        Reader::new(content_type)
     }
 
     /// Reads the next piece of the body.
     pub fn feed(&mut self, bytes: &[u8]) {
         match &mut self.format {
-            Format::Json(kept) => {
-                if kept.as_ref().is_some_and(|k| k.len() + bytes.len() > MAX_JSON_BYTES) {
-                    *kept = None;
-                }
-                if let Some(kept) = kept {
-                    kept.extend_from_slice(bytes);
-                }
-            }
+            Format::Json(scan) => scan.feed(bytes),
             Format::Events(events) => events.feed(bytes, &mut self.usage),
             Format::Other => {}
         }
@@ -157,12 +193,10 @@ impl Reader {
 
     /// The body ended, or was dropped: a JSON body is read now (if it is whole JSON).
     pub fn finish(&mut self) {
-        if let Format::Json(kept) = &mut self.format
-            && let Some(body) = kept.take()
-            && let Ok(value) = serde_json::from_slice::<serde_json::Value>(&body)
+        if let Format::Json(scan) = &self.format
+            && let Some(usage) = scan.usage()
         {
-            self.usage.merge(&value);
-            self.parsed = true;
+            self.usage.merge_usage(&usage);
         }
     }
 
@@ -171,10 +205,34 @@ impl Reader {
     #[must_use]
     pub fn whole(&self) -> bool {
         match &self.format {
-            Format::Json(_) => self.parsed,
-            Format::Events(events) => events.ended,
+            Format::Json(scan) => scan.closed && !scan.broken,
+            Format::Events(events) => events.ended && !events.skipped,
             Format::Other => false,
         }
+    }
+
+    /// Whether the body could say its usage: not one encoded (`Content-Encoding`), which is
+    /// passed on unread (what it says is unknown, not nothing).
+    #[must_use]
+    pub fn readable(&self) -> bool {
+        !self.encoded
+    }
+
+    /// Whether the body is a stream of server-sent events.
+    pub(crate) fn is_stream(&self) -> bool {
+        matches!(self.format, Format::Events(_))
+    }
+
+    /// Whether reading more of the body may still tell its usage: a JSON body within its bound
+    /// (a stream's events, or an unread body, tell nothing more once cut).
+    pub(crate) fn reading(&self) -> bool {
+        matches!(&self.format, Format::Json(scan) if !scan.closed && !scan.broken)
+    }
+
+    /// Whether the body is read only once whole (JSON, not streamed): one whose client left is
+    /// worth reading on (see [`Metered`]).
+    pub(crate) fn reads_whole_body(&self) -> bool {
+        self.reading()
     }
 
     /// What the body said so far.

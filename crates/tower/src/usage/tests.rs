@@ -2,7 +2,7 @@
 //! streamed and not), fed whole, split at every byte boundary and byte by byte, with LF, CRLF
 //! and CR line ends, comments, multi-line data, and over the bounds.
 
-use super::{MAX_EVENT_BYTES, MAX_JSON_BYTES, Reader};
+use super::{MAX_EVENT_BYTES, MAX_JSON_BYTES, MAX_USAGE_BYTES, Reader};
 
 /// An OpenAI chat completions stream with `stream_options.include_usage`: token chunks with
 /// `"usage":null`, then a chunk with no choices and the usage, then `[DONE]`.
@@ -141,10 +141,20 @@ fn a_stream_cut_short_says_what_it_gave_and_is_not_whole() {
 fn other_content_types_and_bodies_over_the_bounds_are_not_read() {
     assert_eq!(read("text/plain", &[OPENAI_JSON.as_bytes()]).usage().get("total_tokens"), None);
     assert_eq!(Reader::new(None).usage().get("total_tokens"), None);
-    // A JSON body past the bound: passed on unread.
+    // An encoded body is not read, and is not taken to say it has no usage.
+    for coding in ["gzip", "identity, br"] {
+        let encoded = read_encoded(Some(coding));
+        assert_eq!((encoded.usage().get("total_tokens"), encoded.readable()), (None, false), "{coding}");
+    }
+    let identity = read_encoded(Some("identity"));
+    assert_eq!((identity.usage().get("total_tokens"), identity.readable()), (Some(21), true));
+    // A JSON body of any length is read (only its usage is kept); a usage past its bound is not.
     let padding = " ".repeat(MAX_JSON_BYTES);
     let long = read("application/json", &[padding.as_bytes(), OPENAI_JSON.as_bytes()]);
-    assert_eq!((long.usage().get("total_tokens"), long.whole()), (None, false));
+    assert_eq!((long.usage().get("total_tokens"), long.whole()), (Some(21), true));
+    let padded = format!(r#"{{"usage":{{"total_tokens":5,"pad":"{}"}}}}"#, "x".repeat(MAX_USAGE_BYTES));
+    let long_usage = read("application/json", &[padded.as_bytes()]);
+    assert_eq!(long_usage.usage().get("total_tokens"), None);
     // An event past the bound is unread; the events after it are read.
     let big = format!(
         "data: {{\"usage\":{{\"output_tokens\":5}},\"pad\":\"{}\"}}\n\ndata: {{\"usage\":{{\"input_tokens\":3}}}}\n\n",
@@ -152,6 +162,9 @@ fn other_content_types_and_bodies_over_the_bounds_are_not_read() {
     );
     let reader = read("text/event-stream", &[big.as_bytes()]);
     assert_eq!((reader.usage().get("output_tokens"), reader.usage().get("input_tokens")), (None, Some(3)));
+    // Ended as its format says, but with an event unread: its counts are not final.
+    let ended = format!("{big}data: [DONE]\n\n");
+    assert!(!read("text/event-stream", &[ended.as_bytes()]).whole(), "an event was skipped");
 }
 
 #[test]
@@ -187,4 +200,12 @@ fn request_values_are_the_integer_fields_of_a_json_body() {
     assert_eq!(read("max_tokens=1024"), Vec::<String>::new(), "not JSON");
     let long = format!(r#"{{"max_tokens": 5, "pad": "{}"}}"#, "x".repeat(MAX_JSON_BYTES));
     assert_eq!(read(&long), Vec::<String>::new(), "over the bound");
+}
+
+/// OpenAI's JSON completion read as encoded by `coding`.
+fn read_encoded(coding: Option<&str>) -> Reader {
+    let mut reader = Reader::encoded_as(Some(b"application/json"), coding.map(str::as_bytes));
+    reader.feed(OPENAI_JSON.as_bytes());
+    reader.finish();
+    reader
 }
