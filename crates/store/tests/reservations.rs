@@ -503,3 +503,29 @@ async fn the_memory_stores_reservations_are_bounded_by_its_memory() {
         opened * per_reservation
     );
 }
+
+/// A reserve whose decision ran but whose record could not be written (here an ACL that lets the
+/// states be written but not the record; in life a failover's read-only replica, an OOM) fails
+/// with the backend's error: the caller is told to try again (HTTP 503) but holds no
+/// reservation, and each attempt keeps its estimate charged. The store knows the decision ran:
+/// it must take its estimate back (every charge applied once, principle 11), not leave the key
+/// paying for reservations nobody holds.
+#[tokio::test]
+async fn a_reserve_whose_record_cannot_be_written_keeps_nothing_charged() {
+    let server = RedisServer::start();
+    let options = options(None);
+    let prefix = options.prefix.clone();
+    let acl = server.cli(&["ACL", "SETUSER", "norecord", "on", ">pw", &format!("~{prefix}:[^r]*"), "+@all"]);
+    assert_eq!(acl.trim(), "OK");
+    let url = format!("redis://norecord:pw@{}", server.address());
+    let store = RedisStore::open(&url, options).unwrap();
+    let limit = hourly();
+    let failed = store.reserve_until(&[Check::new(b"k", &limit, 40)], 60 * SEC).await;
+    assert!(matches!(&failed, Err(e) if e.is_backend()), "the record's write fails: {failed:?}");
+    let peek = store.peek(b"k", &limit).await.unwrap();
+    assert_eq!(
+        peek.remaining, 100,
+        "a reserve that failed after its decision (no reservation, told to try again) left its estimate of 40 \
+         charged: {peek:?}"
+    );
+}
