@@ -529,3 +529,25 @@ async fn a_reserve_whose_record_cannot_be_written_keeps_nothing_charged() {
          charged: {peek:?}"
     );
 }
+
+/// The memory store keeps reservations "open, or settled and not past their deadline": those
+/// past it are dropped (their checks hold each key), not kept until the table is full.
+#[tokio::test]
+async fn the_memory_store_drops_reservations_past_their_deadline() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = MemoryStore::builder().clock(clock.clone()).build();
+    let limit = Limit::per_hour(1_000).algorithm(Algorithm::FixedWindow).build().unwrap();
+    for _ in 0..3 {
+        assert!(store.reserve_until_sync(&[Check::new(b"k", &limit, 1)], SEC).unwrap().1.is_some());
+    }
+    let settled = store.reserve_until_sync(&[Check::new(b"k", &limit, 1)], SEC).unwrap().1.unwrap();
+    store.settle_sync(&settled.id, 1).unwrap();
+    clock.advance(Duration::from_secs(2));
+    let (_, kept) = store.reserve_until_sync(&[Check::new(b"k", &limit, 1)], 60 * SEC).unwrap();
+    assert!(kept.is_some());
+    assert_eq!(
+        store.reservations(),
+        1,
+        "past their deadline, 4 reservations (3 open, 1 settled) are still kept beside the one open"
+    );
+}
