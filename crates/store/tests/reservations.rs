@@ -551,3 +551,42 @@ async fn the_memory_store_drops_reservations_past_their_deadline() {
         "past their deadline, 4 reservations (3 open, 1 settled) are still kept beside the one open"
     );
 }
+
+/// "An id whose parts were changed names no reservation": another spelling of an id (its token in
+/// upper case, its deadline with a `+` or leading zeros, slots added) is refused, and the id as
+/// the store made it settles afterwards. (Accepted spellings also keep an engine following the
+/// reservation as open, then counting it expired, though it was settled.)
+async fn other_spellings_of_an_id_settle_nothing<S: Store>(store: &S) {
+    let limit = hourly();
+    let (_, reservation) = store.reserve_until(&[Check::new(b"spelled", &limit, 10)], 60 * SEC).await.unwrap();
+    let id = reservation.expect("admitted").id;
+    let mut parts = id.splitn(3, '.');
+    let (token, deadline, slots) = (parts.next().unwrap(), parts.next().unwrap(), parts.next());
+    let slots = slots.map_or(String::new(), |s| format!(".{s}"));
+    for spelling in [
+        format!("{}.{deadline}{slots}", token.to_uppercase()),
+        format!("{token}.+{deadline}{slots}"),
+        format!("{token}.00{deadline}{slots}"),
+        format!("{id}.{}", if slots.is_empty() { "5" } else { &slots[1..] }),
+    ] {
+        let answer = store.settle(&spelling, 0).await;
+        assert!(
+            matches!(answer, Err(StoreError::Refused(Refusal::Unknown(_) | Refusal::Malformed(_)))),
+            "{spelling:?}, another spelling of {id:?}, must name no reservation: got {answer:?}"
+        );
+    }
+    assert_eq!(store.settle(&id, 0).await.unwrap().estimate, 10);
+}
+
+#[tokio::test]
+async fn memory_other_spellings_of_an_id_settle_nothing() {
+    let store = MemoryStore::builder().clock(Arc::new(ManualClock::new(T0))).build();
+    other_spellings_of_an_id_settle_nothing(&store).await;
+}
+
+#[tokio::test]
+async fn redis_other_spellings_of_an_id_settle_nothing() {
+    let server = RedisServer::start();
+    let store = RedisStore::open(&server.url(), options(Some(Arc::new(ManualClock::new(T0))))).unwrap();
+    other_spellings_of_an_id_settle_nothing(&store).await;
+}
