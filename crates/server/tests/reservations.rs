@@ -197,6 +197,7 @@ async fn http_reserve_names_at_most_16_limits_as_resp_does() {
     let body = serde_json::json!({ "key": "many", "limit_names": names, "estimate": 1 }).to_string();
     let (status, answer) = post(&server, "/v1/reserve", &body);
     assert_eq!(status, 400, "a reserve of 17 limits: {status} {answer}");
+    assert_eq!(field(&answer, "error"), "a reserve names at most 16 limits, got 17");
     let mut args = vec!["TG.RESERVE", "many", "1", "1000"];
     args.extend(names);
     assert_eq!(cli_error(&server, &args), "ERR TG.RESERVE names at most 16 limits, got 17");
