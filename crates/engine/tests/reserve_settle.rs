@@ -122,3 +122,24 @@ async fn a_key_held_by_its_mitigation_is_denied_a_reservation() {
     let other = h.engine.reserve(Frontend::Http, &login, b"v", 1, Duration::from_secs(10)).await.unwrap();
     assert!(other.reservation.is_some(), "another key is not held");
 }
+
+/// `tollgate_reservations_open` counts reservations "whose deadline has not passed", and
+/// `_expired_total` those whose deadline passed unsettled: a scrape after the deadlines, with no
+/// reserve or settle since, must not show them open still (a node whose traffic stopped would
+/// report its last open count for ever, and never count them expired).
+#[tokio::test]
+async fn a_scrape_after_the_deadlines_shows_no_reservation_open() {
+    let clock = clock();
+    let h = build(memory(&clock), clock, RULES, false);
+    for key in [&b"a"[..], b"b", b"c"] {
+        let r = h.engine.reserve(Frontend::Http, &named(), key, 1, Duration::from_secs(10)).await.unwrap();
+        assert!(r.reservation.is_some());
+    }
+    assert_eq!(h.series("tollgate_reservations_open"), 3);
+    h.clock.advance(Duration::from_secs(60));
+    assert_eq!(
+        (h.series("tollgate_reservations_open"), h.series("tollgate_reservations_expired_total")),
+        (0, 3),
+        "(open, expired) a minute after three reservations of 10 s, none settled"
+    );
+}
