@@ -590,3 +590,24 @@ async fn redis_other_spellings_of_an_id_settle_nothing() {
     let store = RedisStore::open(&server.url(), options(Some(Arc::new(ManualClock::new(T0))))).unwrap();
     other_spellings_of_an_id_settle_nothing(&store).await;
 }
+
+/// A settle refused "no open reservation" changes nothing: an id with a slot added (one the
+/// store never wrote a record in) must not settle the slots it did write before it is refused:
+/// the caller is told nothing happened, and the reservation's own id is then told "settled
+/// already".
+#[tokio::test]
+async fn redis_a_settle_refused_unknown_for_an_added_slot_changes_nothing() {
+    let server = RedisServer::start();
+    let store = RedisStore::open(&server.url(), options(Some(Arc::new(ManualClock::new(T0))))).unwrap();
+    let limit = hourly();
+    let (_, reservation) = store.reserve_until(&[Check::new(b"slots", &limit, 50)], 60 * SEC).await.unwrap();
+    let id = reservation.expect("admitted").id;
+    let added = format!("{id}.5");
+    let answer = store.settle(&added, 0).await;
+    let remaining = store.peek(b"slots", &limit).await.unwrap().remaining;
+    assert!(
+        matches!(&answer, Err(StoreError::Refused(Refusal::Unknown(_) | Refusal::Malformed(_)))) && remaining == 50,
+        "a settle of {added:?} answered {answer:?} and left {remaining} remaining (50 before: a refusal that refunded)"
+    );
+    assert_eq!(store.settle(&id, 0).await.unwrap().estimate, 50, "the reservation itself still open");
+}
