@@ -179,3 +179,27 @@ async fn a_reservation_under_a_delay_rule_charges_the_state_its_requests_see() {
     let (peek, _) = h.engine.check_named(Frontend::Resp, "shaped", b"u", 0).await.unwrap();
     assert_eq!(peek.remaining, 0, "after a reservation of the whole burst, TG.LIMIT's peek of the rule: {peek:?}");
 }
+
+/// A reload that changes a rule's algorithm carries each key's use into the new algorithm's
+/// state on the key's first request after it (engine's `carry`), `TG.LIMIT` included. A
+/// reservation is such a first request: it must be decided on the carried use, not on an empty
+/// state (a key that spent its limit would be granted a second one).
+#[tokio::test]
+async fn a_reservation_after_a_reload_that_changed_the_algorithm_sees_the_carried_use() {
+    let before = "[[rules]]\nname = \"tokens\"\nlimit = \"10/1h\"\nalgorithm = \"fixed-window\"\nkey = [\"key\"]\n";
+    let after = "[[rules]]\nname = \"tokens\"\nlimit = \"10/1h\"\nalgorithm = \"sliding-window\"\nkey = [\"key\"]\n";
+    let clock = clock();
+    let h = build(memory(&clock), clock, before, false);
+    for key in [&b"u"[..], b"v"] {
+        let (spent, _) = h.engine.check_named(Frontend::Resp, "tokens", key, 10).await.unwrap();
+        assert!(spent.allowed && spent.remaining == 0, "{spent:?}");
+    }
+    h.engine.reload(tollgate_rules::Rules::parse(after, "after").unwrap());
+    let (limited, _) = h.engine.check_named(Frontend::Resp, "tokens", b"v", 1).await.unwrap();
+    assert!(!limited.allowed, "TG.LIMIT after the reload sees the carried use: {limited:?}");
+    let r = h.engine.reserve(Frontend::Http, &named(), b"u", 10, Duration::from_secs(10)).await.unwrap();
+    assert!(
+        r.reservation.is_none() && !r.decision.allowed,
+        "a key that spent its 10 before the reload was granted a reservation of 10 after it: {r:?}"
+    );
+}
