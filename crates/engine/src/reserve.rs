@@ -30,6 +30,10 @@ use crate::{Engine, EngineError, Frontend};
 /// the gauge is then a floor).
 const MAX_FOLLOWED: usize = 100_000;
 
+/// The most limits one reservation names on a front end (`TG.RESERVE`, `POST /v1/reserve`): each is
+/// a check decided, charged and kept in the reservation's record.
+pub const MAX_RESERVED_LIMITS: usize = 16;
+
 /// One limit a reservation charges.
 #[derive(Debug, Clone)]
 pub enum Reserving {
