@@ -116,24 +116,37 @@ impl<S: Store> Engine<S> {
             return Err(EngineError::Store(StoreError::NoChecks));
         }
         let policy = self.policy.load_full();
-        let mut resolved: Vec<(&str, Limit, Option<String>, bool)> = Vec::with_capacity(limits.len());
+        // Per limit: its scope, the limit reported, the limit its state is decided under (a delay
+        // rule's shaper), its name, and whether its rule's hold applies.
+        let mut resolved: Vec<(&str, Limit, Limit, Option<String>, bool)> = Vec::with_capacity(limits.len());
+        let mut named_rules = Vec::new();
         for limit in limits {
             match limit {
                 Reserving::Named(name) => {
-                    let (_, rule) =
+                    let (index, rule) =
                         policy.rules.named(name).ok_or_else(|| EngineError::UnknownRule(name.to_string()))?;
                     if !rule.keyed_on_callers_key() {
                         return Err(EngineError::NotByName(name.to_string()));
                     }
-                    resolved.push((rule.name.as_str(), rule.limit.clone(), Some(rule.name.clone()), true));
+                    named_rules.push(index);
+                    let decided = crate::direct::unwaited_limit(rule);
+                    resolved.push((rule.name.as_str(), rule.limit.clone(), decided, Some(rule.name.clone()), true));
                 }
-                Reserving::Limit(limit) => resolved.push(("", limit.clone(), None, false)),
+                Reserving::Limit(limit) => resolved.push(("", limit.clone(), limit.clone(), None, false)),
+            }
+        }
+        // A reservation is a key's first request after a reload as any other is: its use under
+        // a rule whose algorithm changed is carried first, as for `TG.LIMIT`.
+        if policy.carries.any {
+            let now = self.clock.now_ns();
+            for &index in &named_rules {
+                Box::pin(self.carry_key(&policy, index, key, now)).await;
             }
         }
         let checks: Vec<Check<'_>> = resolved
             .iter()
-            .map(|(scope, limit, _, hold)| {
-                let check = Check::new(key, limit, estimate).scoped(scope);
+            .map(|(scope, _, decided, _, hold)| {
+                let check = Check::new(key, decided, estimate).scoped(scope);
                 if *hold { check.with_hold() } else { check }
             })
             .collect();
@@ -144,7 +157,7 @@ impl<S: Store> Engine<S> {
             .position(|d| !d.allowed)
             .or_else(|| (0..reserved.decisions.len()).min_by_key(|&i| reserved.decisions[i].remaining))
             .unwrap_or(0);
-        let (_, limit, name, _) = resolved.swap_remove(tightest);
+        let (_, limit, _, name, _) = resolved.swap_remove(tightest);
         let decision = reserved.decisions.get(tightest).copied().ok_or(EngineError::Store(StoreError::NoChecks))?;
         Ok(Reserve { decision, limit, name, reservation })
     }
