@@ -281,6 +281,9 @@ impl<S: Store> Engine<S> {
                 unit: m.limit.unit,
             };
             let hits = descriptor.hits_addend.unwrap_or(estimate);
+            tollgate_store::reservation::check_estimate(hits).map_err(|e| {
+                EngineError::Store(StoreError::Unsupported(format!("descriptor {i} ({}): {e}", m.metric_key)))
+            })?;
             match &m.limit.limit {
                 Some(limit) if hits <= limit.capacity() => {
                     checks.push(Check::new(&m.key, limit, hits).scoped(tollgate_rules::ENVOY_SCOPE));

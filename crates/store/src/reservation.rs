@@ -148,6 +148,26 @@ pub(crate) fn deadline_ms(at: u64, ttl_ns: u64) -> Result<u64, StoreError> {
     Ok(at.saturating_add(ttl_ns).div_ceil(1_000_000))
 }
 
+/// Refuses an estimate below 1: an estimate of 0 is a peek, admitted whatever the state, so a
+/// reservation of it would let its settle charge any actual past a limit that admitted nothing.
+pub fn check_estimate(estimate: u64) -> Result<(), StoreError> {
+    if estimate == 0 {
+        return Err(StoreError::Unsupported(
+            "a reservation's estimate is at least 1, not 0 (an estimate of 0 is admitted whatever the state, and its \
+             settle would charge past a limit that admitted nothing)"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses a reserve before its decision: a `ttl_ns` outside 1 ns to [`MAX_RESERVATION_NS`], an
+/// estimate below 1 ([`check_estimate`]).
+pub(crate) fn validate(checks: &[Check<'_>], ttl_ns: u64) -> Result<(), StoreError> {
+    deadline_ms(0, ttl_ns)?;
+    checks.iter().try_for_each(|c| check_estimate(c.cost))
+}
+
 /// One check of a reservation, as its record keeps it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Held {

@@ -52,7 +52,7 @@ impl MemoryStore {
                 return Err(StoreError::Refused(Refusal::Full(table.len())));
             }
         }
-        deadline_ms(0, ttl_ns)?;
+        crate::reservation::validate(checks, ttl_ns)?;
         let reserved = self.reserve_sync(checks)?;
         if !all_allowed(&reserved.decisions) {
             return Ok((reserved, None));

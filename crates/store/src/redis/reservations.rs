@@ -83,7 +83,7 @@ impl RedisStore {
         checks: &[Check<'_>],
         ttl_ns: u64,
     ) -> Result<(Reserved, Option<Reservation>), StoreError> {
-        reservation::deadline_ms(0, ttl_ns)?;
+        reservation::validate(checks, ttl_ns)?;
         let reserved = self.reserve(checks).await?;
         if !all_allowed(&reserved.decisions) {
             return Ok((reserved, None));
