@@ -204,12 +204,13 @@ impl Held {
 }
 
 /// The record of one group of a reservation's checks (all of them but on a Redis Cluster):
-/// `tollgate-reservation 1`, then a line per check of space-separated fields (scope and key in
+/// `tollgate-reservation 2 DEADLINE_MS` (the deadline is the record's, so that a settle is
+/// decided on it, never on the one an id says), then a line per check of space-separated fields (scope and key in
 /// hex, the limit's algorithm, count, period, burst and slices, the estimate, the instant, and the
 /// decision's limit, remaining, retry and reset).
 #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-pub(crate) fn encode(checks: &[Held]) -> String {
-    let mut out = String::from("tollgate-reservation 1\n");
+pub(crate) fn encode(deadline_ms: u64, checks: &[Held]) -> String {
+    let mut out = format!("tollgate-reservation 2 {deadline_ms}\n");
     for h in checks {
         let l = &h.limit;
         let d = &h.decision;
@@ -233,16 +234,18 @@ pub(crate) fn encode(checks: &[Held]) -> String {
     out
 }
 
-/// Reads a record [`encode`] wrote; an error naming what is wrong otherwise (a record is a
-/// server's reply: never trusted).
+/// Reads a record [`encode`] wrote: its deadline in ms and its checks; an error naming what is
+/// wrong otherwise (a record is a server's reply: never trusted).
 #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-pub(crate) fn decode(text: &[u8]) -> Result<Vec<Held>, StoreError> {
+pub(crate) fn decode(text: &[u8]) -> Result<(u64, Vec<Held>), StoreError> {
     let bad = |why: String| StoreError::BadState(format!("a reservation's record {why}"));
     let text = std::str::from_utf8(text).map_err(|_| bad("is not text".into()))?;
     let mut lines = text.lines();
-    if lines.next() != Some("tollgate-reservation 1") {
-        return Err(bad("has another header".into()));
-    }
+    let deadline_ms = lines
+        .next()
+        .and_then(|header| header.strip_prefix("tollgate-reservation 2 "))
+        .and_then(|deadline| deadline.parse::<u64>().ok())
+        .ok_or_else(|| bad("has another header".into()))?;
     let mut out = Vec::new();
     for line in lines {
         let f: Vec<&str> = line.split(' ').collect();
@@ -276,7 +279,7 @@ pub(crate) fn decode(text: &[u8]) -> Result<Vec<Held>, StoreError> {
     if out.is_empty() {
         return Err(bad("holds no check".into()));
     }
-    Ok(out)
+    Ok((deadline_ms, out))
 }
 
 /// `bytes` in lowercase hex.
@@ -312,8 +315,8 @@ mod tests {
         let check = Check::new(b"k e\ny", &limit, 7).scoped("rule");
         let decision = Decision { allowed: true, limit: 20, remaining: 13, retry_after_ns: 0, reset_after_ns: 700 };
         let held = vec![Held::of(&check, 42, decision)];
-        assert_eq!(decode(encode(&held).as_bytes()).unwrap(), held);
-        for bad in ["", "tollgate-reservation 1\n", "tollgate-reservation 1\nab cd gcra 1\n", "x\n"] {
+        assert_eq!(decode(encode(1_700, &held).as_bytes()).unwrap(), (1_700, held));
+        for bad in ["", "tollgate-reservation 2 5\n", "tollgate-reservation 2 5\nab cd gcra 1\n", "x\n"] {
             assert!(matches!(decode(bad.as_bytes()), Err(StoreError::BadState(_))), "{bad:?}");
         }
     }

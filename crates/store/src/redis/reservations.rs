@@ -109,7 +109,7 @@ impl RedisStore {
         for (slot, group) in &groups {
             let key = self.record_key(*slot, &id);
             let mut set = redis::cmd("SET");
-            set.arg(key.as_slice()).arg(reservation::encode(group)).arg("PX").arg(life_ms);
+            set.arg(key.as_slice()).arg(reservation::encode(deadline_ms, group)).arg("PX").arg(life_ms);
             self.run_plain(&key, &set).await?;
         }
         let reservation = Reservation { id: id.to_string(), deadline_ns: id.deadline_ns() };
@@ -148,7 +148,12 @@ impl RedisStore {
                 }
                 Some(c) => c,
             };
-            let held = reservation::decode(&content)?;
+            let (recorded_deadline_ms, held) = reservation::decode(&content)?;
+            // An id whose deadline part was changed names no reservation (the script decides on
+            // the record's deadline too).
+            if recorded_deadline_ms != id.deadline_ms {
+                return Err(refused(-1));
+            }
             estimate.get_or_insert(held[0].estimate);
             let refunds: Vec<Refund<'_>> =
                 held.iter().filter(|h| h.estimate > actual).map(|h| h.refund(h.estimate - actual)).collect();
