@@ -117,7 +117,16 @@ impl Id {
             .map(|s| s.parse::<u16>().ok().filter(|&s| s < 16_384))
             .collect::<Option<Vec<u16>>>()
             .ok_or_else(|| malformed("a slot that is not a number below 16384"))?;
-        Ok(Id { token: token_bytes, deadline_ms, slots })
+        if slots.iter().enumerate().any(|(i, slot)| slots[..i].contains(slot)) {
+            return Err(malformed("a slot named twice"));
+        }
+        let id = Id { token: token_bytes, deadline_ms, slots };
+        // One spelling per id (the one a store makes: lowercase hex, numbers without sign or
+        // leading zeros), so that no other names the same reservation.
+        if id.to_string() != text {
+            return Err(malformed("not written as a store writes it (lowercase hex, plain numbers)"));
+        }
+        Ok(id)
     }
 
     /// The deadline in ns.
@@ -310,6 +319,16 @@ mod tests {
             assert!(matches!(Id::parse(bad), Err(StoreError::Refused(Refusal::Malformed(_)))), "{bad:?}");
         }
         assert!(Id::parse(&"0".repeat(MAX_ID_LEN + 1)).is_err());
+        let token = id.token_hex();
+        for other in [
+            format!("{}.1700000000123.0.16383", token.to_uppercase()),
+            format!("{token}.+1700000000123.0.16383"),
+            format!("{token}.01700000000123.0.16383"),
+            format!("{token}.1700000000123.00.16383"),
+            format!("{token}.1700000000123.0.16383.0"),
+        ] {
+            assert!(matches!(Id::parse(&other), Err(StoreError::Refused(Refusal::Malformed(_)))), "{other:?}");
+        }
 
         let limit = Limit::per_second(10).burst(20).build().unwrap();
         let check = Check::new(b"k e\ny", &limit, 7).scoped("rule");

@@ -69,6 +69,10 @@ impl MemoryStore {
     /// [`Store::settle`](crate::Store::settle) without a future.
     pub fn settle_sync(&self, id: &str, actual: u64) -> Result<Settled, StoreError> {
         let parsed = Id::parse(id)?;
+        // The memory store's ids name no slot: one that does is not one it made.
+        if !parsed.slots.is_empty() {
+            return Err(StoreError::Refused(Refusal::Unknown(id.to_string())));
+        }
         if actual > crate::reservation::MAX_ACTUAL {
             return Err(StoreError::Refused(Refusal::TooLarge(actual)));
         }
