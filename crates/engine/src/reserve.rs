@@ -8,7 +8,8 @@
 //!
 //! A reservation is a plain all-or-nothing decision: a named limit's key held by its mitigation
 //! is denied, but no action runs (no delay, shadow-ban or quarantine: the caller is the
-//! application, told admitted or denied, as `TG.LIMIT` is). Every limit of a reservation is
+//! application, told admitted or denied, as `TG.LIMIT` is); a rule on trial (`dry-run`) never
+//! denies (see `docs/reservations.md`). Every limit of a reservation is
 //! charged the same estimate and settled to the same actual. A store failure is an error (a
 //! reservation cannot be admitted without a store that keeps it: `on_error` does not apply).
 //!
@@ -119,6 +120,8 @@ impl<S: Store> Engine<S> {
         // Per limit: its scope, the limit reported, the limit its state is decided under (a delay
         // rule's shaper), its name, and whether its rule's hold applies.
         let mut resolved: Vec<(&str, Limit, Limit, Option<String>, bool)> = Vec::with_capacity(limits.len());
+        // Per limit, whether its rule is on trial (`dry-run`): it reports, never denies.
+        let mut on_trial = Vec::with_capacity(limits.len());
         let mut named_rules = Vec::new();
         for limit in limits {
             match limit {
@@ -130,9 +133,14 @@ impl<S: Store> Engine<S> {
                     }
                     named_rules.push(index);
                     let decided = crate::direct::unwaited_limit(rule);
-                    resolved.push((rule.name.as_str(), rule.limit.clone(), decided, Some(rule.name.clone()), true));
+                    let trial = matches!(rule.action, tollgate_rules::Action::DryRun);
+                    on_trial.push(trial);
+                    resolved.push((rule.name.as_str(), rule.limit.clone(), decided, Some(rule.name.clone()), !trial));
                 }
-                Reserving::Limit(limit) => resolved.push(("", limit.clone(), limit.clone(), None, false)),
+                Reserving::Limit(limit) => {
+                    on_trial.push(false);
+                    resolved.push(("", limit.clone(), limit.clone(), None, false));
+                }
             }
         }
         // A reservation is a key's first request after a reload as any other is: its use under
@@ -143,14 +151,36 @@ impl<S: Store> Engine<S> {
                 Box::pin(self.carry_key(&policy, index, key, now)).await;
             }
         }
-        let checks: Vec<Check<'_>> = resolved
+        let mut checks: Vec<Check<'_>> = resolved
             .iter()
-            .map(|(scope, _, decided, _, hold)| {
+            .zip(&on_trial)
+            .map(|((scope, _, decided, _, hold), &trial)| {
                 let check = Check::new(key, decided, estimate).scoped(scope);
-                if *hold { check.with_hold() } else { check }
+                if trial {
+                    check.reporting_at(estimate)
+                } else if *hold {
+                    check.with_hold()
+                } else {
+                    check
+                }
             })
             .collect();
-        let (reserved, reservation) = self.reserve_checks(frontend, &self.store, &checks, ttl).await?;
+        let ttl_ns = crate::engine::duration_ns(ttl);
+        let mut decided = self.timed(frontend, self.store.reserve_until(&checks, ttl_ns)).await;
+        // A rule on trial never denies (as with `TG.LIMIT`): a reservation denied by such rules
+        // alone is made again with them as peeks, charged the actual at the settle (nothing was
+        // charged by the denial).
+        if let Ok((reserved, None)) = &decided
+            && reserved.decisions.iter().zip(&on_trial).all(|(d, &trial)| d.allowed || trial)
+        {
+            for (check, (d, &trial)) in checks.iter_mut().zip(reserved.decisions.iter().zip(&on_trial)) {
+                if trial && !d.allowed {
+                    *check = check.reporting_at(0);
+                }
+            }
+            decided = self.timed(frontend, self.store.reserve_until(&checks, ttl_ns)).await;
+        }
+        let (reserved, reservation) = self.follow_reservation(decided)?;
         let tightest = reserved
             .decisions
             .iter()
@@ -172,6 +202,14 @@ impl<S: Store> Engine<S> {
     ) -> Result<(tollgate_store::Reserved, Option<Reservation>), EngineError> {
         let ttl_ns = crate::engine::duration_ns(ttl);
         let decided = self.timed(frontend, store.reserve_until(checks, ttl_ns)).await;
+        self.follow_reservation(decided)
+    }
+
+    /// A reserve's answer, counted in the metrics (and its reservation followed).
+    fn follow_reservation(
+        &self,
+        decided: Result<(tollgate_store::Reserved, Option<Reservation>), StoreError>,
+    ) -> Result<(tollgate_store::Reserved, Option<Reservation>), EngineError> {
         let (reserved, reservation) = match decided {
             Err(refused @ StoreError::Refused(_)) => return Err(refused.into()),
             other => self.counted(other)?,

@@ -171,10 +171,11 @@ pub fn check_estimate(estimate: u64) -> Result<(), StoreError> {
 }
 
 /// Refuses a reserve before its decision: a `ttl_ns` outside 1 ns to [`MAX_RESERVATION_NS`], an
-/// estimate below 1 ([`check_estimate`]).
+/// estimate below 1 ([`check_estimate`]) but for a check that only reports
+/// ([`Check::reporting`]).
 pub(crate) fn validate(checks: &[Check<'_>], ttl_ns: u64) -> Result<(), StoreError> {
     deadline_ms(0, ttl_ns)?;
-    checks.iter().try_for_each(|c| check_estimate(c.cost))
+    checks.iter().filter(|c| !c.reporting).try_for_each(|c| check_estimate(c.cost))
 }
 
 /// One check of a reservation, as its record keeps it.

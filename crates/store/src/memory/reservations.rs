@@ -97,7 +97,8 @@ impl MemoryStore {
             }
             entry.checks.take().ok_or_else(|| StoreError::Refused(Refusal::AlreadySettled(id.to_string())))?
         };
-        let estimate = checks.first().map_or(0, |h| h.estimate);
+        // The reservation's estimate: a check that only reports may have reserved 0.
+        let estimate = checks.iter().map(|h| h.estimate).max().unwrap_or(0);
         self.correct(&checks, actual, now)?;
         Ok(Settled { estimate, actual })
     }

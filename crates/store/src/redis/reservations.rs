@@ -166,7 +166,9 @@ impl RedisStore {
         }
         let mut estimate = None;
         for (key, content, held) in records {
-            estimate.get_or_insert(held[0].estimate);
+            // The reservation's estimate: a check that only reports may have reserved 0.
+            let most = held.iter().map(|h| h.estimate).max().unwrap_or(0);
+            estimate = Some(estimate.map_or(most, |e: u64| e.max(most)));
             let refunds: Vec<Refund<'_>> =
                 held.iter().filter(|h| h.estimate > actual).map(|h| h.refund(h.estimate - actual)).collect();
             let charges: Vec<Charge<'_>> = held
