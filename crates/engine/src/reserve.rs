@@ -282,6 +282,7 @@ impl<S: Store> Engine<S> {
     /// verdicts (no quota; a descriptor always over its limit refuses the request without asking
     /// the store) and the reservation if admitted. A descriptor whose limit is in `shadow_mode` or
     /// `quota_mode` cannot be reserved (an error naming it): a reservation is all or nothing.
+    /// Descriptors carrying different estimates are refused (an error): a settle applies one actual.
     pub async fn reserve_descriptors(
         &self,
         domain: &str,
@@ -290,6 +291,15 @@ impl<S: Store> Engine<S> {
         ttl: Duration,
     ) -> Result<(crate::Verdicts, Option<Reservation>), EngineError> {
         use crate::{StatedLimit, Verdict, Verdicts};
+        // A settle applies one actual to every check of a reservation: descriptors reserving
+        // different estimates (100 tokens and 1 request) would each be settled to that one actual.
+        let estimates: BTreeSet<u64> = descriptors.iter().map(|d| d.hits_addend.unwrap_or(estimate)).collect();
+        if estimates.len() > 1 {
+            return Err(EngineError::Store(StoreError::Unsupported(format!(
+                "the descriptors of one reservation carry one estimate (a settle applies one actual to all), \
+                 not {estimates:?}: reserve them in separate requests"
+            ))));
+        }
         let policy = self.policy();
         let entries: Vec<&[(&str, &str)]> = descriptors.iter().map(|d| d.entries.as_slice()).collect();
         let overrides: Vec<Option<&tollgate_envoy::RateLimit>> = descriptors.iter().map(|d| d.limit.as_ref()).collect();
