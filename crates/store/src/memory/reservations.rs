@@ -1,11 +1,12 @@
 //! The memory store's reservations (see [`crate::reservation`]): a table of records by token,
 //! bounded ([`MAX_OPEN_RESERVATIONS`]), each kept until its deadline (a settled one as a
-//! tombstone, so that a second settle is told so). Reserving holds the table's lock across the
-//! decision, so that a reservation refused for a full table charges nothing.
+//! tombstone, so that a second settle is told so) and dropped then: an index by deadline is swept
+//! on each reserve and settle (each record past its deadline visited once). Reserving holds the
+//! table's lock across the decision, so that a reservation refused for a full table charges
+//! nothing.
 
-use std::sync::Mutex;
-
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Mutex, MutexGuard};
 
 use super::MemoryStore;
 use crate::remote::Charge;
@@ -24,16 +25,51 @@ struct Entry {
     checks: Option<Vec<Held>>,
 }
 
+/// The records, and their tokens by deadline.
+#[derive(Debug, Default)]
+pub(super) struct Table {
+    records: HashMap<[u8; 16], Entry>,
+    by_deadline: BTreeSet<(u64, [u8; 16])>,
+}
+
+impl Table {
+    fn insert(&mut self, token: [u8; 16], entry: Entry) {
+        self.by_deadline.insert((entry.deadline_ms, token));
+        self.records.insert(token, entry);
+    }
+
+    fn remove(&mut self, token: &[u8; 16]) {
+        if let Some(entry) = self.records.remove(token) {
+            self.by_deadline.remove(&(entry.deadline_ms, *token));
+        }
+    }
+
+    /// Drops the records whose deadline is `now_ms` or earlier (expired as charged, or settled).
+    fn sweep(&mut self, now_ms: u64) {
+        while let Some(&(deadline, token)) = self.by_deadline.first() {
+            if deadline > now_ms {
+                break;
+            }
+            self.by_deadline.pop_first();
+            self.records.remove(&token);
+        }
+    }
+}
+
 /// The table of reservations.
 #[derive(Debug, Default)]
 pub(super) struct Reservations {
-    table: Mutex<HashMap<[u8; 16], Entry>>,
+    table: Mutex<Table>,
 }
 
 impl Reservations {
+    fn lock(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Reservations kept now (open or settled, not yet dropped after their deadline).
     pub(super) fn len(&self) -> usize {
-        self.table.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len()
+        self.lock().records.len()
     }
 }
 
@@ -44,13 +80,10 @@ impl MemoryStore {
         checks: &[Check<'_>],
         ttl_ns: u64,
     ) -> Result<(Reserved, Option<Reservation>), StoreError> {
-        let mut table = self.reservations.table.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let now_ms = self.clock.now_ns() / 1_000_000;
-        if table.len() >= MAX_OPEN_RESERVATIONS {
-            table.retain(|_, e| e.deadline_ms > now_ms);
-            if table.len() >= MAX_OPEN_RESERVATIONS {
-                return Err(StoreError::Refused(Refusal::Full(table.len())));
-            }
+        let mut table = self.reservations.lock();
+        table.sweep(self.clock.now_ns() / 1_000_000);
+        if table.records.len() >= MAX_OPEN_RESERVATIONS {
+            return Err(StoreError::Refused(Refusal::Full(table.records.len())));
         }
         crate::reservation::validate(checks, ttl_ns)?;
         let reserved = self.reserve_sync(checks)?;
@@ -78,8 +111,9 @@ impl MemoryStore {
         }
         let now = self.clock.now_ns();
         let checks = {
-            let mut table = self.reservations.table.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            let entry = table.get_mut(&parsed.token).filter(|e| e.deadline_ms == parsed.deadline_ms);
+            let mut table = self.reservations.lock();
+            table.sweep(now / 1_000_000);
+            let entry = table.records.get_mut(&parsed.token).filter(|e| e.deadline_ms == parsed.deadline_ms);
             let Some(entry) = entry else {
                 return Err(StoreError::Refused(if now / 1_000_000 >= parsed.deadline_ms {
                     Refusal::Expired(id.to_string())
@@ -92,6 +126,7 @@ impl MemoryStore {
                 return Err(StoreError::Refused(Refusal::AlreadySettled(id.to_string())));
             }
             if now / 1_000_000 >= entry.deadline_ms {
+                // Not reached: the sweep dropped it. Kept for a clock that went back.
                 table.remove(&parsed.token);
                 return Err(StoreError::Refused(Refusal::Expired(id.to_string())));
             }
