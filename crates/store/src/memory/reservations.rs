@@ -15,14 +15,24 @@ use crate::{Check, Refund, Reserved, StoreError, all_allowed};
 
 /// The most reservations a memory store keeps at once (open, or settled and not past their
 /// deadline): 100,000. Past it, a reserve is refused ([`Refusal::Full`]) until some reach their
-/// deadline; a record is about 100 bytes and a key's length.
+/// deadline. Their records are also bounded in bytes: a sixteenth of the store's `max_memory`
+/// (taken from the states' share), each counted as [`record_bytes`] until it is dropped.
 pub const MAX_OPEN_RESERVATIONS: usize = 100_000;
+
+/// What a record of `checks` is counted in a memory store's budget: its entry in the table and
+/// the index (about 100 bytes), and per check its fields and its key's and scope's bytes.
+fn record_bytes(checks: &[Check<'_>]) -> usize {
+    let entry = std::mem::size_of::<Entry>() + std::mem::size_of::<(u64, [u8; 16])>() + 64;
+    checks.iter().map(|c| std::mem::size_of::<Held>() + c.key.len() + c.scope.len()).sum::<usize>() + entry
+}
 
 /// One reservation: its deadline and checks, `None` once settled.
 #[derive(Debug)]
 struct Entry {
     deadline_ms: u64,
     checks: Option<Vec<Held>>,
+    /// What it is counted in the byte bound ([`record_bytes`]), until dropped.
+    bytes: usize,
 }
 
 /// The records, and their tokens by deadline.
@@ -30,17 +40,21 @@ struct Entry {
 pub(super) struct Table {
     records: HashMap<[u8; 16], Entry>,
     by_deadline: BTreeSet<(u64, [u8; 16])>,
+    /// The records' bytes ([`record_bytes`]).
+    bytes: usize,
 }
 
 impl Table {
     fn insert(&mut self, token: [u8; 16], entry: Entry) {
         self.by_deadline.insert((entry.deadline_ms, token));
+        self.bytes += entry.bytes;
         self.records.insert(token, entry);
     }
 
     fn remove(&mut self, token: &[u8; 16]) {
         if let Some(entry) = self.records.remove(token) {
             self.by_deadline.remove(&(entry.deadline_ms, *token));
+            self.bytes -= entry.bytes;
         }
     }
 
@@ -51,18 +65,27 @@ impl Table {
                 break;
             }
             self.by_deadline.pop_first();
-            self.records.remove(&token);
+            if let Some(entry) = self.records.remove(&token) {
+                self.bytes -= entry.bytes;
+            }
         }
     }
 }
 
 /// The table of reservations.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Reservations {
     table: Mutex<Table>,
+    /// The most bytes its records are counted ([`record_bytes`]).
+    max_bytes: usize,
 }
 
 impl Reservations {
+    /// A table whose records count at most `max_bytes`.
+    pub(super) fn new(max_bytes: usize) -> Self {
+        Reservations { table: Mutex::default(), max_bytes }
+    }
+
     fn lock(&self) -> MutexGuard<'_, Table> {
         self.table.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -82,7 +105,8 @@ impl MemoryStore {
     ) -> Result<(Reserved, Option<Reservation>), StoreError> {
         let mut table = self.reservations.lock();
         table.sweep(self.clock.now_ns() / 1_000_000);
-        if table.records.len() >= MAX_OPEN_RESERVATIONS {
+        let bytes = record_bytes(checks);
+        if table.records.len() >= MAX_OPEN_RESERVATIONS || table.bytes + bytes > self.reservations.max_bytes {
             return Err(StoreError::Refused(Refusal::Full(table.records.len())));
         }
         crate::reservation::validate(checks, ttl_ns)?;
@@ -94,7 +118,7 @@ impl MemoryStore {
         let id = Id::new(deadline, Vec::new())?;
         let held =
             checks.iter().enumerate().map(|(i, c)| Held::of(c, reserved.instant(i), reserved.decisions[i])).collect();
-        table.insert(id.token, Entry { deadline_ms: deadline, checks: Some(held) });
+        table.insert(id.token, Entry { deadline_ms: deadline, checks: Some(held), bytes });
         let reservation = Reservation { id: id.to_string(), deadline_ns: id.deadline_ns() };
         Ok((reserved, Some(reservation)))
     }
