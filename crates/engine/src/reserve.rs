@@ -19,6 +19,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tollgate_core::{Decision, Limit};
@@ -60,44 +61,55 @@ pub struct Reserve {
 /// The reservations followed: by deadline, and each id's deadline.
 type Followed = (BTreeSet<(u64, String)>, HashMap<String, u64>);
 
-/// The reservations this engine opened and has not seen settled, by deadline.
+/// The reservations this engine opened and has not seen settled, by deadline, and how many
+/// reached their deadline so: swept on each reserve, settle and scrape of the metrics (see
+/// `metrics::reservations`), so that a scrape is up to date with no traffic.
 #[derive(Debug, Default)]
 pub(crate) struct Opened {
     inner: Mutex<Followed>,
+    expired: AtomicU64,
 }
 
 impl Opened {
-    /// Follows `reservation`; drops (as expired) those past `now`; the open count and how many
-    /// expired.
-    fn open(&self, reservation: &Reservation, now: u64) -> (usize, u64) {
-        let mut inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    fn lock(&self) -> std::sync::MutexGuard<'_, Followed> {
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Follows `reservation`; drops (as expired) those past `now`.
+    fn open(&self, reservation: &Reservation, now: u64) {
+        let mut inner = self.lock();
         if inner.1.len() < MAX_FOLLOWED {
             inner.0.insert((reservation.deadline_ns, reservation.id.clone()));
             inner.1.insert(reservation.id.clone(), reservation.deadline_ns);
         }
-        Self::sweep(&mut inner, now)
+        self.sweep(&mut inner, now);
     }
 
     /// Stops following `id` (settled, or refused); drops those past `now`.
-    fn close(&self, id: &str, now: u64) -> (usize, u64) {
-        let mut inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    fn close(&self, id: &str, now: u64) {
+        let mut inner = self.lock();
         if let Some(deadline) = inner.1.remove(id) {
             inner.0.remove(&(deadline, id.to_string()));
         }
-        Self::sweep(&mut inner, now)
+        self.sweep(&mut inner, now);
     }
 
-    fn sweep(inner: &mut Followed, now: u64) -> (usize, u64) {
-        let mut expired = 0;
+    /// The open count and how many expired in all, once those past `now` are dropped.
+    pub(crate) fn at(&self, now: u64) -> (usize, u64) {
+        let mut inner = self.lock();
+        self.sweep(&mut inner, now);
+        (inner.1.len(), self.expired.load(Ordering::Relaxed))
+    }
+
+    fn sweep(&self, inner: &mut Followed, now: u64) {
         while let Some((deadline, id)) = inner.0.first().cloned() {
             if deadline > now {
                 break;
             }
             inner.0.pop_first();
             inner.1.remove(&id);
-            expired += 1;
+            self.expired.fetch_add(1, Ordering::Relaxed);
         }
-        (inner.1.len(), expired)
     }
 }
 
@@ -218,8 +230,7 @@ impl<S: Store> Engine<S> {
         match &reservation {
             Some(reservation) => {
                 metrics.event(Event::Opened);
-                let (open, expired) = self.reservations.open(reservation, self.clock.now_ns());
-                self.followed(open, expired);
+                self.reservations.open(reservation, self.clock.now_ns());
             }
             None => metrics.event(Event::Denied),
         }
@@ -251,20 +262,13 @@ impl<S: Store> Engine<S> {
             Err(_) => {}
         }
         if !matches!(&settled, Err(e) if e.is_backend()) {
-            let (open, expired) = self.reservations.close(id, self.clock.now_ns());
-            self.followed(open, expired);
+            self.reservations.close(id, self.clock.now_ns());
         }
         match settled {
             // A refusal is the caller's, not the store's failing.
             Err(refused @ StoreError::Refused(_)) => Err(refused.into()),
             other => Ok(self.counted(other)?),
         }
-    }
-
-    fn followed(&self, open: usize, expired: u64) {
-        let metrics = &self.metrics.reservations;
-        metrics.open.set(i64::try_from(open).unwrap_or(i64::MAX));
-        metrics.expired.inc_by(expired);
     }
 }
 
