@@ -3,8 +3,9 @@
 //! - **Reserve**: the checks are decided as [`Store::reserve`] decides them (slot by slot on a
 //!   cluster, all or nothing); if every one admitted, each group of checks sharing a slot gets a
 //!   record, `PREFIX:rsv:{TAG}:TOKEN` with `TAG` a short tag of that slot, written with `SET … PX`
-//!   for the reservation's life (and the TTL margin of a caller-side clock). A reserve that fails
-//!   after its decision leaves the estimate charged and no reservation: it expires as charged.
+//!   for the reservation's life (and the TTL margin of a caller-side clock). A reserve whose
+//!   record cannot be written refunds its estimate (best effort, at the decision's instant)
+//!   before it answers the error: no reservation, nothing left charged.
 //! - **Settle**: per slot the id names, the record is read (a plain `GET`, to learn its checks),
 //!   then the settle script (`lua/settle.lua`) runs in that slot: it applies the corrections only
 //!   if the record still holds what was read, and leaves a tombstone, in one atomic call. So a
@@ -111,7 +112,24 @@ impl RedisStore {
             let key = self.record_key(*slot, &id);
             let mut set = redis::cmd("SET");
             set.arg(key.as_slice()).arg(reservation::encode(deadline_ms, group)).arg("PX").arg(life_ms);
-            self.run_plain(&key, &set).await?;
+            if let Err(error) = self.run_plain(&key, &set).await {
+                // No reservation is answered: its estimate is taken back where it was counted
+                // (best effort: a refund that fails too leaves it charged, freeing up as the state
+                // does). The records written in other slots name an id nobody holds; they expire.
+                let refunds: Vec<Refund<'_>> = checks
+                    .iter()
+                    .enumerate()
+                    .map(|(i, check)| Refund {
+                        check: *check,
+                        at: reserved.instant(i),
+                        decision: reserved.decisions[i],
+                    })
+                    .collect();
+                if let Err(refund_error) = self.refund(&refunds).await {
+                    tracing::warn!(%error, %refund_error, "a reservation's record was not written, nor its estimate refunded");
+                }
+                return Err(error);
+            }
         }
         let reservation = Reservation { id: id.to_string(), deadline_ns: id.deadline_ns() };
         Ok((reserved, Some(reservation)))
