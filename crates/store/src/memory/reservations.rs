@@ -1,7 +1,7 @@
 //! The memory store's reservations (see [`crate::reservation`]): a table of records by token,
 //! bounded ([`MAX_OPEN_RESERVATIONS`]), each kept until its deadline (a settled one as a
-//! tombstone, so that a second settle is told so) and dropped then: an index by deadline is swept
-//! on each reserve and settle (each record past its deadline visited once). Reserving holds the
+//! tombstone, so that a second settle is told so) and dropped a second later, as Redis drops its
+//! records: an index by deadline is swept on each reserve and settle (each record visited once). Reserving holds the
 //! table's lock across the decision, so that a reservation refused for a full table charges
 //! nothing.
 
@@ -18,6 +18,10 @@ use crate::{Check, Refund, Reserved, StoreError, all_allowed};
 /// deadline. Their records are also bounded in bytes: a sixteenth of the store's `max_memory`
 /// (taken from the states' share), each counted as [`record_bytes`] until it is dropped.
 pub const MAX_OPEN_RESERVATIONS: usize = 100_000;
+
+/// How long a record is kept past its deadline, as Redis keeps its own: a settle then is told
+/// "expired" (or "settled already") rather than "no open reservation".
+const KEPT_PAST_DEADLINE_MS: u64 = 1_000;
 
 /// What a record of `checks` is counted in a memory store's budget: its entry in the table and
 /// the index (about 100 bytes), and per check its fields and its key's and scope's bytes.
@@ -58,10 +62,11 @@ impl Table {
         }
     }
 
-    /// Drops the records whose deadline is `now_ms` or earlier (expired as charged, or settled).
+    /// Drops the records whose deadline passed [`KEPT_PAST_DEADLINE_MS`] ago or more (expired as
+    /// charged, or settled).
     fn sweep(&mut self, now_ms: u64) {
         while let Some(&(deadline, token)) = self.by_deadline.first() {
-            if deadline > now_ms {
+            if deadline.saturating_add(KEPT_PAST_DEADLINE_MS) > now_ms {
                 break;
             }
             self.by_deadline.pop_first();
@@ -150,7 +155,6 @@ impl MemoryStore {
                 return Err(StoreError::Refused(Refusal::AlreadySettled(id.to_string())));
             }
             if now / 1_000_000 >= entry.deadline_ms {
-                // Not reached: the sweep dropped it. Kept for a clock that went back.
                 table.remove(&parsed.token);
                 return Err(StoreError::Refused(Refusal::Expired(id.to_string())));
             }
