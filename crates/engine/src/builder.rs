@@ -109,6 +109,11 @@ impl<S: Store> EngineBuilder<S> {
         let in_flight = Arc::new(settle::InFlight::new());
         let envoy = self.envoy.unwrap_or_default();
         let policy = Arc::new(Policy::compile(self.rules, envoy, &metrics, &in_flight, None));
+        let reservations = Arc::new(crate::reserve::Opened::default());
+        registry.register_collector(Box::new(crate::metrics::OpenCollector {
+            opened: reservations.clone(),
+            clock: self.clock.clone(),
+        }));
         Engine {
             store: self.store,
             envoy_store: self.envoy_store,
@@ -121,7 +126,7 @@ impl<S: Store> EngineBuilder<S> {
             routes: self.routes,
             metrics,
             in_flight,
-            reservations: crate::reserve::Opened::default(),
+            reservations,
             places: waiting::Places::new(self.max_delayed),
             max_wait_ns: self.max_wait.map_or(u64::MAX, duration_ns),
         }

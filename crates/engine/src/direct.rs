@@ -13,6 +13,16 @@ use tollgate_store::{Check, Store, StoreError};
 
 use crate::{Admission, Answer, Engine, Frontend, Source};
 
+/// The limit `rule`'s state is decided under by a call that does not wait (a peek, a
+/// reservation): a delay rule's state is its GCRA shaper's, taken at its own width (what is left
+/// without a wait); any other rule's is its limit's.
+pub(crate) fn unwaited_limit(rule: &tollgate_rules::Rule) -> Limit {
+    match rule.action {
+        tollgate_rules::Action::Delay { .. } => rule.shaper(0).unwrap_or_else(|| rule.limit.clone()),
+        _ => rule.limit.clone(),
+    }
+}
+
 /// Why a direct check could not be decided.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -81,12 +91,7 @@ impl<S: Store> Engine<S> {
         let limit = rule.limit.clone();
         if cost == 0 {
             Box::pin(self.carry_key(&policy, index, key, self.clock.now_ns())).await;
-            // A delay rule's state is its shaper's: peeked at its own width (what is left without
-            // a wait).
-            let peeked = match rule.action {
-                tollgate_rules::Action::Delay { .. } => rule.shaper(0).unwrap_or_else(|| rule.limit.clone()),
-                _ => rule.limit.clone(),
-            };
+            let peeked = unwaited_limit(rule);
             let check = Check::new(key, &peeked, 0).scoped(&rule.name);
             let decided = self.timed(frontend, self.store.check_one(check)).await;
             return Ok((self.counted(decided)?, limit));

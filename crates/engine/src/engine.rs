@@ -34,7 +34,7 @@ pub struct Engine<S> {
     pub(crate) routes: bool,
     pub(crate) metrics: Metrics,
     /// The reservations this engine opened (reserve → settle), for their metrics.
-    pub(crate) reservations: crate::reserve::Opened,
+    pub(crate) reservations: Arc<crate::reserve::Opened>,
     /// The `count_status` reservations not settled yet.
     pub(crate) in_flight: Arc<settle::InFlight>,
     /// The requests waiting for their slot.

@@ -84,7 +84,7 @@ pub use engine::Engine;
 pub use metrics::{Frontend, Metrics, Outcome, Source};
 pub use policy::{Current, Policy};
 pub use rates::{DEFAULT_MAX_RATED_KEYS, MAX_TOP, Talker};
-pub use reserve::{RESERVE_ENTRY, Reserve, Reserving, SETTLE_ENTRY};
+pub use reserve::{MAX_RESERVED_LIMITS, RESERVE_ENTRY, Reserve, Reserving, SETTLE_ENTRY};
 pub use settle::{Actual, Unsettled};
 pub use tollgate_rules::Request;
 pub use waiting::DEFAULT_MAX_DELAYED;

@@ -53,7 +53,7 @@ use tollgate_store::StoreError;
 
 pub use descriptors::DescriptorMetrics;
 pub(crate) use descriptors::DescriptorOutcome;
-pub(crate) use reservations::Event as ReservationEvent;
+pub(crate) use reservations::{Event as ReservationEvent, OpenCollector};
 
 pub use crate::latency::{Frontend, Latency};
 

@@ -8,7 +8,8 @@
 //!
 //! A reservation is a plain all-or-nothing decision: a named limit's key held by its mitigation
 //! is denied, but no action runs (no delay, shadow-ban or quarantine: the caller is the
-//! application, told admitted or denied, as `TG.LIMIT` is). Every limit of a reservation is
+//! application, told admitted or denied, as `TG.LIMIT` is); a rule on trial (`dry-run`) never
+//! denies (see `docs/reservations.md`). Every limit of a reservation is
 //! charged the same estimate and settled to the same actual. A store failure is an error (a
 //! reservation cannot be admitted without a store that keeps it: `on_error` does not apply).
 //!
@@ -18,6 +19,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tollgate_core::{Decision, Limit};
@@ -29,6 +31,10 @@ use crate::{Engine, EngineError, Frontend};
 /// The most reservations an engine follows for its metrics (past it, new ones are not followed:
 /// the gauge is then a floor).
 const MAX_FOLLOWED: usize = 100_000;
+
+/// The most limits one reservation names on a front end (`TG.RESERVE`, `POST /v1/reserve`): each is
+/// a check decided, charged and kept in the reservation's record.
+pub const MAX_RESERVED_LIMITS: usize = 16;
 
 /// One limit a reservation charges.
 #[derive(Debug, Clone)]
@@ -55,44 +61,55 @@ pub struct Reserve {
 /// The reservations followed: by deadline, and each id's deadline.
 type Followed = (BTreeSet<(u64, String)>, HashMap<String, u64>);
 
-/// The reservations this engine opened and has not seen settled, by deadline.
+/// The reservations this engine opened and has not seen settled, by deadline, and how many
+/// reached their deadline so: swept on each reserve, settle and scrape of the metrics (see
+/// `metrics::reservations`), so that a scrape is up to date with no traffic.
 #[derive(Debug, Default)]
 pub(crate) struct Opened {
     inner: Mutex<Followed>,
+    expired: AtomicU64,
 }
 
 impl Opened {
-    /// Follows `reservation`; drops (as expired) those past `now`; the open count and how many
-    /// expired.
-    fn open(&self, reservation: &Reservation, now: u64) -> (usize, u64) {
-        let mut inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    fn lock(&self) -> std::sync::MutexGuard<'_, Followed> {
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Follows `reservation`; drops (as expired) those past `now`.
+    fn open(&self, reservation: &Reservation, now: u64) {
+        let mut inner = self.lock();
         if inner.1.len() < MAX_FOLLOWED {
             inner.0.insert((reservation.deadline_ns, reservation.id.clone()));
             inner.1.insert(reservation.id.clone(), reservation.deadline_ns);
         }
-        Self::sweep(&mut inner, now)
+        self.sweep(&mut inner, now);
     }
 
     /// Stops following `id` (settled, or refused); drops those past `now`.
-    fn close(&self, id: &str, now: u64) -> (usize, u64) {
-        let mut inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    fn close(&self, id: &str, now: u64) {
+        let mut inner = self.lock();
         if let Some(deadline) = inner.1.remove(id) {
             inner.0.remove(&(deadline, id.to_string()));
         }
-        Self::sweep(&mut inner, now)
+        self.sweep(&mut inner, now);
     }
 
-    fn sweep(inner: &mut Followed, now: u64) -> (usize, u64) {
-        let mut expired = 0;
+    /// The open count and how many expired in all, once those past `now` are dropped.
+    pub(crate) fn at(&self, now: u64) -> (usize, u64) {
+        let mut inner = self.lock();
+        self.sweep(&mut inner, now);
+        (inner.1.len(), self.expired.load(Ordering::Relaxed))
+    }
+
+    fn sweep(&self, inner: &mut Followed, now: u64) {
         while let Some((deadline, id)) = inner.0.first().cloned() {
             if deadline > now {
                 break;
             }
             inner.0.pop_first();
             inner.1.remove(&id);
-            expired += 1;
+            self.expired.fetch_add(1, Ordering::Relaxed);
         }
-        (inner.1.len(), expired)
     }
 }
 
@@ -112,35 +129,77 @@ impl<S: Store> Engine<S> {
             return Err(EngineError::Store(StoreError::NoChecks));
         }
         let policy = self.policy.load_full();
-        let mut resolved: Vec<(&str, Limit, Option<String>, bool)> = Vec::with_capacity(limits.len());
+        // Per limit: its scope, the limit reported, the limit its state is decided under (a delay
+        // rule's shaper), its name, and whether its rule's hold applies.
+        let mut resolved: Vec<(&str, Limit, Limit, Option<String>, bool)> = Vec::with_capacity(limits.len());
+        // Per limit, whether its rule is on trial (`dry-run`): it reports, never denies.
+        let mut on_trial = Vec::with_capacity(limits.len());
+        let mut named_rules = Vec::new();
         for limit in limits {
             match limit {
                 Reserving::Named(name) => {
-                    let (_, rule) =
+                    let (index, rule) =
                         policy.rules.named(name).ok_or_else(|| EngineError::UnknownRule(name.to_string()))?;
                     if !rule.keyed_on_callers_key() {
                         return Err(EngineError::NotByName(name.to_string()));
                     }
-                    resolved.push((rule.name.as_str(), rule.limit.clone(), Some(rule.name.clone()), true));
+                    named_rules.push(index);
+                    let decided = crate::direct::unwaited_limit(rule);
+                    let trial = matches!(rule.action, tollgate_rules::Action::DryRun);
+                    on_trial.push(trial);
+                    resolved.push((rule.name.as_str(), rule.limit.clone(), decided, Some(rule.name.clone()), !trial));
                 }
-                Reserving::Limit(limit) => resolved.push(("", limit.clone(), None, false)),
+                Reserving::Limit(limit) => {
+                    on_trial.push(false);
+                    resolved.push(("", limit.clone(), limit.clone(), None, false));
+                }
             }
         }
-        let checks: Vec<Check<'_>> = resolved
+        // A reservation is a key's first request after a reload as any other is: its use under
+        // a rule whose algorithm changed is carried first, as for `TG.LIMIT`.
+        if policy.carries.any {
+            let now = self.clock.now_ns();
+            for &index in &named_rules {
+                Box::pin(self.carry_key(&policy, index, key, now)).await;
+            }
+        }
+        let mut checks: Vec<Check<'_>> = resolved
             .iter()
-            .map(|(scope, limit, _, hold)| {
-                let check = Check::new(key, limit, estimate).scoped(scope);
-                if *hold { check.with_hold() } else { check }
+            .zip(&on_trial)
+            .map(|((scope, _, decided, _, hold), &trial)| {
+                let check = Check::new(key, decided, estimate).scoped(scope);
+                if trial {
+                    check.reporting_at(estimate)
+                } else if *hold {
+                    check.with_hold()
+                } else {
+                    check
+                }
             })
             .collect();
-        let (reserved, reservation) = self.reserve_checks(frontend, &self.store, &checks, ttl).await?;
+        let ttl_ns = crate::engine::duration_ns(ttl);
+        let mut decided = self.timed(frontend, self.store.reserve_until(&checks, ttl_ns)).await;
+        // A rule on trial never denies (as with `TG.LIMIT`): a reservation denied by such rules
+        // alone is made again with them as peeks, charged the actual at the settle (nothing was
+        // charged by the denial).
+        if let Ok((reserved, None)) = &decided
+            && reserved.decisions.iter().zip(&on_trial).all(|(d, &trial)| d.allowed || trial)
+        {
+            for (check, (d, &trial)) in checks.iter_mut().zip(reserved.decisions.iter().zip(&on_trial)) {
+                if trial && !d.allowed {
+                    *check = check.reporting_at(0);
+                }
+            }
+            decided = self.timed(frontend, self.store.reserve_until(&checks, ttl_ns)).await;
+        }
+        let (reserved, reservation) = self.follow_reservation(decided)?;
         let tightest = reserved
             .decisions
             .iter()
             .position(|d| !d.allowed)
             .or_else(|| (0..reserved.decisions.len()).min_by_key(|&i| reserved.decisions[i].remaining))
             .unwrap_or(0);
-        let (_, limit, name, _) = resolved.swap_remove(tightest);
+        let (_, limit, _, name, _) = resolved.swap_remove(tightest);
         let decision = reserved.decisions.get(tightest).copied().ok_or(EngineError::Store(StoreError::NoChecks))?;
         Ok(Reserve { decision, limit, name, reservation })
     }
@@ -155,6 +214,14 @@ impl<S: Store> Engine<S> {
     ) -> Result<(tollgate_store::Reserved, Option<Reservation>), EngineError> {
         let ttl_ns = crate::engine::duration_ns(ttl);
         let decided = self.timed(frontend, store.reserve_until(checks, ttl_ns)).await;
+        self.follow_reservation(decided)
+    }
+
+    /// A reserve's answer, counted in the metrics (and its reservation followed).
+    fn follow_reservation(
+        &self,
+        decided: Result<(tollgate_store::Reserved, Option<Reservation>), StoreError>,
+    ) -> Result<(tollgate_store::Reserved, Option<Reservation>), EngineError> {
         let (reserved, reservation) = match decided {
             Err(refused @ StoreError::Refused(_)) => return Err(refused.into()),
             other => self.counted(other)?,
@@ -163,8 +230,7 @@ impl<S: Store> Engine<S> {
         match &reservation {
             Some(reservation) => {
                 metrics.event(Event::Opened);
-                let (open, expired) = self.reservations.open(reservation, self.clock.now_ns());
-                self.followed(open, expired);
+                self.reservations.open(reservation, self.clock.now_ns());
             }
             None => metrics.event(Event::Denied),
         }
@@ -196,20 +262,13 @@ impl<S: Store> Engine<S> {
             Err(_) => {}
         }
         if !matches!(&settled, Err(e) if e.is_backend()) {
-            let (open, expired) = self.reservations.close(id, self.clock.now_ns());
-            self.followed(open, expired);
+            self.reservations.close(id, self.clock.now_ns());
         }
         match settled {
             // A refusal is the caller's, not the store's failing.
             Err(refused @ StoreError::Refused(_)) => Err(refused.into()),
             other => Ok(self.counted(other)?),
         }
-    }
-
-    fn followed(&self, open: usize, expired: u64) {
-        let metrics = &self.metrics.reservations;
-        metrics.open.set(i64::try_from(open).unwrap_or(i64::MAX));
-        metrics.expired.inc_by(expired);
     }
 }
 
@@ -227,6 +286,7 @@ impl<S: Store> Engine<S> {
     /// verdicts (no quota; a descriptor always over its limit refuses the request without asking
     /// the store) and the reservation if admitted. A descriptor whose limit is in `shadow_mode` or
     /// `quota_mode` cannot be reserved (an error naming it): a reservation is all or nothing.
+    /// Descriptors carrying different estimates are refused (an error): a settle applies one actual.
     pub async fn reserve_descriptors(
         &self,
         domain: &str,
@@ -235,6 +295,15 @@ impl<S: Store> Engine<S> {
         ttl: Duration,
     ) -> Result<(crate::Verdicts, Option<Reservation>), EngineError> {
         use crate::{StatedLimit, Verdict, Verdicts};
+        // A settle applies one actual to every check of a reservation: descriptors reserving
+        // different estimates (100 tokens and 1 request) would each be settled to that one actual.
+        let estimates: BTreeSet<u64> = descriptors.iter().map(|d| d.hits_addend.unwrap_or(estimate)).collect();
+        if estimates.len() > 1 {
+            return Err(EngineError::Store(StoreError::Unsupported(format!(
+                "the descriptors of one reservation carry one estimate (a settle applies one actual to all), \
+                 not {estimates:?}: reserve them in separate requests"
+            ))));
+        }
         let policy = self.policy();
         let entries: Vec<&[(&str, &str)]> = descriptors.iter().map(|d| d.entries.as_slice()).collect();
         let overrides: Vec<Option<&tollgate_envoy::RateLimit>> = descriptors.iter().map(|d| d.limit.as_ref()).collect();
@@ -264,6 +333,9 @@ impl<S: Store> Engine<S> {
                 unit: m.limit.unit,
             };
             let hits = descriptor.hits_addend.unwrap_or(estimate);
+            tollgate_store::reservation::check_estimate(hits).map_err(|e| {
+                EngineError::Store(StoreError::Unsupported(format!("descriptor {i} ({}): {e}", m.metric_key)))
+            })?;
             match &m.limit.limit {
                 Some(limit) if hits <= limit.capacity() => {
                     checks.push(Check::new(&m.key, limit, hits).scoped(tollgate_rules::ENVOY_SCOPE));

@@ -122,3 +122,84 @@ async fn a_key_held_by_its_mitigation_is_denied_a_reservation() {
     let other = h.engine.reserve(Frontend::Http, &login, b"v", 1, Duration::from_secs(10)).await.unwrap();
     assert!(other.reservation.is_some(), "another key is not held");
 }
+
+/// `tollgate_reservations_open` counts reservations "whose deadline has not passed", and
+/// `_expired_total` those whose deadline passed unsettled: a scrape after the deadlines, with no
+/// reserve or settle since, must not show them open still (a node whose traffic stopped would
+/// report its last open count for ever, and never count them expired).
+#[tokio::test]
+async fn a_scrape_after_the_deadlines_shows_no_reservation_open() {
+    let clock = clock();
+    let h = build(memory(&clock), clock, RULES, false);
+    for key in [&b"a"[..], b"b", b"c"] {
+        let r = h.engine.reserve(Frontend::Http, &named(), key, 1, Duration::from_secs(10)).await.unwrap();
+        assert!(r.reservation.is_some());
+    }
+    assert_eq!(h.series("tollgate_reservations_open"), 3);
+    h.clock.advance(Duration::from_secs(60));
+    assert_eq!(
+        (h.series("tollgate_reservations_open"), h.series("tollgate_reservations_expired_total")),
+        (0, 3),
+        "(open, expired) a minute after three reservations of 10 s, none settled"
+    );
+}
+
+/// "Every front end, one admission" (docs/rules.md): a rule on trial (`dry-run`) never refuses,
+/// and `TG.LIMIT` naming it answers admitted; a reservation under it must be admitted too
+/// (docs/reservations.md: "told admitted or denied, as with `TG.LIMIT`"), not denied by a rule
+/// that only reports.
+#[tokio::test]
+async fn a_rule_on_trial_never_denies_a_reservation_as_it_never_denies_tg_limit() {
+    let rules = "[[rules]]\nname = \"trial\"\nlimit = \"2/1h\"\nalgorithm = \"fixed-window\"\nkey = [\"key\"]\n\
+                 [rules.mitigation]\naction = \"dry-run\"\n";
+    let clock = clock();
+    let h = build(memory(&clock), clock, rules, false);
+    for _ in 0..3 {
+        let (decision, _) = h.engine.check_named(Frontend::Resp, "trial", b"u", 1).await.unwrap();
+        assert!(decision.allowed, "a dry-run rule admits TG.LIMIT: {decision:?}");
+    }
+    let trial = vec![Reserving::Named("trial".into())];
+    let r = h.engine.reserve(Frontend::Http, &trial, b"u", 1, Duration::from_secs(10)).await.unwrap();
+    assert!(r.reservation.is_some(), "TG.LIMIT admits under the dry-run rule, the reservation is denied: {r:?}");
+}
+
+/// A `token-bucket` delay rule keeps its schedule as GCRA (docs/rules.md): `TG.LIMIT` naming it
+/// decides on that schedule. A reservation under it must charge the same state, so that what it
+/// reserved is seen by the rule's requests; here the whole burst reserved still leaves a peek
+/// of `TG.LIMIT` reporting the full burst.
+#[tokio::test]
+async fn a_reservation_under_a_delay_rule_charges_the_state_its_requests_see() {
+    let rules = "[[rules]]\nname = \"shaped\"\nlimit = \"10/1h\"\nalgorithm = \"token-bucket\"\nburst = 10\n\
+                 key = [\"key\"]\n[rules.mitigation]\naction = \"delay\"\n";
+    let clock = clock();
+    let h = build(memory(&clock), clock, rules, false);
+    let shaped = vec![Reserving::Named("shaped".into())];
+    let r = h.engine.reserve(Frontend::Http, &shaped, b"u", 10, Duration::from_secs(10)).await.unwrap();
+    assert!(r.reservation.is_some(), "{r:?}");
+    let (peek, _) = h.engine.check_named(Frontend::Resp, "shaped", b"u", 0).await.unwrap();
+    assert_eq!(peek.remaining, 0, "after a reservation of the whole burst, TG.LIMIT's peek of the rule: {peek:?}");
+}
+
+/// A reload that changes a rule's algorithm carries each key's use into the new algorithm's
+/// state on the key's first request after it (engine's `carry`), `TG.LIMIT` included. A
+/// reservation is such a first request: it must be decided on the carried use, not on an empty
+/// state (a key that spent its limit would be granted a second one).
+#[tokio::test]
+async fn a_reservation_after_a_reload_that_changed_the_algorithm_sees_the_carried_use() {
+    let before = "[[rules]]\nname = \"tokens\"\nlimit = \"10/1h\"\nalgorithm = \"fixed-window\"\nkey = [\"key\"]\n";
+    let after = "[[rules]]\nname = \"tokens\"\nlimit = \"10/1h\"\nalgorithm = \"sliding-window\"\nkey = [\"key\"]\n";
+    let clock = clock();
+    let h = build(memory(&clock), clock, before, false);
+    for key in [&b"u"[..], b"v"] {
+        let (spent, _) = h.engine.check_named(Frontend::Resp, "tokens", key, 10).await.unwrap();
+        assert!(spent.allowed && spent.remaining == 0, "{spent:?}");
+    }
+    h.engine.reload(tollgate_rules::Rules::parse(after, "after").unwrap());
+    let (limited, _) = h.engine.check_named(Frontend::Resp, "tokens", b"v", 1).await.unwrap();
+    assert!(!limited.allowed, "TG.LIMIT after the reload sees the carried use: {limited:?}");
+    let r = h.engine.reserve(Frontend::Http, &named(), b"u", 10, Duration::from_secs(10)).await.unwrap();
+    assert!(
+        r.reservation.is_none() && !r.decision.allowed,
+        "a key that spent its 10 before the reload was granted a reservation of 10 after it: {r:?}"
+    );
+}

@@ -136,3 +136,56 @@ async fn envoys_request_time_reserve_and_response_time_settle_on_redis() {
     let redis = RedisServer::start();
     envoys_pattern(StoreConfig::redis(&redis.url())).await;
 }
+
+/// Envoy's request-time call reserves each descriptor at its own `hits_addend`: a route that
+/// limits both tokens (`account`, an estimate of 100) and requests (`requests`, 1 per request)
+/// reserves 100 and 1. Its response-time call settles the one id with the tokens used: that
+/// actual must not be charged to the requests limit, which admitted one request (a settle of
+/// 100 tokens is not 100 requests). Correct: the requests limit still counts 1 (or the reserve
+/// refuses descriptors of different estimates, INVALID_ARGUMENT, as one actual cannot settle them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settle_charges_each_descriptor_its_own_difference_not_the_tokens_to_the_requests() {
+    const TWO_LIMITS: &str = r#"
+domain: llm
+descriptors:
+  - key: account
+    rate_limit: { unit: day, requests_per_unit: 1000 }
+  - key: requests
+    rate_limit: { unit: day, requests_per_unit: 10 }
+"#;
+    let envoy = tollgate_envoy::Config::parse(TWO_LIMITS, "llm.yaml").unwrap();
+    let config = Config { envoy: Arc::new(envoy), ..common::manual_config() };
+    let server = Server::start_with_grpc(config).await;
+    let url = format!("http://{}", server.grpc.unwrap());
+    let mut client = RateLimitServiceClient::new(Channel::from_shared(url).unwrap().connect().await.unwrap());
+    let reserved = call(
+        &mut client,
+        vec![
+            descriptor(&[("tollgate_reserve", "60000")], None),
+            descriptor(&[("account", "a1")], Some(100)),
+            descriptor(&[("requests", "a1")], Some(1)),
+        ],
+        0,
+    )
+    .await;
+    match reserved {
+        Err(refused) => assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}"),
+        Ok(reserved) => {
+            assert_eq!(reserved.overall_code, i32::from(Code::Ok), "{reserved:?}");
+            assert_eq!(reserved.statuses[2].limit_remaining, 9, "one request reserved");
+            let id = id_of(&reserved).expect("the id as dynamic metadata");
+            settle(&mut client, &id, 100).await.unwrap();
+            let peek = call(&mut client, vec![descriptor(&[("requests", "a1")], Some(0))], 0).await.unwrap();
+            let account = call(&mut client, vec![descriptor(&[("account", "a1")], Some(0))], 0).await.unwrap();
+            assert_eq!(
+                (account.statuses[0].limit_remaining, peek.statuses[0].limit_remaining),
+                (900, 9),
+                "after a settle of 100 tokens (the estimate): account {:?}, requests {:?}; the requests limit \
+                 must still count the one request, not the 100 tokens",
+                account.statuses[0],
+                peek.statuses[0]
+            );
+        }
+    }
+    server.stop().await;
+}

@@ -186,3 +186,19 @@ async fn reserve_and_settle_on_every_front_end_in_memory() {
 async fn reserve_and_settle_on_every_front_end_on_redis() {
     every_front_end(true).await;
 }
+
+/// A reserve names at most 16 limits on every front end: `TG.RESERVE` refuses a 17th; so must
+/// `POST /v1/reserve` (each named limit is a check decided, charged and kept in the reservation's
+/// record: a body of 5,000 names is 5,000 checks and a record of 5,000 lines).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_reserve_names_at_most_16_limits_as_resp_does() {
+    let (server, _backing) = Backing::start(false).await;
+    let names = vec!["tokens"; 17];
+    let body = serde_json::json!({ "key": "many", "limit_names": names, "estimate": 1 }).to_string();
+    let (status, answer) = post(&server, "/v1/reserve", &body);
+    assert_eq!(status, 400, "a reserve of 17 limits: {status} {answer}");
+    assert_eq!(field(&answer, "error"), "a reserve names at most 16 limits, got 17");
+    let mut args = vec!["TG.RESERVE", "many", "1", "1000"];
+    args.extend(names);
+    assert_eq!(cli_error(&server, &args), "ERR TG.RESERVE names at most 16 limits, got 17");
+}

@@ -117,7 +117,16 @@ impl Id {
             .map(|s| s.parse::<u16>().ok().filter(|&s| s < 16_384))
             .collect::<Option<Vec<u16>>>()
             .ok_or_else(|| malformed("a slot that is not a number below 16384"))?;
-        Ok(Id { token: token_bytes, deadline_ms, slots })
+        if slots.iter().enumerate().any(|(i, slot)| slots[..i].contains(slot)) {
+            return Err(malformed("a slot named twice"));
+        }
+        let id = Id { token: token_bytes, deadline_ms, slots };
+        // One spelling per id (the one a store makes: lowercase hex, numbers without sign or
+        // leading zeros), so that no other names the same reservation.
+        if id.to_string() != text {
+            return Err(malformed("not written as a store writes it (lowercase hex, plain numbers)"));
+        }
+        Ok(id)
     }
 
     /// The deadline in ns.
@@ -146,6 +155,27 @@ pub(crate) fn deadline_ms(at: u64, ttl_ns: u64) -> Result<u64, StoreError> {
         )));
     }
     Ok(at.saturating_add(ttl_ns).div_ceil(1_000_000))
+}
+
+/// Refuses an estimate below 1: an estimate of 0 is a peek, admitted whatever the state, so a
+/// reservation of it would let its settle charge any actual past a limit that admitted nothing.
+pub fn check_estimate(estimate: u64) -> Result<(), StoreError> {
+    if estimate == 0 {
+        return Err(StoreError::Unsupported(
+            "a reservation's estimate is at least 1, not 0 (an estimate of 0 is admitted whatever the state, and its \
+             settle would charge past a limit that admitted nothing)"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses a reserve before its decision: a `ttl_ns` outside 1 ns to [`MAX_RESERVATION_NS`], an
+/// estimate below 1 ([`check_estimate`]) but for a check that only reports
+/// ([`Check::reporting`]).
+pub(crate) fn validate(checks: &[Check<'_>], ttl_ns: u64) -> Result<(), StoreError> {
+    deadline_ms(0, ttl_ns)?;
+    checks.iter().filter(|c| !c.reporting).try_for_each(|c| check_estimate(c.cost))
 }
 
 /// One check of a reservation, as its record keeps it.
@@ -184,12 +214,13 @@ impl Held {
 }
 
 /// The record of one group of a reservation's checks (all of them but on a Redis Cluster):
-/// `tollgate-reservation 1`, then a line per check of space-separated fields (scope and key in
+/// `tollgate-reservation 2 DEADLINE_MS` (the deadline is the record's, so that a settle is
+/// decided on it, never on the one an id says), then a line per check of space-separated fields (scope and key in
 /// hex, the limit's algorithm, count, period, burst and slices, the estimate, the instant, and the
 /// decision's limit, remaining, retry and reset).
 #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-pub(crate) fn encode(checks: &[Held]) -> String {
-    let mut out = String::from("tollgate-reservation 1\n");
+pub(crate) fn encode(deadline_ms: u64, checks: &[Held]) -> String {
+    let mut out = format!("tollgate-reservation 2 {deadline_ms}\n");
     for h in checks {
         let l = &h.limit;
         let d = &h.decision;
@@ -213,16 +244,18 @@ pub(crate) fn encode(checks: &[Held]) -> String {
     out
 }
 
-/// Reads a record [`encode`] wrote; an error naming what is wrong otherwise (a record is a
-/// server's reply: never trusted).
+/// Reads a record [`encode`] wrote: its deadline in ms and its checks; an error naming what is
+/// wrong otherwise (a record is a server's reply: never trusted).
 #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-pub(crate) fn decode(text: &[u8]) -> Result<Vec<Held>, StoreError> {
+pub(crate) fn decode(text: &[u8]) -> Result<(u64, Vec<Held>), StoreError> {
     let bad = |why: String| StoreError::BadState(format!("a reservation's record {why}"));
     let text = std::str::from_utf8(text).map_err(|_| bad("is not text".into()))?;
     let mut lines = text.lines();
-    if lines.next() != Some("tollgate-reservation 1") {
-        return Err(bad("has another header".into()));
-    }
+    let deadline_ms = lines
+        .next()
+        .and_then(|header| header.strip_prefix("tollgate-reservation 2 "))
+        .and_then(|deadline| deadline.parse::<u64>().ok())
+        .ok_or_else(|| bad("has another header".into()))?;
     let mut out = Vec::new();
     for line in lines {
         let f: Vec<&str> = line.split(' ').collect();
@@ -256,7 +289,7 @@ pub(crate) fn decode(text: &[u8]) -> Result<Vec<Held>, StoreError> {
     if out.is_empty() {
         return Err(bad("holds no check".into()));
     }
-    Ok(out)
+    Ok((deadline_ms, out))
 }
 
 /// `bytes` in lowercase hex.
@@ -287,13 +320,23 @@ mod tests {
             assert!(matches!(Id::parse(bad), Err(StoreError::Refused(Refusal::Malformed(_)))), "{bad:?}");
         }
         assert!(Id::parse(&"0".repeat(MAX_ID_LEN + 1)).is_err());
+        let token = id.token_hex();
+        for other in [
+            format!("{}.1700000000123.0.16383", token.to_uppercase()),
+            format!("{token}.+1700000000123.0.16383"),
+            format!("{token}.01700000000123.0.16383"),
+            format!("{token}.1700000000123.00.16383"),
+            format!("{token}.1700000000123.0.16383.0"),
+        ] {
+            assert!(matches!(Id::parse(&other), Err(StoreError::Refused(Refusal::Malformed(_)))), "{other:?}");
+        }
 
         let limit = Limit::per_second(10).burst(20).build().unwrap();
         let check = Check::new(b"k e\ny", &limit, 7).scoped("rule");
         let decision = Decision { allowed: true, limit: 20, remaining: 13, retry_after_ns: 0, reset_after_ns: 700 };
         let held = vec![Held::of(&check, 42, decision)];
-        assert_eq!(decode(encode(&held).as_bytes()).unwrap(), held);
-        for bad in ["", "tollgate-reservation 1\n", "tollgate-reservation 1\nab cd gcra 1\n", "x\n"] {
+        assert_eq!(decode(encode(1_700, &held).as_bytes()).unwrap(), (1_700, held));
+        for bad in ["", "tollgate-reservation 2 5\n", "tollgate-reservation 2 5\nab cd gcra 1\n", "x\n"] {
             assert!(matches!(decode(bad.as_bytes()), Err(StoreError::BadState(_))), "{bad:?}");
         }
     }

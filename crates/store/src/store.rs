@@ -27,19 +27,29 @@ pub struct Check<'a> {
     /// the decision (on Redis, one more key read by the same script). Ignored in charges and
     /// refunds.
     pub hold: bool,
+    /// Whether this check only reports (a rule on trial, `dry-run`): in a reservation
+    /// ([`Store::reserve_until`]) it may cost 0, a peek admitted whatever the state, whose settle
+    /// then charges the actual. Any other check of a reservation costs at least 1.
+    pub reporting: bool,
 }
 
 impl<'a> Check<'a> {
     /// An ad-hoc check (empty scope).
     #[must_use]
     pub fn new(key: &'a [u8], limit: &'a Limit, cost: u64) -> Self {
-        Check { scope: "", key, limit, cost, hold: false }
+        Check { scope: "", key, limit, cost, hold: false, reporting: false }
     }
 
     /// This check in `scope` (a rule's or named limit's name).
     #[must_use]
     pub fn scoped(self, scope: &'a str) -> Self {
         Check { scope, ..self }
+    }
+
+    /// This check, at `cost`, as one that only reports (see [`reporting`](Self::reporting)).
+    #[must_use]
+    pub fn reporting_at(self, cost: u64) -> Self {
+        Check { cost, reporting: true, ..self }
     }
 
     /// This check, denied while its scope holds its key (see [`hold`](Self::hold)).

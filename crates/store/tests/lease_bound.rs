@@ -72,7 +72,7 @@ impl Sim {
     }
 
     fn check(&self) -> Check<'_> {
-        Check { scope: "sim", key: b"hot", limit: &self.limit, cost: 1, hold: false }
+        Check { scope: "sim", key: b"hot", limit: &self.limit, cost: 1, hold: false, reporting: false }
     }
 
     fn send(&mut self, node: usize, order: Option<Order>, rng: &mut Rng) {
@@ -145,7 +145,8 @@ impl Sim {
         for wire in &mut self.wires {
             if wire.answer.is_none() && wire.arrives <= now {
                 let node = wire.node as u64 + 1;
-                let check = Check { scope: "sim", key: b"hot", limit: &self.limit, cost: 0, hold: false };
+                let check =
+                    Check { scope: "sim", key: b"hot", limit: &self.limit, cost: 0, hold: false, reporting: false };
                 let result = if self.redis_down {
                     Err(StoreError::Backend("down".into()))
                 } else {

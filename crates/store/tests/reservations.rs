@@ -414,3 +414,200 @@ async fn the_memory_store_bounds_its_open_reservations() {
     assert!(store.reserve_until_sync(&[Check::new(b"k", &limit, 1)], SEC).unwrap().1.is_some());
     assert_eq!(store.reservations(), 1, "those past their deadline dropped");
 }
+
+/// An id whose deadline part was changed names no reservation: not even one whose deadline has
+/// passed, whose record Redis keeps a while longer to tell a late settle "expired". Changing the
+/// deadline must not turn an expired reservation (charged at its estimate) into a refund.
+async fn a_changed_deadline_settles_nothing<S: Store>(store: &S, clock: &ManualClock) {
+    let limit = hourly();
+    let (_, reservation) = store.reserve_until(&[Check::new(b"forged", &limit, 100)], SEC).await.unwrap();
+    let id = reservation.expect("admitted").id;
+    clock.advance(Duration::from_secs(2));
+    let mut parts: Vec<String> = id.split('.').map(str::to_string).collect();
+    let extended = parts[1].parse::<u64>().unwrap() + 3_600_000;
+    parts[1] = extended.to_string();
+    let forged = parts.join(".");
+    let answer = store.settle(&forged, 0).await;
+    assert!(
+        matches!(answer, Err(StoreError::Refused(Refusal::Unknown(_) | Refusal::Expired(_)))),
+        "a settle of {forged} (the deadline of {id} moved an hour on, after that deadline) must be refused, got {answer:?}"
+    );
+    assert_eq!(
+        store.peek(b"forged", &limit).await.unwrap().remaining,
+        0,
+        "the expired reservation stays charged at its estimate (a changed id refunded it)"
+    );
+    assert_eq!(refusal(store.settle(&id, 0).await), Refusal::Expired(id.clone()));
+}
+
+#[tokio::test]
+async fn memory_a_settle_with_its_deadline_part_changed_settles_nothing() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = MemoryStore::builder().clock(clock.clone()).build();
+    a_changed_deadline_settles_nothing(&store, &clock).await;
+}
+
+#[tokio::test]
+async fn redis_a_settle_with_its_deadline_part_changed_settles_nothing() {
+    let server = RedisServer::start();
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = RedisStore::open(&server.url(), options(Some(clock.clone()))).unwrap();
+    a_changed_deadline_settles_nothing(&store, &clock).await;
+}
+
+/// A reservation of an estimate of 0 is a peek, admitted whatever the state: on a key past its
+/// limit it must not open a reservation, whose settle would then charge any actual without the
+/// limit ever having admitted anything ("an estimate never too low keeps the key within its
+/// limit": an estimate of 0 would bypass admission altogether).
+#[tokio::test]
+async fn a_reservation_of_nothing_is_not_opened_on_a_key_past_its_limit() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = MemoryStore::builder().clock(clock.clone()).build();
+    let limit = hourly();
+    store.check_one(Check::new(b"spent", &limit, 100)).await.unwrap();
+    let zero = store.reserve_until(&[Check::new(b"spent", &limit, 0)], 60 * SEC).await;
+    if let Ok((reserved, Some(reservation))) = &zero {
+        let settled = store.settle(&reservation.id, 1_000).await;
+        panic!(
+            "an estimate of 0 on a key with nothing left opened {reservation:?} ({reserved:?}); its settle of 1,000 \
+             answered {settled:?} (1,000 charged past a limit that admitted nothing); expected no reservation \
+             (denied, or refused as an estimate below 1)"
+        );
+    }
+}
+
+/// The memory store's reservations keep each check's key: they count against the store's
+/// `max_memory` bound, as its states do, rather than growing to `MAX_OPEN_RESERVATIONS` records of
+/// any key's size (16 checks of a 16 KiB key each: 25 GiB at 100,000 reservations).
+#[tokio::test]
+async fn the_memory_stores_reservations_are_bounded_by_its_memory() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let max_memory = 8 << 20;
+    let store = MemoryStore::builder().clock(clock.clone()).max_memory(max_memory).build();
+    let limit = Limit::per_hour(1_000_000).algorithm(Algorithm::FixedWindow).build().unwrap();
+    let key = vec![b'k'; 16 * 1024];
+    let scopes: Vec<String> = (0..16).map(|i| format!("s{i}")).collect();
+    let checks: Vec<Check<'_>> = scopes.iter().map(|s| Check::new(&key, &limit, 1).scoped(s)).collect();
+    let per_reservation = checks.len() * key.len();
+    let mut opened = 0;
+    // Up to 4 times the memory bound in keys alone.
+    while opened * per_reservation <= 4 * max_memory {
+        match store.reserve_until_sync(&checks, 3_600 * SEC) {
+            Ok((_, Some(_))) => opened += 1,
+            _ => break,
+        }
+    }
+    assert!(
+        opened * per_reservation <= max_memory,
+        "{opened} reservations kept {} bytes of keys (beyond the states) in a store bounded to {max_memory} bytes",
+        opened * per_reservation
+    );
+}
+
+/// A reserve whose decision ran but whose record could not be written (here an ACL that lets the
+/// states be written but not the record; in life a failover's read-only replica, an OOM) fails
+/// with the backend's error: the caller is told to try again (HTTP 503) but holds no
+/// reservation, and each attempt keeps its estimate charged. The store knows the decision ran:
+/// it must take its estimate back (every charge applied once, principle 11), not leave the key
+/// paying for reservations nobody holds.
+#[tokio::test]
+async fn a_reserve_whose_record_cannot_be_written_keeps_nothing_charged() {
+    let server = RedisServer::start();
+    let options = options(None);
+    let prefix = options.prefix.clone();
+    let acl = server.cli(&["ACL", "SETUSER", "norecord", "on", ">pw", &format!("~{prefix}:[^r]*"), "+@all"]);
+    assert_eq!(acl.trim(), "OK");
+    let url = format!("redis://norecord:pw@{}", server.address());
+    let store = RedisStore::open(&url, options).unwrap();
+    let limit = hourly();
+    let failed = store.reserve_until(&[Check::new(b"k", &limit, 40)], 60 * SEC).await;
+    assert!(matches!(&failed, Err(e) if e.is_backend()), "the record's write fails: {failed:?}");
+    let peek = store.peek(b"k", &limit).await.unwrap();
+    assert_eq!(
+        peek.remaining, 100,
+        "a reserve that failed after its decision (no reservation, told to try again) left its estimate of 40 \
+         charged: {peek:?}"
+    );
+}
+
+/// The memory store keeps reservations "open, or settled and not past their deadline": those
+/// past it are dropped (their checks hold each key), not kept until the table is full.
+#[tokio::test]
+async fn the_memory_store_drops_reservations_past_their_deadline() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = MemoryStore::builder().clock(clock.clone()).build();
+    let limit = Limit::per_hour(1_000).algorithm(Algorithm::FixedWindow).build().unwrap();
+    for _ in 0..3 {
+        assert!(store.reserve_until_sync(&[Check::new(b"k", &limit, 1)], SEC).unwrap().1.is_some());
+    }
+    let settled = store.reserve_until_sync(&[Check::new(b"k", &limit, 1)], SEC).unwrap().1.unwrap();
+    store.settle_sync(&settled.id, 1).unwrap();
+    clock.advance(Duration::from_secs(2));
+    let (_, kept) = store.reserve_until_sync(&[Check::new(b"k", &limit, 1)], 60 * SEC).unwrap();
+    assert!(kept.is_some());
+    assert_eq!(
+        store.reservations(),
+        1,
+        "past their deadline, 4 reservations (3 open, 1 settled) are still kept beside the one open"
+    );
+}
+
+/// "An id whose parts were changed names no reservation": another spelling of an id (its token in
+/// upper case, its deadline with a `+` or leading zeros, slots added) is refused, and the id as
+/// the store made it settles afterwards. (Accepted spellings also keep an engine following the
+/// reservation as open, then counting it expired, though it was settled.)
+async fn other_spellings_of_an_id_settle_nothing<S: Store>(store: &S) {
+    let limit = hourly();
+    let (_, reservation) = store.reserve_until(&[Check::new(b"spelled", &limit, 10)], 60 * SEC).await.unwrap();
+    let id = reservation.expect("admitted").id;
+    let mut parts = id.splitn(3, '.');
+    let (token, deadline, slots) = (parts.next().unwrap(), parts.next().unwrap(), parts.next());
+    let slots = slots.map_or(String::new(), |s| format!(".{s}"));
+    for spelling in [
+        format!("{}.{deadline}{slots}", token.to_uppercase()),
+        format!("{token}.+{deadline}{slots}"),
+        format!("{token}.00{deadline}{slots}"),
+        format!("{id}.{}", if slots.is_empty() { "5" } else { &slots[1..] }),
+    ] {
+        let answer = store.settle(&spelling, 0).await;
+        assert!(
+            matches!(answer, Err(StoreError::Refused(Refusal::Unknown(_) | Refusal::Malformed(_)))),
+            "{spelling:?}, another spelling of {id:?}, must name no reservation: got {answer:?}"
+        );
+    }
+    assert_eq!(store.settle(&id, 0).await.unwrap().estimate, 10);
+}
+
+#[tokio::test]
+async fn memory_other_spellings_of_an_id_settle_nothing() {
+    let store = MemoryStore::builder().clock(Arc::new(ManualClock::new(T0))).build();
+    other_spellings_of_an_id_settle_nothing(&store).await;
+}
+
+#[tokio::test]
+async fn redis_other_spellings_of_an_id_settle_nothing() {
+    let server = RedisServer::start();
+    let store = RedisStore::open(&server.url(), options(Some(Arc::new(ManualClock::new(T0))))).unwrap();
+    other_spellings_of_an_id_settle_nothing(&store).await;
+}
+
+/// A settle refused "no open reservation" changes nothing: an id with a slot added (one the
+/// store never wrote a record in) must not settle the slots it did write before it is refused:
+/// the caller is told nothing happened, and the reservation's own id is then told "settled
+/// already".
+#[tokio::test]
+async fn redis_a_settle_refused_unknown_for_an_added_slot_changes_nothing() {
+    let server = RedisServer::start();
+    let store = RedisStore::open(&server.url(), options(Some(Arc::new(ManualClock::new(T0))))).unwrap();
+    let limit = hourly();
+    let (_, reservation) = store.reserve_until(&[Check::new(b"slots", &limit, 50)], 60 * SEC).await.unwrap();
+    let id = reservation.expect("admitted").id;
+    let added = format!("{id}.5");
+    let answer = store.settle(&added, 0).await;
+    let remaining = store.peek(b"slots", &limit).await.unwrap().remaining;
+    assert!(
+        matches!(&answer, Err(StoreError::Refused(Refusal::Unknown(_) | Refusal::Malformed(_)))) && remaining == 50,
+        "a settle of {added:?} answered {answer:?} and left {remaining} remaining (50 before: a refusal that refunded)"
+    );
+    assert_eq!(store.settle(&id, 0).await.unwrap().estimate, 50, "the reservation itself still open");
+}

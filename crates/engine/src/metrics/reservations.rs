@@ -14,10 +14,17 @@
 //!
 //! The event and estimate labels are fixed words: never a client's value.
 
+use prometheus_client::collector::Collector;
 use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::gauge::ConstGauge;
+use std::sync::Arc;
+use tollgate_core::Clock;
+
+use crate::reserve::Opened;
 use prometheus_client::registry::Registry;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -65,13 +72,40 @@ impl Event {
 pub(crate) struct ReservationMetrics {
     events: Family<EventLabels, Counter>,
     settles: Family<EstimateLabels, Counter>,
-    pub(crate) open: Gauge,
-    pub(crate) expired: Counter,
+}
+
+/// `tollgate_reservations_open` and `tollgate_reservations_expired_total`, read from the
+/// engine's followed reservations when the metrics are encoded: the reservations past their
+/// deadline are swept then, so a scrape is up to date with no reserve or settle since.
+#[derive(Debug)]
+pub(crate) struct OpenCollector {
+    pub(crate) opened: Arc<Opened>,
+    pub(crate) clock: Arc<dyn Clock>,
+}
+
+impl Collector for OpenCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let (open, expired) = self.opened.at(self.clock.now_ns());
+        let gauge = ConstGauge::new(i64::try_from(open).unwrap_or(i64::MAX));
+        gauge.encode(encoder.encode_descriptor(
+            "reservations_open",
+            "Reservations this engine opened, not settled through it, before their deadline",
+            None,
+            gauge.metric_type(),
+        )?)?;
+        let counter = ConstCounter::new(expired);
+        counter.encode(encoder.encode_descriptor(
+            "reservations_expired",
+            "Reservations this engine opened whose deadline passed with no settle through it (charged at the estimate)",
+            None,
+            counter.metric_type(),
+        )?)
+    }
 }
 
 impl ReservationMetrics {
     /// The metrics, registered in `registry`: a labelled series appears with its first event (as
-    /// the decisions' do), the gauge and the expired counter are always there.
+    /// the decisions' do); the gauge and the expired counter are [`OpenCollector`]'s.
     pub(crate) fn new(registry: &mut Registry) -> Self {
         let events = Family::<EventLabels, Counter>::default();
         registry.register("reservations", "Reservations and their settles, by event", events.clone());
@@ -81,19 +115,7 @@ impl ReservationMetrics {
             "Settled reservations by how the estimate compared with the actual (over: refunded, under: charged past the limit)",
             settles.clone(),
         );
-        let open = Gauge::default();
-        registry.register(
-            "reservations_open",
-            "Reservations this engine opened, not settled through it, before their deadline",
-            open.clone(),
-        );
-        let expired = Counter::default();
-        registry.register(
-            "reservations_expired",
-            "Reservations this engine opened whose deadline passed with no settle through it (charged at the estimate)",
-            expired.clone(),
-        );
-        ReservationMetrics { events, settles, open, expired }
+        ReservationMetrics { events, settles }
     }
 
     pub(crate) fn event(&self, event: Event) {

@@ -4,7 +4,8 @@
 //!
 //! - **Reserve**: a request with one descriptor `[("tollgate_reserve", TTL_MS)]` reserves its
 //!   other descriptors, all or nothing, each at its own `hits_addend`, else the request's (0
-//!   means 1, as everywhere in this API): the estimate. The answer is Envoy's usual one (the
+//!   means 1, as everywhere in this API): the estimate, the same for all (`INVALID_ARGUMENT`
+//!   otherwise, as for a descriptor's `hits_addend` of 0). The answer is Envoy's usual one (the
 //!   marker's status OK), with the dynamic metadata `tollgate_reservation` (the id) and
 //!   `tollgate_deadline_ms` when admitted; Envoy keeps it under the namespace
 //!   `envoy.filters.http.ratelimit`, where the response-time call's descriptor reads the id.

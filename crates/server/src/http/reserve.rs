@@ -3,9 +3,9 @@
 //!
 //! - `POST /v1/reserve` takes `{"key", "estimate", "ttl_ms"}` and the limits to charge: any of
 //!   `"limit_name"`, `"limit_names": [...]` and an inline limit (`"limit": "1000/m"`,
-//!   `"algorithm"`, `"burst"`, `"slices"`), all or nothing. It answers 200 with the reservation's
-//!   `id` and `deadline_ms` (ms since the epoch) and the tightest decision, or 429 with the
-//!   decision and no id (nothing charged). `ttl_ms` defaults to 60,000 and is at most 3,600,000.
+//!   `"algorithm"`, `"burst"`, `"slices"`), at most 16 of them, all or nothing. It answers 200
+//!   with the reservation's `id` and `deadline_ms` (ms since the epoch) and the tightest decision,
+//!   or 429 with the decision and no id (nothing charged). `ttl_ms` defaults to 60,000 and is at most 3,600,000.
 //! - `POST /v1/settle` takes `{"id", "actual"}`: 200 `{"settled": true, "estimate", "actual"}`
 //!   once; then 409 (settled already), 410 (past the deadline: it stays charged at the
 //!   estimate), 404 (no such reservation), 400 (not an id, an actual above 2^53 − 1). A 503 (the
@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 use tollgate_core::{Algorithm, LimitSpec};
-use tollgate_engine::{EngineError, Frontend, Reserving};
+use tollgate_engine::{EngineError, Frontend, MAX_RESERVED_LIMITS, Reserving};
 use tollgate_store::{Refusal, StoreError};
 
 use super::{bad_request, headers, store_error};
@@ -112,6 +112,9 @@ pub async fn reserve_json(app: &App, body: &[u8]) -> Response {
     }
     if limits.is_empty() {
         return bad_request("give \"limit_name\", \"limit_names\" or an inline \"limit\" (e.g. \"1000/m\")".into());
+    }
+    if limits.len() > MAX_RESERVED_LIMITS {
+        return bad_request(format!("a reserve names at most {MAX_RESERVED_LIMITS} limits, got {}", limits.len()));
     }
     let ttl = Duration::from_millis(request.ttl_ms.unwrap_or(DEFAULT_TTL_MS));
     let reserved =

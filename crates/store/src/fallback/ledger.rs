@@ -260,7 +260,14 @@ impl Ledger {
         for debt in sent {
             // In sequence order, and so of total: the last is the latest.
             let Some(last) = debt.charges.last() else { continue };
-            let check = Check { scope: &debt.scope, key: &debt.key, limit: &debt.limit, cost: 0, hold: false };
+            let check = Check {
+                scope: &debt.scope,
+                key: &debt.key,
+                limit: &debt.limit,
+                cost: 0,
+                hold: false,
+                reporting: false,
+            };
             self.with(&check, now, false, |e| {
                 if let Some(mine) = e.debt.as_mut() {
                     let mut charges = Charges { list: &mut mine.charges, numbering: &mut e.numbering };

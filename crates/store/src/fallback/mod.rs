@@ -224,7 +224,14 @@ fn charges_of(debts: &[Debt], now: u64) -> Vec<Charge<'_>> {
         .flat_map(|d| {
             let last = d.charges.len().saturating_sub(1);
             d.charges.iter().enumerate().map(move |(i, c)| Charge {
-                check: Check { scope: &d.scope, key: &d.key, limit: &d.limit, cost: c.cost, hold: false },
+                check: Check {
+                    scope: &d.scope,
+                    key: &d.key,
+                    limit: &d.limit,
+                    cost: c.cost,
+                    hold: false,
+                    reporting: false,
+                },
                 age_ns: now.saturating_sub(c.at),
                 origin: Some(Origin { node: d.origin, total: c.total }),
                 known_remaining: if i == last { d.known_remaining } else { None },
@@ -395,7 +402,14 @@ impl<R: Remote> Shared<R> {
         for debt in self.ledger.debts(self.now()) {
             let now = self.now();
             let epoch = self.epoch();
-            let peek = Check { scope: &debt.scope, key: &debt.key, limit: &debt.limit, cost: 0, hold: false };
+            let peek = Check {
+                scope: &debt.scope,
+                key: &debt.key,
+                limit: &debt.limit,
+                cost: 0,
+                hold: false,
+                reporting: false,
+            };
             let breakers = self.breakers_of(&[peek]);
             if breakers.iter().any(|(_, b)| b.is_open()) {
                 continue;
@@ -404,7 +418,14 @@ impl<R: Remote> Shared<R> {
             let Some(debt) = self.ledger.outgoing(&[peek], now, 0).0.pop() else { continue };
             let sent = [debt];
             let charges = charges_of(&sent, now);
-            let peek = Check { scope: &sent[0].scope, key: &sent[0].key, limit: &sent[0].limit, cost: 0, hold: false };
+            let peek = Check {
+                scope: &sent[0].scope,
+                key: &sent[0].key,
+                limit: &sent[0].limit,
+                cost: 0,
+                hold: false,
+                reporting: false,
+            };
             match self.remote.decide(&[peek], &charges).await {
                 Ok(reply) => self.answered(&[peek], &sent, &reply, &breakers, epoch),
                 Err(error) if error.is_backend() => self.failed(&error, &breakers),

@@ -54,7 +54,7 @@ impl<R: Remote> Store for Fallback<R> {
     async fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> Result<(), StoreError> {
         timed(self.shared.timer.as_ref(), async {
             self.shared.remote.reset(scope, key, limit).await?;
-            self.shared.ledger.forget(&Check { scope, key, limit, cost: 0, hold: false });
+            self.shared.ledger.forget(&Check { scope, key, limit, cost: 0, hold: false, reporting: false });
             Ok(())
         })
         .await
@@ -65,7 +65,7 @@ impl<R: Remote> Store for Fallback<R> {
     /// still sent there (recreating the old state, which a later carry moves on).
     async fn carry(&self, scope: &str, key: &[u8], from: &Limit, to: &Limit) -> Result<u64, StoreError> {
         timed(self.shared.timer.as_ref(), async {
-            let check = Check { scope, key, limit: to, cost: 0, hold: false };
+            let check = Check { scope, key, limit: to, cost: 0, hold: false, reporting: false };
             let breakers = self.shared.breakers_of(std::slice::from_ref(&check));
             if breakers.iter().any(|(_, b)| b.is_open()) {
                 return Err(StoreError::Backend("the backend is failing: nothing carried now".into()));
@@ -94,7 +94,7 @@ impl<R: Remote> Fallback<R> {
         let sh = &self.shared;
         // The hold's key shares its state key's server (one hash tag): any limit names it.
         let limit = tollgate_core::Limit::per_second(1).build().map_err(StoreError::from)?;
-        let check = Check { scope, key, limit: &limit, cost: 0, hold: true };
+        let check = Check { scope, key, limit: &limit, cost: 0, hold: true, reporting: false };
         let breakers = sh.breakers_of(std::slice::from_ref(&check));
         if let Some((domain, _)) = breakers.iter().find(|(_, b)| b.is_open()) {
             return Err(StoreError::Backend(format!(

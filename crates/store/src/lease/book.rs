@@ -64,7 +64,14 @@ impl Order {
     /// The check to lease (cost 0; the units wanted are [`want`](Self::want)).
     #[must_use]
     pub fn check(&self) -> Check<'_> {
-        Check { scope: &self.entry.scope, key: &self.entry.key, limit: &self.entry.limit, cost: 0, hold: false }
+        Check {
+            scope: &self.entry.scope,
+            key: &self.entry.key,
+            limit: &self.entry.limit,
+            cost: 0,
+            hold: false,
+            reporting: false,
+        }
     }
 }
 

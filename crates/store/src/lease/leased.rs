@@ -147,7 +147,7 @@ impl<S: Store + Lessor + Clone + 'static> Store for Leased<S> {
     /// started it) carries the state before the reset, and a call sent before then cannot start
     /// one.
     async fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> Result<(), StoreError> {
-        let check = Check { scope, key, limit, cost: 0, hold: false };
+        let check = Check { scope, key, limit, cost: 0, hold: false, reporting: false };
         self.book.forget(&check);
         let result = self.inner.reset(scope, key, limit).await;
         self.book.freed(&check);

@@ -118,10 +118,11 @@ impl MemoryStoreBuilder {
         let shards = self.shards.unwrap_or_else(|| by_keys.min(by_memory).clamp(1, 64));
         // No more shards than keys, so that the per-shard bounds add up to at most the total.
         let shards = shards.min(self.max_keys.next_power_of_two() / 2).max(1);
-        // The holds get a sixteenth of the byte budget (a hold is 16 bytes), each other table half
-        // of the rest.
+        // The holds get a sixteenth of the byte budget (a hold is 16 bytes), the reservations'
+        // records another, each other table half of the rest.
         let for_holds = self.max_memory / 16;
-        let bytes = (self.max_memory - for_holds) / 2;
+        let for_reservations = self.max_memory / 16;
+        let bytes = (self.max_memory - for_holds - for_reservations) / 2;
         MemoryStore {
             gcra: SlotTable::new(shards, self.max_keys, bytes),
             states: SlotTable::new(shards, self.max_keys, bytes),
@@ -132,7 +133,7 @@ impl MemoryStoreBuilder {
             max_memory: self.max_memory,
             applied: applied::Applied::new(self.max_keys),
             as_remote: std::sync::atomic::AtomicBool::new(false),
-            reservations: reservations::Reservations::default(),
+            reservations: reservations::Reservations::new(for_reservations),
         }
     }
 }

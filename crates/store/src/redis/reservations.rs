@@ -3,18 +3,20 @@
 //! - **Reserve**: the checks are decided as [`Store::reserve`] decides them (slot by slot on a
 //!   cluster, all or nothing); if every one admitted, each group of checks sharing a slot gets a
 //!   record, `PREFIX:rsv:{TAG}:TOKEN` with `TAG` a short tag of that slot, written with `SET … PX`
-//!   for the reservation's life (and the TTL margin of a caller-side clock). A reserve that fails
-//!   after its decision leaves the estimate charged and no reservation: it expires as charged.
+//!   for the reservation's life (and the TTL margin of a caller-side clock). A reserve whose
+//!   record cannot be written refunds its estimate (best effort, at the decision's instant)
+//!   before it answers the error: no reservation, nothing left charged.
 //! - **Settle**: per slot the id names, the record is read (a plain `GET`, to learn its checks),
 //!   then the settle script (`lua/settle.lua`) runs in that slot: it applies the corrections only
 //!   if the record still holds what was read, and leaves a tombstone, in one atomic call. So a
 //!   settle applies once whichever node sends it, and however often: one that failed (its call
 //!   may have run) is never sent again by the store, and a caller sending it again is told
 //!   [`Refusal::AlreadySettled`] if it ran. A reservation whose checks span several slots is
-//!   settled slot by slot; a settle sent again after one that failed part way settles the slots
-//!   that one had not reached (with the actual it is given: send the same), and is told
-//!   [`Refusal::AlreadySettled`] only when every slot was; a slot refused otherwise (its record
-//!   lost to a failover) answers the refusal.
+//!   settled slot by slot, every slot's record read and checked first: a slot with no record (an
+//!   added slot, a record lost to a failover) refuses the settle before any slot is applied. Off
+//!   a cluster an id names exactly slot 0. A settle sent again after one that failed part way
+//!   settles the slots that one had not reached (with the actual it is given: send the same), and
+//!   is told [`Refusal::AlreadySettled`] only when every slot was.
 //!
 //! The record lives in Redis, not in a tollgate process: a node that dies between the two calls
 //! leaves it to expire as charged, or to be settled by another node.
@@ -83,7 +85,7 @@ impl RedisStore {
         checks: &[Check<'_>],
         ttl_ns: u64,
     ) -> Result<(Reserved, Option<Reservation>), StoreError> {
-        reservation::deadline_ms(0, ttl_ns)?;
+        reservation::validate(checks, ttl_ns)?;
         let reserved = self.reserve(checks).await?;
         if !all_allowed(&reserved.decisions) {
             return Ok((reserved, None));
@@ -109,8 +111,25 @@ impl RedisStore {
         for (slot, group) in &groups {
             let key = self.record_key(*slot, &id);
             let mut set = redis::cmd("SET");
-            set.arg(key.as_slice()).arg(reservation::encode(group)).arg("PX").arg(life_ms);
-            self.run_plain(&key, &set).await?;
+            set.arg(key.as_slice()).arg(reservation::encode(deadline_ms, group)).arg("PX").arg(life_ms);
+            if let Err(error) = self.run_plain(&key, &set).await {
+                // No reservation is answered: its estimate is taken back where it was counted
+                // (best effort: a refund that fails too leaves it charged, freeing up as the state
+                // does). The records written in other slots name an id nobody holds; they expire.
+                let refunds: Vec<Refund<'_>> = checks
+                    .iter()
+                    .enumerate()
+                    .map(|(i, check)| Refund {
+                        check: *check,
+                        at: reserved.instant(i),
+                        decision: reserved.decisions[i],
+                    })
+                    .collect();
+                if let Err(refund_error) = self.refund(&refunds).await {
+                    tracing::warn!(%error, %refund_error, "a reservation's record was not written, nor its estimate refunded");
+                }
+                return Err(error);
+            }
         }
         let reservation = Reservation { id: id.to_string(), deadline_ns: id.deadline_ns() };
         Ok((reserved, Some(reservation)))
@@ -122,24 +141,30 @@ impl RedisStore {
         if actual > reservation::MAX_ACTUAL {
             return Err(StoreError::Refused(Refusal::TooLarge(actual)));
         }
-        let slots = if id.slots.is_empty() { vec![0] } else { id.slots.clone() };
-        let mut estimate = None;
+        let refused = |code: i64| {
+            StoreError::Refused(match code {
+                -2 => Refusal::AlreadySettled(text.to_string()),
+                -3 => Refusal::Expired(text.to_string()),
+                _ if self.now_ms_hint() >= id.deadline_ms => Refusal::Expired(text.to_string()),
+                _ => Refusal::Unknown(text.to_string()),
+            })
+        };
+        // Off a cluster every record is in slot 0: an id naming any other slot is not one this
+        // store made.
+        if id.slots.is_empty() || (!self.is_cluster() && id.slots != [0]) {
+            return Err(refused(-1));
+        }
+        // Every slot's record is read and checked before any is applied, so that a settle refused
+        // for one slot (no record there) changes nothing in the others.
+        let mut records: Vec<(Vec<u8>, String, Vec<Held>)> = Vec::with_capacity(id.slots.len());
         // Slots found settled already: a settle sent again after one that failed part way (a
         // later slot's server) goes on with the slots it had not reached.
         let mut already = 0;
-        for slot in slots {
+        for &slot in &id.slots {
             let key = self.record_key(slot, &id);
             let read = self.run_plain(&key, redis::cmd("GET").arg(key.as_slice())).await?;
             let content: Option<Vec<u8>> = redis::from_redis_value(read)
                 .map_err(|e| StoreError::Backend(format!("GET of a reservation answered something else: {e}")))?;
-            let refused = |code: i64| {
-                StoreError::Refused(match code {
-                    -2 => Refusal::AlreadySettled(text.to_string()),
-                    -3 => Refusal::Expired(text.to_string()),
-                    _ if self.now_ms_hint() >= id.deadline_ms => Refusal::Expired(text.to_string()),
-                    _ => Refusal::Unknown(text.to_string()),
-                })
-            };
             let content = match content {
                 None => return Err(refused(-1)),
                 Some(c) if c == b"settled" => {
@@ -148,8 +173,20 @@ impl RedisStore {
                 }
                 Some(c) => c,
             };
-            let held = reservation::decode(&content)?;
-            estimate.get_or_insert(held[0].estimate);
+            let (recorded_deadline_ms, held) = reservation::decode(&content)?;
+            // An id whose deadline part was changed names no reservation (the script decides on
+            // the record's deadline too).
+            if recorded_deadline_ms != id.deadline_ms {
+                return Err(refused(-1));
+            }
+            let content = String::from_utf8(content).map_err(|_| StoreError::BadState("a record not text".into()))?;
+            records.push((key, content, held));
+        }
+        let mut estimate = None;
+        for (key, content, held) in records {
+            // The reservation's estimate: a check that only reports may have reserved 0.
+            let most = held.iter().map(|h| h.estimate).max().unwrap_or(0);
+            estimate = Some(estimate.map_or(most, |e: u64| e.max(most)));
             let refunds: Vec<Refund<'_>> =
                 held.iter().filter(|h| h.estimate > actual).map(|h| h.refund(h.estimate - actual)).collect();
             let charges: Vec<Charge<'_>> = held
@@ -157,11 +194,7 @@ impl RedisStore {
                 .filter(|h| actual > h.estimate)
                 .map(|h| Charge::new(h.check(actual - h.estimate), 0))
                 .collect();
-            let guard = Guard {
-                record: &key,
-                content: String::from_utf8(content).map_err(|_| StoreError::BadState("a record not text".into()))?,
-                deadline_ms: id.deadline_ms,
-            };
+            let guard = Guard { record: &key, content, deadline_ms: id.deadline_ms };
             match self.invoke_guarded(&[], &charges, &refunds, None, Some(&guard)).await? {
                 Guarded::Refused(-2) => already += 1,
                 Guarded::Refused(code) => return Err(refused(code)),
@@ -169,7 +202,7 @@ impl RedisStore {
             }
         }
         match estimate {
-            Some(estimate) if already < id.slots.len().max(1) => Ok(Settled { estimate, actual }),
+            Some(estimate) if already < id.slots.len() => Ok(Settled { estimate, actual }),
             _ => Err(StoreError::Refused(Refusal::AlreadySettled(text.to_string()))),
         }
     }

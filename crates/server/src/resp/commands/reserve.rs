@@ -22,7 +22,7 @@ use super::args::{integer_arg, text};
 use crate::app::App;
 
 /// The most limits one `TG.RESERVE` names.
-const MAX_NAMES: usize = 16;
+const MAX_NAMES: usize = tollgate_engine::MAX_RESERVED_LIMITS;
 
 /// `TG.RESERVE key estimate ttl_ms name [name ...]`.
 #[derive(Debug)]
