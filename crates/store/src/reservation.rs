@@ -20,7 +20,7 @@
 //! on Redis the hash slot of each group of checks whose keys share one (the record of a group lives
 //! in its slot, beside the states it settles). An id whose parts were changed names no record.
 
-use tollgate_core::{Algorithm, Decision, Limit};
+use tollgate_core::{Algorithm, CalendarUnit, Decision, Limit};
 
 use crate::{Check, Refund, StoreError};
 
@@ -217,7 +217,9 @@ impl Held {
 /// `tollgate-reservation 2 DEADLINE_MS` (the deadline is the record's, so that a settle is
 /// decided on it, never on the one an id says), then a line per check of space-separated fields (scope and key in
 /// hex, the limit's algorithm, count, period, burst and slices, the estimate, the instant, and the
-/// decision's limit, remaining, retry and reset).
+/// decision's limit, remaining, retry and reset). The period is its length in ns, or a calendar
+/// period's unit and zone, `month:Europe/Berlin` (a zone name holds no space nor colon): the
+/// settle corrects the key on the calendar's windows, not on the unit's longest length.
 #[cfg_attr(not(feature = "redis"), allow(dead_code))]
 pub(crate) fn encode(deadline_ms: u64, checks: &[Held]) -> String {
     let mut out = format!("tollgate-reservation 2 {deadline_ms}\n");
@@ -230,7 +232,7 @@ pub(crate) fn encode(deadline_ms: u64, checks: &[Held]) -> String {
             hex(&h.key),
             l.algorithm().as_str(),
             l.count(),
-            l.period_ns(),
+            l.calendar().map_or_else(|| l.period_ns().to_string(), |c| format!("{}:{}", c.unit(), c.zone())),
             l.burst(),
             l.slices(),
             h.estimate,
@@ -268,8 +270,14 @@ pub(crate) fn decode(text: &[u8]) -> Result<(u64, Vec<Held>), StoreError> {
         let scope = scope.ok_or_else(|| bad("has a scope that is not hex of text".into()))?;
         let key = unhex(key.as_bytes()).ok_or_else(|| bad("has a key that is not hex".into()))?;
         let algorithm: Algorithm = alg.parse().map_err(|e| bad(format!("has {e}")))?;
-        let mut builder =
-            Limit::builder(num(count)?, std::time::Duration::from_nanos(num(period)?)).algorithm(algorithm);
+        let mut builder = match period.split_once(':') {
+            Some((unit, zone)) => {
+                let unit: CalendarUnit = unit.parse().map_err(|e| bad(format!("has {e}")))?;
+                Limit::per_calendar(num(count)?, unit).tz(zone)
+            }
+            None => Limit::builder(num(count)?, std::time::Duration::from_nanos(num(period)?)),
+        }
+        .algorithm(algorithm);
         if algorithm.is_bucket() {
             builder = builder.burst(num(burst)?);
         }
@@ -310,6 +318,29 @@ fn unhex(text: &[u8]) -> Option<Vec<u8>> {
 mod tests {
     use super::*;
 
+    /// A calendar limit reads back as itself, its unit and zone (before: as its longest length,
+    /// `month` in a zone becoming `32d` from the epoch, so a settle on Redis corrected other windows).
+    #[test]
+    fn a_calendar_limit_reads_back_with_its_unit_and_zone() {
+        for (text, zone, algorithm) in [
+            ("12/month", "Australia/Lord_Howe", Algorithm::SlidingWindow),
+            ("5/day", "Etc/GMT+5", Algorithm::FixedWindow),
+            ("1000/year", "UTC", Algorithm::SlidingWindow),
+        ] {
+            let limit =
+                text.parse::<tollgate_core::LimitBuilder>().unwrap().tz(zone).algorithm(algorithm).build().unwrap();
+            let decision =
+                Decision { allowed: true, limit: limit.count(), remaining: 1, retry_after_ns: 0, reset_after_ns: 9 };
+            let held = vec![Held::of(&Check::new(b"k", &limit, 2), 1_700_000_000, decision)];
+            let (deadline_ms, read) = decode(encode(1_700, &held).as_bytes()).unwrap();
+            assert_eq!((deadline_ms, &read), (1_700, &held), "{limit}");
+            assert_eq!(
+                read[0].limit.calendar().map(|c| (c.unit(), c.zone())),
+                limit.calendar().map(|c| (c.unit(), c.zone()))
+            );
+        }
+    }
+
     #[test]
     fn ids_and_records_read_back_and_refuse_what_they_are_not() {
         let id = Id::new(1_700_000_000_123, vec![0, 16_383]).unwrap();
@@ -336,7 +367,15 @@ mod tests {
         let decision = Decision { allowed: true, limit: 20, remaining: 13, retry_after_ns: 0, reset_after_ns: 700 };
         let held = vec![Held::of(&check, 42, decision)];
         assert_eq!(decode(encode(1_700, &held).as_bytes()).unwrap(), (1_700, held));
-        for bad in ["", "tollgate-reservation 2 5\n", "tollgate-reservation 2 5\nab cd gcra 1\n", "x\n"] {
+        for bad in [
+            "",
+            "tollgate-reservation 2 5\n",
+            "tollgate-reservation 2 5\nab cd gcra 1\n",
+            "x\n",
+            "tollgate-reservation 2 5\n  fixed-window 3 fortnight:UTC 3 1 1 1 3 2 0 5\n",
+            "tollgate-reservation 2 5\n  fixed-window 3 month:Mars/Olympus 3 1 1 1 3 2 0 5\n",
+            "tollgate-reservation 2 5\n  gcra 3 month:UTC 3 1 1 1 3 2 0 5\n",
+        ] {
             assert!(matches!(decode(bad.as_bytes()), Err(StoreError::BadState(_))), "{bad:?}");
         }
     }

@@ -174,3 +174,45 @@ async fn windows_that_miss_the_servers_now_are_refused() {
     let store = RedisStore::open(&server.url(), options(Some(clock))).unwrap();
     assert!(store.check(b"fine", &limit, 1).await.unwrap().allowed, "a clock the client sends agrees with itself");
 }
+
+/// A reservation settled on a calendar limit corrects the key on the limit's calendar windows: a
+/// difference above the estimate charged in the settle's window, one below refunded where the
+/// estimate was counted, on Redis as on the memory store. Lord Howe's months (a 30-minute DST
+/// shift) from the differential test's round 12, where it showed first: Redis's reservation record
+/// kept the limit as its 32-day bound, so the settle charged on 32-day windows from the epoch
+/// (the key's December count dropped for a fresh one), and a refund found no window to take from.
+#[tokio::test]
+async fn a_reservation_settles_on_the_calendar_windows_on_memory_and_redis() {
+    let server = RedisServer::start();
+    let december = 1_734_241_211 * SEC; // 2024-12-15T05:40:11Z, 16:40 (UTC+11) at Lord Howe
+    let january = 1_736_794_302 * SEC; // 2025-01-13T18:51:42Z
+    for algorithm in [Algorithm::FixedWindow, Algorithm::SlidingWindow] {
+        let limit = calendar("12/month", "Australia/Lord_Howe", algorithm);
+        // Settled above the estimate (4 more charged) and below it (the estimate given back).
+        for (actual, december_use) in [(5, 2 + 5), (0, 2)] {
+            let clock = Arc::new(ManualClock::new(december));
+            let redis = RedisStore::open(&server.url(), options(Some(clock.clone()))).unwrap();
+            let memory = MemoryStore::builder().clock(clock.clone()).build();
+            let peek = [Check::new(b"k", &limit, 0)];
+            let used = async |at: u64| {
+                clock.set(at);
+                let want = memory.decide(&peek, &[]).await.unwrap();
+                let got = redis.decide(&peek, &[]).await.unwrap();
+                assert_eq!(got, want, "{limit}: settled at {actual}, peeked at {at}");
+                (got.snapshots[0].used, got.snapshots[0].previous)
+            };
+            let admitted = [Check::new(b"k", &limit, 2)];
+            assert!(memory.decide(&admitted, &[]).await.unwrap().decisions[0].allowed);
+            assert!(redis.decide(&admitted, &[]).await.unwrap().decisions[0].allowed);
+            let reserved = [Check::new(b"k", &limit, 1)];
+            let on_memory = memory.reserve_until(&reserved, HOUR).await.unwrap().1.unwrap();
+            let on_redis = redis.reserve_until(&reserved, HOUR).await.unwrap().1.unwrap();
+            clock.set(december + HOUR / 2);
+            assert_eq!(memory.settle(&on_memory.id, actual).await.unwrap().actual, actual);
+            assert_eq!(redis.settle(&on_redis.id, actual).await.unwrap().actual, actual);
+            assert_eq!(used(december + HOUR).await, (december_use, 0), "{limit}: December's use");
+            let in_january = if algorithm == Algorithm::SlidingWindow { (0, december_use) } else { (0, 0) };
+            assert_eq!(used(january).await, in_january, "{limit}: January after December's");
+        }
+    }
+}

@@ -240,8 +240,14 @@ async fn differential(server: &RedisServer, module: bool) {
         let mut sent: Vec<(Charge<'_>, u64, u64)> = Vec::new();
         let horizon = u64::try_from(tollgate_store::remote::RESEND_HORIZON.as_nanos()).unwrap();
         let mut latest = 0;
-        // Reservations open on both stores: the limit, the memory store's id, Redis's.
-        let mut open: Vec<(&Limit, String, String)> = Vec::new();
+        // Reservations open on both stores: the key, the limit, the memory store's id, Redis's.
+        let mut open: Vec<(&[u8], &Limit, String, String)> = Vec::new();
+        // Per key, each refund's instant (a refund or settle call's now: where a store stamps the
+        // key's marker if it gives something back) and until when the stamp lives.
+        let mut stamps: std::collections::HashMap<&[u8], Vec<(u64, u64)>> = std::collections::HashMap::new();
+        let stamp_until = |limit: &Limit, at: u64| {
+            at.saturating_add(limit.tolerance_ns().max(2 * limit.period_ns())).saturating_add(SEC)
+        };
         for step in 0..60 {
             let limit = if rng.below(6) == 0 { &limits[1 + step % 2] } else { &limits[0] };
             let period = limit.period_ns();
@@ -321,6 +327,15 @@ async fn differential(server: &RedisServer, module: bool) {
                     let at = now - rng.below(shortest.min(now - T0) + 1);
                     first.seen = Some(Snapshot { at, used: rng.below(most + 1), previous });
                     first.view = rng.below(2) == 0;
+                    // A stamp at or after the view voids it (see `Charge::seen`) while the key's
+                    // marker holds it: on Redis until real time passes its life, in the memory
+                    // store until its manual clock does. A clock gone back (by days, step after
+                    // step) puts a view before a stamp the memory store's clock already expired:
+                    // such a view is left out, the stores' clocks disagreeing on the marker.
+                    let expired = |&(stamped, until): &(u64, u64)| stamped >= at && latest >= until;
+                    if stamps.get(key).is_some_and(|s| s.iter().any(expired)) {
+                        (first.known_remaining, first.seen, first.view) = (None, None, false);
+                    }
                 }
                 let again = *first;
                 match rng.below(3) {
@@ -355,6 +370,7 @@ async fn differential(server: &RedisServer, module: bool) {
                     0 => {
                         memory.refund(&[refund]).await.unwrap();
                         redis.refund(&[refund]).await.unwrap();
+                        stamps.entry(key).or_default().push((now, stamp_until(limit, now)));
                     }
                     1 => pending = Some((key, limit, cost, got.now_ns, got.decisions[0])),
                     _ => {}
@@ -369,6 +385,7 @@ async fn differential(server: &RedisServer, module: bool) {
                     let refund = [Refund { check: Check::new(key, limit, cost), at, decision }];
                     memory.refund(&refund).await.unwrap();
                     redis.refund(&refund).await.unwrap();
+                    stamps.entry(key).or_default().push((now, stamp_until(limit, now)));
                 }
             }
             // Now and then a reservation of the step's cost, for up to two periods (an hour at
@@ -389,21 +406,23 @@ async fn differential(server: &RedisServer, module: bool) {
                     let deadline = |r: &Option<tollgate_store::Reservation>| r.as_ref().map(|r| r.deadline_ns);
                     assert_eq!(deadline(&got.1), deadline(&want.1));
                     if let (Some(w), Some(g)) = (want.1, got.1) {
-                        open.push((limit, w.id, g.id));
+                        open.push((key, limit, w.id, g.id));
                     }
                 }
             }
             // Both keep a record a second past its deadline, the memory store on its manual
             // clock (even once it went back), Redis on real time: a reservation whose second
             // has passed on the manual clock is no longer compared.
-            open.retain(|(_, w, _)| {
+            open.retain(|(_, _, w, _)| {
                 let deadline_ms: u64 = w.split('.').nth(1).unwrap().parse().unwrap();
                 latest / 1_000_000 < deadline_ms + 1_000
             });
             if !open.is_empty() && reserving.below(3) == 0 {
                 let i = usize::try_from(reserving.below(open.len() as u64)).unwrap();
-                let (limit, ref w, ref g) = open[i];
+                let (reserved_key, limit, ref w, ref g) = open[i];
                 let actual = reserving.below(2 * limit.capacity() + 1);
+                // A settle below the estimate refunds it (and stamps the key's marker).
+                stamps.entry(reserved_key).or_default().push((now, stamp_until(limit, now)));
                 let want = memory.settle(w, actual).await;
                 let got = redis.settle(g, actual).await;
                 let shown = |r: &Result<tollgate_store::Settled, StoreError>| match r {
