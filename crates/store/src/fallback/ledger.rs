@@ -397,20 +397,7 @@ impl Ledger {
             }
             let Some(entry) = shard.slots.find_mut(fp, |e| e.fingerprint == fp) else { continue };
             let before = entry.heap_bytes();
-            let debt = entry.debt.get_or_insert_with(|| {
-                Box::new(Debt {
-                    scope: check.scope.into(),
-                    key: check.key.into(),
-                    limit: check.limit.clone(),
-                    charges: Vec::new(),
-                    origin: 0,
-                    known_remaining: None,
-                    seen: None,
-                })
-            });
-            debt.limit = check.limit.clone();
-            let mut charges = Charges { list: &mut debt.charges, numbering: &mut entry.numbering };
-            charges.push(check.limit, now, check.cost, seq, || self.new_origin());
+            self.owe_to(entry, check, now, seq);
             let after = entry.heap_bytes();
             shard.heap_bytes -= before;
             self.table.grew(shard, after, now, &fingerprints);
@@ -424,22 +411,28 @@ impl Ledger {
         for check in checks.iter().filter(|c| c.cost > 0) {
             let seq = self.seq.fetch_add(1, Ordering::Relaxed);
             self.with(check, now, true, |entry| {
-                let debt = entry.debt.get_or_insert_with(|| {
-                    Box::new(Debt {
-                        scope: check.scope.into(),
-                        key: check.key.into(),
-                        limit: check.limit.clone(),
-                        charges: Vec::new(),
-                        origin: 0,
-                        known_remaining: None,
-                        seen: None,
-                    })
-                });
-                debt.limit = check.limit.clone();
-                let mut charges = Charges { list: &mut debt.charges, numbering: &mut entry.numbering };
-                charges.push(check.limit, now, check.cost, seq, || self.new_origin());
+                self.owe_to(entry, check, now, seq);
             });
         }
+    }
+
+    /// Adds `check`'s cost, charged at `now` as call `seq`, to `entry`'s debt (opened for the
+    /// check's key if it has none; the limit is the latest one charged).
+    fn owe_to(&self, entry: &mut Entry, check: &Check<'_>, now: u64, seq: u64) {
+        let debt = entry.debt.get_or_insert_with(|| {
+            Box::new(Debt {
+                scope: check.scope.into(),
+                key: check.key.into(),
+                limit: check.limit.clone(),
+                charges: Vec::new(),
+                origin: 0,
+                known_remaining: None,
+                seen: None,
+            })
+        });
+        debt.limit = check.limit.clone();
+        let mut charges = Charges { list: &mut debt.charges, numbering: &mut entry.numbering };
+        charges.push(check.limit, now, check.cost, seq, || self.new_origin());
     }
 
     /// Keys with a debt, and live entries evicted (each can make this node over-grant).
