@@ -451,3 +451,39 @@ async fn a_usage_event_over_the_bound_does_not_settle_below_the_estimate() {
     );
     proxy.stop().await;
 }
+
+/// A request whose response says it cost 5000 tokens under `1000/1m` puts its key 4000 tokens
+/// in debt: "its next requests pay for it" (docs/rules.md), so the key has nothing for the next
+/// four minutes, on the window algorithms the docs recommend for token budgets as on the bucket
+/// family. (Were the debt forgotten when the window rolls, a key would use any number of tokens a
+/// window: as many requests as its budget has estimates, each as large as it likes.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_debt_past_the_limit_outlives_the_window() {
+    let up = upstream().await;
+    let mut forgiven = Vec::new();
+    for algorithm in ["fixed-window", "sliding-window", "gcra"] {
+        let rules = RULES.replace("5000/1h", "1000/1m").replace("fixed-window", algorithm);
+        let clock = std::sync::Arc::new(tollgate_core::ManualClock::new(common::T0));
+        let config = tollgate_server::Config { clock: clock.clone(), ..common::manual_config() };
+        let proxy = start_with(&up, &rules, config).await;
+        let (status, _) = call(&proxy, "/huge", "debtor", &[]).await;
+        assert_eq!(status, 200, "{algorithm}");
+        let mut admitted = Vec::new();
+        for minute in 1..=3 {
+            clock.advance(Duration::from_secs(61));
+            let (status, field) = call(&proxy, "/free", "debtor", &[]).await;
+            if status == 200 {
+                admitted.push(format!("minute {minute}: {field}"));
+            }
+        }
+        if !admitted.is_empty() {
+            forgiven.push(format!("{algorithm}: {}", admitted.join(", ")));
+        }
+        proxy.stop().await;
+    }
+    assert!(
+        forgiven.is_empty(),
+        "5000 tokens charged under 1000/1m, yet admitted again within the 4 minutes the debt lasts: {}",
+        forgiven.join("; ")
+    );
+}
