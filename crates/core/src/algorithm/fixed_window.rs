@@ -3,8 +3,12 @@
 //!
 //! The seam between two windows is at a predictable instant, and a burst lined up across it
 //! admits `2 * count` in an instant (the boundary attack of "Rate Limiting Demystified - Part 2" and "Rate-limiting algorithms for defense"); `tollgate simulate over-grant` shows it.
+//!
+//! A window charged past its count carries the excess into the windows after it as already spent
+//! ([`debt`](super::debt)): `used` here may exceed the count, and the windows it reaches deny.
 
-use super::{RateState, Snapshot, counted};
+use super::debt::{carried, counted_in_window, last_indebted, nth_window_end, windows_between};
+use super::{RateState, Snapshot};
 use crate::{Decision, Error, Limit};
 
 /// Fixed window state.
@@ -27,23 +31,32 @@ impl RateState for FixedWindow {
         if end == u64::MAX {
             return Err(Error::Overflow("window end beyond 2^64 ns"));
         }
+        let count = limit.count();
         let wanted = used.checked_add(cost).ok_or(Error::Overflow("window counter"))?;
-        let allowed = wanted <= limit.count();
+        let allowed = wanted <= count;
         let after = if allowed { wanted } else { used };
         if allowed && cost > 0 {
             *self = FixedWindow { window_start: start, used: wanted };
         }
-        Ok(Decision {
-            allowed,
-            limit: limit.count(),
-            remaining: limit.count().saturating_sub(after),
-            retry_after_ns: if allowed { 0 } else { end - now },
-            reset_after_ns: if after > 0 { end - now } else { 0 },
-        })
+        let retry_after_ns = if allowed {
+            0
+        } else {
+            // The first window whose carried debt leaves room for `cost` (the next one, unless in
+            // debt), which starts where the one before it ends.
+            let fits = carried(limit, used, 1).saturating_add(cost).saturating_sub(count).div_ceil(count.max(1));
+            nth_window_end(limit, start, fits).saturating_sub(now)
+        };
+        let reset_after_ns =
+            if after > 0 { nth_window_end(limit, start, last_indebted(limit, after)).saturating_sub(now) } else { 0 };
+        Ok(Decision { allowed, limit: count, remaining: count.saturating_sub(after), retry_after_ns, reset_after_ns })
     }
 
     fn idle_at(&self, limit: &Limit) -> u64 {
-        if self.used == 0 { 0 } else { limit.window_end(limit.align(self.window_start)) }
+        if self.used == 0 {
+            0
+        } else {
+            nth_window_end(limit, limit.align(self.window_start), last_indebted(limit, self.used))
+        }
     }
 
     fn charge(&mut self, at: u64, limit: &Limit, cost: u64) -> Result<(), Error> {
@@ -51,7 +64,7 @@ impl RateState for FixedWindow {
             return Ok(());
         }
         let (start, used, _) = self.rolled(at, limit);
-        *self = FixedWindow { window_start: start, used: used + counted(used, cost) };
+        *self = FixedWindow { window_start: start, used: used + counted_in_window(limit, used, cost) };
         Ok(())
     }
 
@@ -73,16 +86,19 @@ impl RateState for FixedWindow {
 }
 
 impl FixedWindow {
-    /// The window counting at `now`, its use and its end: now's window, or the stored one if
-    /// that is later (a clock gone backwards, or a charge dated in an earlier window), which still
-    /// counts.
+    /// The window counting at `now`, its use and its end: now's window (with what the stored
+    /// window's debt leaves spent in it), or the stored one if that is later (a clock gone
+    /// backwards, or a charge dated in an earlier window), which still counts.
     fn rolled(&self, now: u64, limit: &Limit) -> (u64, u64, u64) {
         let (current, end) = limit.window_at(now);
-        if self.window_start >= current && self.used > 0 {
-            let start = limit.align(self.window_start);
+        if self.used == 0 {
+            return (current, 0, end);
+        }
+        let start = limit.align(self.window_start);
+        if self.window_start >= current {
             (start, self.used, limit.window_end(start))
         } else {
-            (current, 0, end)
+            (current, carried(limit, self.used, windows_between(limit, start, current)), end)
         }
     }
 }
@@ -135,9 +151,54 @@ mod tests {
         let l = limit(Algorithm::FixedWindow, "10/s");
         let mut s = FixedWindow::idle(&l);
         s.charge(T0 + 200 * MS, &l, 12).unwrap();
-        assert_eq!(s.check(T0 + 300 * MS, &l, 1).unwrap(), denied(10, 0, 700 * MS, 700 * MS));
+        assert_eq!(
+            s.check(T0 + 300 * MS, &l, 1).unwrap(),
+            denied(10, 0, 700 * MS, 1700 * MS),
+            "its debt lasts into the next window"
+        );
         assert_eq!(FixedWindow::from_snapshot(&l, &s.snapshot(T0 + 300 * MS, &l)), s);
-        assert!(s.check(T0 + SEC, &l, 10).unwrap().allowed, "the next window starts afresh");
+        assert_eq!(s.check(T0 + SEC, &l, 9).unwrap(), denied(10, 8, SEC, SEC), "the next window owes the 2 past 10");
+        assert!(s.check(T0 + SEC, &l, 8).unwrap().allowed, "and has 8 left");
+    }
+
+    /// 5000 charged under 1000 a minute: the next four minutes owe 4000, 3000, 2000 and 1000 of
+    /// it, so nothing is admitted until the fifth, however the windows roll (issue 39: "its next
+    /// requests pay for it").
+    #[test]
+    fn a_debt_past_the_count_is_carried_into_the_next_windows() {
+        let l = limit(Algorithm::FixedWindow, "1000/1m");
+        let minute = 60 * SEC;
+        let t0 = T0 - T0 % (60 * SEC);
+        let mut s = FixedWindow::idle(&l);
+        s.charge(t0 + SEC, &l, 5000).unwrap();
+        assert_eq!(s.idle_at(&l), t0 + 5 * minute, "the key lives as long as its debt");
+        let d = s.check(t0 + 2 * SEC, &l, 1).unwrap();
+        assert_eq!(d, denied(1000, 0, 5 * minute - 2 * SEC, 5 * minute - 2 * SEC), "room again in the fifth minute");
+        for m in 1..5 {
+            let d = s.check(t0 + m * minute, &l, 1).unwrap();
+            assert_eq!(d, denied(1000, 0, (5 - m) * minute, (5 - m) * minute), "minute {m}");
+            assert_eq!(s.snapshot(t0 + m * minute, &l).used, (5 - m) * 1000);
+        }
+        assert_eq!(s.check(t0 + 4 * minute + 59 * SEC, &l, 0).unwrap().remaining, 0, "the fourth minute owes 1000");
+        assert!(s.check(t0 + 5 * minute, &l, 1000).unwrap().allowed, "the fifth starts afresh");
+        let mut skipped = FixedWindow::idle(&l);
+        skipped.charge(t0, &l, 2500).unwrap();
+        assert_eq!(skipped.check(t0 + 2 * minute, &l, 501).unwrap().retry_after_ns, minute, "1500 then 500 owed");
+        assert!(skipped.check(t0 + 2 * minute, &l, 500).unwrap().allowed);
+    }
+
+    /// A debt is carried as far as 52 days reach (the bucket family's bound): a charge of 2^52
+    /// under 1 a minute is forgiven after 52 days, and the key's state lives that long.
+    #[test]
+    fn a_debt_is_forgiven_past_52_days() {
+        let l = limit(Algorithm::FixedWindow, "1/1m");
+        let t0 = T0 - T0 % (60 * SEC);
+        let mut s = FixedWindow::idle(&l);
+        s.charge(t0, &l, 1 << 52).unwrap();
+        let days = 52 * 86_400 * SEC;
+        assert_eq!(s.idle_at(&l), t0 + days);
+        assert!(!s.check(t0 + days - 1, &l, 1).unwrap().allowed);
+        assert!(s.check(t0 + days, &l, 1).unwrap().allowed);
     }
 
     /// 3 per calendar day in Europe/Berlin across the spring change (a 23-hour day): the reset

@@ -14,6 +14,7 @@
 //! Redis was unreachable), and summarised as a [`Snapshot`] from which a state deciding at least as
 //! strictly can be rebuilt.
 
+pub mod debt;
 mod fixed_window;
 mod gcra;
 mod leaky_bucket;
@@ -127,10 +128,16 @@ impl Snapshot {
                 at.saturating_add(self.used)
             }
             _ if self.used == 0 && self.previous == 0 => 0,
-            crate::Algorithm::FixedWindow => limit.window_at(at).1,
+            crate::Algorithm::FixedWindow => {
+                debt::nth_window_end(limit, limit.window_at(at).0, debt::last_indebted(limit, self.used))
+            }
             crate::Algorithm::SlidingWindow => {
-                let end = limit.window_at(at).1;
-                if self.used > 0 { limit.window_end(end) } else { end }
+                let (start, end) = limit.window_at(at);
+                if self.used > 0 {
+                    debt::nth_window_end(limit, start, debt::last_indebted(limit, self.used) + 1)
+                } else {
+                    end
+                }
             }
             crate::Algorithm::SlidingLog => at.saturating_add(period),
             crate::Algorithm::SubWindow => {

@@ -8,8 +8,16 @@
 //! still to come (a 31-day month after a 28-day one weighs February by what is left of March). It assumes the previous window's traffic was uniform; synchronized bursts break
 //! that assumption (34 admitted where 30 are allowed, in "Rate Limiter Algorithm Zoo"; see
 //! docs/SEMANTICS.md), which `tollgate simulate over-grant` shows.
+//!
+//! A window charged past its count carries the excess into the windows after it as already spent
+//! ([`debt`](super::debt)): when the windows roll, at most `count` of the current window becomes
+//! the weighted previous one and the rest stays counted in full in the new current one, so the
+//! estimate goes on from where it was (`prev*(P - 0)/P + curr` is the old window's count) and
+//! falls by `count` per window, as the weighted previous window alone would; nothing is weighted
+//! twice and nothing is forgotten.
 
-use super::{RateState, Snapshot, counted};
+use super::debt::{carried, counted_in_window, last_indebted, nth_window_end, windows_between};
+use super::{RateState, Snapshot};
 use crate::{Decision, Error, Limit};
 
 /// Sliding window counter state.
@@ -24,19 +32,25 @@ pub struct SlidingWindow {
 }
 
 impl SlidingWindow {
-    /// The counters as seen from the window holding `now`: `(start, prev, curr, end)`.
+    /// The counters as seen from the window holding `now`: `(start, prev, curr, end)`. The
+    /// `j`-th window after the stored one counts what the stored current window carries into it,
+    /// and weighs at most `count` of what it carried into the window before.
     fn rolled(&self, now: u64, limit: &Limit) -> (u64, u64, u64, u64) {
         let (current, end) = limit.window_at(now);
         let stored = limit.align(self.window_start);
         if stored >= current {
             // Same window, or a clock gone backwards: keep the later window's counters.
-            (stored, self.prev, self.curr, limit.window_end(stored))
-        } else if limit.window_end(stored) == current {
-            (current, self.curr, 0, end)
-        } else {
-            (current, 0, 0, end)
+            return (stored, self.prev, self.curr, limit.window_end(stored));
         }
+        let (prev, curr) = rolled_counts(limit, self.curr, windows_between(limit, stored, current));
+        (current, prev, curr, end)
     }
+}
+
+/// The previous and current counts `windows` windows after a window that counted `curr`.
+fn rolled_counts(limit: &Limit, curr: u64, windows: u64) -> (u64, u64) {
+    let before = carried(limit, curr, windows - 1);
+    (before.min(limit.count()), carried(limit, curr, windows))
 }
 
 impl RateState for SlidingWindow {
@@ -51,13 +65,12 @@ impl RateState for SlidingWindow {
         if end == u64::MAX {
             return Err(Error::Overflow("window end beyond 2^64 ns"));
         }
-        // The current window's length (a calendar month's own) and the next one's.
+        // The current window's length (a calendar month's own).
         let period = end - start;
         let next_end = limit.window_end(end);
         if next_end == u64::MAX {
             return Err(Error::Overflow("next window end beyond 2^64 ns"));
         }
-        let next_period = next_end - end;
         let elapsed = now.saturating_sub(start);
         let (p, c) = (u128::from(period), u128::from(count));
         let weighted_prev = u128::from(prev) * u128::from(period - elapsed);
@@ -79,12 +92,21 @@ impl RateState for SlidingWindow {
             let at = start + period - u64::try_from(fits).unwrap_or(period).min(period);
             at - now
         } else {
-            // Only in the next window, once curr*(next - e'') <= (count - cost)*next.
-            let fits = (u128::from(count - cost) * u128::from(next_period)) / u128::from(curr);
-            next_end - u64::try_from(fits).unwrap_or(next_period).min(next_period) - now
+            // Only in a later window: the first whose carried count leaves room for `cost` (the
+            // next, unless in debt), once its weighted previous one does too:
+            // prev_j*(len_j - e) <= (count - curr_j - cost)*len_j.
+            let j = carried(limit, curr, 1).saturating_add(cost).saturating_sub(count).div_ceil(count.max(1)) + 1;
+            let (prev_j, curr_j) = rolled_counts(limit, curr, j);
+            let (j_start, j_end) = (nth_window_end(limit, start, j - 1), nth_window_end(limit, start, j));
+            if j_end == u64::MAX {
+                return Err(Error::Overflow("window end beyond 2^64 ns"));
+            }
+            let len = j_end - j_start;
+            let fits = (u128::from(count - curr_j - cost) * u128::from(len)) / u128::from(prev_j.max(1));
+            j_end - u64::try_from(fits).unwrap_or(len).min(len) - now
         };
         let reset_after_ns = if after > 0 {
-            next_end - now
+            nth_window_end(limit, start, last_indebted(limit, after) + 1).saturating_sub(now)
         } else if prev > 0 {
             end - now
         } else {
@@ -94,9 +116,10 @@ impl RateState for SlidingWindow {
     }
 
     fn idle_at(&self, limit: &Limit) -> u64 {
-        let end = limit.window_end(limit.align(self.window_start));
+        let start = limit.align(self.window_start);
+        let end = limit.window_end(start);
         match (self.prev, self.curr) {
-            (_, c) if c > 0 => limit.window_end(end),
+            (_, c) if c > 0 => nth_window_end(limit, start, last_indebted(limit, c) + 1),
             (p, _) if p > 0 => end,
             _ => 0,
         }
@@ -107,7 +130,7 @@ impl RateState for SlidingWindow {
             return Ok(());
         }
         let (start, prev, curr, _) = self.rolled(at, limit);
-        *self = SlidingWindow { window_start: start, prev, curr: curr + counted(curr, cost) };
+        *self = SlidingWindow { window_start: start, prev, curr: curr + counted_in_window(limit, curr, cost) };
         Ok(())
     }
 
@@ -206,12 +229,35 @@ mod tests {
         let l = limit(Algorithm::SlidingWindow, "10/s");
         let mut s = SlidingWindow::idle(&l);
         s.charge(T0, &l, 20).unwrap();
-        assert!(!s.check(T0 + SEC / 2, &l, 1).unwrap().allowed);
-        // Next window, halfway: 20 * 0.5 = 10, still full; at 0.55 s one unit fits.
-        assert!(!s.check(T0 + SEC + SEC / 2, &l, 1).unwrap().allowed);
-        assert!(s.check(T0 + SEC + 55 * SEC / 100, &l, 1).unwrap().allowed);
-        let now = T0 + SEC + 6 * SEC / 10;
+        assert_eq!(s.idle_at(&l), T0 + 3 * SEC);
+        let d = s.check(T0 + SEC / 2, &l, 1).unwrap();
+        assert!(!d.allowed);
+        // The next window weighs 10 and owes the other 10 in full: nothing fits in it; the one
+        // after weighs those 10 (10 * (1 - e) + 1 <= 10 once e >= 0.1 s).
+        assert_eq!((d.retry_after_ns, d.reset_after_ns), (2 * SEC + SEC / 10 - SEC / 2, 3 * SEC - SEC / 2));
+        assert_eq!(s.snapshot(T0 + SEC, &l), Snapshot { at: T0 + SEC, used: 10, previous: 10 });
+        assert!(!s.check(T0 + 2 * SEC - 1, &l, 1).unwrap().allowed);
+        assert!(!s.check(T0 + 2 * SEC + SEC / 10 - 1, &l, 1).unwrap().allowed);
+        assert!(s.check(T0 + 2 * SEC + SEC / 10, &l, 1).unwrap().allowed);
+        let now = T0 + 2 * SEC + 6 * SEC / 10;
         assert_eq!(SlidingWindow::from_snapshot(&l, &s.snapshot(now, &l)), s);
+    }
+
+    /// The estimate goes on across the roll from where the charged window left it, and falls by
+    /// `count` per window: 5000 under 1000 a minute, the estimate 30 s into each next minute is
+    /// 4500, 3500, 2500, 1500, then 500 (room for 500) in the fifth.
+    #[test]
+    fn a_debt_falls_by_the_count_per_window() {
+        let l = limit(Algorithm::SlidingWindow, "1000/1m");
+        let minute = 60 * SEC;
+        let t0 = T0 - T0 % minute;
+        let mut s = SlidingWindow::idle(&l);
+        s.charge(t0, &l, 5000).unwrap();
+        for m in 1..5 {
+            assert_eq!(s.check(t0 + m * minute + 30 * SEC, &l, 0).unwrap().remaining, 0, "minute {m}");
+        }
+        assert_eq!(s.check(t0 + 5 * minute + 30 * SEC, &l, 0).unwrap().remaining, 500);
+        assert_eq!(s.idle_at(&l), t0 + 6 * minute);
     }
 
     /// 100 per calendar month in UTC, 90 admitted in February 2028 (29 days): a quarter into

@@ -150,14 +150,43 @@ local function cal_end(key, at_text, reset_text)
   return as + rs, n
 end
 
--- The fixed window over calendar windows: the window counting at the instant of `list`'s window
--- `i`, its use, and its end.
-local function cal_fixed_rolled(st, p, list, i)
-  if st and st.used > 0 and st.start >= list[i] then
-    local held, k, aligned = cal_locate(p, st)
-    return aligned, held[k + 1]
+-- The boundary `j` of `list`, which must be among the seven (a window far from now: refused).
+local function cal_bound(list, j)
+  if j > 7 then clock_error("a window's end") end
+  return list[j]
+end
+
+-- How many windows from a stored window (located at `held`'s index k, 0: not located) to `list`'s
+-- window i, which starts later: exact while both are among the boundaries sent, else at least
+-- far enough that no debt reaches (a debt reaches p.D <= 1 windows; `reach` more for the sliding
+-- window counter's weighted previous one), or refused as a clock error when it might.
+local function cal_windows(p, held, k, list, i, reach, indebted)
+  if k >= 1 then
+    for m = k + 1, 7 do
+      if held[m] == list[i] then return m - k end
+    end
+    -- list[i] is past held's last boundary: at least 8 - k windows (k + ahead <= 7).
+    return 8 - k
   end
-  return { start = list[i], frac = 0, used = 0 }, list[i + 1]
+  -- Not located: before the first window of the lists, so at least i windows back, and at least
+  -- two (as before debts were carried: an unlocated state is a window older than its neighbour).
+  if indebted and i <= debt(p).D + reach then clock_error("the key's window") end
+  return math.max(i, 2)
+end
+
+-- The fixed window over calendar windows: the window counting at the instant of `list`'s window
+-- `i` (with what a stored earlier window's debt leaves spent in it), its use, its list and index.
+local function cal_fixed_rolled(st, p, list, i)
+  if st and st.used > 0 then
+    if st.start >= list[i] then
+      local held, k, aligned = cal_locate(p, st)
+      return aligned, held, k
+    end
+    local held, k = cal_locate(p, st)
+    local j = cal_windows(p, held, k, list, i, 0, st.used > p.count)
+    return { start = list[i], frac = 0, used = carried(p, st.used, j) }, list, i
+  end
+  return { start = list[i], frac = 0, used = 0 }, list, i
 end
 
 ALGS['fixed-window@calendar'] = {
@@ -168,17 +197,26 @@ ALGS['fixed-window@calendar'] = {
     return { start = s, frac = frac, used = int(key, f[2]) }
   end,
   check = function(st, p, cost)
-    local w, finish = cal_fixed_rolled(st, p, p.B, cal_now(p))
+    local w, list, k = cal_fixed_rolled(st, p, p.B, cal_now(p))
+    local count = p.count
     local wanted = w.used + cost
-    local allowed = wanted <= p.count
+    local allowed = wanted <= count
     local after = allowed and wanted or w.used
-    local d = cal_decision(allowed, p.count, p.count - after, allowed and 0 or until_b(finish), after > 0 and until_b(finish) or 0)
-    if allowed and cost > 0 then return d, { start = w.start, frac = w.frac, used = wanted }, finish end
+    local retry, reset = 0, 0
+    if not allowed then
+      -- The first window whose carried debt leaves room for `cost` (the next, unless in debt).
+      local over = math.max(carried(p, w.used, 1) + cost - count, 0)
+      retry = until_b(cal_bound(list, k + 1 + idiv(over + count - 1, count)))
+    end
+    if after > 0 then reset = until_b(cal_bound(list, k + 1 + last_indebted(p, after))) end
+    local d = cal_decision(allowed, count, count - after, retry, reset)
+    if allowed and cost > 0 then return d, { start = w.start, frac = w.frac, used = wanted }, list[k + 1] end
     return d
   end,
   charge = function(st, p, cost, at)
-    local w, finish = cal_fixed_rolled(st, p, cal_at(p, at))
-    return { start = w.start, frac = w.frac, used = w.used + counted(w.used, cost) }, finish
+    local w, list, k = cal_fixed_rolled(st, p, cal_at(p, at))
+    local total = w.used + window_counted(p, w.used, cost)
+    return { start = w.start, frac = w.frac, used = total }, cal_bound(list, k + 1 + last_indebted(p, total))
   end,
   -- Counted in the window ending at the admission's reset, if the state still holds it.
   refund = function(st, p, cost, _, _, at_text, reset_text, key)
@@ -186,7 +224,8 @@ ALGS['fixed-window@calendar'] = {
     local es, en = cal_end(key, at_text, reset_text)
     local list, k = cal_locate(p, st, true)
     if k >= 1 and en == 0 and list[k + 1] == es then
-      return { start = st.start, frac = st.frac, used = st.used - math.min(cost, st.used) }, es
+      local used = st.used - math.min(cost, st.used)
+      return { start = st.start, frac = st.frac, used = used }, cal_bound(list, k + 1 + last_indebted(p, used))
     end
   end,
   snapshot = function(st, p, at)
@@ -201,14 +240,20 @@ ALGS['fixed-window@calendar'] = {
 -- The sliding window counter over calendar windows: the previous window weighs the fraction of
 -- the current window's own length still to come. Rolled to `list`'s window `i`: the state, its
 -- window's list and index.
+-- The j-th window after the stored one counts what its current window carries into it, and
+-- weighs at most `count` of what it carried into the window before.
 local function cal_sliding_rolled(st, p, list, i)
   local fresh = { start = list[i], frac = 0, prev = 0, curr = 0 }
   if not st then return fresh, list, i end
   local held, k, aligned = cal_locate(p, st)
   if st.start >= list[i] then return aligned, held, k end
-  if k >= 1 and held[k + 1] == list[i] then fresh.prev = st.curr end
+  local j = cal_windows(p, held, k, list, i, 1, st.curr > p.count)
+  fresh.prev, fresh.curr = math.min(carried(p, st.curr, j - 1), p.count), carried(p, st.curr, j)
   return fresh, list, i
 end
+
+-- When a state whose current window is `list`'s k-th and counts `curr` is idle (a boundary).
+local function cal_sliding_idle(p, list, k, curr) return cal_bound(list, k + 2 + last_indebted(p, curr)) end
 
 ALGS['sliding-window@calendar'] = {
   load = function(key)
@@ -222,7 +267,7 @@ ALGS['sliding-window@calendar'] = {
     local w, list, k = cal_sliding_rolled(st, p, p.B, cal_now(p))
     local prev, curr = w.prev, w.curr
     local start, finish, next_end = list[k], list[k + 1], list[k + 2]
-    local L, L2 = finish - start, next_end - finish
+    local L = finish - start
     -- q = floor(prev * e / len), e = (S - start) s + N ns, len = L s: floor(prev*(S - start)/L)
     -- plus floor((its remainder + floor(prev*N/1e9)) / L) (the fraction left out never reaches L).
     local q = 0
@@ -240,19 +285,26 @@ ALGS['sliding-window@calendar'] = {
         local a, ra = muldiv(count - wanted, L, prev)
         if a >= L then retry = until_b(start) else retry = span(finish - a - S, -muldiv(ra, BILLION, prev) - N) end
       else
-        local a, ra = muldiv(count - cost, L2, curr)
-        if a >= L2 then retry = until_b(finish) else retry = span(next_end - a - S, -muldiv(ra, BILLION, curr) - N) end
+        -- The first later window j whose carried count leaves room for `cost`, once its weighted
+        -- previous one does too.
+        local j = idiv(math.max(carried(p, curr, 1) + cost - count, 0) + count - 1, count) + 1
+        local prev_j, curr_j = math.min(carried(p, curr, j - 1), count), carried(p, curr, j)
+        local js, je = cal_bound(list, k + j), cal_bound(list, k + j + 1)
+        local Lj = je - js
+        local a, ra = muldiv(count - curr_j - cost, Lj, prev_j)
+        if a >= Lj then retry = until_b(js) else retry = span(je - a - S, -muldiv(ra, BILLION, prev_j) - N) end
       end
     end
     local reset = 0
-    if after > 0 then reset = until_b(next_end) elseif prev > 0 then reset = until_b(finish) end
+    if after > 0 then reset = until_b(cal_sliding_idle(p, list, k, after)) elseif prev > 0 then reset = until_b(finish) end
     local d = cal_decision(allowed, count, count - prev + q - after, retry, reset)
     if allowed and cost > 0 then return d, { start = w.start, frac = w.frac, prev = prev, curr = wanted }, next_end end
     return d
   end,
   charge = function(st, p, cost, at)
     local w, list, k = cal_sliding_rolled(st, p, cal_at(p, at))
-    return { start = w.start, frac = w.frac, prev = w.prev, curr = w.curr + counted(w.curr, cost) }, list[k + 2]
+    local total = w.curr + window_counted(p, w.curr, cost)
+    return { start = w.start, frac = w.frac, prev = w.prev, curr = total }, cal_sliding_idle(p, list, k, total)
   end,
   -- Counted in the window two before the one ending at the admission's reset.
   refund = function(st, p, cost, _, _, at_text, reset_text, key)
@@ -266,13 +318,14 @@ ALGS['sliding-window@calendar'] = {
     local start = p.B[last - 1]
     local list, k, aligned = cal_locate(p, st, true)
     if k == 0 then return end
-    local idle = list[k + 2]
     -- Only a refund that gives something back applies (and stamps the key's marker), as the core's.
     if aligned.start == start then
       if st.curr == 0 then return end
-      return { start = st.start, frac = st.frac, prev = st.prev, curr = st.curr - math.min(cost, st.curr) }, idle
+      local curr = st.curr - math.min(cost, st.curr)
+      return { start = st.start, frac = st.frac, prev = st.prev, curr = curr }, cal_sliding_idle(p, list, k, curr)
     elseif list[k - 1] == start and st.prev > 0 then
-      return { start = st.start, frac = st.frac, prev = st.prev - math.min(cost, st.prev), curr = st.curr }, idle
+      local prev = st.prev - math.min(cost, st.prev)
+      return { start = st.start, frac = st.frac, prev = prev, curr = st.curr }, cal_sliding_idle(p, list, k, st.curr)
     end
   end,
   snapshot = function(st, p, at)

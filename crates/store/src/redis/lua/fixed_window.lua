@@ -4,9 +4,15 @@
 -- backwards, or a charge dated in an earlier window), which still counts.
 local function fixed_rolled(st, p, at)
   local current = win(at, p.period)
-  if st and st.start >= current and st.used > 0 then return st.start, st.used end
-  return current, 0
+  if not st or st.used == 0 then return current, 0 end
+  if st.start >= current then return st.start, st.used end
+  -- What its debt leaves spent in now's window, the windows between rounded up (at least one).
+  local j = math.max(idiv(current - st.start + p.period - 1, p.period), 1)
+  return current, carried(p, st.used, j)
 end
+
+-- The end of the window counting `used` that starts at `start`, or of the last one its debt reaches.
+local function fixed_idle(p, start, used) return start + (last_indebted(p, used) + 1) * p.period end
 
 ALGS['fixed-window'] = {
   load = function(key)
@@ -16,21 +22,30 @@ ALGS['fixed-window'] = {
   end,
   check = function(st, p, cost)
     local start, used = fixed_rolled(st, p, 0)
-    local finish = start + p.period
+    local P, count = p.period, p.count
+    local finish = start + P
     local wanted = used + cost
-    local allowed = wanted <= p.count
+    local allowed = wanted <= count
     local after = allowed and wanted or used
-    local d = decision(allowed, p.count, p.count - after, allowed and 0 or finish, after > 0 and finish or 0)
+    local retry = 0
+    if not allowed then
+      -- The first window whose carried debt leaves room for `cost` (the next, unless in debt).
+      local over = math.max(carried(p, used, 1) + cost - count, 0)
+      retry = start + (idiv(over + count - 1, count) + 1) * P
+    end
+    local d = decision(allowed, count, count - after, retry, after > 0 and fixed_idle(p, start, after) or 0)
     if allowed and cost > 0 then return d, { start = start, used = wanted }, finish end
     return d
   end,
   charge = function(st, p, cost, at)
     local start, used = fixed_rolled(st, p, at)
-    return { start = start, used = used + counted(used, cost) }, start + p.period
+    local total = used + window_counted(p, used, cost)
+    return { start = start, used = total }, fixed_idle(p, start, total)
   end,
   refund = function(st, p, cost, at, reset)
     if st and st.used > 0 and st.start + p.period == at + reset then
-      return { start = st.start, used = st.used - math.min(cost, st.used) }, st.start + p.period
+      local used = st.used - math.min(cost, st.used)
+      return { start = st.start, used = used }, fixed_idle(p, st.start, used)
     end
   end,
   snapshot = function(st, p, at)

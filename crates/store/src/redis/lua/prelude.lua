@@ -22,6 +22,34 @@ local FAR = FAR_SEC * BILLION -- 104 days: further than this from now counts as 
 -- How much of a charge of `cost` a window counting `used` records.
 local function counted(used, cost) return math.min(cost, math.max(MAX_COUNTER - used, 0)) end
 
+-- A window's debt (tollgate-core's algorithm/debt.rs): a window counted past its limit carries the
+-- excess into the windows after it, `count` of it paid back per window, into those ending within
+-- 52 days (MAX_AHEAD) of its start, and over calendar windows into the next one at most. p.D: how
+-- many windows after its own; p.cap: the most a window counts.
+local function debt(p)
+  if not p.cap then
+    local D = math.max(math.floor(MAX_AHEAD / p.period) - 1, 0)
+    if p.B then D = math.min(D, 1) end
+    p.D, p.cap = D, math.min(MAX_COUNTER, p.count * (D + 1))
+  end
+  return p
+end
+
+-- How much of a charge of `cost` a window counting `used` records (up to the window's cap).
+local function window_counted(p, used, cost) return math.min(cost, math.max(debt(p).cap - used, 0)) end
+
+-- What a window that counted `used` leaves spent in the `j`-th window after it.
+local function carried(p, used, j)
+  if j == 0 then return used end
+  return math.max(math.min(used, debt(p).cap) - j * p.count, 0)
+end
+
+-- The last window after the one counting `used` (0: that one) that `used` leaves anything in.
+local function last_indebted(p, used)
+  if used <= p.count then return 0 end
+  return math.floor((math.min(used, debt(p).cap) - 1) / p.count)
+end
+
 -- The bucket family's schedule end after charging `cost_ns` at `at` (see tollgate-core).
 local function charged_tat(tat, at, cost_ns)
   local from = math.max(tat, at)
