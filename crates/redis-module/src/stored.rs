@@ -5,7 +5,9 @@
 //! written here: only the stored format.
 //!
 //! The format: instants as decimal ns since the epoch, counters as decimal integers, fields
-//! separated by spaces (GCRA `tat`; token bucket `tokens last`; leaky bucket `level last`; fixed
+//! separated by spaces (GCRA `tat interval`, the emission interval its TAT is scheduled in, or `tat` alone as
+//! written before it was recorded; token bucket `tokens last interval capacity`; leaky bucket
+//! `level last interval`, each without its last fields as written before they were; fixed
 //! window `start used`; sliding window `start prev curr`; sub-window `newest slice counts…`,
 //! oldest first). The script computes in ns relative to now and clamps an instant further than
 //! `FAR_SEC` from now; instants are clamped here the same way, so that both read any value alike.
@@ -109,14 +111,34 @@ fn exactly(value: &[u8], n: usize) -> Result<Vec<&[u8]>, BadState> {
 fn read(limit: &Limit, stored: Option<&[u8]>, now: Now) -> Result<State, BadState> {
     let Some(value) = stored else { return Ok(State::idle(limit)) };
     Ok(match limit.algorithm() {
-        Algorithm::Gcra => State::Gcra(Gcra { tat: instant(value, now)? }),
-        Algorithm::TokenBucket => {
-            let f = exactly(value, 2)?;
-            State::TokenBucket(TokenBucket { tokens: counter(f[0])?, last: instant(f[1], now)? })
+        Algorithm::Gcra => {
+            // `tat interval`, or `tat` alone as written before the interval was recorded.
+            let f = fields(value);
+            match f.as_slice() {
+                [tat] => State::Gcra(Gcra { tat: instant(tat, now)?, interval: 0 }),
+                [tat, interval] => State::Gcra(Gcra { tat: instant(tat, now)?, interval: counter(interval)? }),
+                _ => return Err(BadState("a value of another number of fields")),
+            }
         }
+        // `tokens last interval capacity`, or the first two as written before the others were.
+        Algorithm::TokenBucket => {
+            let f = fields(value);
+            let (interval, capacity) = match f.len() {
+                2 => (0, 0),
+                4 => (counter(f[2])?, counter(f[3])?),
+                _ => return Err(BadState("a value of another number of fields")),
+            };
+            State::TokenBucket(TokenBucket { tokens: counter(f[0])?, last: instant(f[1], now)?, interval, capacity })
+        }
+        // `level last interval`, or the first two as written before the interval was.
         Algorithm::LeakyBucket => {
-            let f = exactly(value, 2)?;
-            State::LeakyBucket(LeakyBucket { level: counter(f[0])?, last: instant(f[1], now)? })
+            let f = fields(value);
+            let interval = match f.len() {
+                2 => 0,
+                3 => counter(f[2])?,
+                _ => return Err(BadState("a value of another number of fields")),
+            };
+            State::LeakyBucket(LeakyBucket { level: counter(f[0])?, last: instant(f[1], now)?, interval })
         }
         Algorithm::FixedWindow => {
             let f = exactly(value, 2)?;
@@ -146,9 +168,9 @@ fn read(limit: &Limit, stored: Option<&[u8]>, now: Now) -> Result<State, BadStat
 /// The value the script writes for `state`.
 fn write(state: &State) -> Option<String> {
     Some(match state {
-        State::Gcra(s) => stored_instant(s.tat),
-        State::TokenBucket(s) => format!("{} {}", s.tokens, stored_instant(s.last)),
-        State::LeakyBucket(s) => format!("{} {}", s.level, stored_instant(s.last)),
+        State::Gcra(s) => format!("{} {}", stored_instant(s.tat), s.interval),
+        State::TokenBucket(s) => format!("{} {} {} {}", s.tokens, stored_instant(s.last), s.interval, s.capacity),
+        State::LeakyBucket(s) => format!("{} {} {}", s.level, stored_instant(s.last), s.interval),
         State::FixedWindow(s) => format!("{} {}", stored_instant(s.window_start), s.used),
         State::SlidingWindow(s) => format!("{} {} {}", stored_instant(s.window_start), s.prev, s.curr),
         State::SubWindow(s) => {
@@ -228,7 +250,7 @@ mod tests {
         let first = decide(&gcra, 1, None, 0, NOW).unwrap();
         assert_eq!(first.reply, [1, 2, 1, 0, 500_000_000, 500_000_000, 0, 1_700_000_000, 250_000_000]);
         let (tat, ttl) = first.write.unwrap();
-        assert_eq!((tat.as_str(), ttl), ("1700000000750000000", 500));
+        assert_eq!((tat.as_str(), ttl), ("1700000000750000000 500000000", 500), "the TAT and its interval");
         let second = decide(&gcra, 1, Some(tat.as_bytes()), 0, NOW).unwrap();
         let (tat, _) = second.write.unwrap();
         let third = decide(&gcra, 1, Some(tat.as_bytes()), 0, NOW).unwrap();
@@ -264,7 +286,16 @@ mod tests {
         assert_eq!((written.as_str(), ttl), ("1700000000000000000 0 2", 1_757));
         let bucket = limit(Algorithm::TokenBucket);
         let (written, _) = decide(&bucket, 1, None, 0, NOW).unwrap().write.unwrap();
-        assert_eq!(written, "500000000 1700000000250000000");
+        assert_eq!(written, "500000000 1700000000250000000 500000000 1000000000");
+        // Written before the rates were recorded: read as counted at the limit's own.
+        let leaky = limit(Algorithm::LeakyBucket);
+        for (algorithm, old) in
+            [(Algorithm::Gcra, "1700000000750000000"), (Algorithm::LeakyBucket, "500000000 1700000000250000000")]
+        {
+            let limit = if algorithm == Algorithm::Gcra { limit(algorithm) } else { leaky.clone() };
+            let reply = decide(&limit, 0, Some(old.as_bytes()), 0, NOW).unwrap().reply;
+            assert_eq!(reply[2], 1, "{algorithm}: one of two left");
+        }
     }
 
     #[test]

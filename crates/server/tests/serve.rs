@@ -288,6 +288,36 @@ async fn serves_from_redis_too() {
     server.stop().await;
 }
 
+/// redis-cell #54: `CL.THROTTLE k 0 1 60` spent (one a minute, no burst), then the key's limit
+/// raised with new numbers, `CL.THROTTLE k 10 100 60` (11 at once, 100 a minute): the raised
+/// limit applies at once, the request spent counted against it; lowered again, what was spent
+/// stays spent. On the memory store and on Redis (whose clock runs: the last wait is bounded).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cl_throttle_with_raised_numbers_applies_them_at_once() {
+    let redis = RedisServer::start();
+    for store in [StoreConfig::parse("memory").unwrap(), StoreConfig::redis(&redis.url())] {
+        let server = Server::start(Config { store, ..common::manual_config() }).await;
+        let throttle = |args: &[&str]| -> Vec<i64> {
+            let reply = server.cli(&[&["CL.THROTTLE", "upgraded"][..], args].concat());
+            reply.split_whitespace().map(|word| word.parse().unwrap_or(i64::MIN)).collect()
+        };
+        assert_eq!(throttle(&["0", "1", "60"]), [0, 1, 0, -1, 60]);
+        assert_eq!(throttle(&["0", "1", "60"]), [1, 1, 0, 60, 60], "one a minute: spent");
+        assert_eq!(
+            throttle(&["10", "100", "60"]),
+            [0, 11, 9, -1, 2],
+            "raised to 11 at once and 100 a minute: admitted now, 2 of 11 spent (1.2 s, rounded up)"
+        );
+        let lowered = throttle(&["0", "1", "60"]);
+        assert_eq!(lowered[..3], [1, 1, 0], "lowered again: refused");
+        assert!(
+            (110..=120).contains(&lowered[3]) && lowered[3] == lowered[4],
+            "the 2 spent stay spent, a minute each (less what drained at 100 a minute meanwhile): {lowered:?}"
+        );
+        server.stop().await;
+    }
+}
+
 /// redis-cell answers a quantity above the burst "limited", consuming nothing, with the key's
 /// state and a retry of -1 (it can never pass). That answer is one decision: one script call to
 /// Redis, as any other `CL.THROTTLE` (no second trip to read the state).

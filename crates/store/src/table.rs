@@ -1,7 +1,7 @@
 //! The sharded, bounded hash table under the memory store and the failure policy's ledger.
 //!
 //! Keys are not stored: a slot holds the key's 64-bit fingerprint (a randomly seeded hash of the
-//! scope, the algorithm and the key) next to its state, which keeps a GCRA slot at 16 bytes. Two
+//! scope, the algorithm and the key) next to its state, which keeps a GCRA slot at 24 bytes. Two
 //! keys can only share a slot if their fingerprints collide (about 1 in 3.7 * 10^7 for a full
 //! million keys, and not predictable without the process's random seed); they would then share
 //! one budget, which under-grants them and never over-grants.

@@ -10,8 +10,12 @@
 //! Sliding Window, and the Off-by-One Tax" (see docs/SEMANTICS.md): tolerance `(burst-1)*T`
 //! compared with `>=`, written here as `new - now <= burst*T`. It admits exactly `burst` at once
 //! from idle and `burst + floor(L/T)` in any closed interval of length `L`.
+//!
+//! The state records the emission interval its TAT was scheduled in, so that a key read under
+//! another rate (a rules reload, an ad-hoc call with new parameters) keeps what it spent: the
+//! units still ahead of now are rescheduled in the new interval ([`rescaled_tat`]).
 
-use super::{RateState, Snapshot, charged_tat, cost_ns, reserved_tat};
+use super::{MAX_AHEAD_NS, RateState, Snapshot, charged_tat, cost_ns, reserved_tat};
 use crate::{Decision, Error, Limit};
 
 /// GCRA state: the theoretical arrival time in ns since the epoch (0 for a key with no history).
@@ -19,24 +23,55 @@ use crate::{Decision, Error, Limit};
 pub struct Gcra {
     /// When the schedule is next free; `max(tat, now)` makes any past value mean "idle".
     pub tat: u64,
+    /// The emission interval (ns) `tat` was scheduled in; 0 when not recorded (a key with no
+    /// history, or written by an earlier version): read as scheduled in the limit's own.
+    pub interval: u64,
+}
+
+/// A schedule end `tat` scheduled in emission interval `interval`, seen at `now` under `limit`:
+/// the units still ahead of `now` (`(tat - now) / interval`) scheduled in `limit`'s interval
+/// instead, rounded up to the ns and at most [`MAX_AHEAD_NS`] ahead. What was spent stays spent:
+/// a faster rate frees it sooner (a raised limit applies at once), a slower one later (lowering a
+/// limit never refunds). `tat` itself when the interval is the limit's, unknown (0), or nothing
+/// is ahead. The bucket family's states share it.
+#[must_use]
+pub fn rescaled_tat(tat: u64, interval: u64, now: u64, limit: &Limit) -> u64 {
+    let t = limit.emission_interval_ns();
+    if interval == 0 || interval == t || tat <= now {
+        return tat;
+    }
+    let ahead = (u128::from(tat - now) * u128::from(t)).div_ceil(u128::from(interval));
+    now.saturating_add(u64::try_from(ahead).unwrap_or(u64::MAX).min(MAX_AHEAD_NS))
+}
+
+impl Gcra {
+    /// The TAT in `limit`'s emission interval, seen at `now`.
+    fn tat_under(&self, now: u64, limit: &Limit) -> u64 {
+        rescaled_tat(self.tat, self.interval, now, limit)
+    }
 }
 
 impl RateState for Gcra {
     fn idle(_: &Limit) -> Self {
-        Gcra { tat: 0 }
+        Gcra { tat: 0, interval: 0 }
     }
 
     fn check(&mut self, now: u64, limit: &Limit, cost: u64) -> Result<Decision, Error> {
         limit.check_cost(cost)?;
-        let (decision, next) = decide(self.tat, now, limit, cost)?;
+        let (decision, next) = decide(self.tat_under(now, limit), now, limit, cost)?;
         if let Some(tat) = next {
-            self.tat = tat;
+            *self = Gcra { tat, interval: limit.emission_interval_ns() };
         }
         Ok(decision)
     }
 
-    fn idle_at(&self, _: &Limit) -> u64 {
-        self.tat
+    fn idle_at(&self, limit: &Limit) -> u64 {
+        // Read under a slower rate the schedule ends later, by at most MAX_AHEAD_NS past now.
+        if self.interval != 0 && self.interval < limit.emission_interval_ns() {
+            self.tat.saturating_add(MAX_AHEAD_NS)
+        } else {
+            self.tat
+        }
     }
 
     fn charge(&mut self, at: u64, limit: &Limit, cost: u64) -> Result<(), Error> {
@@ -44,22 +79,26 @@ impl RateState for Gcra {
             return Ok(());
         }
         let cost_ns = cost.saturating_mul(limit.emission_interval_ns());
-        self.tat = charged_tat(self.tat, at, cost_ns);
+        let tat = charged_tat(self.tat_under(at, limit), at, cost_ns);
+        *self = Gcra { tat, interval: limit.emission_interval_ns() };
         Ok(())
     }
 
     fn refund(&mut self, at: u64, decision: &Decision, limit: &Limit, cost: u64) {
-        if reserved_tat(at, decision, cost) == Some(self.tat) {
-            self.tat -= cost.saturating_mul(limit.emission_interval_ns()).min(self.tat);
+        let t = limit.emission_interval_ns();
+        // Admitted under another rate: not where it was counted (an under-grant, never an over-grant).
+        if (self.interval == 0 || self.interval == t) && reserved_tat(at, decision, cost) == Some(self.tat) {
+            let tat = self.tat - cost.saturating_mul(t).min(self.tat);
+            *self = Gcra { tat, interval: t };
         }
     }
 
-    fn snapshot(&self, now: u64, _: &Limit) -> Snapshot {
-        Snapshot { at: now, used: self.tat.saturating_sub(now), previous: 0 }
+    fn snapshot(&self, now: u64, limit: &Limit) -> Snapshot {
+        Snapshot { at: now, used: self.tat_under(now, limit).saturating_sub(now), previous: 0 }
     }
 
-    fn from_snapshot(_: &Limit, snapshot: &Snapshot) -> Self {
-        Gcra { tat: snapshot.at.saturating_add(snapshot.used) }
+    fn from_snapshot(limit: &Limit, snapshot: &Snapshot) -> Self {
+        Gcra { tat: snapshot.at.saturating_add(snapshot.used), interval: limit.emission_interval_ns() }
     }
 }
 

@@ -3,9 +3,11 @@
 //!
 //! The level is kept in nanoseconds (one unit is `T` ns), which makes the leak exact. The bucket
 //! is empty again at `last + level`, GCRA's theoretical arrival time: the meter makes exactly
-//! GCRA's decisions in every case (a property test holds it to that) with its own two fields.
+//! GCRA's decisions in every case (a property test holds it to that) with its own two fields,
+//! and the emission interval its level was measured in, so a key read under another rate keeps
+//! what it spent (the units still in the bucket, drained at the new rate: [`rescaled_tat`]).
 
-use super::{RateState, Snapshot, add, charged_tat, cost_ns, reserved_tat};
+use super::{MAX_AHEAD_NS, RateState, Snapshot, add, charged_tat, cost_ns, rescaled_tat, reserved_tat};
 use crate::{Decision, Error, Limit};
 
 /// Leaky bucket (meter) state.
@@ -16,9 +18,30 @@ pub struct LeakyBucket {
     pub level: u64,
     /// When `level` was measured, in ns since the epoch.
     pub last: u64,
+    /// The emission interval (ns) `level` was measured in; 0 when not recorded (a key with no
+    /// history, or written by an earlier version): the limit's own.
+    pub interval: u64,
 }
 
 impl LeakyBucket {
+    /// `level` at `last`, measured in `limit`'s interval.
+    #[must_use]
+    pub fn new(level: u64, last: u64, limit: &Limit) -> Self {
+        LeakyBucket { level, last, interval: limit.emission_interval_ns() }
+    }
+
+    /// This bucket seen at `now` measured in `limit`'s interval: the same instant of being empty
+    /// again (GCRA's TAT), rescaled to `limit`'s rate when its interval differs.
+    fn under(&self, now: u64, limit: &Limit) -> LeakyBucket {
+        let t = limit.emission_interval_ns();
+        let empty_at = self.last.saturating_add(self.level);
+        if self.interval == 0 || self.interval == t || empty_at <= now {
+            return LeakyBucket::new(self.level, self.last, limit);
+        }
+        let last = self.last.max(now);
+        LeakyBucket::new(rescaled_tat(empty_at, self.interval, now, limit).saturating_sub(last), last, limit)
+    }
+
     /// The level at `now`: what is left after leaking since `last`. A `now` before `last` (a clock
     /// gone backwards) leaks nothing and counts the gap as water still to drain.
     fn level_at(&self, now: u64) -> u64 {
@@ -28,18 +51,18 @@ impl LeakyBucket {
 
 impl RateState for LeakyBucket {
     fn idle(_: &Limit) -> Self {
-        LeakyBucket { level: 0, last: 0 }
+        LeakyBucket { level: 0, last: 0, interval: 0 }
     }
 
     fn check(&mut self, now: u64, limit: &Limit, cost: u64) -> Result<Decision, Error> {
         limit.check_cost(cost)?;
         let capacity = limit.tolerance_ns();
-        let level = self.level_at(now);
+        let level = self.under(now, limit).level_at(now);
         let filled = add(level, cost_ns(limit, cost)?, "leaky bucket level")?;
         let allowed = filled <= capacity;
         let after = if allowed { filled } else { level };
         if allowed && cost > 0 {
-            *self = LeakyBucket { level: filled, last: now };
+            *self = LeakyBucket::new(filled, now, limit);
         }
         Ok(Decision {
             allowed,
@@ -50,35 +73,47 @@ impl RateState for LeakyBucket {
         })
     }
 
-    fn idle_at(&self, _: &Limit) -> u64 {
-        self.last.saturating_add(self.level)
+    fn idle_at(&self, limit: &Limit) -> u64 {
+        let empty_at = self.last.saturating_add(self.level);
+        // Read under a slower rate the bucket empties later, by at most MAX_AHEAD_NS past now.
+        if self.interval != 0 && self.interval < limit.emission_interval_ns() {
+            empty_at.saturating_add(MAX_AHEAD_NS)
+        } else {
+            empty_at
+        }
     }
 
     fn charge(&mut self, at: u64, limit: &Limit, cost: u64) -> Result<(), Error> {
         if cost == 0 {
             return Ok(());
         }
+        let own = self.under(at, limit);
         let pour = cost.saturating_mul(limit.emission_interval_ns());
-        let empty_at = charged_tat(self.idle_at(limit), at, pour);
+        let empty_at = charged_tat(own.last.saturating_add(own.level), at, pour);
         // Measured from the later of the two instants, so the level stays within what it counts.
-        let last = self.last.max(at);
-        *self = LeakyBucket { level: empty_at - last, last };
+        let last = own.last.max(at);
+        *self = LeakyBucket::new(empty_at - last, last, limit);
         Ok(())
     }
 
     fn refund(&mut self, at: u64, decision: &Decision, limit: &Limit, cost: u64) {
-        if reserved_tat(at, decision, cost) == Some(self.idle_at(limit)) {
-            let empty_at = self.idle_at(limit).saturating_sub(cost.saturating_mul(limit.emission_interval_ns()));
-            *self = LeakyBucket { level: empty_at.saturating_sub(at), last: at };
+        // Poured under another rate: not where it was counted (an under-grant, never an over-grant).
+        if self.interval != 0 && self.interval != limit.emission_interval_ns() {
+            return;
+        }
+        let empty_at = self.last.saturating_add(self.level);
+        if reserved_tat(at, decision, cost) == Some(empty_at) {
+            let empty_at = empty_at.saturating_sub(cost.saturating_mul(limit.emission_interval_ns()));
+            *self = LeakyBucket::new(empty_at.saturating_sub(at), at, limit);
         }
     }
 
-    fn snapshot(&self, now: u64, _: &Limit) -> Snapshot {
-        Snapshot { at: now, used: self.level_at(now), previous: 0 }
+    fn snapshot(&self, now: u64, limit: &Limit) -> Snapshot {
+        Snapshot { at: now, used: self.under(now, limit).level_at(now), previous: 0 }
     }
 
-    fn from_snapshot(_: &Limit, snapshot: &Snapshot) -> Self {
-        LeakyBucket { level: snapshot.used, last: snapshot.at }
+    fn from_snapshot(limit: &Limit, snapshot: &Snapshot) -> Self {
+        LeakyBucket::new(snapshot.used, snapshot.at, limit)
     }
 }
 

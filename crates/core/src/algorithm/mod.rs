@@ -25,7 +25,7 @@ mod sub_window;
 mod token_bucket;
 
 pub use fixed_window::FixedWindow;
-pub use gcra::Gcra;
+pub use gcra::{Gcra, rescaled_tat};
 pub use leaky_bucket::LeakyBucket;
 pub use sliding_log::SlidingLog;
 pub use sliding_window::SlidingWindow;

@@ -4,9 +4,11 @@
 //! nanosecond), so refills are exact integers. The bucket is GCRA's schedule seen from the other
 //! side (a full bucket at `last + capacity - tokens`), and makes exactly GCRA's decisions in every
 //! case, debt and clocks going backwards included (a property test holds it to that), while
-//! storing its own two fields.
+//! storing its own two fields, and the emission interval and capacity they were counted in, so a
+//! key read under another limit keeps what it spent (the units missing from a full bucket, at
+//! the new rate: [`rescaled_tat`]).
 
-use super::{RateState, Snapshot, charged_tat, cost_ns, reserved_tat};
+use super::{MAX_AHEAD_NS, RateState, Snapshot, charged_tat, cost_ns, rescaled_tat, reserved_tat};
 use crate::{Decision, Error, Limit};
 
 /// Token bucket state.
@@ -17,9 +19,34 @@ pub struct TokenBucket {
     /// When `tokens` was counted, in ns since the epoch. Later than now while the bucket is in
     /// debt (after a charge): refilling starts again only then.
     pub last: u64,
+    /// The emission interval (ns) `tokens` were counted in; 0 when not recorded (written by an
+    /// earlier version): the limit's own.
+    pub interval: u64,
+    /// The capacity (`burst * T`, ns) `tokens` were counted in; 0 when not recorded.
+    pub capacity: u64,
 }
 
 impl TokenBucket {
+    /// `tokens` at `last`, counted in `limit`'s interval and capacity.
+    #[must_use]
+    pub fn new(tokens: u64, last: u64, limit: &Limit) -> Self {
+        TokenBucket { tokens, last, interval: limit.emission_interval_ns(), capacity: limit.tolerance_ns() }
+    }
+
+    /// This bucket seen at `now` counted in `limit`'s interval and capacity: the same instant of
+    /// being full again (GCRA's TAT), rescaled to `limit`'s rate when its interval differs.
+    fn under(&self, now: u64, limit: &Limit) -> TokenBucket {
+        let (t, cap) = (limit.emission_interval_ns(), limit.tolerance_ns());
+        if recorded_as(self.interval, t) && recorded_as(self.capacity, cap) {
+            return TokenBucket::new(self.tokens, self.last, limit);
+        }
+        let old_capacity = if self.capacity == 0 { cap } else { self.capacity };
+        let full_at = self.last.saturating_add(old_capacity.saturating_sub(self.tokens));
+        let tat = rescaled_tat(full_at, self.interval, now, limit);
+        let last = now.max(tat.saturating_sub(cap));
+        TokenBucket::new(cap - tat.saturating_sub(last).min(cap), last, limit)
+    }
+
     /// Tokens (in 1/T units) at `now`, capped at the capacity: negative while in debt, or when
     /// `now` is before `last` (a clock gone backwards refills nothing and borrows from the future).
     fn available(&self, now: u64, capacity: u64) -> i128 {
@@ -28,17 +55,19 @@ impl TokenBucket {
     }
 }
 
+/// Whether a recorded interval or capacity is `own` (0: not recorded, read as the limit's own).
+fn recorded_as(recorded: u64, own: u64) -> bool {
+    recorded == 0 || recorded == own
+}
+
 /// An `i128` known to be in `0..2^64` (differences of capacities and instants), as `u64`.
 fn ns(value: i128) -> u64 {
     u64::try_from(value.max(0)).unwrap_or(u64::MAX)
 }
 
-impl RateState for TokenBucket {
-    fn idle(limit: &Limit) -> Self {
-        TokenBucket { tokens: limit.tolerance_ns(), last: 0 }
-    }
-
-    fn check(&mut self, now: u64, limit: &Limit, cost: u64) -> Result<Decision, Error> {
+impl TokenBucket {
+    /// The steps of `RateState` on a bucket counted in `limit`'s interval and capacity.
+    fn check_own(&mut self, now: u64, limit: &Limit, cost: u64) -> Result<Decision, Error> {
         limit.check_cost(cost)?;
         let capacity = i128::from(limit.tolerance_ns());
         let need = i128::from(cost_ns(limit, cost)?);
@@ -47,7 +76,7 @@ impl RateState for TokenBucket {
         let left = if allowed { available - need } else { available };
         if allowed && cost > 0 {
             // `left >= 0` here: the bucket is counted afresh from now.
-            *self = TokenBucket { tokens: ns(left), last: now };
+            *self = TokenBucket::new(ns(left), now, limit);
         }
         Ok(Decision {
             allowed,
@@ -58,12 +87,12 @@ impl RateState for TokenBucket {
         })
     }
 
-    fn idle_at(&self, limit: &Limit) -> u64 {
+    fn idle_at_own(&self, limit: &Limit) -> u64 {
         let missing = limit.tolerance_ns().saturating_sub(self.tokens);
         self.last.saturating_add(missing)
     }
 
-    fn charge(&mut self, at: u64, limit: &Limit, cost: u64) -> Result<(), Error> {
+    fn charge_own(&mut self, at: u64, limit: &Limit, cost: u64) -> Result<(), Error> {
         if cost == 0 {
             return Ok(());
         }
@@ -71,31 +100,84 @@ impl RateState for TokenBucket {
         let need = cost.saturating_mul(limit.emission_interval_ns());
         // In GCRA's terms the bucket is full again at `tat`; the charge moves that to
         // max(tat, at) + need. Counted from `at`, or later while that is more than a full bucket away.
-        let tat = charged_tat(self.idle_at(limit), at, need);
+        let tat = charged_tat(self.idle_at_own(limit), at, need);
         let last = at.max(tat.saturating_sub(capacity));
-        *self = TokenBucket { tokens: capacity - (tat - last), last };
+        *self = TokenBucket::new(capacity - (tat - last), last, limit);
+        Ok(())
+    }
+
+    fn refund_own(&mut self, at: u64, decision: &Decision, limit: &Limit, cost: u64) {
+        if reserved_tat(at, decision, cost) == Some(self.idle_at_own(limit)) {
+            // Full again `cost * T` sooner, counted from the admission.
+            let capacity = limit.tolerance_ns();
+            let tat = self.idle_at_own(limit).saturating_sub(cost.saturating_mul(limit.emission_interval_ns()));
+            *self = TokenBucket::new(capacity - tat.saturating_sub(at).min(capacity), at, limit);
+        }
+    }
+
+    fn snapshot_own(&self, now: u64, limit: &Limit) -> Snapshot {
+        Snapshot { at: now, used: self.idle_at_own(limit).saturating_sub(now), previous: 0 }
+    }
+}
+
+impl RateState for TokenBucket {
+    fn idle(limit: &Limit) -> Self {
+        TokenBucket::new(limit.tolerance_ns(), 0, limit)
+    }
+
+    fn check(&mut self, now: u64, limit: &Limit, cost: u64) -> Result<Decision, Error> {
+        let mut bucket = self.under(now, limit);
+        let decision = bucket.check_own(now, limit, cost)?;
+        if decision.allowed && cost > 0 {
+            *self = bucket;
+        }
+        Ok(decision)
+    }
+
+    fn idle_at(&self, limit: &Limit) -> u64 {
+        let capacity = if self.capacity == 0 { limit.tolerance_ns() } else { self.capacity };
+        let full_at = self.last.saturating_add(capacity.saturating_sub(self.tokens));
+        // Read under a slower rate the bucket is full later, by at most MAX_AHEAD_NS past now.
+        if self.interval != 0 && self.interval < limit.emission_interval_ns() {
+            full_at.saturating_add(MAX_AHEAD_NS)
+        } else {
+            full_at
+        }
+    }
+
+    fn charge(&mut self, at: u64, limit: &Limit, cost: u64) -> Result<(), Error> {
+        if cost == 0 {
+            return Ok(());
+        }
+        let mut bucket = self.under(at, limit);
+        bucket.charge_own(at, limit, cost)?;
+        *self = bucket;
         Ok(())
     }
 
     fn refund(&mut self, at: u64, decision: &Decision, limit: &Limit, cost: u64) {
-        if reserved_tat(at, decision, cost) == Some(self.idle_at(limit)) {
-            // Full again `cost * T` sooner, counted from the admission.
-            let capacity = limit.tolerance_ns();
-            let tat = self.idle_at(limit).saturating_sub(cost.saturating_mul(limit.emission_interval_ns()));
-            *self = TokenBucket { tokens: capacity - tat.saturating_sub(at).min(capacity), last: at };
+        // Counted under another interval or capacity: not where it was counted (an under-grant).
+        if recorded_as(self.interval, limit.emission_interval_ns()) && recorded_as(self.capacity, limit.tolerance_ns())
+        {
+            let own = TokenBucket::new(self.tokens, self.last, limit);
+            let mut bucket = own;
+            bucket.refund_own(at, decision, limit, cost);
+            if bucket != own {
+                *self = bucket;
+            }
         }
     }
 
     fn snapshot(&self, now: u64, limit: &Limit) -> Snapshot {
-        Snapshot { at: now, used: self.idle_at(limit).saturating_sub(now), previous: 0 }
+        self.under(now, limit).snapshot_own(now, limit)
     }
 
     fn from_snapshot(limit: &Limit, snapshot: &Snapshot) -> Self {
         let capacity = limit.tolerance_ns();
         if snapshot.used <= capacity {
-            TokenBucket { tokens: capacity - snapshot.used, last: snapshot.at }
+            TokenBucket::new(capacity - snapshot.used, snapshot.at, limit)
         } else {
-            TokenBucket { tokens: 0, last: snapshot.at.saturating_add(snapshot.used - capacity) }
+            TokenBucket::new(0, snapshot.at.saturating_add(snapshot.used - capacity), limit)
         }
     }
 }
@@ -143,7 +225,7 @@ mod tests {
         let l = limit(Algorithm::TokenBucket, "10/s");
         let mut s = TokenBucket::idle(&l);
         s.charge(T0, &l, 12).unwrap();
-        assert_eq!(s, TokenBucket { tokens: 0, last: T0 + 200 * MS });
+        assert_eq!(s, TokenBucket::new(0, T0 + 200 * MS, &l));
         assert_eq!(s.check(T0, &l, 1).unwrap(), denied(10, 0, 300 * MS, 1200 * MS));
         assert!(s.check(T0 + 300 * MS, &l, 1).unwrap().allowed);
         assert_eq!(TokenBucket::from_snapshot(&l, &s.snapshot(T0 + 300 * MS, &l)), s);

@@ -10,7 +10,6 @@
 //! `holds`) is denied, charging nothing, as the Redis script denies it.
 
 use std::sync::RwLockWriteGuard;
-use std::sync::atomic::Ordering;
 
 use tollgate_core::{Algorithm, Decision, Limit, Snapshot, State, algorithm::Gcra};
 
@@ -20,34 +19,24 @@ use crate::remote::{CHARGES_REMEMBERED, Charge, Reply};
 use crate::table::Shard;
 use crate::{Check, StoreError, held_decision};
 
-/// A key's state while a call is decided: GCRA's bare TAT, or any other state.
+/// A key's state while a call is decided: GCRA's (a slot's TAT and interval), or any other.
 #[derive(Clone)]
 pub(super) enum Scratch {
-    Tat(u64),
+    Tat(Gcra),
     State(State),
 }
 
 impl Scratch {
     pub(super) fn check(&mut self, now: u64, limit: &Limit, cost: u64) -> Result<Decision, StoreError> {
         match self {
-            Scratch::Tat(tat) => {
-                let (decision, next) = Gcra::step(*tat, now, limit, cost)?;
-                if let Some(next) = next {
-                    *tat = next;
-                }
-                Ok(decision)
-            }
+            Scratch::Tat(gcra) => Ok(tollgate_core::RateState::check(gcra, now, limit, cost)?),
             Scratch::State(state) => Ok(state.check(now, limit, cost)?),
         }
     }
 
     pub(super) fn charge(&mut self, at: u64, limit: &Limit, cost: u64) -> Result<(), StoreError> {
         match self {
-            Scratch::Tat(tat) => {
-                let mut gcra = Gcra { tat: *tat };
-                tollgate_core::RateState::charge(&mut gcra, at, limit, cost)?;
-                *tat = gcra.tat;
-            }
+            Scratch::Tat(gcra) => tollgate_core::RateState::charge(gcra, at, limit, cost)?,
             Scratch::State(state) => state.charge(at, limit, cost)?,
         }
         Ok(())
@@ -55,7 +44,7 @@ impl Scratch {
 
     fn snapshot(&self, now: u64, limit: &Limit) -> Snapshot {
         match self {
-            Scratch::Tat(tat) => tollgate_core::RateState::snapshot(&Gcra { tat: *tat }, now, limit),
+            Scratch::Tat(gcra) => tollgate_core::RateState::snapshot(gcra, now, limit),
             Scratch::State(state) => state.snapshot(now, limit),
         }
     }
@@ -75,7 +64,11 @@ pub(super) type Guards<'l, S> = Vec<(usize, RwLockWriteGuard<'l, Shard<S>>)>;
 
 /// The idle state of `limit`'s algorithm.
 pub(super) fn fresh(limit: &Limit) -> Scratch {
-    if limit.algorithm() == Algorithm::Gcra { Scratch::Tat(0) } else { Scratch::State(State::idle(limit)) }
+    if limit.algorithm() == Algorithm::Gcra {
+        Scratch::Tat(Gcra::default())
+    } else {
+        Scratch::State(State::idle(limit))
+    }
 }
 
 impl MemoryStore {
@@ -242,7 +235,7 @@ impl MemoryStore {
             guard_of(&guards.0, self.gcra.shard_of(fp))
                 .slots
                 .find(fp, |s| s.fingerprint == fp)
-                .map(|s| Scratch::Tat(s.tat.load(Ordering::Acquire)))
+                .map(|s| Scratch::Tat(s.gcra()))
         } else {
             guard_of(&guards.1, self.states.shard_of(fp))
                 .slots
@@ -262,11 +255,11 @@ impl MemoryStore {
         keep: &[u64],
     ) {
         match state {
-            Scratch::Tat(tat) => {
+            Scratch::Tat(gcra) => {
                 let shard = guard_of_mut(&mut guards.0, self.gcra.shard_of(fp));
                 match shard.slots.find(fp, |s| s.fingerprint == fp) {
-                    Some(slot) => slot.tat.store(tat, Ordering::Release),
-                    None => self.gcra.insert(shard, GcraSlot::new(fp, tat), now, keep),
+                    Some(slot) => slot.set(gcra),
+                    None => self.gcra.insert(shard, GcraSlot::new(fp, gcra), now, keep),
                 }
             }
             Scratch::State(state) => {
@@ -294,7 +287,7 @@ impl MemoryStore {
     ) -> Option<Scratch> {
         if limit.algorithm() == Algorithm::Gcra {
             let slot = self.gcra.take(guard_of_mut(&mut guards.0, self.gcra.shard_of(fp)), fp)?;
-            Some(Scratch::Tat(slot.tat.load(Ordering::Acquire)))
+            Some(Scratch::Tat(slot.gcra()))
         } else {
             let slot = self.states.take(guard_of_mut(&mut guards.1, self.states.shard_of(fp)), fp)?;
             Some(Scratch::State(slot.state))

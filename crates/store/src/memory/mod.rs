@@ -1,8 +1,9 @@
 //! [`MemoryStore`]: the embedded in-memory store, tollgate's default.
 //!
-//! GCRA keys live in a table of 16-byte slots (fingerprint, TAT) whose TAT is an `AtomicU64`
-//! updated by a compare-and-swap loop under a shared (read) lock: checks of any keys never wait
-//! for each other. The six other algorithms keep their `State` in a table whose shard lock is
+//! GCRA keys live in a table of 24-byte slots (fingerprint, TAT, the emission interval the TAT is
+//! scheduled in) whose TAT is an `AtomicU64` updated by a compare-and-swap loop under a shared
+//! (read) lock: checks of any keys never wait for each other. A key checked under another rate
+//! (a changed limit) is rescheduled under the shard's write lock, which no such loop holds. The six other algorithms keep their `State` in a table whose shard lock is
 //! held for the few instructions of one step. Both tables are bounded in keys and in bytes (see
 //! [`table`]); both are locked for write, in a fixed order, only to insert, evict, or check
 //! several keys at once. Holds ([`Store::hold`]) live in a third table of the same kind (see
@@ -249,7 +250,8 @@ impl MemoryStore {
             let refunded = if check.limit.algorithm() == Algorithm::Gcra {
                 let shard = self.gcra.read(self.gcra.shard_of(fingerprint));
                 shard.slots.find(fingerprint, |s| s.fingerprint == fingerprint).is_some_and(|slot| {
-                    let mut gcra = Gcra { tat: slot.tat.load(std::sync::atomic::Ordering::Acquire) };
+                    // (A slot at another rate is refunded nothing: see `Gcra::refund`.)
+                    let mut gcra = slot.gcra();
                     let seen = gcra.tat;
                     tollgate_core::RateState::refund(&mut gcra, at, &decision, check.limit, check.cost);
                     // Only if no other admission moved the schedule meanwhile.
@@ -357,18 +359,28 @@ impl MemoryStore {
 
     fn check_gcra(&self, fingerprint: u64, limit: &Limit, cost: u64, now: u64) -> Result<Decision, StoreError> {
         let index = self.gcra.shard_of(fingerprint);
-        if let Some(slot) = self.gcra.read(index).slots.find(fingerprint, |s| s.fingerprint == fingerprint) {
+        if let Some(slot) = self.gcra.read(index).slots.find(fingerprint, |s| s.fingerprint == fingerprint)
+            && slot.at_rate_of(limit)
+        {
             return Ok(decide_gcra(&slot.tat, now, limit, cost)?);
         }
         // A key with no slot is idle: only an admission that consumes needs one.
-        let (decision, next) = Gcra::step(0, now, limit, cost)?;
-        let Some(tat) = next else { return Ok(decision) };
+        let mut idle = Gcra::default();
+        let decision = tollgate_core::RateState::check(&mut idle, now, limit, cost)?;
         let mut shard = self.gcra.write(index);
         if let Some(slot) = shard.slots.find(fingerprint, |s| s.fingerprint == fingerprint) {
-            // Another thread inserted it meanwhile: decide against its state instead.
-            return Ok(decide_gcra(&slot.tat, now, limit, cost)?);
+            // Inserted by another thread meanwhile, or scheduled at another rate (a changed
+            // limit): decide on it under the write lock, which no lock-free step holds.
+            let mut gcra = slot.gcra();
+            let decision = tollgate_core::RateState::check(&mut gcra, now, limit, cost)?;
+            if decision.allowed && cost > 0 {
+                slot.set(gcra);
+            }
+            return Ok(decision);
         }
-        self.gcra.insert(&mut shard, GcraSlot::new(fingerprint, tat), now, &[]);
+        if decision.allowed && cost > 0 {
+            self.gcra.insert(&mut shard, GcraSlot::new(fingerprint, idle), now, &[]);
+        }
         Ok(decision)
     }
 

@@ -6,15 +6,35 @@ use tollgate_core::{Decision, Error, Limit, State, algorithm::Gcra};
 
 use crate::table::Slot;
 
-/// A GCRA key: 16 bytes.
+/// A GCRA key: 24 bytes.
 pub(super) struct GcraSlot {
     pub(super) fingerprint: u64,
     pub(super) tat: AtomicU64,
+    /// The emission interval `tat` is scheduled in. Changed only under the shard's write lock,
+    /// so a decision under its read lock sees it fixed.
+    pub(super) interval: AtomicU64,
 }
 
 impl GcraSlot {
-    pub(super) fn new(fingerprint: u64, tat: u64) -> Self {
-        GcraSlot { fingerprint, tat: AtomicU64::new(tat) }
+    pub(super) fn new(fingerprint: u64, gcra: Gcra) -> Self {
+        GcraSlot { fingerprint, tat: AtomicU64::new(gcra.tat), interval: AtomicU64::new(gcra.interval) }
+    }
+
+    /// The slot's state.
+    pub(super) fn gcra(&self) -> Gcra {
+        Gcra { tat: self.tat.load(Ordering::Acquire), interval: self.interval.load(Ordering::Acquire) }
+    }
+
+    /// Whether its TAT is scheduled in `limit`'s emission interval (the lock-free step's case).
+    pub(super) fn at_rate_of(&self, limit: &Limit) -> bool {
+        let interval = self.interval.load(Ordering::Acquire);
+        interval == 0 || interval == limit.emission_interval_ns()
+    }
+
+    /// Stores `gcra` (under the shard's write lock).
+    pub(super) fn set(&self, gcra: Gcra) {
+        self.tat.store(gcra.tat, Ordering::Release);
+        self.interval.store(gcra.interval, Ordering::Release);
     }
 }
 
@@ -61,9 +81,9 @@ impl Slot for StateSlot {
     }
 }
 
-/// One GCRA decision on a shared TAT: read, decide, and publish the new TAT only if no other
-/// thread changed it meanwhile (otherwise decide again on the newer TAT). Denials and peeks
-/// write nothing.
+/// One GCRA decision on a shared TAT scheduled in `limit`'s emission interval (see
+/// [`GcraSlot::at_rate_of`]): read, decide, and publish the new TAT only if no other thread changed
+/// it meanwhile (otherwise decide again on the newer TAT). Denials and peeks write nothing.
 pub(super) fn decide_gcra(tat: &AtomicU64, now: u64, limit: &Limit, cost: u64) -> Result<Decision, Error> {
     let mut current = tat.load(Ordering::Acquire);
     loop {

@@ -92,6 +92,17 @@ local function muldiv(a, b, m)
   return a * qb + q, r
 end
 
+-- The bucket family's schedule end `tat` (relative ns) scheduled in emission interval `T`, seen at
+-- `at` under p.T (tollgate-core's `rescaled_tat`): the units still ahead of `at` scheduled in
+-- p.T, rounded up to the ns, at most MAX_AHEAD ahead, so a changed rate keeps what was spent.
+-- `tat` itself when T is p.T, unknown (0: written before it was recorded) or nothing is ahead.
+local function rescaled_tat(tat, T, p, at)
+  if T == 0 or T == p.T or tat <= at then return tat end
+  local q, r = muldiv(tat - at, p.T, T)
+  if r > 0 then q = q + 1 end
+  return at + math.min(q, MAX_AHEAD)
+end
+
 -- (S * BILLION) mod p, by window length, for the second S it was computed in: the long
 -- multiplication runs once per second and length (a Function's library lives across calls; under
 -- EVAL the table is new each call). Bounded: cleared when it holds 64 lengths.
