@@ -77,9 +77,14 @@ fn a_raised_limit_applies_at_once() {
     }
 }
 
-/// Two bucket limits (any rate and burst) and a trace switching between them: (gap in ns, cost,
-/// which limit), with charges now and then.
-fn bucket_trace() -> impl Strategy<Value = ((u64, u64, u64, u64), Vec<(u64, u64, bool, bool)>)> {
+/// Two bucket limits' counts and bursts (`count_a, count_b, burst_a, burst_b`).
+type TwoBuckets = (u64, u64, u64, u64);
+/// A step: gap in ns, cost, under the second limit, a charge rather than a check.
+type Step = (u64, u64, bool, bool);
+
+/// Two bucket limits (any rate and burst) and a trace switching between them, with charges now
+/// and then.
+fn bucket_trace() -> impl Strategy<Value = (TwoBuckets, Vec<Step>)> {
     let limits = (1u64..=20, 1u64..=20, 1u64..=25, 1u64..=25);
     let step = (
         prop_oneof![2 => Just(0u64), 3 => 0u64..=400, 1 => 0u64..=20_000],
