@@ -13,7 +13,7 @@ const ORIGIN: u64 = 1_700_000_000_000_000_000;
 /// and slices (a window's count is what it spent; another period is another window).
 fn two_limits() -> impl Strategy<Value = (Limit, Limit)> {
     let algorithm = proptest::sample::select(Algorithm::ALL.to_vec());
-    (algorithm, 1u64..=6, 20u64..=3000, (1u64..=40, 1u64..=40, 1u64..=40, 1u64..=40), 1u64..=4, 1u64..=100).prop_map(
+    (algorithm, 1u64..=6, 40u64..=3000, (1u64..=40, 1u64..=40, 1u64..=40, 1u64..=40), 1u64..=4, 1u64..=100).prop_map(
         |(algorithm, slices, unit, (count_a, count_b, burst_a, burst_b), periods_a, periods_b)| {
             let build = |count: u64, burst: u64, periods: u64| {
                 let mut builder = Limit::builder(count, std::time::Duration::from_nanos(slices * unit * periods))
