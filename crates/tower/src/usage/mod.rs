@@ -15,8 +15,8 @@
 //!   last event (`response.completed`). An event past [`MAX_EVENT_BYTES`] is unread.
 //!
 //! The estimate a request reserves may be read from its JSON body ([`RequestValues`]). A front
-//! end may ask an OpenAI stream for the usage its client did not ask for ([`ask_for_stream_usage`],
-//! [`UsageAsked`]): the usage-only chunk is then taken out of what the client gets (see `asked`).
+//! end may ask an OpenAI chat completions stream for the usage its client did not ask for
+//! ([`takes_stream_usage_option`], [`ask_for_stream_usage`], [`UsageAsked`]): the usage-only chunk is then taken out of what the client gets (see `asked`).
 //!
 //! The request's reservations are settled when the body ends (before the end is passed on: a
 //! client that read the whole response sees its cost counted), or when the body is dropped
@@ -35,7 +35,7 @@ mod body;
 pub mod events;
 mod scan;
 
-pub use asked::{UsageAsked, ask_for_stream_usage};
+pub use asked::{UsageAsked, ask_for_stream_usage, takes_stream_usage_option};
 pub use body::{MAX_READ_ON, MAX_READ_ON_BYTES, Metered};
 pub use events::MAX_EVENT_BYTES;
 pub use scan::MAX_USAGE_BYTES;
