@@ -14,9 +14,9 @@
 //!   object: of a JSON body, its top-level `usage` (OpenAI chat completions:
 //!   `prompt_tokens`, `completion_tokens`, `total_tokens`; Anthropic messages: `input_tokens`,
 //!   `output_tokens`); of a `text/event-stream` body, the last value of `FIELD` among its events'
-//!   `usage` (or `message.usage`) objects: OpenAI's last chunk with
+//!   `usage` (or `message.usage`, `response.usage`) objects: OpenAI's last chunk with
 //!   `stream_options.include_usage`, Anthropic's `message_start` then its cumulative
-//!   `message_delta`s.
+//!   `message_delta`s, the Responses API's `response.completed`.
 //! - `response.header.NAME`: a response header holding the cost as a decimal integer.
 //!
 //! The request reserves `estimate` (all or nothing with its other limits); the response settles

@@ -112,6 +112,10 @@ async fn openai(headers: HeaderMap, body: Bytes) -> Response {
 async fn anthropic(headers: HeaderMap, body: Bytes) -> Response {
     let request: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(request["stream"], true, "the tests stream");
+    // As Anthropic's API does, a field it does not know is refused.
+    if let Some(extra) = request.as_object().unwrap().keys().find(|k| !ANTHROPIC_FIELDS.contains(&k.as_str())) {
+        return refused(&format!("{extra}: Extra inputs are not permitted"));
+    }
     let (input, output) = counts(&headers);
     let event = |name: &str, data: Value| format!("event: {name}\r\ndata: {data}\r\n\r\n");
     let events = vec![
@@ -147,8 +151,59 @@ async fn anthropic(headers: HeaderMap, body: Bytes) -> Response {
     streamed(events, hang)
 }
 
+/// The request fields the tests' Anthropic requests use (the real API knows more, and refuses
+/// any it does not know).
+const ANTHROPIC_FIELDS: [&str; 5] = ["model", "max_tokens", "messages", "stream", "system"];
+
+/// A 400 `invalid_request_error`, as Anthropic and OpenAI say it.
+fn refused(message: &str) -> Response {
+    let error = serde_json::json!({"type": "error", "error": {"type": "invalid_request_error", "message": message}});
+    Response::builder()
+        .status(400)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(error.to_string()))
+        .unwrap()
+}
+
+/// `POST /v1/responses`, OpenAI's Responses API, streamed: typed events, the usage in the last
+/// one's `response` (sent unasked), no `[DONE]`; its `stream_options` knows no `include_usage`.
+async fn responses(headers: HeaderMap, body: Bytes) -> Response {
+    let request: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(request["stream"], true, "the tests stream");
+    if request["stream_options"].get("include_usage").is_some() {
+        return refused("Unknown parameter: 'stream_options.include_usage'.");
+    }
+    let (input, output) = counts(&headers);
+    let event = |name: &str, data: Value| format!("event: {name}\ndata: {data}\n\n");
+    let response = |status: &str, usage: Value| {
+        serde_json::json!({"id": "resp_1", "object": "response", "status": status, "model": request["model"],
+            "output": [], "usage": usage})
+    };
+    let usage = serde_json::json!({"input_tokens": input, "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": output, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": input + output});
+    let events = vec![
+        event(
+            "response.created",
+            serde_json::json!({"type": "response.created", "sequence_number": 0, "response": response("in_progress", Value::Null)}),
+        ),
+        event(
+            "response.output_text.delta",
+            serde_json::json!({"type": "response.output_text.delta", "sequence_number": 1, "item_id": "msg_1",
+                "output_index": 0, "content_index": 0, "delta": "Hello"}),
+        ),
+        event(
+            "response.completed",
+            serde_json::json!({"type": "response.completed", "sequence_number": 2, "response": response("completed", usage)}),
+        ),
+    ];
+    streamed(events, false)
+}
+
 async fn upstream() -> String {
-    let app = Router::new().route("/v1/chat/completions", post(openai)).route("/v1/messages", post(anthropic));
+    let app = Router::new()
+        .route("/v1/chat/completions", post(openai))
+        .route("/v1/messages", post(anthropic))
+        .route("/v1/responses", post(responses));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -324,5 +379,25 @@ async fn a_cost_read_from_a_response_header_settles_the_estimate() {
     call(&proxy, "/v1/chat/completions", "k5", "1,1", r#"{"model":"gpt-4o","messages":[],"stream":true}"#).await;
     let (_, field, _) = call(&proxy, "/v1/chat/completions", "k5", "0,0", plain).await;
     assert_eq!(field, "\"tokens\";r=550", "1000 - 250 - 0 - 100 kept - 100 reserved");
+    proxy.stop().await;
+}
+
+const RESPONSES: &str = "[[rules]]\nname = \"tokens\"\nlimit = \"1000/1h\"\nalgorithm = \"fixed-window\"\n\
+     key = [\"header:x-api-key\"]\ncost = \"response.usage.total_tokens\"\nestimate = 100\n";
+
+/// A streamed request to OpenAI's Responses API reaches it as the client sent it (that API
+/// refuses `stream_options.include_usage`, and says its usage unasked), and is charged the
+/// `total_tokens` its `response.completed` event says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_responses_api_stream_is_passed_on_as_sent_and_charged_what_its_last_event_said() {
+    let up = upstream().await;
+    let proxy = start(common::manual_config(), &up, RESPONSES).await;
+    let body = r#"{"model":"gpt-4.1","input":"Hi","stream":true}"#;
+    let (status, field, text) = call(&proxy, "/v1/responses", "k6", "36,87", body).await;
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("\"total_tokens\":123") && text.contains("response.completed"), "{text}");
+    assert_eq!(field, "\"tokens\";r=900", "its own estimate reserved");
+    let (_, field, _) = call(&proxy, "/v1/responses", "k6", "1,1", body).await;
+    assert_eq!(field, "\"tokens\";r=777", "1000 - 123 said - 100 reserved");
     proxy.stop().await;
 }

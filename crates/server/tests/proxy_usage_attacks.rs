@@ -75,8 +75,8 @@ fn gzip(bytes: &[u8]) -> Vec<u8> {
 /// costs 900, answered after a second; `/big` costs 900 with 2 MiB of content (`"n": 128` or
 /// `logprobs` make such bodies); `/late-body` costs 900, its head sent at once and its body a
 /// second later; `/cut-stream` is an Anthropic-shaped stream ended by an `error` event after
-/// `message_start` (which says `total_tokens: 1`); `/stream` is an OpenAI stream that costs 900,
-/// with its usage chunk only when the request asks for it; `/long-stop` is an Anthropic stream
+/// `message_start` (which says `total_tokens: 1`); `/stream/chat/completions` is an OpenAI chat
+/// completions stream that costs 900, with its usage chunk only when the request asks for it; `/long-stop` is an Anthropic stream
 /// whose `message_delta` (900 tokens) echoes a 70 KiB stop sequence; `/huge` costs 5000; `/overloaded` is a 503 that used nothing.
 async fn upstream() -> String {
     let app = Router::new()
@@ -127,7 +127,7 @@ async fn upstream() -> String {
             }),
         )
         .route(
-            "/stream",
+            "/stream/chat/completions",
             post(|body: bytes::Bytes| async move {
                 // OpenAI's stream: the usage in a last chunk only when the request asks for it.
                 let request: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
@@ -357,10 +357,11 @@ async fn a_stream_that_does_not_ask_for_its_usage_is_charged_what_it_used() {
     let up = upstream().await;
     let proxy = start(&up).await;
     let asked = r#"{"model":"gpt-4o","stream":true,"stream_options":{"include_usage":true}}"#;
-    let (status, _) = call_with(&proxy, "/stream", "asked", asked, &[]).await;
+    let (status, _) = call_with(&proxy, "/stream/chat/completions", "asked", asked, &[]).await;
     assert_eq!(status, 200);
     assert_eq!(left(&proxy, "asked").await, "\"tokens\";r=4000", "the usage asked for: 5000 - 900 - 100 reserved");
-    let (status, _) = call_with(&proxy, "/stream", "silent", r#"{"model":"gpt-4o","stream":true}"#, &[]).await;
+    let (status, _) =
+        call_with(&proxy, "/stream/chat/completions", "silent", r#"{"model":"gpt-4o","stream":true}"#, &[]).await;
     assert_eq!(status, 200);
     let seen = left(&proxy, "silent").await;
     assert_eq!(
@@ -381,7 +382,7 @@ async fn the_usage_chunk_the_proxy_asked_for_is_not_passed_on() {
         let args = [
             "-X",
             "POST",
-            &proxy.url("/stream"),
+            &proxy.url("/stream/chat/completions"),
             "-H",
             &format!("x-api-key: {key}"),
             "-H",

@@ -84,15 +84,15 @@ async fn every_command_answers_its_own_usage() {
     let cases: &[(&[&str], &str)] = &[
         (
             &["TG.RESET", "user123"],
-            "-ERR Usage: TG.RESET <key> <algorithm> <count> <period_ms> [BURST <b>] [SLICES <s>]",
+            "-ERR Usage: TG.RESET <key> <algorithm> <count> <period_ms|day|week|month|year> [BURST <b>] [SLICES <s>] [TZ <zone>]",
         ),
         (
             &["TG.PEEK", "k", "gcra"],
-            "-ERR Usage: TG.PEEK <key> <algorithm> <count> <period_ms> [BURST <b>] [SLICES <s>]",
+            "-ERR Usage: TG.PEEK <key> <algorithm> <count> <period_ms|day|week|month|year> [BURST <b>] [SLICES <s>] [TZ <zone>]",
         ),
         (
             &["tg.check", "k"],
-            "-ERR Usage: TG.CHECK <key> <algorithm> <count> <period_ms> [BURST <b>] [SLICES <s>] [COST <c>]",
+            "-ERR Usage: TG.CHECK <key> <algorithm> <count> <period_ms|day|week|month|year> [BURST <b>] [SLICES <s>] [COST <c>] [TZ <zone>]",
         ),
         (&["TG.LIMIT", "api"], "-ERR Usage: TG.LIMIT <name> <key> [COST <c>]"),
         (&["TG.LIMIT"], "-ERR Usage: TG.LIMIT <name> <key> [COST <c>]"),
@@ -165,12 +165,15 @@ async fn options_are_checked_by_name_for_each_command() {
     );
     let with = |head: &[&'static str], tail: &[&'static str]| -> Vec<&'static str> { [head, tail].concat() };
     let cases: Vec<(Vec<&str>, &str)> = vec![
-        (with(peek, &["COST", "3"]), "-ERR TG.PEEK takes no COST (a peek never consumes); options: BURST, SLICES"),
-        (with(peek, &["cost", "3"]), "-ERR TG.PEEK takes no COST (a peek never consumes); options: BURST, SLICES"),
-        (with(reset, &["COST", "3"]), "-ERR TG.RESET takes no COST (a reset consumes nothing); options: BURST, SLICES"),
-        (with(check, &["FOO", "1"]), "-ERR unknown option FOO for TG.CHECK; options: BURST, SLICES, COST"),
-        (with(peek, &["FOO", "1"]), "-ERR unknown option FOO for TG.PEEK; options: BURST, SLICES"),
-        (with(reset, &["FOO", "1"]), "-ERR unknown option FOO for TG.RESET; options: BURST, SLICES"),
+        (with(peek, &["COST", "3"]), "-ERR TG.PEEK takes no COST (a peek never consumes); options: BURST, SLICES, TZ"),
+        (with(peek, &["cost", "3"]), "-ERR TG.PEEK takes no COST (a peek never consumes); options: BURST, SLICES, TZ"),
+        (
+            with(reset, &["COST", "3"]),
+            "-ERR TG.RESET takes no COST (a reset consumes nothing); options: BURST, SLICES, TZ",
+        ),
+        (with(check, &["FOO", "1"]), "-ERR unknown option FOO for TG.CHECK; options: BURST, SLICES, COST, TZ"),
+        (with(peek, &["FOO", "1"]), "-ERR unknown option FOO for TG.PEEK; options: BURST, SLICES, TZ"),
+        (with(reset, &["FOO", "1"]), "-ERR unknown option FOO for TG.RESET; options: BURST, SLICES, TZ"),
         (with(limit, &["FOO", "1"]), "-ERR unknown option FOO for TG.LIMIT; options: COST"),
         (
             with(limit, &["BURST", "3"]),
@@ -182,19 +185,66 @@ async fn options_are_checked_by_name_for_each_command() {
         (with(check, &["COST"]), "-ERR COST needs a value: TG.CHECK ... COST <c>"),
         (with(check, &["BURST", "2", "SLICES"]), "-ERR SLICES needs a value: TG.CHECK ... SLICES <s>"),
         (with(limit, &["COST"]), "-ERR COST needs a value: TG.LIMIT ... COST <c>"),
-        (with(check, &["FOO"]), "-ERR unknown option FOO for TG.CHECK; options: BURST, SLICES, COST"),
-        (with(peek, &["COST"]), "-ERR TG.PEEK takes no COST (a peek never consumes); options: BURST, SLICES"),
+        (with(check, &["FOO"]), "-ERR unknown option FOO for TG.CHECK; options: BURST, SLICES, COST, TZ"),
+        (with(peek, &["COST"]), "-ERR TG.PEEK takes no COST (a peek never consumes); options: BURST, SLICES, TZ"),
     ];
     for (args, wanted) in &cases {
         assert_eq!(con.ask(args), *wanted, "{args:?}");
     }
     // Arguments are read before options: a missing period is named, not taken for an option.
-    assert_eq!(con.ask(&["TG.CHECK", "k", "gcra", "10", "BURST", "5"]), "-ERR period_ms must be an integer, got BURST");
+    assert_eq!(
+        con.ask(&["TG.CHECK", "k", "gcra", "10", "BURST", "5"]),
+        "-ERR period_ms must be an integer, got BURST (or day, week, month, year)"
+    );
     assert_eq!(con.ask(&with(check, &["BURST", "x"])), "-ERR BURST must be an integer, got x");
     // The options that are taken still work, in any case and order.
     assert_eq!(con.ask(&with(check, &["cost", "2", "Burst", "4"])), "[:1, :4, :2, :0, :200]");
     assert_eq!(con.ask(&with(peek, &["BURST", "4"])), "[:1, :4, :2, :0, :200]");
     assert_eq!(con.ask(&with(limit, &["COST", "2"])), "[:1, :5, :3, :0, :24000]");
+    server.stop().await;
+}
+
+/// An ad-hoc limit per calendar period: `TG.CHECK k fixed-window 2 month TZ Europe/Berlin`
+/// decides as the rules file's `limit = "2/month"`, `tz = "Europe/Berlin"` (the same reply,
+/// its reset at Berlin's next first of the month); `TG.PEEK` and `TG.RESET` take it too, and what
+/// a calendar period cannot be is refused in the limit's words.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_calendar_period_is_taken_in_place_of_milliseconds() {
+    let server = Server::start(with_rules(
+        "[limits.monthly]\nlimit = \"2/month\"\nalgorithm = \"sliding-window\"\ntz = \"Europe/Berlin\"\n",
+    ))
+    .await;
+    let mut con = Conn::open(&server);
+    let adhoc = ["TG.CHECK", "a", "sliding-window", "2", "Month", "TZ", "Europe/Berlin"];
+    for _ in 0..3 {
+        assert_eq!(con.ask(&adhoc), con.ask(&["TG.LIMIT", "monthly", "n"]));
+    }
+    assert_eq!(
+        con.ask(&["TG.PEEK", "a", "sliding-window", "2", "month", "TZ", "Europe/Berlin"]),
+        con.ask(&["TG.LIMIT", "monthly", "n", "COST", "0"])
+    );
+    assert_eq!(con.ask(&["TG.RESET", "a", "sliding-window", "2", "month", "tz", "Europe/Berlin"]), "+OK");
+    assert!(con.ask(&adhoc).starts_with("[:1, :2, :1,"), "reset");
+    // UTC unless a zone is named: its month ends at another instant than Berlin's.
+    let utc = con.ask(&["TG.CHECK", "u", "fixed-window", "2", "month"]);
+    let berlin = con.ask(&["TG.CHECK", "b", "fixed-window", "2", "month", "TZ", "Europe/Berlin"]);
+    let fresh = "[:1, :2, :1, :0, :";
+    assert!(utc.starts_with(fresh) && berlin.starts_with(fresh) && utc != berlin, "{utc} {berlin}");
+    for (args, wanted) in [
+        (&["TG.CHECK", "k", "gcra", "2", "month"][..], "calendar"),
+        (&["TG.CHECK", "k", "fixed-window", "2", "1000", "TZ", "Europe/Berlin"], "not to a fixed length"),
+        (&["TG.CHECK", "k", "fixed-window", "2", "month", "TZ", "Mars/Olympus"], "Mars/Olympus"),
+        (&["TG.CHECK", "k", "fixed-window", "2", "month", "TZ", "UTC", "TZ", "UTC"], "TZ given twice"),
+        (&["TG.LIMIT", "monthly", "k", "TZ", "UTC"], "TG.LIMIT takes no TZ"),
+        (&["TG.CHECK", "k", "fixed-window", "2", "fortnight"], "period_ms must be an integer, got fortnight (or day"),
+    ] {
+        let reply = con.ask(args);
+        assert!(reply.starts_with("-ERR") && reply.contains(wanted), "{args:?}: {reply}");
+    }
+    let long = "Z".repeat(65);
+    let reply = con.ask(&["TG.CHECK", "k", "fixed-window", "2", "month", "TZ", &long]);
+    assert!(reply.starts_with("-ERR TZ must be an IANA time zone name (at most 64 bytes)"), "{reply}");
+    assert_eq!(con.ask(&["PING"]), "+PONG", "the connection goes on");
     server.stop().await;
 }
 

@@ -36,7 +36,9 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tollgate_edge as edge;
 use tollgate_tower::Quarantine;
-use tollgate_tower::usage::{MAX_JSON_BYTES, ReadsResponse, UsageAsked, ask_for_stream_usage};
+use tollgate_tower::usage::{
+    MAX_JSON_BYTES, ReadsResponse, UsageAsked, ask_for_stream_usage, takes_stream_usage_option,
+};
 
 use crate::http::held::WriteTimeout;
 use crate::proxy::body::{Side, Timed, Watched, too_slow};
@@ -123,7 +125,7 @@ pub(crate) async fn forward(State(upstream): State<Arc<Upstream>>, mut request: 
         // Its response is read for what it cost (LLM tokens), which an encoded body hides: the
         // upstream's compression is given up on such requests.
         parts.headers.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("identity"));
-        if reads.usage {
+        if reads.usage && takes_stream_usage_option(parts.uri.path()) {
             (body, usage_asked) = match ask_for_usage(&mut parts.headers, body).await {
                 Ok(asked) => asked,
                 Err(error) => return client_error(&error),

@@ -16,6 +16,16 @@ use super::MAX_EVENT_BYTES;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UsageAsked;
 
+/// Whether a request to `path` may be asked for its stream's usage: OpenAI's chat completions and
+/// (legacy) completions, as OpenAI-compatible servers (vLLM, LiteLLM, Azure's deployments)
+/// serve them, at a path ending `/completions`. Other APIs refuse the option (Anthropic's
+/// messages: "Extra inputs are not permitted"; OpenAI's Responses API: "Unknown parameter"), and
+/// say their usage unasked.
+#[must_use]
+pub fn takes_stream_usage_option(path: &str) -> bool {
+    path.trim_end_matches('/').ends_with("/completions")
+}
+
 /// `body`, a JSON request that asks for a stream (`"stream": true`) without its usage, with
 /// `stream_options.include_usage` set (its other `stream_options` kept); `None` for any other
 /// body (not JSON, not streamed, or asking for its usage already).

@@ -1,7 +1,8 @@
 //! A `text/event-stream` body read event by event (the WHATWG server-sent events grammar): lines
 //! end with CRLF, LF or CR, `:` starts a comment, an event's `data:` lines join with `\n`, and a
 //! blank line dispatches it. Each event's data is read for its `usage` (see [`Usage::merge`]),
-//! and for the stream's end: OpenAI's `data: [DONE]`, Anthropic's `message_stop`.
+//! and for the stream's end: OpenAI's `data: [DONE]`, Anthropic's `message_stop`, the Responses
+//! API's `response.completed` (or `.incomplete`, `.failed`).
 //!
 //! Bounded: a line or an event's data past [`MAX_EVENT_BYTES`] is not kept (that event is not
 //! read; the rest of the stream is, but its counts are no longer final: the skipped event may
@@ -111,13 +112,20 @@ impl Events {
                 // Only events that may say something are parsed (a token chunk is not).
                 if let Ok(value) = serde_json::from_slice::<serde_json::Value>(data) {
                     usage.merge(&value);
-                    self.ended |= value.get("type").and_then(serde_json::Value::as_str) == Some("message_stop");
+                    self.ended |= value.get("type").and_then(serde_json::Value::as_str).is_some_and(is_last_event);
                 }
             }
         }
         self.data = data;
         self.data.clear();
     }
+}
+
+/// The types of a stream's last event: Anthropic's `message_stop`; the Responses API's
+/// `response.completed`, `response.incomplete` (cut by a token limit) and `response.failed`, each
+/// carrying the response with its final usage (the Responses API sends no `[DONE]`).
+fn is_last_event(kind: &str) -> bool {
+    matches!(kind, "message_stop" | "response.completed" | "response.incomplete" | "response.failed")
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {

@@ -11,11 +11,12 @@
 //! - `text/event-stream` (streamed; see [`events`]): the last value of each field among the
 //!   events' `usage` objects (or `message.usage`): OpenAI's last chunk before `data: [DONE]`
 //!   (with `stream_options.include_usage`), Anthropic's `message_start` (`input_tokens`) and its
-//!   cumulative `message_delta`s (`output_tokens`). An event past [`MAX_EVENT_BYTES`] is unread.
+//!   cumulative `message_delta`s (`output_tokens`), the `response.usage` of the Responses API's
+//!   last event (`response.completed`). An event past [`MAX_EVENT_BYTES`] is unread.
 //!
 //! The estimate a request reserves may be read from its JSON body ([`RequestValues`]). A front
-//! end may ask an OpenAI stream for the usage its client did not ask for ([`ask_for_stream_usage`],
-//! [`UsageAsked`]): the usage-only chunk is then taken out of what the client gets (see `asked`).
+//! end may ask an OpenAI chat completions stream for the usage its client did not ask for
+//! ([`takes_stream_usage_option`], [`ask_for_stream_usage`], [`UsageAsked`]): the usage-only chunk is then taken out of what the client gets (see `asked`).
 //!
 //! The request's reservations are settled when the body ends (before the end is passed on: a
 //! client that read the whole response sees its cost counted), or when the body is dropped
@@ -34,7 +35,7 @@ mod body;
 pub mod events;
 mod scan;
 
-pub use asked::{UsageAsked, ask_for_stream_usage};
+pub use asked::{UsageAsked, ask_for_stream_usage, takes_stream_usage_option};
 pub use body::{MAX_READ_ON, MAX_READ_ON_BYTES, Metered};
 pub use events::MAX_EVENT_BYTES;
 pub use scan::MAX_USAGE_BYTES;
@@ -104,11 +105,12 @@ impl Usage {
         self.fields.iter().find(|(f, _)| f == field).map(|&(_, v)| v)
     }
 
-    /// Takes the integer fields of `value`'s `usage` object, and of its `message.usage`
-    /// (Anthropic's `message_start`), over those seen before.
+    /// Takes the integer fields of `value`'s `usage` object, of its `message.usage` (Anthropic's
+    /// `message_start`) and of its `response.usage` (OpenAI's Responses API events), over those
+    /// seen before.
     pub(crate) fn merge(&mut self, value: &serde_json::Value) {
-        let message = value.get("message").and_then(|m| m.get("usage"));
-        for usage in [message, value.get("usage")].into_iter().flatten() {
+        let nested = |outer: &str| value.get(outer).and_then(|m| m.get("usage"));
+        for usage in [nested("message"), nested("response"), value.get("usage")].into_iter().flatten() {
             self.merge_usage(usage);
         }
     }

@@ -41,6 +41,26 @@ const ANTHROPIC_STREAM: &str = concat!(
     "data: {\"type\":\"message_stop\"}\n\n",
 );
 
+/// An OpenAI Responses API stream (`POST /v1/responses` with `stream: true`): typed events, the
+/// usage inside the `response` of the last one (`response.completed`), and no `[DONE]`.
+const RESPONSES_STREAM: &str = concat!(
+    "event: response.created\n",
+    "data: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_1\",",
+    "\"object\":\"response\",\"created_at\":1,\"status\":\"in_progress\",\"model\":\"gpt-4.1\",",
+    "\"output\":[],\"usage\":null}}\n\n",
+    "event: response.in_progress\n",
+    "data: {\"type\":\"response.in_progress\",\"sequence_number\":1,\"response\":{\"id\":\"resp_1\",",
+    "\"object\":\"response\",\"status\":\"in_progress\",\"output\":[],\"usage\":null}}\n\n",
+    "event: response.output_text.delta\n",
+    "data: {\"type\":\"response.output_text.delta\",\"sequence_number\":4,\"item_id\":\"msg_1\",",
+    "\"output_index\":0,\"content_index\":0,\"delta\":\"Hello\"}\n\n",
+    "event: response.completed\n",
+    "data: {\"type\":\"response.completed\",\"sequence_number\":8,\"response\":{\"id\":\"resp_1\",",
+    "\"object\":\"response\",\"status\":\"completed\",\"output\":[],\"usage\":{\"input_tokens\":36,",
+    "\"input_tokens_details\":{\"cached_tokens\":0},\"output_tokens\":87,",
+    "\"output_tokens_details\":{\"reasoning_tokens\":0},\"total_tokens\":123}}}\n\n",
+);
+
 const OPENAI_JSON: &str = "{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion\",\"choices\":[{\"index\":0,\
     \"message\":{\"role\":\"assistant\",\"content\":\"Hello\"},\"finish_reason\":\"stop\"}],\
     \"usage\":{\"prompt_tokens\":9,\"completion_tokens\":12,\"total_tokens\":21}}";
@@ -80,6 +100,15 @@ fn every_split(content_type: &str, body: &str, fields: &[&str]) -> Vec<Option<u6
 fn an_openai_stream_says_its_usage_in_its_last_chunk() {
     let fields = ["prompt_tokens", "completion_tokens", "total_tokens", "cached_tokens"];
     assert_eq!(every_split("text/event-stream", OPENAI_STREAM, &fields), [Some(19), Some(10), Some(29), None]);
+}
+
+#[test]
+fn an_openai_responses_stream_says_its_usage_in_its_completed_event() {
+    let fields = ["input_tokens", "output_tokens", "total_tokens", "reasoning_tokens"];
+    assert_eq!(every_split("text/event-stream", RESPONSES_STREAM, &fields), [Some(36), Some(87), Some(123), None]);
+    let cut = RESPONSES_STREAM.find("event: response.completed").unwrap();
+    let cut = read("text/event-stream", &[&RESPONSES_STREAM.as_bytes()[..cut]]);
+    assert_eq!((cut.usage().get("total_tokens"), cut.whole()), (None, false), "a stream cut before its last event");
 }
 
 #[test]

@@ -5,9 +5,9 @@
 //! | command | reply |
 //! |---|---|
 //! | `CL.THROTTLE key max_burst count period [quantity]` | redis-cell's `[limited, limit, remaining, retry_after_s or -1, reset_after_s]` |
-//! | `TG.CHECK key algorithm count period_ms [BURST b] [SLICES s] [COST c]` | `[allowed 1/0, limit, remaining, retry_after_ms, reset_after_ms]` |
-//! | `TG.PEEK key algorithm count period_ms [BURST b] [SLICES s]` | the same, consuming nothing |
-//! | `TG.RESET key algorithm count period_ms [BURST b] [SLICES s]` | `+OK` |
+//! | `TG.CHECK key algorithm count period [BURST b] [SLICES s] [COST c] [TZ zone]` (period: ms, or `day`, `week`, `month`, `year`) | `[allowed 1/0, limit, remaining, retry_after_ms, reset_after_ms]` |
+//! | `TG.PEEK key algorithm count period [BURST b] [SLICES s] [TZ zone]` | the same, consuming nothing |
+//! | `TG.RESET key algorithm count period [BURST b] [SLICES s] [TZ zone]` | `+OK` |
 //! | `TG.LIMIT name key [COST c]` | as `TG.CHECK`, under the config's named limit |
 //! | `TG.RESERVE key estimate ttl_ms name [name ...]` | as `TG.CHECK`, then the reservation's id (null if denied) and deadline_ms |
 //! | `TG.SETTLE id actual` | `[estimate, actual]`, or `SETTLED`, `EXPIRED`, `NORESERVATION` errors |

@@ -1,4 +1,4 @@
-//! tollgate's own commands: every algorithm, millisecond periods, options, named limits.
+//! tollgate's own commands: every algorithm, millisecond or calendar periods, options, named limits.
 //! Replies: `[allowed 1/0, limit, remaining, retry_after_ms, reset_after_ms]`, durations rounded up.
 
 use std::time::Duration;
@@ -35,23 +35,35 @@ pub struct Named<'a> {
     cost: u64,
 }
 
-/// `key algorithm count period_ms [options]` under `syntax`: the key, the limit (built by
-/// [`LimitSpec`]) and the cost (1 unless given).
+/// The calendar periods a `TG.*` command takes in place of milliseconds.
+const CALENDAR_UNITS: [&str; 4] = ["day", "week", "month", "year"];
+
+/// `key algorithm count period [options]` under `syntax`: the key, the limit (built by
+/// [`LimitSpec`]) and the cost (1 unless given). The period is milliseconds, or a calendar unit
+/// (`day`, `week`, `month`, `year`) in the `TZ` option's zone (UTC by default).
 fn parse<'a>(syntax: &Syntax, args: &[&'a [u8]]) -> Result<(Keyed<'a>, u64), String> {
     let (positional, rest) = syntax.split(args)?;
-    let &[key, algorithm, per_period, period_ms] = positional else { return Err(syntax.usage.into()) };
+    let &[key, algorithm, per_period, period] = positional else { return Err(syntax.usage.into()) };
     let algorithm: Algorithm = text(algorithm, "the algorithm")?.parse().map_err(|e| format!("ERR {e}"))?;
     let per_period = integer_arg(per_period, "count", 1)?;
-    let period_ms = integer_arg(period_ms, "period_ms", 1)?;
+    let unit = CALENDAR_UNITS.into_iter().find(|unit| period.eq_ignore_ascii_case(unit.as_bytes()));
+    let period_ms = match unit {
+        Some(_) => None,
+        None => Some(integer_arg(period, "period_ms", 1).map_err(|e| format!("{e} (or day, week, month, year)"))?),
+    };
     let options = syntax.options(rest)?;
     let spec = LimitSpec {
         algorithm: Some(algorithm),
-        limit: None,
+        limit: unit.map(|unit| format!("{per_period}/{unit}")),
         burst: options.get(Opt::Burst),
         slices: options.get(Opt::Slices),
-        tz: None,
+        tz: options.tz().map(str::to_string),
     };
-    let limit = spec.build_rate(per_period, Duration::from_millis(period_ms)).map_err(|e| format!("ERR {e}"))?;
+    let limit = match period_ms {
+        Some(ms) => spec.build_rate(per_period, Duration::from_millis(ms)),
+        None => spec.build(),
+    };
+    let limit = limit.map_err(|e| format!("ERR {e}"))?;
     Ok((Keyed { key, limit }, options.get(Opt::Cost).unwrap_or(1)))
 }
 
@@ -63,7 +75,7 @@ fn decided(out: &mut BytesMut, decided: Result<Decision, String>) {
 }
 
 impl<'a> AdHoc<'a> {
-    /// `TG.CHECK key algorithm count period_ms [BURST b] [SLICES s] [COST c]`.
+    /// `TG.CHECK key algorithm count period [BURST b] [SLICES s] [COST c] [TZ zone]`.
     pub(super) fn parse(args: &[&'a [u8]]) -> Result<Self, String> {
         let (keyed, cost) = parse(&options::CHECK, args)?;
         Ok(AdHoc { keyed, cost })
@@ -77,12 +89,12 @@ impl<'a> AdHoc<'a> {
 }
 
 impl<'a> Keyed<'a> {
-    /// `TG.PEEK key algorithm count period_ms [BURST b] [SLICES s]`.
+    /// `TG.PEEK key algorithm count period [BURST b] [SLICES s] [TZ zone]`.
     pub(super) fn parse_peek(args: &[&'a [u8]]) -> Result<Self, String> {
         Ok(parse(&options::PEEK, args)?.0)
     }
 
-    /// `TG.RESET key algorithm count period_ms [BURST b] [SLICES s]`.
+    /// `TG.RESET key algorithm count period [BURST b] [SLICES s] [TZ zone]`.
     pub(super) fn parse_reset(args: &[&'a [u8]]) -> Result<Self, String> {
         Ok(parse(&options::RESET, args)?.0)
     }

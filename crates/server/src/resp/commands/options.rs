@@ -15,16 +15,22 @@ pub(super) enum Opt {
     Slices,
     /// `COST c`: what the request consumes.
     Cost,
+    /// `TZ zone`: the IANA time zone of a calendar period (text, not a number).
+    Tz,
 }
 
+/// The longest `TZ` value taken: IANA names are at most 30-odd bytes.
+const MAX_ZONE_BYTES: usize = 64;
+
 impl Opt {
-    const ALL: [Opt; 3] = [Opt::Burst, Opt::Slices, Opt::Cost];
+    const ALL: [Opt; 4] = [Opt::Burst, Opt::Slices, Opt::Cost, Opt::Tz];
 
     fn name(self) -> &'static str {
         match self {
             Opt::Burst => "BURST",
             Opt::Slices => "SLICES",
             Opt::Cost => "COST",
+            Opt::Tz => "TZ",
         }
     }
 
@@ -33,6 +39,7 @@ impl Opt {
             Opt::Burst => "<b>",
             Opt::Slices => "<s>",
             Opt::Cost => "<c>",
+            Opt::Tz => "<zone>",
         }
     }
 
@@ -61,25 +68,28 @@ pub(super) struct Syntax {
 
 pub(super) const CHECK: Syntax = Syntax {
     name: "TG.CHECK",
-    usage: "ERR Usage: TG.CHECK <key> <algorithm> <count> <period_ms> [BURST <b>] [SLICES <s>] [COST <c>]",
+    usage: "ERR Usage: TG.CHECK <key> <algorithm> <count> <period_ms|day|week|month|year> [BURST <b>] [SLICES <s>] \
+            [COST <c>] [TZ <zone>]",
     positional: 4,
-    takes: &[Opt::Burst, Opt::Slices, Opt::Cost],
-    listed: "BURST, SLICES, COST",
+    takes: &[Opt::Burst, Opt::Slices, Opt::Cost, Opt::Tz],
+    listed: "BURST, SLICES, COST, TZ",
     refuses_because: "",
 };
 
 pub(super) const PEEK: Syntax = Syntax {
     name: "TG.PEEK",
-    usage: "ERR Usage: TG.PEEK <key> <algorithm> <count> <period_ms> [BURST <b>] [SLICES <s>]",
-    takes: &[Opt::Burst, Opt::Slices],
-    listed: "BURST, SLICES",
+    usage: "ERR Usage: TG.PEEK <key> <algorithm> <count> <period_ms|day|week|month|year> [BURST <b>] [SLICES <s>] \
+            [TZ <zone>]",
+    takes: &[Opt::Burst, Opt::Slices, Opt::Tz],
+    listed: "BURST, SLICES, TZ",
     refuses_because: "a peek never consumes",
     ..CHECK
 };
 
 pub(super) const RESET: Syntax = Syntax {
     name: "TG.RESET",
-    usage: "ERR Usage: TG.RESET <key> <algorithm> <count> <period_ms> [BURST <b>] [SLICES <s>]",
+    usage: "ERR Usage: TG.RESET <key> <algorithm> <count> <period_ms|day|week|month|year> [BURST <b>] [SLICES <s>] \
+            [TZ <zone>]",
     refuses_because: "a reset consumes nothing",
     ..PEEK
 };
@@ -96,13 +106,22 @@ pub(super) const LIMIT: Syntax = Syntax {
 /// A run of a command's arguments.
 type Args<'a, 'b> = &'b [&'a [u8]];
 
-/// The options' values, by [`Opt`].
+/// The options' values: the numbers by [`Opt`], the zone apart.
 #[derive(Debug, Default)]
-pub(super) struct Options([Option<u64>; 3]);
+pub(super) struct Options<'a> {
+    numbers: [Option<u64>; 3],
+    tz: Option<&'a str>,
+}
 
-impl Options {
+impl<'a> Options<'a> {
+    /// A number option's value (`None` for `TZ`, see [`tz`](Self::tz)).
     pub(super) fn get(&self, opt: Opt) -> Option<u64> {
-        self.0[opt as usize]
+        self.numbers.get(opt as usize).copied().flatten()
+    }
+
+    /// The `TZ` option's value.
+    pub(super) fn tz(&self) -> Option<&'a str> {
+        self.tz
     }
 }
 
@@ -117,7 +136,7 @@ impl Syntax {
     }
 
     /// The options after the positional arguments, or the error to reply.
-    pub(super) fn options(&self, mut rest: &[&[u8]]) -> Result<Options, String> {
+    pub(super) fn options<'a>(&self, mut rest: &[&'a [u8]]) -> Result<Options<'a>, String> {
         let (command, listed) = (self.name, self.listed);
         let mut options = Options::default();
         while let [option, tail @ ..] = rest {
@@ -131,14 +150,29 @@ impl Syntax {
             let [value, tail @ ..] = tail else {
                 return Err(format!("ERR {name} needs a value: {command} ... {name} {}", opt.placeholder()));
             };
-            let slot = &mut options.0[opt as usize];
-            if slot.is_some() {
+            let given = if opt == Opt::Tz { options.tz.is_some() } else { options.get(opt).is_some() };
+            if given {
                 return Err(format!("ERR {name} given twice to {command}"));
             }
-            *slot = Some(integer_arg(value, name, opt.min())?);
+            if opt == Opt::Tz {
+                options.tz = Some(zone(value)?);
+            } else {
+                options.numbers[opt as usize] = Some(integer_arg(value, name, opt.min())?);
+            }
             rest = tail;
         }
         Ok(options)
+    }
+}
+
+/// A `TZ` value: UTF-8 text of at most [`MAX_ZONE_BYTES`] (whether the zone exists is the
+/// limit's to say).
+fn zone(value: &[u8]) -> Result<&str, String> {
+    match std::str::from_utf8(value) {
+        Ok(zone) if zone.len() <= MAX_ZONE_BYTES => Ok(zone),
+        _ => {
+            Err(format!("ERR TZ must be an IANA time zone name (at most {MAX_ZONE_BYTES} bytes), got {}", shown(value)))
+        }
     }
 }
 
