@@ -1,0 +1,102 @@
+//! Adversarial review of the live rate change (issue 40 item 2) on the stores: memory and Redis.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tollgate_store::testkit::redis_server::RedisServer;
+use tollgate_store::{Algorithm, Check, Limit, ManualClock, MemoryStore, RedisOptions, RedisStore, Store, TimeSource};
+
+const SEC: u64 = 1_000_000_000;
+const DAY: u64 = 86_400 * SEC;
+/// 2026-03-02T00:00:00Z.
+const T0: u64 = 1_772_409_600 * SEC;
+
+fn redis_options(clock: Arc<ManualClock>) -> RedisOptions {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    RedisOptions {
+        prefix: format!("review{}", NEXT.fetch_add(1, Ordering::Relaxed)),
+        time: TimeSource::Clock(clock),
+        timeout: Duration::from_secs(2),
+        clock_skew_margin: Duration::ZERO,
+        ..RedisOptions::default()
+    }
+}
+
+fn bucket(algorithm: Algorithm, count: u64, period_s: u64, burst: u64) -> Limit {
+    Limit::builder(count, Duration::from_secs(period_s)).algorithm(algorithm).burst(burst).build().unwrap()
+}
+
+/// Per bucket algorithm: 40 days of debt charged under 1/s, one unit charged under 1/min, one
+/// under 1/s again; then whether a request under 1/s is admitted two days later.
+async fn debt_round_trip<S: Store>(store: &S, clock: &ManualClock) -> Vec<(Algorithm, bool)> {
+    let mut seen = Vec::new();
+    for algorithm in [Algorithm::Gcra, Algorithm::TokenBucket, Algorithm::LeakyBucket] {
+        clock.set(T0);
+        let (fast, slow) = (bucket(algorithm, 1, 1, 1), bucket(algorithm, 1, 60, 1));
+        let key: &[u8] = b"{indebted}";
+        store.charge(&[Check::new(key, &fast, 40 * 86_400)]).await.unwrap();
+        store.charge(&[Check::new(key, &slow, 1)]).await.unwrap();
+        store.charge(&[Check::new(key, &fast, 1)]).await.unwrap();
+        clock.set(T0 + 2 * DAY);
+        seen.push((algorithm, store.check_one(Check::new(key, &fast, 1)).await.unwrap().allowed));
+    }
+    seen
+}
+
+/// A 40-day debt under 1/s must still deny two days later whatever other rate the key was
+/// charged under meanwhile (lowering never refunds; the highest limit alone would deny for 40
+/// days). The memory store and Redis both forgive it: the slow rate caps it at 52 days *of the
+/// slow rate* (74,880 units), which the fast rate then pays back in under a day.
+#[tokio::test]
+async fn a_debt_is_not_forgiven_by_a_round_trip_through_a_slower_rate_on_memory_and_redis() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let memory = MemoryStore::builder().clock(clock.clone()).build();
+    let expected: Vec<_> =
+        [Algorithm::Gcra, Algorithm::TokenBucket, Algorithm::LeakyBucket].map(|a| (a, false)).to_vec();
+    let seen = debt_round_trip(&memory, &clock).await;
+    let server = RedisServer::start();
+    let clock = Arc::new(ManualClock::new(T0));
+    let redis = RedisStore::open(&server.url(), redis_options(clock.clone())).unwrap();
+    let redis_seen = debt_round_trip(&redis, &clock).await;
+    assert_eq!(
+        (seen, redis_seen),
+        (expected.clone(), expected),
+        "(memory, Redis): (algorithm, admitted 2 days into a 40-day debt under 1/s after one charge under 1/min)"
+    );
+}
+
+/// Threads hammering one GCRA key at one instant (a manual clock), half under "10 a second, burst
+/// 10", half under "40 a second, burst 10" (another emission interval: the slow path under the
+/// shard's write lock, rescheduling every time the rate flips): nothing frees anything at a
+/// fixed instant and rescheduling keeps the units spent, so no more than 10 are admitted in all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn threads_flipping_a_key_between_rates_admit_no_more_than_its_burst() {
+    for round in 0..20u64 {
+        let clock = Arc::new(ManualClock::new(T0 + round * DAY));
+        let store = Arc::new(MemoryStore::builder().clock(clock.clone()).build());
+        let admitted = Arc::new(AtomicU64::new(0));
+        let mut tasks = Vec::new();
+        for thread in 0..8u64 {
+            let (store, admitted) = (store.clone(), admitted.clone());
+            tasks.push(tokio::spawn(async move {
+                let limit = if thread % 2 == 0 {
+                    bucket(Algorithm::Gcra, 10, 1, 10)
+                } else {
+                    bucket(Algorithm::Gcra, 40, 1, 10)
+                };
+                for _ in 0..200 {
+                    if store.check_one(Check::new(b"hot", &limit, 1)).await.unwrap().allowed {
+                        admitted.fetch_add(1, Ordering::Relaxed);
+                    }
+                    tokio::task::yield_now().await;
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let admitted = admitted.load(Ordering::Relaxed);
+        assert!(admitted <= 10, "round {round}: {admitted} admitted at one instant under two limits of burst 10");
+    }
+}
