@@ -100,3 +100,32 @@ async fn threads_flipping_a_key_between_rates_admit_no_more_than_its_burst() {
         assert!(admitted <= 10, "round {round}: {admitted} admitted at one instant under two limits of burst 10");
     }
 }
+
+/// A sliding window key spent under "10 a minute", then read under "10 an hour" (a rules reload
+/// lengthening the period: the same Redis key): 10 admitted at 00:19:10, 1 at 00:20:59, then 1
+/// asked at 00:20:59.5 under the hour. Returns (admitted, remaining, retry_after) of that ask.
+async fn lengthened_period<S: Store>(store: &S, clock: &ManualClock) -> (bool, u64, u64) {
+    let minute = Limit::builder(10, Duration::from_secs(60)).algorithm(Algorithm::SlidingWindow).build().unwrap();
+    let hour = Limit::builder(10, Duration::from_secs(3600)).algorithm(Algorithm::SlidingWindow).build().unwrap();
+    clock.set(T0 + 19 * 60 * SEC + 10 * SEC);
+    assert!(store.check_one(Check::new(b"lengthened", &minute, 10)).await.unwrap().allowed);
+    clock.set(T0 + 20 * 60 * SEC + 59 * SEC);
+    assert!(store.check_one(Check::new(b"lengthened", &minute, 1)).await.unwrap().allowed);
+    clock.set(T0 + 20 * 60 * SEC + 59 * SEC + SEC / 2);
+    let d = store.check_one(Check::new(b"lengthened", &hour, 1)).await.unwrap();
+    (d.allowed, d.remaining, d.retry_after_ns)
+}
+
+/// The same key and calls decide alike on the memory store and on Redis ("Redis decides as the
+/// memory store"), a period change included (both keep the stored window's own start).
+#[tokio::test]
+async fn a_lengthened_sliding_window_decides_alike_on_memory_and_redis() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let memory = MemoryStore::builder().clock(clock.clone()).build();
+    let on_memory = lengthened_period(&memory, &clock).await;
+    let server = RedisServer::start();
+    let clock = Arc::new(ManualClock::new(T0));
+    let redis = RedisStore::open(&server.url(), redis_options(clock.clone())).unwrap();
+    let on_redis = lengthened_period(&redis, &clock).await;
+    assert_eq!(on_redis, on_memory, "(admitted, remaining, retry_after) under 10/h after 10/min: Redis vs memory");
+}
