@@ -129,3 +129,48 @@ async fn a_lengthened_sliding_window_decides_alike_on_memory_and_redis() {
     let on_redis = lengthened_period(&redis, &clock).await;
     assert_eq!(on_redis, on_memory, "(admitted, remaining, retry_after) under 10/h after 10/min: Redis vs memory");
 }
+
+/// Per bucket algorithm: 11 spent at T0 under "100 a minute, burst 11" (0.6 s each), then the
+/// key's limit lowered to "1 a minute, burst 1" and asked at T0 + 1 ms (refused: its 11 units
+/// are 11 minutes at the new rate), and asked again halfway through the `retry_after` that
+/// refusal announced, nothing else having happened. Returns (first refused, its retry_after,
+/// admitted halfway).
+async fn lowered_then_waited<S: Store>(store: &S, clock: &ManualClock) -> Vec<(Algorithm, bool, u64, bool)> {
+    let mut seen = Vec::new();
+    for algorithm in [Algorithm::Gcra, Algorithm::TokenBucket, Algorithm::LeakyBucket] {
+        clock.set(T0);
+        let (fast, slow) = (bucket(algorithm, 100, 60, 11), bucket(algorithm, 1, 60, 1));
+        let key: &[u8] = b"{lowered}";
+        assert!(store.check_one(Check::new(key, &fast, 11)).await.unwrap().allowed, "{algorithm}");
+        clock.set(T0 + 1_000_000);
+        let refused = store.check_one(Check::new(key, &slow, 1)).await.unwrap();
+        clock.set(T0 + 1_000_000 + refused.retry_after_ns / 2);
+        let later = store.check_one(Check::new(key, &slow, 1)).await.unwrap();
+        seen.push((algorithm, !refused.allowed, refused.retry_after_ns / SEC, later.allowed));
+    }
+    seen
+}
+
+/// SEMANTICS: `retry_after` is "how long until this same request would be admitted if nothing
+/// else happens", and lowering a limit never refunds. Lowered from 100/min to 1/min with 11
+/// spent, a request is refused with retry_after ≈ 11 minutes (its units rescheduled at the new
+/// rate), yet the same request 5.5 minutes later, nothing else having happened, is admitted:
+/// the refusal wrote nothing, so the stored schedule went on draining at the old rate and was
+/// empty after 6.6 s (the 11 units spent are refunded 100 times faster than the new limit says).
+#[tokio::test]
+async fn a_lowered_limit_keeps_its_refusal_for_the_retry_after_it_announced_on_memory_and_redis() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let memory = MemoryStore::builder().clock(clock.clone()).build();
+    let on_memory = lowered_then_waited(&memory, &clock).await;
+    let server = RedisServer::start();
+    let clock = Arc::new(ManualClock::new(T0));
+    let redis = RedisStore::open(&server.url(), redis_options(clock.clone())).unwrap();
+    let on_redis = lowered_then_waited(&redis, &clock).await;
+    let expected: Vec<_> =
+        [Algorithm::Gcra, Algorithm::TokenBucket, Algorithm::LeakyBucket].map(|a| (a, true, 659, false)).to_vec();
+    assert_eq!(
+        (on_memory, on_redis),
+        (expected.clone(), expected),
+        "(memory, Redis): (algorithm, refused under the lowered limit, its retry_after in s, admitted halfway through it)"
+    );
+}
