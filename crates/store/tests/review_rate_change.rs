@@ -174,3 +174,35 @@ async fn a_lowered_limit_keeps_its_refusal_for_the_retry_after_it_announced_on_m
         "(memory, Redis): (algorithm, refused under the lowered limit, its retry_after in s, admitted halfway through it)"
     );
 }
+
+/// A fixed window debt written under "1000 a minute" (5000 charged: 5 minutes, the key's TTL)
+/// and read under "10 a minute" (a lowered limit; windows read their count against the new count,
+/// so the 5000 are 500 minutes of it): the memory store keeps refusing at minute 6 (its slot
+/// stays), and Redis announces the same reset (500 minutes) — but its key lives only the 5 minutes
+/// computed under the old count, so on Redis the debt is forgotten after 5 minutes while the
+/// memory store keeps it ("a key in debt must not expire before its debt is paid"; Redis decides
+/// as the memory store).
+#[tokio::test]
+async fn a_window_debt_read_under_a_lowered_count_outlives_its_redis_key() {
+    let high = Limit::builder(1000, Duration::from_secs(60)).algorithm(Algorithm::FixedWindow).build().unwrap();
+    let low = Limit::builder(10, Duration::from_secs(60)).algorithm(Algorithm::FixedWindow).build().unwrap();
+    let clock = Arc::new(ManualClock::new(T0));
+    let memory = MemoryStore::builder().clock(clock.clone()).build();
+    memory.charge(&[Check::new(b"debt", &high, 5000)]).await.unwrap();
+    clock.set(T0 + 6 * 60 * SEC);
+    let memory_later = memory.check_one(Check::new(b"debt", &low, 1)).await.unwrap();
+    let server = RedisServer::start();
+    let clock = Arc::new(ManualClock::new(T0));
+    let redis = RedisStore::open(&server.url(), redis_options(clock.clone())).unwrap();
+    redis.charge(&[Check::new(b"debt", &high, 5000)]).await.unwrap();
+    let refused = redis.check_one(Check::new(b"debt", &low, 1)).await.unwrap();
+    let name = String::from_utf8(redis.state_key("", b"debt", &low).unwrap()).unwrap();
+    let ttl_ms: u64 = server.cli(&["pttl", &name]).trim().parse().unwrap();
+    let reset_ms = refused.reset_after_ns / 1_000_000;
+    assert_eq!(
+        (memory_later.allowed, !refused.allowed, ttl_ms + 1_000 >= reset_ms),
+        (false, true, true),
+        "(memory admits at minute 6 under 10/min, Redis refuses at once, the Redis key lives as long as the \
+         reset it announces): key TTL {ttl_ms} ms, announced reset {reset_ms} ms"
+    );
+}
