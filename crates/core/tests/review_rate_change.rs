@@ -37,7 +37,12 @@ fn alternating_rates_with_charges_do_not_forgive_a_debt() {
 
 /// Two bucket limits with different emission intervals (the shipped property only changes the
 /// burst: its intervals are all 40 ns).
-fn interval_trace() -> impl Strategy<Value = ((u64, u64, u64, u64, u64, u64), Vec<(u64, u64, bool, bool)>)> {
+/// Counts, bursts and interval factors of two limits.
+type TwoLimits = (u64, u64, u64, u64, u64, u64);
+/// (gap in ns, cost, under the second limit, a charge).
+type Step = (u64, u64, bool, bool);
+
+fn interval_trace() -> impl Strategy<Value = (TwoLimits, Vec<Step>)> {
     let limits = (1u64..=20, 1u64..=20, 1u64..=25, 1u64..=25, 1u64..=7, 1u64..=7);
     let step = (
         prop_oneof![2 => Just(0u64), 3 => 0u64..=400, 1 => 0u64..=20_000],
