@@ -206,3 +206,69 @@ async fn a_window_debt_read_under_a_lowered_count_outlives_its_redis_key() {
          reset it announces): key TTL {ttl_ms} ms, announced reset {reset_ms} ms"
     );
 }
+
+/// Berlin's spring change: 2026-03-29 is a 23-hour day (00:00 CET = 2026-03-28T23:00Z).
+const BERLIN_2026_03_29: u64 = 1_774_738_800 * SEC;
+const HOUR: u64 = 3_600 * SEC;
+
+/// A calendar day's debt across the spring change, its count changed between calls (10 a day,
+/// then 4, then 30), asked at instants from the day before the change to a week after it, with
+/// charges and checks: every decision the same on the memory store and on Redis (and no error).
+async fn calendar_debt_with_changes<S: Store>(
+    store: &S,
+    clock: &ManualClock,
+    unit: &str,
+    gap: u64,
+) -> Vec<Result<(bool, u64, u64, u64), String>> {
+    let day = |count: u64, algorithm: Algorithm| {
+        format!("{count}/{unit}")
+            .parse::<tollgate_core::LimitBuilder>()
+            .unwrap()
+            .tz("Europe/Berlin")
+            .algorithm(algorithm)
+            .build()
+            .unwrap()
+    };
+    let mut seen = Vec::new();
+    for algorithm in [Algorithm::FixedWindow, Algorithm::SlidingWindow] {
+        let limits = [day(10, algorithm), day(4, algorithm), day(30, algorithm)];
+        let key: &[u8] = if algorithm == Algorithm::FixedWindow { b"{cal-fixed}" } else { b"{cal-sliding}" };
+        let start = BERLIN_2026_03_29 - DAY + 20 * HOUR;
+        let mut at = start;
+        for step in 0..40u64 {
+            at += (step % 7 + 1) * gap + step * 1_000_000;
+            clock.set(at);
+            let limit = &limits[(step % 3) as usize];
+            if step % 5 == 0 {
+                let charged = store.charge(&[Check::new(key, limit, 3 * limit.count())]).await;
+                seen.push(charged.map(|()| (true, 0, 0, 0)).map_err(|e| format!("charge at {}: {e}", at - start)));
+            }
+            let d = store.check_one(Check::new(key, limit, 1 + step % 3)).await;
+            seen.push(
+                d.map(|d| (d.allowed, d.remaining, d.retry_after_ns, d.reset_after_ns))
+                    .map_err(|e| format!("check at {}: {e}", at - start)),
+            );
+        }
+    }
+    seen
+}
+
+#[tokio::test]
+async fn a_calendar_debt_with_count_changes_across_dst_decides_alike_on_memory_and_redis() {
+    let server = RedisServer::start();
+    for (unit, gap) in [("day", 5 * HOUR), ("week", 31 * HOUR), ("week", 3 * DAY + HOUR)] {
+        let clock = Arc::new(ManualClock::new(T0));
+        let memory = MemoryStore::builder().clock(clock.clone()).build();
+        let on_memory = calendar_debt_with_changes(&memory, &clock, unit, gap).await;
+        let clock = Arc::new(ManualClock::new(T0));
+        let redis = RedisStore::open(&server.url(), redis_options(clock.clone())).unwrap();
+        let on_redis = calendar_debt_with_changes(&redis, &clock, unit, gap).await;
+        assert!(on_memory.iter().all(Result::is_ok), "memory: {on_memory:?}");
+        for (i, (m, r)) in on_memory.iter().zip(&on_redis).enumerate() {
+            assert_eq!(
+                r, m,
+                "{unit} every {gap} ns, call {i}: Redis vs memory (allowed, remaining, retry_after, reset_after)"
+            );
+        }
+    }
+}
