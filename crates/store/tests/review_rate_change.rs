@@ -272,3 +272,49 @@ async fn a_calendar_debt_with_count_changes_across_dst_decides_alike_on_memory_a
         }
     }
 }
+
+/// The same for the sliding window counter and for calendar days (fixed and sliding): a window
+/// that counted up to the old count carries nothing and lives to its window's end, but read under
+/// a lowered count it is in debt into the next window(s); a refusal then lengthens the key's TTL
+/// to the reset it announces, and the memory store and Redis decide alike one window later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_window_algorithm_keeps_a_debt_read_under_a_lowered_count_on_redis() {
+    let server = RedisServer::start();
+    let clock = Arc::new(ManualClock::new(T0));
+    let redis = RedisStore::open(&server.url(), redis_options(clock.clone())).unwrap();
+    let memory = MemoryStore::builder().clock(clock.clone()).build();
+    let minute = |count: u64, algorithm: Algorithm| {
+        Limit::builder(count, Duration::from_secs(60)).algorithm(algorithm).build().unwrap()
+    };
+    let day = |count: u64, algorithm: Algorithm| Limit::per_day(count).algorithm(algorithm).build().unwrap();
+    let mut seen = Vec::new();
+    for (name, high, low, window) in [
+        ("sliding 1m", minute(1000, Algorithm::SlidingWindow), minute(10, Algorithm::SlidingWindow), 60 * SEC),
+        ("fixed day", day(1000, Algorithm::FixedWindow), day(10, Algorithm::FixedWindow), DAY),
+        ("sliding day", day(1000, Algorithm::SlidingWindow), day(10, Algorithm::SlidingWindow), DAY),
+    ] {
+        clock.set(T0);
+        let key = name.as_bytes();
+        assert!(redis.check_one(Check::new(key, &high, 1000)).await.unwrap().allowed, "{name}");
+        assert!(memory.check_one(Check::new(key, &high, 1000)).await.unwrap().allowed, "{name}");
+        let refused = redis.check_one(Check::new(key, &low, 1)).await.unwrap();
+        let state = String::from_utf8(redis.state_key("", key, &low).unwrap()).unwrap();
+        let ttl_ms: u64 = server.cli(&["pttl", &state]).trim().parse().unwrap();
+        clock.set(T0 + window + window / 2);
+        let later = (
+            redis.check_one(Check::new(key, &low, 1)).await.unwrap().allowed,
+            memory.check_one(Check::new(key, &low, 1)).await.unwrap().allowed,
+        );
+        seen.push((name, refused.allowed, ttl_ms + 1_000 >= refused.reset_after_ns / 1_000_000, later));
+    }
+    assert_eq!(
+        seen,
+        [
+            ("sliding 1m", false, true, (false, false)),
+            ("fixed day", false, true, (false, false)),
+            ("sliding day", false, true, (false, false)),
+        ],
+        "(name, admitted under the lowered count, the key lives as long as the reset announced, (Redis, memory) \
+         admit a window and a half later)"
+    );
+}

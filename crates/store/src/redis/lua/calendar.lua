@@ -211,7 +211,7 @@ ALGS['fixed-window@calendar'] = {
     if after > 0 then reset = until_b(cal_bound(list, k + 1 + last_indebted(p, after))) end
     local d = cal_decision(allowed, count, count - after, retry, reset)
     if allowed and cost > 0 then return d, { start = w.start, frac = w.frac, used = wanted }, list[k + 1] end
-    return d
+    return d, nil, nil, w.used > count
   end,
   charge = function(st, p, cost, at)
     local w, list, k = cal_fixed_rolled(st, p, cal_at(p, at))
@@ -299,7 +299,7 @@ ALGS['sliding-window@calendar'] = {
     if after > 0 then reset = until_b(cal_sliding_idle(p, list, k, after)) elseif prev > 0 then reset = until_b(finish) end
     local d = cal_decision(allowed, count, count - prev + q - after, retry, reset)
     if allowed and cost > 0 then return d, { start = w.start, frac = w.frac, prev = prev, curr = wanted }, next_end end
-    return d
+    return d, nil, nil, curr > count
   end,
   charge = function(st, p, cost, at)
     local w, list, k = cal_sliding_rolled(st, p, cal_at(p, at))

@@ -136,11 +136,12 @@ local function decide_one(key, argv, hold)
     local used, previous = A.snapshot(st, p)
     return { 2, A.check(st, p, 0)[2], 0, left, left, used, previous, S, N }
   end
-  local d, new, idle = A.check(st, p, cost)
+  local d, new, idle, indebted = A.check(st, p, cost)
   if new then st = new end
   -- Read before anything is written (the log's view reads the list as it was).
   local used, previous = A.snapshot(st, p)
   if new then A.store(key, new, idle) end
+  if indebted then outlive(key, d[5]) end
   return { d[1] and 1 or 0, d[2], d[3], d[4], d[5], used, previous, S, N }
 end
 
@@ -258,7 +259,7 @@ local function decide(KEYS, ARGV)
   local granted = 0
 
   -- 2. Checks, in order; a key checked twice sees its first check's pending state.
-  local ps, decisions, by_hold = {}, {}, {}
+  local ps, decisions, by_hold, outlived = {}, {}, {}, {}
   local all = true
   for i = 1, checks do
     local key = KEYS[i]
@@ -276,8 +277,9 @@ local function decide(KEYS, ARGV)
         granted = math.min(cost, rest)
         cost = math.max(granted, 1)
       end
-      local d, new, at_idle = ALGS[p.alg].check(current(key, p), p, cost)
+      local d, new, at_idle, indebted = ALGS[p.alg].check(current(key, p), p, cost)
       if new then state[key], idle[key] = new, at_idle end
+      if indebted then outlived[key] = d[5] end
       if d[1] == false then all = false; granted = 0 end
       ps[i], decisions[i] = p, d
     end
@@ -322,6 +324,7 @@ local function decide(KEYS, ARGV)
   -- sends the charge again, whatever the key's state meanwhile (a charge dated in a window long
   -- over lands in the live one; a bucket busy again takes it whole).
   for key, st in pairs(state) do ALGS[algs[key]].store(key, st, idle[key]) end
+  for key, reset in pairs(outlived) do outlive(key, reset) end
   for _, m in ipairs(marked) do
     if marks[m.id] > m.total then
       redis.call('HSET', m.marker, m.node, string.format('%d', marks[m.id]))

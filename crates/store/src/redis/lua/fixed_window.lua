@@ -35,7 +35,7 @@ ALGS['fixed-window'] = {
     end
     local d = decision(allowed, count, count - after, retry, after > 0 and fixed_idle(p, start, after) or 0)
     if allowed and cost > 0 then return d, { start = start, used = wanted }, finish end
-    return d
+    return d, nil, nil, used > count
   end,
   charge = function(st, p, cost, at)
     local start, used = fixed_rolled(st, p, at)

@@ -170,6 +170,16 @@ local function px(idle)
   return ms + MARGIN
 end
 
+-- Lengthens `key`'s TTL to `reset` (ns, a number or decimal text), never shortening it (PTTL
+-- first: PEXPIRE's GT needs Redis 7, and the script also runs by EVALSHA on earlier servers).
+local function outlive(key, reset)
+  local ns = tonumber(reset)
+  if not ns or ns <= 0 then return end
+  local ms = px(ns)
+  local ttl = redis.call('PTTL', key)
+  if ttl >= 0 and ttl < ms then redis.call('PEXPIRE', key, ms) end
+end
+
 local function decision(allowed, limit, remaining, retry, reset)
   if remaining < 0 then remaining = 0 end
   if reset < 0 then reset = 0 end
@@ -187,5 +197,8 @@ end
 -- is idle (ns relative to now: tollgate-core's idle_at); charge(st, p, cost, at) returns the state
 -- after a forced admission at `at` and when it is idle; refund(st, p, cost, at, reset) the state
 -- with an admission withdrawn, if it still holds it; snapshot(st, p, at) the used and previous
--- counts at `at`; store(key, st, idle) writes. `check` and `charge` never modify `st`.
+-- counts at `at`; store(key, st, idle) writes. `check` and `charge` never modify `st`. A check
+-- that writes nothing may return a fourth value, true when the key is in debt: its debt, read
+-- under this limit (a count lowered since it was written), may outlast the key's TTL, which
+-- `outlive` then lengthens to the reset the decision announces.
 local ALGS = {}

@@ -47,7 +47,7 @@ ALGS['sliding-window'] = {
     if after > 0 then reset = sliding_idle(p, start, after) elseif prev > 0 then reset = finish end
     local d = decision(allowed, count, count - prev + q - after, retry, reset)
     if allowed and cost > 0 then return d, { start = start, prev = prev, curr = wanted }, start + 2 * P end
-    return d
+    return d, nil, nil, curr > count
   end,
   charge = function(st, p, cost, at)
     local start, prev, curr = sliding_rolled(st, p, at)
