@@ -33,6 +33,7 @@ mod follow;
 pub mod fuzzing;
 mod link;
 mod node;
+mod reply;
 mod script;
 mod sentinel;
 mod slot;
