@@ -48,7 +48,7 @@ impl<R: Remote + Lessor> Fallback<R> {
         match result {
             Ok(grant) => {
                 let reply = Reply::new(vec![grant.decision], vec![grant.snapshot], grant.at);
-                sh.answered(&[Check { cost: grant.granted, ..check }], &[], &reply, &breakers, epoch);
+                sh.answered(&[Check { cost: grant.granted, ..check }], &[], &reply, &breakers, epoch, None);
                 Ok(grant)
             }
             Err(error) => {

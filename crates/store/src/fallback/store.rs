@@ -126,7 +126,9 @@ impl<R: Remote> Fallback<R> {
         let local = sh.policy == FailurePolicy::Local;
         let now = sh.now();
         let epoch = sh.epoch();
-        let (debts, views) = if local { sh.ledger.outgoing(checks, now, epoch) } else { Default::default() };
+        // What the call carries, its checks counted in flight (until answered, failed or given up).
+        let (debts, views) = if local { sh.ledger.send(checks, now, epoch) } else { Default::default() };
+        let in_flight = local.then_some(InFlight { ledger: &sh.ledger, checks, now });
         let mut charges = charges_of(&debts, now);
         // Keys seen busy before a failure: what the node knew, for a Redis that lost them.
         charges.extend(views.into_iter().map(|view| Charge {
@@ -137,15 +139,10 @@ impl<R: Remote> Fallback<R> {
             seen: Some(view.seen),
             view: true,
         }));
-        let in_flight = local.then(|| {
-            sh.ledger.begin(checks, now);
-            InFlight { ledger: &sh.ledger, checks, now }
-        });
         let result = sh.remote.decide(checks, &charges).await;
-        drop(in_flight);
         match result {
             Ok(reply) => {
-                sh.answered(checks, &debts, &reply, &breakers, epoch);
+                sh.answered(checks, &debts, &reply, &breakers, epoch, in_flight);
                 let per_check = if reply.snapshots.iter().all(|s| s.at == reply.now_ns) {
                     Vec::new()
                 } else {
@@ -153,8 +150,12 @@ impl<R: Remote> Fallback<R> {
                 };
                 Ok(Reserved { decisions: reply.decisions, at: reply.now_ns, per_check, held: reply.held })
             }
-            Err(StoreError::Partial(partial)) => sh.fall_back_partly(checks, &partial, &debts, epoch).await,
+            Err(StoreError::Partial(partial)) => {
+                drop(in_flight);
+                sh.fall_back_partly(checks, &partial, &debts, epoch).await
+            }
             Err(error) if error.is_backend() => {
+                drop(in_flight);
                 sh.failed(&error, &breakers);
                 sh.fall_back(checks)
             }
