@@ -28,6 +28,8 @@
 //! and once the backend is back every node's debt is charged, so the key is denied until the
 //! excess is paid back. `Open` has no bound; `Closed` never over-grants.
 
+#[macro_use]
+mod timer;
 mod across;
 mod breaker;
 mod ledger;
@@ -35,7 +37,6 @@ mod lessor;
 mod merge;
 mod pending;
 mod store;
-mod timer;
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -44,7 +45,6 @@ use std::time::Duration;
 pub use breaker::{Breaker, BreakerState, Breakers, DEFAULT_PROBE_EVERY, DEFAULT_THRESHOLD};
 use ledger::{Debt, Ledger};
 pub use timer::CallTimer;
-use timer::timed;
 use tollgate_core::{Clock, Decision, Limit, SystemClock};
 
 use crate::memory::{DEFAULT_MAX_KEYS, DEFAULT_MAX_MEMORY};

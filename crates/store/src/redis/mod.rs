@@ -418,8 +418,9 @@ impl Store for RedisStore {
         let reply = match self.decide_across(checks, &[]).await {
             Ok(reply) => reply,
             Err(StoreError::Partial(partial)) => {
-                // All or nothing: what the servers that answered admitted is given back.
-                self.give_back(checks, &partial.decided).await;
+                // All or nothing: what the servers that answered admitted is given back (boxed:
+                // a rare path, whose future every decision's would otherwise carry).
+                Box::pin(self.give_back(checks, &partial.decided)).await;
                 return Err(partial.error);
             }
             Err(error) => return Err(error),
