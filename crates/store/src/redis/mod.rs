@@ -319,9 +319,12 @@ impl RedisStore {
         }
         // The server the call goes to: the guard's record's (in the slot of every key), or the
         // first key's.
-        let route: Vec<u8> = guard.map_or_else(|| keys[0].clone(), |g| g.record.to_vec());
+        let route: &[u8] = match guard {
+            Some(guard) => guard.record,
+            None => &keys[0],
+        };
         if self.is_cluster() {
-            let slot = keys::slot(&route);
+            let slot = keys::slot(route);
             if keys.iter().any(|k| keys::slot(k) != slot) {
                 return Err(StoreError::CrossSlot);
             }
@@ -384,7 +387,7 @@ impl RedisStore {
         }
         let cmd = call.into_cmd();
         self.script_calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let call = self.connection.run(&route, &cmd, Some(script));
+        let call = self.connection.run(route, &cmd, Some(script));
         let reply = tokio::time::timeout(self.options.timeout, call)
             .await
             .map_err(|_| StoreError::Timeout(self.options.timeout))?
