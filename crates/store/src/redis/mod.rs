@@ -525,6 +525,10 @@ impl Remote for RedisStore {
 
     /// The server that holds `check`'s key now (a cluster's slot owner, the Sentinels' primary).
     fn domain(&self, check: &Check<'_>) -> Domain {
+        if !self.is_cluster() {
+            // One server (or the Sentinels' primary) holds every key: no key to build.
+            return self.connection.domain(b"");
+        }
         match self.state_key(check.scope, check.key, check.limit) {
             Ok(key) => self.connection.domain(&key),
             Err(_) => Domain::from(""),
