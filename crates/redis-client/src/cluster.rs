@@ -37,7 +37,7 @@
 //! refresh). Connections are kept per address while the map or the URL names it.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use redis::{Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
@@ -127,9 +127,12 @@ pub(crate) struct Cluster {
     refresh: Refresh,
     /// The nodes that answered `CLUSTERDOWN` within [`DOWN_ASKED_LAST`], and when.
     down: Mutex<HashMap<Address, Instant>>,
-    /// The scripts calls have used: loaded on every primary a map names (see
-    /// [`learn`](Self::learn)).
-    scripts: RwLock<Vec<Arc<Script>>>,
+    /// The scripts calls have used, in the order learned (each slot set once, the first empty
+    /// one next): loaded on every primary a map names (see [`learn`](Self::learn)). Read by every
+    /// call without a lock.
+    scripts: [OnceLock<Arc<Script>>; MAX_SCRIPTS_LEARNED],
+    /// Held while a script is learned (one slot set at a time).
+    learning: Mutex<()>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -155,7 +158,8 @@ impl Cluster {
             nodes: Nodes::new(settings),
             refresh: Refresh::default(),
             down: Mutex::new(HashMap::new()),
-            scripts: RwLock::new(Vec::new()),
+            scripts: std::array::from_fn(|_| OnceLock::new()),
+            learning: Mutex::new(()),
         }
     }
 
@@ -163,24 +167,31 @@ impl Cluster {
     /// names, and from then on on those of every map read (a script no call uses, such as one
     /// for a rare reload, costs no server anything).
     fn learn(&self, script: &Script) {
-        let known = |scripts: &[Arc<Script>]| scripts.iter().any(|s| s.function() == script.function());
-        if known(&self.scripts.read().unwrap_or_else(PoisonError::into_inner)) {
+        // Every call but the first of each script returns here, having taken no lock.
+        let known = || self.learned().any(|s| s.function() == script.function());
+        if known() {
             return;
         }
         {
-            let mut scripts = self.scripts.write().unwrap_or_else(PoisonError::into_inner);
-            if known(&scripts) || scripts.len() >= MAX_SCRIPTS_LEARNED {
+            let _learning = self.learning.lock().unwrap_or_else(PoisonError::into_inner);
+            let Some(slot) = self.scripts.iter().find(|slot| slot.get().is_none()) else { return };
+            if known() {
                 return;
             }
-            scripts.push(Arc::new(script.clone()));
+            let _ = slot.set(Arc::new(script.clone()));
         }
         self.prepare_primaries(&self.map());
+    }
+
+    /// The scripts learned so far, in order.
+    fn learned(&self) -> impl Iterator<Item = &Arc<Script>> {
+        self.scripts.iter().map_while(OnceLock::get)
     }
 
     /// Loads the scripts calls have used on each of `map`'s primaries that has not had them (see
     /// [`Node::prepare`]), each on a task of its own.
     fn prepare_primaries(&self, map: &SlotMap) {
-        let scripts = self.scripts.read().unwrap_or_else(PoisonError::into_inner).clone();
+        let scripts: Vec<Arc<Script>> = self.learned().cloned().collect();
         for node in &map.primaries {
             for script in scripts.iter().filter(|script| !node.is_prepared(script)) {
                 let (node, script) = (node.clone(), script.clone());

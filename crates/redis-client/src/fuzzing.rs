@@ -4,7 +4,7 @@
 //!
 //! - [`redis_topology`]: arbitrary bytes as a Redis server's reply, read by the framing that
 //!   bounds each reply and finds where it ends (`bounded.rs`: the same outcome and the same ends
-//!   in one read or byte by byte), then by everything that reads the topology from one
+//!   in one read or byte by byte; each reply read as the driver reads it), then by everything that reads the topology from one
 //!   (`CLUSTER SLOTS`, `MOVED` and `ASK`, a Sentinel's `GET-MASTER-ADDR-BY-NAME` and `ROLE`):
 //!   slots below 16,384 and each given once, ports from 1 to 65,535, hosts that can be hosts;
 //! - [`redis_url`]: arbitrary text as a store URL (`target.rs`): a target accepted names at
@@ -30,6 +30,17 @@ pub fn redis_topology(data: &[u8]) -> Option<redis::Value> {
     if read_whole {
         assert_eq!(ends_whole, ends_by_byte, "the replies end elsewhere depending on how the bytes arrive");
         assert!(ends_whole.windows(2).all(|w| w[0] < w[1]) && ends_whole.last().is_none_or(|&e| e <= data.len()));
+        // Each reply reads as the driver's parser reads it (the connection's reader, `reply.rs`).
+        let mut start = 0;
+        for &end in &ends_whole {
+            let frame = &data[start..end];
+            match (crate::reply::parse(frame), redis::parse_redis_value(frame)) {
+                (Ok(ours), Ok(theirs)) => assert_eq!(ours, theirs, "{frame:?}"),
+                (Err(_), Err(_)) => {}
+                (ours, theirs) => panic!("{frame:?}: read as {ours:?}, by the driver as {theirs:?}"),
+            }
+            start = end;
+        }
     }
 
     let value = redis::parse_redis_value(data).ok()?;

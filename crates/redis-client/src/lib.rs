@@ -10,7 +10,8 @@
 //!   group's primary through its switches (`sentinel.rs`); what both share is `follow.rs`.
 //! - **One connection per server** (`node.rs`, `link.rs`): made on first use and again after it
 //!   breaks, TLS and ACL user as the target says; the calls ready in the same instant go out in
-//!   one write (`wire.rs`), and every reply is bounded before it is parsed (`bounded.rs`).
+//!   one write (`wire.rs`), and every reply is bounded before it is parsed (`bounded.rs`), then
+//!   read by the workspace's RESP reader where it can (`reply.rs`).
 //! - **Scripts** ([`Script`]): a Lua program runs as a Redis Function where the server has them,
 //!   by `EVALSHA` where it does not, and through a [`Native`] command (a module's) where one is
 //!   loaded.
@@ -33,6 +34,7 @@ mod follow;
 pub mod fuzzing;
 mod link;
 mod node;
+mod reply;
 mod script;
 mod sentinel;
 mod slot;

@@ -458,7 +458,7 @@ async fn read_replies<R: AsyncRead + Unpin>(mut socket: R, in_flight: Arc<InFlig
         let mut start = 0;
         let mut unparsed = None;
         for &end in &ends {
-            match redis::parse_redis_value(&buffer[start..end]) {
+            match crate::reply::parse(&buffer[start..end]) {
                 // A push (RESP3's out-of-band frame, which a RESP2 connection never asks for)
                 // answers no call: skipped, so that it shifts no reply onto another call.
                 Ok(Value::Push { .. }) => {}

@@ -111,6 +111,16 @@ fn bulk_end(len: i64, start: usize) -> Result<Option<usize>, ReplyError> {
     start.checked_add(len).and_then(|n| n.checked_add(2)).map(Some).ok_or_else(|| ReplyError("bulk length".into()))
 }
 
+/// Whether the two bytes after a bulk string's data are its CRLF: a length that lies is refused,
+/// not read as a string cut short with the next reply shifted.
+fn terminated(end: &[u8]) -> Result<(), ReplyError> {
+    if end == b"\r\n" {
+        Ok(())
+    } else {
+        Err(ReplyError("a bulk string not ended by CRLF where its length says".into()))
+    }
+}
+
 fn deeper(depth: usize) -> Result<usize, ReplyError> {
     if depth >= MAX_DEPTH {
         return Err(ReplyError(format!("arrays nested deeper than {MAX_DEPTH}")));
@@ -135,6 +145,7 @@ fn parse_at(buf: &[u8], at: usize, depth: usize) -> Result<Option<(Value, usize)
         b'$' => match bulk_end(number(line)?, end)? {
             None => Value::Bulk(None),
             Some(total) if buf.len() >= total => {
+                terminated(&buf[total - 2..total])?;
                 return Ok(Some((Value::Bulk(Some(buf[end..total - 2].to_vec())), total)));
             }
             Some(_) => return Ok(None),
@@ -167,7 +178,8 @@ fn skim_at(buf: &[u8], at: usize, depth: usize) -> Result<Option<(Option<i64>, u
         b':' => Ok(Some((Some(number(line)?), end))),
         b'$' => match bulk_end(number(line)?, end)? {
             None => Ok(Some((None, end))),
-            Some(total) => Ok((buf.len() >= total).then_some((None, total))),
+            Some(total) if buf.len() >= total => terminated(&buf[total - 2..total]).map(|()| Some((None, total))),
+            Some(_) => Ok(None),
         },
         b'*' => {
             let depth = deeper(depth)?;
@@ -202,6 +214,7 @@ fn read_at(reader: &mut impl BufRead, depth: usize) -> std::io::Result<Value> {
             Some(total) => {
                 let mut data = vec![0; total];
                 reader.read_exact(&mut data)?;
+                terminated(&data[total - 2..]).map_err(invalid)?;
                 data.truncate(total - 2);
                 Value::Bulk(Some(data))
             }
@@ -269,6 +282,13 @@ mod tests {
             assert!(Value::parse(bad).is_err(), "{bad:?}");
             assert!(skim(bad).is_err(), "{bad:?}");
             assert!(read(&mut &bad[..]).is_err(), "{bad:?}");
+        }
+        // A string whose declared length is not followed by its CRLF is not RESP (a length that
+        // lies), whoever reads it.
+        for bad in [b"$3\r\nabcXY".as_slice(), b"$3\r\nabc\rX", b"*2\r\n$1\r\nab\r\n:1\r\n"] {
+            assert!(Value::parse(bad).is_err(), "{bad:?} parsed as {:?}", Value::parse(bad));
+            assert!(skim(bad).is_err(), "{bad:?} skimmed as {:?}", skim(bad));
+            assert!(read(&mut &bad[..]).is_err(), "{bad:?} read as {:?}", read(&mut &bad[..]).ok());
         }
         // A declared count far beyond what was sent reserves nothing: it waits for the rest.
         assert_eq!(Value::parse(b"*9223372036854775807\r\n:1\r\n"), Ok(None));

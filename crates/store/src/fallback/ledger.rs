@@ -127,6 +127,18 @@ fn owed(entry: &Entry, now: u64) -> Option<Debt> {
     Some(debt)
 }
 
+/// Keeps `snapshot` (idle at `idle`) as what `entry` last saw, unless it keeps a newer one, from a
+/// call sent when `epoch` calls had failed (see [`Ledger::record`]).
+fn keep(entry: &mut Entry, snapshot: &Snapshot, idle: u64, epoch: u64) {
+    if entry.seen.is_none_or(|(seen, _)| seen.at <= snapshot.at) {
+        entry.seen = Some((*snapshot, idle));
+        entry.seen_epoch = epoch;
+        let charges = entry.debt.iter().flat_map(|d| &d.charges);
+        let sent = charges.filter(|c| c.sent_at != 0).map(|c| c.total).max();
+        entry.seen_sent = sent.map(|total| (entry.numbering.origin, total));
+    }
+}
+
 /// The ledger of a failure policy.
 pub(crate) struct Ledger {
     table: SlotTable<Entry>,
@@ -212,16 +224,36 @@ impl Ledger {
     /// those (restarted empty, failed over to a replica that missed the last writes): the call
     /// tells it what the node knew, for a key it lost. The call is sent at `now` (see `pending`).
     pub(crate) fn outgoing(&self, checks: &[Check<'_>], now: u64, epoch: u64) -> (Vec<Debt>, Vec<View>) {
+        self.sending(checks, now, epoch, false)
+    }
+
+    /// [`outgoing`](Self::outgoing) and [`begin`](Self::begin) in the same look at each key (one
+    /// lock and one lookup per key, not two): what a call for `checks` carries, its costs counted
+    /// in flight from then on.
+    pub(crate) fn send(&self, checks: &[Check<'_>], now: u64, epoch: u64) -> (Vec<Debt>, Vec<View>) {
+        self.sending(checks, now, epoch, true)
+    }
+
+    fn sending(&self, checks: &[Check<'_>], now: u64, epoch: u64, begin: bool) -> (Vec<Debt>, Vec<View>) {
         let horizon = u64::try_from(RESEND_HORIZON.as_nanos()).unwrap_or(u64::MAX);
-        let mut seen: Vec<u64> = Vec::with_capacity(checks.len());
+        // The keys looked at already (a lone check, the usual call, allocates nothing).
+        let mut seen: Vec<u64> = Vec::new();
         let (mut debts, mut views) = (Vec::new(), Vec::new());
         for (i, check) in checks.iter().enumerate() {
             let fingerprint = self.fingerprint(check);
-            if seen.contains(&fingerprint) {
+            let first = !seen.contains(&fingerprint);
+            if checks.len() > 1 && first {
+                seen.push(fingerprint);
+            }
+            let in_flight = if begin { check.cost } else { 0 };
+            if !first && in_flight == 0 {
                 continue;
             }
-            seen.push(fingerprint);
-            let found = self.with(check, now, false, |e| {
+            let found = self.with(check, now, in_flight > 0, |e| {
+                e.in_flight += in_flight;
+                if !first {
+                    return None;
+                }
                 if let Some(debt) = e.debt.as_deref_mut() {
                     let mut charges = Charges { list: &mut debt.charges, numbering: &mut e.numbering };
                     charges.send(now, horizon, || self.new_origin());
@@ -288,13 +320,24 @@ impl Ledger {
         for (check, snapshot) in checks.iter().zip(&reply.snapshots) {
             let idle = snapshot.idle_at(check.limit);
             let fresh = snapshot.used > 0 || snapshot.previous > 0;
+            self.with(check, now, fresh, |e| keep(e, snapshot, idle, epoch));
+        }
+    }
+
+    /// The call for `checks` (counted in flight by [`send`](Self::send)) was answered with
+    /// `reply`: [`end`](Self::end) and [`record`](Self::record) in the same look at each key, so
+    /// that no local decision in between finds the call neither in flight nor in the snapshot.
+    pub(crate) fn answered(&self, checks: &[Check<'_>], reply: &Reply, now: u64, epoch: u64) {
+        for (i, check) in checks.iter().enumerate() {
+            let snapshot = reply.snapshots.get(i).map(|s| (s, s.idle_at(check.limit)));
+            let fresh = snapshot.is_some_and(|(s, _)| s.used > 0 || s.previous > 0);
+            if check.cost == 0 && snapshot.is_none() {
+                continue;
+            }
             self.with(check, now, fresh, |e| {
-                if e.seen.is_none_or(|(seen, _)| seen.at <= snapshot.at) {
-                    e.seen = Some((*snapshot, idle));
-                    e.seen_epoch = epoch;
-                    let charges = e.debt.iter().flat_map(|d| &d.charges);
-                    let sent = charges.filter(|c| c.sent_at != 0).map(|c| c.total).max();
-                    e.seen_sent = sent.map(|total| (e.numbering.origin, total));
+                e.in_flight = e.in_flight.saturating_sub(check.cost);
+                if let Some((snapshot, idle)) = snapshot {
+                    keep(e, snapshot, idle, epoch);
                 }
             });
         }

@@ -13,7 +13,7 @@ use crate::{Check, StoreError};
 
 impl<R: Remote + Lessor> Lessor for Fallback<R> {
     async fn lease(&self, check: Check<'_>, want: u64, lessee: u64, lifetime: Duration) -> Result<Grant, StoreError> {
-        super::timed(self.shared.timer.as_ref(), self.lease_untimed(check, want, lessee, lifetime)).await
+        timed!(self.shared.timer.as_ref(), self.lease_untimed(check, want, lessee, lifetime))
     }
 
     fn fall_back(&self, checks: &[Check<'_>]) -> Option<Result<crate::Reserved, StoreError>> {
@@ -48,7 +48,7 @@ impl<R: Remote + Lessor> Fallback<R> {
         match result {
             Ok(grant) => {
                 let reply = Reply::new(vec![grant.decision], vec![grant.snapshot], grant.at);
-                sh.answered(&[Check { cost: grant.granted, ..check }], &[], &reply, &breakers, epoch);
+                sh.answered(&[Check { cost: grant.granted, ..check }], &[], &reply, &breakers, epoch, None);
                 Ok(grant)
             }
             Err(error) => {

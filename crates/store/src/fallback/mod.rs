@@ -28,6 +28,8 @@
 //! and once the backend is back every node's debt is charged, so the key is denied until the
 //! excess is paid back. `Open` has no bound; `Closed` never over-grants.
 
+#[macro_use]
+mod timer;
 mod across;
 mod breaker;
 mod ledger;
@@ -35,7 +37,6 @@ mod lessor;
 mod merge;
 mod pending;
 mod store;
-mod timer;
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -44,7 +45,6 @@ use std::time::Duration;
 pub use breaker::{Breaker, BreakerState, Breakers, DEFAULT_PROBE_EVERY, DEFAULT_THRESHOLD};
 use ledger::{Debt, Ledger};
 pub use timer::CallTimer;
-use timer::timed;
 use tollgate_core::{Clock, Decision, Limit, SystemClock};
 
 use crate::memory::{DEFAULT_MAX_KEYS, DEFAULT_MAX_MEMORY};
@@ -255,6 +255,15 @@ impl Drop for InFlight<'_> {
     }
 }
 
+impl InFlight<'_> {
+    /// The call was answered with `reply` (to these very checks): no longer in flight, its
+    /// snapshots kept, in one look at each key (see [`Ledger::answered`]).
+    fn answered(self, reply: &Reply, now: u64, epoch: u64) {
+        let this = std::mem::ManuallyDrop::new(self);
+        this.ledger.answered(this.checks, reply, now, epoch);
+    }
+}
+
 impl<R: Remote> Shared<R> {
     /// Now on the backend's clock, as estimated from the node's.
     fn now(&self) -> u64 {
@@ -281,7 +290,8 @@ impl<R: Remote> Shared<R> {
     }
 
     /// The backend answered `checks` (sent with `debts`' charges when `epoch` calls had failed),
-    /// from the servers of `breakers`.
+    /// from the servers of `breakers`; `in_flight` counts these very checks in flight (ended
+    /// here, in the same look at each key as its snapshot is kept).
     fn answered(
         &self,
         checks: &[Check<'_>],
@@ -289,6 +299,7 @@ impl<R: Remote> Shared<R> {
         reply: &Reply,
         breakers: &[(Domain, Arc<Breaker>)],
         epoch: u64,
+        in_flight: Option<InFlight<'_>>,
     ) {
         for (_, breaker) in breakers {
             breaker.success();
@@ -299,7 +310,10 @@ impl<R: Remote> Shared<R> {
             let now = self.now();
             // Record before settling: in between, a local decision counts the charges twice
             // (stricter), never zero times.
-            self.ledger.record(checks, reply, now, epoch);
+            match in_flight {
+                Some(in_flight) => in_flight.answered(reply, now, epoch),
+                None => self.ledger.record(checks, reply, now, epoch),
+            }
             self.paid(debts, now);
         }
     }
@@ -427,7 +441,7 @@ impl<R: Remote> Shared<R> {
                 reporting: false,
             };
             match self.remote.decide(&[peek], &charges).await {
-                Ok(reply) => self.answered(&[peek], &sent, &reply, &breakers, epoch),
+                Ok(reply) => self.answered(&[peek], &sent, &reply, &breakers, epoch, None),
                 Err(error) if error.is_backend() => self.failed(&error, &breakers),
                 Err(error) => {
                     // The key holds something tollgate cannot charge (another program's value):

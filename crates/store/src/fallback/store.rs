@@ -3,18 +3,17 @@
 
 use tollgate_core::Limit;
 
-use super::timer::timed;
 use super::{FailurePolicy, Fallback, InFlight, charges_of};
 use crate::remote::{Charge, Remote};
 use crate::{Check, Refund, Reserved, Store, StoreError};
 
 impl<R: Remote> Store for Fallback<R> {
     async fn reserve(&self, checks: &[Check<'_>]) -> Result<Reserved, StoreError> {
-        timed(self.shared.timer.as_ref(), self.reserve_untimed(checks)).await
+        timed!(self.shared.timer.as_ref(), self.reserve_untimed(checks))
     }
 
     async fn refund(&self, refunds: &[Refund<'_>]) -> Result<(), StoreError> {
-        timed(self.shared.timer.as_ref(), self.refund_untimed(refunds)).await
+        timed!(self.shared.timer.as_ref(), self.refund_untimed(refunds))
     }
 
     /// On the backend, as a charge of its call (applied whenever sent), while its breakers are
@@ -25,7 +24,7 @@ impl<R: Remote> Store for Fallback<R> {
     /// charged twice): the caller keeps what it reserved (an under-count of the difference,
     /// logged by the caller).
     async fn charge(&self, checks: &[Check<'_>]) -> Result<(), StoreError> {
-        timed(self.shared.timer.as_ref(), async {
+        timed!(self.shared.timer.as_ref(), async {
             let sh = &self.shared;
             let breakers = sh.breakers_of(checks);
             if let Some((domain, _)) = breakers.iter().find(|(_, b)| b.is_open()) {
@@ -48,23 +47,21 @@ impl<R: Remote> Store for Fallback<R> {
                 other => other.map(drop),
             }
         })
-        .await
     }
 
     async fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> Result<(), StoreError> {
-        timed(self.shared.timer.as_ref(), async {
+        timed!(self.shared.timer.as_ref(), async {
             self.shared.remote.reset(scope, key, limit).await?;
             self.shared.ledger.forget(&Check { scope, key, limit, cost: 0, hold: false, reporting: false });
             Ok(())
         })
-        .await
     }
 
     /// On the backend, while its breaker is closed (otherwise an error: the old state stays, to
     /// be carried by a later call). What this node owes the backend under the old algorithm is
     /// still sent there (recreating the old state, which a later carry moves on).
     async fn carry(&self, scope: &str, key: &[u8], from: &Limit, to: &Limit) -> Result<u64, StoreError> {
-        timed(self.shared.timer.as_ref(), async {
+        timed!(self.shared.timer.as_ref(), async {
             let check = Check { scope, key, limit: to, cost: 0, hold: false, reporting: false };
             let breakers = self.shared.breakers_of(std::slice::from_ref(&check));
             if breakers.iter().any(|(_, b)| b.is_open()) {
@@ -78,11 +75,10 @@ impl<R: Remote> Store for Fallback<R> {
                 other => other,
             }
         })
-        .await
     }
 
     async fn hold(&self, scope: &str, key: &[u8], hold_ns: u64) -> Result<(), StoreError> {
-        timed(self.shared.timer.as_ref(), self.hold_untimed(scope, key, hold_ns)).await
+        timed!(self.shared.timer.as_ref(), self.hold_untimed(scope, key, hold_ns))
     }
 }
 
@@ -126,7 +122,9 @@ impl<R: Remote> Fallback<R> {
         let local = sh.policy == FailurePolicy::Local;
         let now = sh.now();
         let epoch = sh.epoch();
-        let (debts, views) = if local { sh.ledger.outgoing(checks, now, epoch) } else { Default::default() };
+        // What the call carries, its checks counted in flight (until answered, failed or given up).
+        let (debts, views) = if local { sh.ledger.send(checks, now, epoch) } else { Default::default() };
+        let in_flight = local.then_some(InFlight { ledger: &sh.ledger, checks, now });
         let mut charges = charges_of(&debts, now);
         // Keys seen busy before a failure: what the node knew, for a Redis that lost them.
         charges.extend(views.into_iter().map(|view| Charge {
@@ -137,15 +135,10 @@ impl<R: Remote> Fallback<R> {
             seen: Some(view.seen),
             view: true,
         }));
-        let in_flight = local.then(|| {
-            sh.ledger.begin(checks, now);
-            InFlight { ledger: &sh.ledger, checks, now }
-        });
         let result = sh.remote.decide(checks, &charges).await;
-        drop(in_flight);
         match result {
             Ok(reply) => {
-                sh.answered(checks, &debts, &reply, &breakers, epoch);
+                sh.answered(checks, &debts, &reply, &breakers, epoch, in_flight);
                 let per_check = if reply.snapshots.iter().all(|s| s.at == reply.now_ns) {
                     Vec::new()
                 } else {
@@ -153,8 +146,13 @@ impl<R: Remote> Fallback<R> {
                 };
                 Ok(Reserved { decisions: reply.decisions, at: reply.now_ns, per_check, held: reply.held })
             }
-            Err(StoreError::Partial(partial)) => sh.fall_back_partly(checks, &partial, &debts, epoch).await,
+            Err(StoreError::Partial(partial)) => {
+                drop(in_flight);
+                // Boxed: a rare path, whose future every decision's would otherwise carry.
+                Box::pin(sh.fall_back_partly(checks, &partial, &debts, epoch)).await
+            }
             Err(error) if error.is_backend() => {
+                drop(in_flight);
                 sh.failed(&error, &breakers);
                 sh.fall_back(checks)
             }

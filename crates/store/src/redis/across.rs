@@ -43,12 +43,19 @@ impl RedisStore {
         if groups.len() <= 1 {
             return self.call(checks, charges, &[]).await;
         }
+        // Boxed: the slot-by-slot path holds several calls' futures, which the one-slot call (every
+        // call on one server) would otherwise carry, and copy, too.
+        Box::pin(self.decide_by_slot(checks, &groups)).await
+    }
+
+    /// [`decide_across`](Self::decide_across) for keys in several slots (`groups`).
+    async fn decide_by_slot(&self, checks: &[Check<'_>], groups: &[Group<'_>]) -> Result<Reply, StoreError> {
         let mut decided: Vec<Option<Decided>> = vec![None; checks.len()];
         let mut admitted: Vec<&[usize]> = Vec::new();
         let mut now_ns = 0;
         let mut denied = false;
         let mut failure: Option<(StoreError, Vec<usize>)> = None;
-        for group in &groups {
+        for group in groups {
             // After a denial, the remaining slots are only peeked (and charged).
             let sent: Vec<Check<'_>> =
                 group.checks.iter().map(|&i| if denied { Check { cost: 0, ..checks[i] } } else { checks[i] }).collect();

@@ -319,9 +319,12 @@ impl RedisStore {
         }
         // The server the call goes to: the guard's record's (in the slot of every key), or the
         // first key's.
-        let route: Vec<u8> = guard.map_or_else(|| keys[0].clone(), |g| g.record.to_vec());
+        let route: &[u8] = match guard {
+            Some(guard) => guard.record,
+            None => &keys[0],
+        };
         if self.is_cluster() {
-            let slot = keys::slot(&route);
+            let slot = keys::slot(route);
             if keys.iter().any(|k| keys::slot(k) != slot) {
                 return Err(StoreError::CrossSlot);
             }
@@ -384,7 +387,7 @@ impl RedisStore {
         }
         let cmd = call.into_cmd();
         self.script_calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let call = self.connection.run(&route, &cmd, Some(script));
+        let call = self.connection.run(route, &cmd, Some(script));
         let reply = tokio::time::timeout(self.options.timeout, call)
             .await
             .map_err(|_| StoreError::Timeout(self.options.timeout))?
@@ -418,8 +421,9 @@ impl Store for RedisStore {
         let reply = match self.decide_across(checks, &[]).await {
             Ok(reply) => reply,
             Err(StoreError::Partial(partial)) => {
-                // All or nothing: what the servers that answered admitted is given back.
-                self.give_back(checks, &partial.decided).await;
+                // All or nothing: what the servers that answered admitted is given back (boxed:
+                // a rare path, whose future every decision's would otherwise carry).
+                Box::pin(self.give_back(checks, &partial.decided)).await;
                 return Err(partial.error);
             }
             Err(error) => return Err(error),
@@ -521,6 +525,10 @@ impl Remote for RedisStore {
 
     /// The server that holds `check`'s key now (a cluster's slot owner, the Sentinels' primary).
     fn domain(&self, check: &Check<'_>) -> Domain {
+        if !self.is_cluster() {
+            // One server (or the Sentinels' primary) holds every key: no key to build.
+            return self.connection.domain(b"");
+        }
         match self.state_key(check.scope, check.key, check.limit) {
             Ok(key) => self.connection.domain(&key),
             Err(_) => Domain::from(""),

@@ -81,7 +81,8 @@ pub(super) struct Call {
 impl Call {
     /// `FCALL` of `script` on `keys`; the header comes next.
     pub(super) fn new(script: &Script, keys: &[Vec<u8>]) -> Self {
-        let mut cmd = redis::cmd("FCALL");
+        let mut cmd = sized(keys);
+        cmd.arg("FCALL");
         cmd.arg(script.function()).arg(keys.len());
         for key in keys {
             cmd.arg(key.as_slice());
@@ -105,7 +106,8 @@ impl Call {
 
     /// `TOLLGATE.CHECK` (the native module's command) on `key`, one check; the header comes next.
     pub(super) fn module(key: &[u8]) -> Self {
-        let mut cmd = redis::cmd(MODULE_COMMAND);
+        let mut cmd = sized(std::slice::from_ref(&key));
+        cmd.arg(MODULE_COMMAND);
         cmd.arg(key);
         Call { cmd, written: 0, base: 0, end: HEADER_ARGS, now_ns: 0, charge_ns: None }
     }
@@ -168,6 +170,13 @@ impl Call {
         debug_assert_eq!(self.written, self.end, "the call's last part left incomplete");
         self.cmd
     }
+}
+
+/// An empty command with room for a call on `keys` of one check, the usual call (its arguments
+/// would otherwise be grown into, one reallocation after another).
+fn sized<K: AsRef<[u8]>>(keys: &[K]) -> redis::Cmd {
+    let key_bytes: usize = keys.iter().map(|k| k.as_ref().len()).sum();
+    redis::Cmd::with_capacity(3 + keys.len() + HEADER_ARGS + CHECK_ARGS, 256 + key_bytes)
 }
 
 /// A limit's period as the script reads it: its length in ns, or for a calendar period
