@@ -8,9 +8,10 @@
 //! ```
 //!
 //! `memory` and `redis` print one row per case, tab-separated: label, tollgate's figure, the
-//! peer's, the goal (`<=0.5`: the highest ratio tollgate ÷ peer the issue accepts) and a note. Every
-//! decision is counted: a side that admits more than its limit allows in the time the run took
-//! is said to over-grant, and a side that errs says how often.
+//! peer's, an empty ratio (the script divides), the goal (`<=0.5`: the highest ratio tollgate ÷
+//! peer the issue accepts) and a note. Every decision is counted: a side that admits more than its
+//! limit allows in the time the run took is said to over-grant, and a side that errs says how
+//! often.
 
 #[cfg(feature = "limitador-redis")]
 use std::cell::Cell;
@@ -112,7 +113,8 @@ fn note(sides: [(&str, Tally); 2], keys: usize, elapsed: Duration) -> String {
 }
 
 fn row(label: &str, ours: f64, theirs: f64, goal: &str, note: &str) {
-    println!("{label}\t{ours:.1}\t{theirs:.1}\t{goal}\t{note}");
+    // The ratio column left empty: the script divides.
+    println!("{label}\t{ours:.1}\t{theirs:.1}\t\t{goal}\t{note}");
 }
 
 /// One in-memory side: checks the key at an index, says whether it was admitted.
