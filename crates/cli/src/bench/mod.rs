@@ -50,7 +50,7 @@ pub(crate) struct BenchArgs {
 
 #[derive(Debug, Subcommand)]
 enum Target {
-    /// A RESP server: tollgate (CL.THROTTLE, TG.CHECK, TG.LIMIT), redis-cell or plain Redis.
+    /// A RESP server: tollgate (CL.THROTTLE, TG.CHECK, TG.LIMIT), redis-cell, throttlecrab-server or plain Redis.
     Resp {
         /// The server, HOST:PORT.
         #[arg(long, value_parser = units::address)]

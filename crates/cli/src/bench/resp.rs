@@ -29,7 +29,7 @@ const RECONNECT_PAUSE: Duration = Duration::from_millis(50);
 pub(crate) enum ReplyKind {
     /// `CL.THROTTLE`: `[limited 0/1, …]`.
     Throttle,
-    /// `TG.CHECK`, `TG.PEEK`, `TG.LIMIT`: `[allowed 1/0, …]`.
+    /// `TG.CHECK`, `TG.PEEK`, `TG.LIMIT`, throttlecrab-server's `THROTTLE`: `[allowed 1/0, …]`.
     Check,
     /// Anything else: not a decision.
     Plain,
@@ -52,7 +52,7 @@ impl Command {
         };
         let kind = match name.to_ascii_uppercase().as_str() {
             "CL.THROTTLE" => ReplyKind::Throttle,
-            "TG.CHECK" | "TG.PEEK" | "TG.LIMIT" => ReplyKind::Check,
+            "TG.CHECK" | "TG.PEEK" | "TG.LIMIT" | "THROTTLE" => ReplyKind::Check,
             _ => ReplyKind::Plain,
         };
         Ok(Command { args: words.iter().map(|w| Template::new(w)).collect(), kind })
@@ -287,5 +287,15 @@ mod tests {
         assert_eq!(check.answer(value(0)), Ok(Answer::Denied));
         assert_eq!(incr.answer(value(1)), Ok(Answer::Other));
         assert_eq!(check.answer(Skimmed::Error("ERR x".into())), Err(Failure::Reply("ERR x".into())));
+    }
+
+    #[test]
+    fn throttlecrabs_throttle_is_a_decision_with_one_for_allowed() {
+        // throttlecrab-server's `THROTTLE key max_burst count period [quantity]` replies
+        // `[allowed (1 = allowed), limit, remaining, reset_after, retry_after]`.
+        let throttle = Command::parse("throttle {key} 16 30 60 1").unwrap();
+        let value = |first| Skimmed::Value { first: Some(first) };
+        assert_eq!(throttle.answer(value(1)), Ok(Answer::Allowed));
+        assert_eq!(throttle.answer(value(0)), Ok(Answer::Denied));
     }
 }
