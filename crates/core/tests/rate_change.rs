@@ -127,3 +127,34 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1_000))]
+
+    /// `retry_after` is "how long until this same request would be admitted if nothing else
+    /// happens", also for a refusal under another rate than the key's state was written in: the
+    /// refusal rewrites the state in the new rate (it no longer drains at the old one), so the
+    /// same request is refused 1 ns before the retry it announced and admitted at it.
+    #[test]
+    fn a_refusal_under_another_rate_keeps_its_retry_after(((count_a, count_b, burst_a, burst_b), _) in bucket_trace(), spent in 1u64..=25, cost in 1u64..=25, gap in 0u64..1000) {
+        for algorithm in [Algorithm::Gcra, Algorithm::TokenBucket, Algorithm::LeakyBucket] {
+            // One period for both: another count is another rate.
+            let build = |count: u64, burst: u64| {
+                Limit::builder(count, std::time::Duration::from_nanos(27_720)).algorithm(algorithm).burst(burst).build().unwrap()
+            };
+            let (a, b) = (build(count_a, burst_a), build(count_b, burst_b));
+            let (spent, cost) = (spent.min(a.capacity()), cost.min(b.capacity()));
+            let mut state = State::idle(&a);
+            prop_assert!(state.check(ORIGIN, &a, spent).unwrap().allowed);
+            let at = ORIGIN + gap;
+            let refused = state.check(at, &b, cost).unwrap();
+            if refused.allowed {
+                continue;
+            }
+            let retry = refused.retry_after_ns;
+            let before = state.clone().check(at + retry - 1, &b, cost).unwrap();
+            prop_assert!(!before.allowed, "{}: {} spent under {}, {} under {} refused for {} ns, admitted {} ns early", algorithm, spent, a, cost, b, retry, retry - before.retry_after_ns.min(retry));
+            prop_assert!(state.check(at + retry, &b, cost).unwrap().allowed, "{}: admitted at its retry", algorithm);
+        }
+    }
+}

@@ -197,7 +197,7 @@ mod tests {
     }
 
     const GOOD: [&str; 16] = [
-        "4",
+        VERSION,
         "",
         "",
         "0",

@@ -196,6 +196,9 @@ fn int(value: impl TryInto<i64>) -> i64 {
 pub fn decide(limit: &Limit, cost: u64, stored: Option<&[u8]>, margin_ms: i64, now: Now) -> Result<Outcome, Refused> {
     let at = now.ns();
     let mut state = read(limit, stored, now).map_err(|bad| Refused::BadState(bad.0))?;
+    // A bucket's state (no heap) as read: a refusal under another rate rewrites it (see the
+    // core's `check`), and the rewritten state is stored as an admission's would be.
+    let bucket = matches!(state, State::Gcra(_) | State::TokenBucket(_) | State::LeakyBucket(_)).then(|| state.clone());
     let decision: Decision = state.check(at, limit, cost).map_err(|e| Refused::Limit(format!("TOLLGATE_ARGS {e}")))?;
     let snapshot = state.snapshot(at, limit);
     let reply = [
@@ -209,7 +212,7 @@ pub fn decide(limit: &Limit, cost: u64, stored: Option<&[u8]>, margin_ms: i64, n
         int(now.sec.max(0)),
         int(now.nsec.max(0)),
     ];
-    let consumed = decision.allowed && cost > 0;
+    let consumed = decision.allowed && cost > 0 || bucket.is_some_and(|read| read != state);
     let write = match consumed {
         true => write(&state).map(|value| {
             let idle_ns = i128::from(state.idle_at(limit)) - i128::from(at);

@@ -101,3 +101,44 @@ async fn state_written_before_the_rate_was_recorded_decides_as_before() {
         assert_eq!(fields.get(interval).copied(), Some("6000000000"), "{algorithm}: written with its rate: {written}");
     }
 }
+
+/// Per bucket algorithm: 11 spent under "100 a minute, burst 11", then the key checked with
+/// another (idle) key in one all-or-nothing call under "1 a minute, burst 1" (refused: the call
+/// admits nothing), then the same call again halfway through the `retry_after` it announced.
+/// Returns (refused, its retry_after in s, admitted halfway).
+async fn lowered_in_a_call_of_two<S: Store>(store: &S, clock: &ManualClock) -> Vec<(Algorithm, bool, u64, bool)> {
+    let mut seen = Vec::new();
+    for algorithm in [Algorithm::Gcra, Algorithm::TokenBucket, Algorithm::LeakyBucket] {
+        clock.set(T0);
+        let (fast, slow) = (limit(algorithm, 100, 60, 11), limit(algorithm, 1, 60, 1));
+        let (key, other): (&[u8], &[u8]) = (b"{pair}:lowered", b"{pair}:other");
+        assert!(store.check_one(Check::new(key, &fast, 11)).await.unwrap().allowed, "{algorithm}");
+        clock.set(T0 + 1_000_000);
+        let call = [Check::new(other, &slow, 1), Check::new(key, &slow, 1)];
+        let refused = store.check_all(&call).await.unwrap()[1];
+        clock.set(T0 + 1_000_000 + refused.retry_after_ns / 2);
+        let later = store.check_all(&call).await.unwrap()[1];
+        seen.push((algorithm, !refused.allowed, refused.retry_after_ns / SEC, later.allowed));
+    }
+    seen
+}
+
+/// A refusal under a lowered limit within a call of several checks writes the key rescaled too
+/// (the call's other checks admit nothing), so the `retry_after` it announced holds.
+#[tokio::test]
+async fn a_lowered_limit_keeps_its_refusal_within_a_call_of_several_checks_on_memory_and_redis() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let memory = MemoryStore::builder().clock(clock.clone()).build();
+    let on_memory = lowered_in_a_call_of_two(&memory, &clock).await;
+    let server = RedisServer::start();
+    let clock = Arc::new(ManualClock::new(T0));
+    let redis = RedisStore::open(&server.url(), redis_options(clock.clone())).unwrap();
+    let on_redis = lowered_in_a_call_of_two(&redis, &clock).await;
+    let expected: Vec<_> =
+        [Algorithm::Gcra, Algorithm::TokenBucket, Algorithm::LeakyBucket].map(|a| (a, true, 659, false)).to_vec();
+    assert_eq!(
+        (on_memory, on_redis),
+        (expected.clone(), expected),
+        "(memory, Redis): (algorithm, refused in the call, its retry_after in s, admitted halfway through it)"
+    );
+}

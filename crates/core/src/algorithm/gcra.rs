@@ -58,9 +58,15 @@ impl RateState for Gcra {
 
     fn check(&mut self, now: u64, limit: &Limit, cost: u64) -> Result<Decision, Error> {
         limit.check_cost(cost)?;
-        let (decision, next) = decide(self.tat_under(now, limit), now, limit, cost)?;
+        let t = limit.emission_interval_ns();
+        let tat = self.tat_under(now, limit);
+        let (decision, next) = decide(tat, now, limit, cost)?;
         if let Some(tat) = next {
-            *self = Gcra { tat, interval: limit.emission_interval_ns() };
+            *self = Gcra { tat, interval: t };
+        } else if cost > 0 && !(self.interval == 0 || self.interval == t) && self.tat > now {
+            // Refused under another rate: the schedule is rewritten in the new one, so it stops
+            // draining at the old rate and the retry announced holds (lowering never refunds).
+            *self = Gcra { tat, interval: t };
         }
         Ok(decision)
     }

@@ -57,12 +57,19 @@ impl RateState for LeakyBucket {
     fn check(&mut self, now: u64, limit: &Limit, cost: u64) -> Result<Decision, Error> {
         limit.check_cost(cost)?;
         let capacity = limit.tolerance_ns();
-        let level = self.under(now, limit).level_at(now);
+        let own = self.under(now, limit);
+        let level = own.level_at(now);
         let filled = add(level, cost_ns(limit, cost)?, "leaky bucket level")?;
         let allowed = filled <= capacity;
         let after = if allowed { filled } else { level };
+        let t = limit.emission_interval_ns();
         if allowed && cost > 0 {
             *self = LeakyBucket::new(filled, now, limit);
+        } else if cost > 0 && !(self.interval == 0 || self.interval == t) && self.last.saturating_add(self.level) > now
+        {
+            // Refused under another rate: the level is rewritten in the new one, so it stops
+            // draining at the old rate and the retry announced holds (lowering never refunds).
+            *self = own;
         }
         Ok(Decision {
             allowed,

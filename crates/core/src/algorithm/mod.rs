@@ -42,7 +42,10 @@ pub trait RateState: Clone + PartialEq + std::fmt::Debug + Send + Sync + 'static
 
     /// Decides a request of `cost` at `now` (ns since the Unix epoch) under `limit`.
     ///
-    /// Changes `self` only when the request is admitted and `cost > 0`. Errors when the cost can
+    /// Changes `self` only when `cost > 0` and the request is admitted, or (the bucket family)
+    /// refused on a state measured under another rate: it is then rewritten rescaled into the
+    /// limit's (deciding exactly as before), so it no longer drains at the old rate and the
+    /// `retry_after` it announced holds. A peek (cost 0) never changes it. Errors when the cost can
     /// never be admitted or an intermediate value overflows; the state is then unchanged.
     fn check(&mut self, now: u64, limit: &Limit, cost: u64) -> Result<Decision, Error>;
 

@@ -128,7 +128,11 @@ impl RateState for TokenBucket {
     fn check(&mut self, now: u64, limit: &Limit, cost: u64) -> Result<Decision, Error> {
         let mut bucket = self.under(now, limit);
         let decision = bucket.check_own(now, limit, cost)?;
-        if decision.allowed && cost > 0 {
+        // Refused under another interval or capacity, the bucket is rewritten in the new ones
+        // too, so it stops refilling at the old rate and the retry announced holds.
+        let rescaled = !(recorded_as(self.interval, limit.emission_interval_ns())
+            && recorded_as(self.capacity, limit.tolerance_ns()));
+        if cost > 0 && (decision.allowed || rescaled) {
             *self = bucket;
         }
         Ok(decision)

@@ -42,6 +42,18 @@ impl Scratch {
         Ok(())
     }
 
+    /// Whether this bucket differs from `read`, the state it was checked from (a refusal under
+    /// another rate rewrote it); false for the window family, whose checks are not compared.
+    fn rescaled(&self, read: &Scratch) -> bool {
+        match (self, read) {
+            (Scratch::Tat(now), Scratch::Tat(read)) => now != read,
+            (Scratch::State(now @ (State::TokenBucket(_) | State::LeakyBucket(_))), Scratch::State(read)) => {
+                now != read
+            }
+            _ => false,
+        }
+    }
+
     fn snapshot(&self, now: u64, limit: &Limit) -> Snapshot {
         match self {
             Scratch::Tat(gcra) => tollgate_core::RateState::snapshot(gcra, now, limit),
@@ -191,6 +203,18 @@ impl MemoryStore {
                 let mut state =
                     key.charged.clone().or_else(|| key.stored.clone()).unwrap_or_else(|| fresh(check.limit));
                 *decision = state.check(now, check.limit, 0)?;
+            }
+            // A refusal under another rate still writes its bucket rescaled into the new rate (see
+            // the core's `check`), as a single check does and the Redis script does.
+            for (c, check) in checks.iter().enumerate().filter(|(c, ch)| ch.cost > 0 && !held.contains(c)) {
+                let i = index(&keys, check);
+                let key = &mut keys[i];
+                let read = key.charged.clone().or_else(|| key.stored.clone()).unwrap_or_else(|| fresh(check.limit));
+                let mut state = read.clone();
+                if !decisions[c].allowed && !state.check(now, check.limit, check.cost)?.allowed && state.rescaled(&read)
+                {
+                    key.charged = Some(state);
+                }
             }
         }
         let snapshots = checks

@@ -371,9 +371,11 @@ impl MemoryStore {
         if let Some(slot) = shard.slots.find(fingerprint, |s| s.fingerprint == fingerprint) {
             // Inserted by another thread meanwhile, or scheduled at another rate (a changed
             // limit): decide on it under the write lock, which no lock-free step holds.
-            let mut gcra = slot.gcra();
+            let read = slot.gcra();
+            let mut gcra = read;
             let decision = tollgate_core::RateState::check(&mut gcra, now, limit, cost)?;
-            if decision.allowed && cost > 0 {
+            // A refusal under another rate rewrote it in the new one (see the core's `check`).
+            if gcra != read {
                 slot.set(gcra);
             }
             return Ok(decision);
@@ -388,12 +390,17 @@ impl MemoryStore {
         let mut guard = self.states.write(self.states.shard_of(fingerprint));
         if let Some(slot) = guard.slots.find_mut(fingerprint, |s| s.fingerprint == fingerprint) {
             let before = slot.state.heap_bytes();
+            // A bucket's state (no heap) as read: a refusal under another rate rewrites it.
+            let bucket =
+                matches!(slot.state, State::TokenBucket(_) | State::LeakyBucket(_)).then(|| slot.state.clone());
             let decision = slot.state.check(now, limit, cost)?;
             if decision.allowed && cost > 0 {
                 slot.idle_at = slot.state.idle_at(limit);
                 let after = slot.state.heap_bytes();
                 guard.heap_bytes -= before;
                 self.states.grew(&mut guard, after, now, &[fingerprint]);
+            } else if bucket.is_some_and(|read| read != slot.state) {
+                slot.idle_at = slot.state.idle_at(limit);
             }
             return Ok(decision);
         }

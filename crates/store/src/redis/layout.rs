@@ -9,7 +9,7 @@
 
 macro_rules! version {
     () => {
-        "4"
+        "5"
     };
 }
 

@@ -259,7 +259,7 @@ local function decide(KEYS, ARGV)
   local granted = 0
 
   -- 2. Checks, in order; a key checked twice sees its first check's pending state.
-  local ps, decisions, by_hold, outlived = {}, {}, {}, {}
+  local ps, decisions, by_hold, costs, outlived = {}, {}, {}, {}, {}
   local all = true
   for i = 1, checks do
     local key = KEYS[i]
@@ -281,7 +281,7 @@ local function decide(KEYS, ARGV)
       if new then state[key], idle[key] = new, at_idle end
       if indebted then outlived[key] = d[5] end
       if d[1] == false then all = false; granted = 0 end
-      ps[i], decisions[i] = p, d
+      ps[i], decisions[i], costs[i] = p, d, cost
     end
   end
 
@@ -292,6 +292,14 @@ local function decide(KEYS, ARGV)
     for k, v in pairs(charged) do state[k], idle[k] = v[1], v[2] end
     for i = 1, checks do
       if decisions[i][1] then decisions[i] = ALGS[ps[i].alg].check(current(KEYS[i], ps[i]), ps[i], 0) end
+    end
+    -- A refusal under another rate still writes its bucket rescaled into the new rate (see the
+    -- bucket scripts' check), as a single check does.
+    for i = 1, checks do
+      if not decisions[i][1] and not by_hold[i] and costs[i] > 0 then
+        local d, new, at_idle = ALGS[ps[i].alg].check(current(KEYS[i], ps[i]), ps[i], costs[i])
+        if new and not d[1] then state[KEYS[i]], idle[KEYS[i]] = new, at_idle end
+      end
     end
   end
 

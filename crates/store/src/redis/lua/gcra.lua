@@ -21,6 +21,9 @@ ALGS['gcra'] = {
     local ahead = allowed and new or tat
     local d = decision(allowed, p.burst, idiv(math.max(p.tol - ahead, 0), p.T), allowed and 0 or new - p.tol, ahead)
     if allowed and cost > 0 then return d, { tat = new, T = p.T }, new end
+    -- Refused under another rate: the schedule is written in the new one, so it stops draining at
+    -- the old rate and the retry announced holds (as the core's `check`).
+    if cost > 0 and st and st.T ~= 0 and st.T ~= p.T and st.tat > 0 then return d, { tat = tat, T = p.T }, tat end
     return d
   end,
   charge = function(st, p, cost, at)

@@ -26,12 +26,16 @@ ALGS['leaky-bucket'] = {
   end,
   check = function(st, p, cost)
     local cap = p.tol
-    local level = leaky_level(leaky_under(st, p, 0), 0)
+    local own = leaky_under(st, p, 0)
+    local level = leaky_level(own, 0)
     local filled = level + cost * p.T
     local allowed = filled <= cap
     local after = allowed and filled or level
     local d = decision(allowed, p.burst, idiv(math.max(cap - after, 0), p.T), allowed and 0 or filled - cap, after)
     if allowed and cost > 0 then return d, { level = filled, last = 0, T = p.T }, filled end
+    -- Refused on a level measured in another rate (leaky_under made a new one): written in the
+    -- limit's, so it stops draining at the old rate (as the core's `check`).
+    if cost > 0 and own ~= st then return d, own, level end
     return d
   end,
   charge = function(st, p, cost, at)

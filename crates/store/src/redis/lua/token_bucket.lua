@@ -39,6 +39,9 @@ ALGS['token-bucket'] = {
     local left = allowed and available - need or available
     local d = decision(allowed, p.burst, idiv(math.max(left, 0), p.T), allowed and 0 or need - available, cap - left)
     if allowed and cost > 0 then return d, { tokens = left, last = 0, T = p.T, cap = cap }, cap - left end
+    -- Refused on a bucket counted in another interval or capacity (token_under made a new one):
+    -- written in the limit's, so it stops refilling at the old rate (as the core's `check`).
+    if cost > 0 and own ~= st then return d, own, cap - left end
     return d
   end,
   charge = function(st, p, cost, at)
