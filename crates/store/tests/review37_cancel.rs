@@ -143,3 +143,55 @@ async fn a_call_in_flight_during_local_decisions_counts_once() {
     let remote = door.inner.inner().check(b"k", &limit, 0).await.unwrap();
     assert_eq!(remote.remaining, 0, "the remote counts 3 + 7: {remote:?}");
 }
+
+/// Script calls Redis ran since its stats were reset (`FCALL`, `EVALSHA`, `EVAL`).
+fn script_calls(server: &tollgate_store::testkit::redis_server::RedisServer) -> u64 {
+    let stats = server.cli(&["INFO", "commandstats"]);
+    stats
+        .lines()
+        .filter(|l| ["cmdstat_fcall:", "cmdstat_evalsha:", "cmdstat_eval:"].iter().any(|p| l.starts_with(p)))
+        .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Against a real Redis, frozen: five calls (cost 2 each) given up by their callers while Redis
+/// is stopped, then Redis thawed. Each call Redis ran counts once (none is sent again), no reply
+/// reaches another call (a key no call touched reads full), and the key admits exactly what is
+/// left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_given_up_on_a_frozen_redis_count_once_and_shift_no_reply() {
+    use tollgate_store::testkit::redis_server::RedisServer;
+    use tollgate_store::{RedisOptions, RedisStore};
+    let server = RedisServer::start();
+    let limit = Limit::per_hour(20).build().unwrap();
+    let options = RedisOptions { timeout: Duration::from_secs(5), ..RedisOptions::default() };
+    let breaker = Breaker::new(u32::MAX, Duration::from_millis(100));
+    let node = Fallback::with_options(
+        RedisStore::open(&server.url(), options).unwrap(),
+        FailurePolicy::Local,
+        FallbackOptions { breaker, ..FallbackOptions::default() },
+    );
+    // Connected, the script loaded.
+    assert!(node.check(b"warm", &limit, 1).await.unwrap().allowed);
+    let _ = server.cli(&["CONFIG", "RESETSTAT"]);
+    server.freeze();
+    for _ in 0..5 {
+        let given_up = tokio::time::timeout(Duration::from_millis(30), node.check(b"k", &limit, 2)).await;
+        assert!(given_up.is_err(), "Redis is frozen: {given_up:?}");
+    }
+    server.thaw();
+    let other = tokio::time::timeout(Duration::from_secs(10), node.check(b"other", &limit, 1)).await.unwrap().unwrap();
+    assert_eq!((other.allowed, other.remaining), (true, 19), "a key no other call touched: {other:?}");
+    // The calls given up that Redis ran (the one just made excluded).
+    let ran = script_calls(&server) - 1;
+    assert!(ran <= 5, "{ran} script calls for 5 calls given up");
+    let mut admitted = 0;
+    for _ in 0..40 {
+        if !node.check(b"k", &limit, 1).await.unwrap().allowed {
+            break;
+        }
+        admitted += 1;
+    }
+    assert_eq!(admitted, 20 - 2 * ran, "admitted after {ran} calls of cost 2 given up ran once each");
+    assert_eq!(node.stats().fallbacks, 0, "{:?}", node.stats());
+}
