@@ -167,3 +167,36 @@ fn generated_replies_read_as_the_driver_reads_them() {
         tollgate_redis_client::fuzzing::redis_topology(&input);
     }
 }
+
+/// A server that closes its connection part way through a reply (split byte by byte or not): the
+/// call ends with an error saying it may have run, within the bound, and a call on a new
+/// connection to a sound server is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_cut_short_by_a_closed_connection_is_an_error() {
+    for cut in [b"*2\r\n:1\r\n".as_slice(), b"$9999999999\r\nabc", b"*2147483647\r\n:1\r\n", b"$3\r\nab", b":12"] {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            let Ok((mut socket, _)) = listener.accept() else { return };
+            let mut seen = Vec::new();
+            let mut chunk = [0u8; 256];
+            while !seen.windows(4).any(|w| w == b"PING") {
+                match socket.read(&mut chunk) {
+                    Ok(n @ 1..) => seen.extend_from_slice(&chunk[..n]),
+                    _ => return,
+                }
+            }
+            for byte in cut {
+                let _ = socket.write_all(std::slice::from_ref(byte));
+            }
+            let _ = socket.shutdown(std::net::Shutdown::Both);
+        });
+        let read = ping(port).await;
+        assert!(
+            read.as_ref().is_err_and(|e| e.contains("may have run")),
+            "{:?}: {read:?}",
+            String::from_utf8_lossy(cut)
+        );
+    }
+    assert_eq!(ping(serve(b"+PONG\r\n", 1, b"")).await, Ok(redis::Value::SimpleString("PONG".into())));
+}
