@@ -451,10 +451,7 @@ async fn read_replies<R: AsyncRead + Unpin>(mut socket: R, in_flight: Arc<InFlig
                 break Ended { kind: dropped(error.kind()), why: format!("cannot read from the server: {error}") };
             }
         }
-        if let Err(what) = framing.split(&buffer[from..], |end| ends.push(from + end)) {
-            let error = refusal(&what);
-            break Ended { kind: error.kind(), why: error.to_string() };
-        }
+        let framed = framing.split(&buffer[from..], |end| ends.push(from + end));
         let mut start = 0;
         let mut unparsed = None;
         for &end in &ends {
@@ -471,14 +468,17 @@ async fn read_replies<R: AsyncRead + Unpin>(mut socket: R, in_flight: Arc<InFlig
             start = end;
         }
         ends.clear();
-        if let Some(error) = unparsed {
-            break Ended { kind: error.kind(), why: error.to_string() };
-        }
         buffer.drain(..start);
+        // The replies read whole are their calls', even when what follows them is not RESP.
         if !values.is_empty()
             && let Err(ended) = complete(&in_flight, &mut values)
         {
             break ended;
+        }
+        // The first thing that is not RESP ends the connection: a frame that does not parse comes
+        // before what could not be framed.
+        if let Some(error) = unparsed.or_else(|| framed.err().map(|what| refusal(&what))) {
+            break Ended { kind: error.kind(), why: error.to_string() };
         }
     };
     end(&in_flight, ended);
