@@ -44,11 +44,14 @@ impl<R: Remote + Lessor> Fallback<R> {
             InFlight { ledger: &sh.ledger, checks: &in_flight_checks, now }
         });
         let result = sh.remote.lease(check, want, lessee, lifetime).await;
-        drop(in_flight);
         match result {
             Ok(grant) => {
                 let reply = Reply::new(vec![grant.decision], vec![grant.snapshot], grant.at);
                 sh.answered(&[Check { cost: grant.granted, ..check }], &[], &reply, &breakers, epoch, None);
+                // In flight until its reply is recorded: a request decided locally in between
+                // would otherwise see the refill neither in flight nor in the snapshot (counted
+                // twice for that instant instead: stricter).
+                drop(in_flight);
                 Ok(grant)
             }
             Err(error) => {

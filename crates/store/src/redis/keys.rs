@@ -39,13 +39,20 @@ pub(super) fn hold_key(prefix: &str, scope: &str, key: &[u8]) -> Result<Vec<u8>,
     scoped(prefix, "hold", scope, key)
 }
 
-/// `PREFIX:KIND:`, `@SCOPE:` unless the scope is empty, then `key`'s form.
-fn scoped(prefix: &str, kind: &str, scope: &str, key: &[u8]) -> Result<Vec<u8>, StoreError> {
+/// Whether `scope` can name keys on Redis (no `:`, `{` or `}`, which would break the key's form
+/// or its hash tag).
+pub(super) fn usable_scope(scope: &str) -> Result<(), StoreError> {
     if scope.contains([':', '{', '}']) {
         return Err(StoreError::Unsupported(format!(
             "scope {scope:?}: a rule or limit name used on Redis cannot contain ':', '{{' or '}}'"
         )));
     }
+    Ok(())
+}
+
+/// `PREFIX:KIND:`, `@SCOPE:` unless the scope is empty, then `key`'s form.
+fn scoped(prefix: &str, kind: &str, scope: &str, key: &[u8]) -> Result<Vec<u8>, StoreError> {
+    usable_scope(scope)?;
     let mut out = Vec::with_capacity(prefix.len() + scope.len() + key.len() + 24);
     out.extend_from_slice(prefix.as_bytes());
     out.push(b':');

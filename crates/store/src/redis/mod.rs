@@ -526,8 +526,12 @@ impl Remote for RedisStore {
     /// The server that holds `check`'s key now (a cluster's slot owner, the Sentinels' primary).
     fn domain(&self, check: &Check<'_>) -> Domain {
         if !self.is_cluster() {
-            // One server (or the Sentinels' primary) holds every key: no key to build.
-            return self.connection.domain(b"");
+            // One server (or the Sentinels' primary) holds every key: no key to build. A scope
+            // Redis cannot hold is no server's (its calls fail with that error, breaker or not).
+            return match keys::usable_scope(check.scope) {
+                Ok(()) => self.connection.domain(b""),
+                Err(_) => Domain::from(""),
+            };
         }
         match self.state_key(check.scope, check.key, check.limit) {
             Ok(key) => self.connection.domain(&key),
