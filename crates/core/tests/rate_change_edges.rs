@@ -35,9 +35,8 @@ fn a_round_trip_through_a_slower_rate_keeps_what_its_cap_leaves() {
     }
 }
 
-/// Two bucket limits with different emission intervals (the shipped property only changes the
-/// burst: its intervals are all 40 ns).
-/// Counts, bursts and interval factors of two limits.
+/// Two bucket limits: counts, bursts, and emission-interval factors (equal factors: only the
+/// burst or count changes).
 type TwoLimits = (u64, u64, u64, u64, u64, u64);
 /// (gap in ns, cost, under the second limit, a charge).
 type Step = (u64, u64, bool, bool);
@@ -56,8 +55,8 @@ fn interval_trace() -> impl Strategy<Value = (TwoLimits, Vec<Step>)> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(3_000))]
 
-    /// The token and leaky buckets decide as GCRA when the key's *rate* (emission interval)
-    /// changes between requests, not only its burst.
+    /// The token and leaky buckets decide exactly as GCRA when the key's limit changes between
+    /// its requests and charges: its rate (emission interval), its burst, or both.
     #[test]
     fn the_buckets_decide_as_gcra_across_interval_changes(((count_a, count_b, burst_a, burst_b, ta, tb), trace) in interval_trace()) {
         let build = |algorithm: Algorithm, count: u64, t: u64, burst: u64| {
