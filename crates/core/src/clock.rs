@@ -20,7 +20,8 @@ pub trait Clock: Send + Sync + std::fmt::Debug + 'static {
 #[derive(Debug, Clone)]
 pub struct SystemClock {
     anchor_ns: u64,
-    anchor: quanta::Instant,
+    /// The timer's raw reading (TSC ticks, or ns) at `anchor_ns`.
+    anchor_raw: u64,
     timer: quanta::Clock,
 }
 
@@ -31,8 +32,8 @@ impl SystemClock {
         // A system clock set before 1970 reads as the epoch: later instants still advance.
         let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
         let timer = quanta::Clock::new();
-        let anchor = timer.now();
-        SystemClock { anchor_ns: u64::try_from(since_epoch.as_nanos()).unwrap_or(u64::MAX), anchor, timer }
+        let anchor_raw = timer.raw();
+        SystemClock { anchor_ns: u64::try_from(since_epoch.as_nanos()).unwrap_or(u64::MAX), anchor_raw, timer }
     }
 }
 
@@ -44,7 +45,9 @@ impl Default for SystemClock {
 
 impl Clock for SystemClock {
     fn now_ns(&self) -> u64 {
-        let elapsed = u64::try_from(self.timer.now().duration_since(self.anchor).as_nanos()).unwrap_or(u64::MAX);
+        // Raw ticks since the anchor scaled to ns in one multiply and shift (0 if the counter
+        // reads earlier): what `Instant::duration_since` computes, without a `Duration` between.
+        let elapsed = self.timer.delta_as_nanos(self.anchor_raw, self.timer.raw());
         self.anchor_ns.saturating_add(elapsed)
     }
 }

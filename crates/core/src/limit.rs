@@ -131,12 +131,14 @@ impl Limit {
 
     /// The algorithm deciding this limit.
     #[must_use]
+    #[inline]
     pub fn algorithm(&self) -> Algorithm {
         self.algorithm
     }
 
     /// Requests per period.
     #[must_use]
+    #[inline]
     pub fn count(&self) -> u64 {
         self.count
     }
@@ -144,6 +146,7 @@ impl Limit {
     /// The period in nanoseconds; for a calendar period, the unit's longest length
     /// ([`CalendarUnit::longest_ns`]).
     #[must_use]
+    #[inline]
     pub fn period_ns(&self) -> u64 {
         self.period_ns
     }
@@ -164,6 +167,7 @@ impl Limit {
     /// the epoch, `start <= now < end` (an end past 2^64 ns is `u64::MAX`). A fixed period's
     /// windows are `[k × period, (k + 1) × period)`; a calendar period's, its civil units.
     #[must_use]
+    #[inline]
     pub fn window_at(&self, now: u64) -> (u64, u64) {
         match &self.calendar {
             Some(calendar) => calendar.window_at(now),
@@ -185,6 +189,7 @@ impl Limit {
     /// The end of the window starting at `start` (see [`align`](Self::align)): `start + period`,
     /// or the end of the calendar window holding it (saturated at `u64::MAX`).
     #[must_use]
+    #[inline]
     pub fn window_end(&self, start: u64) -> u64 {
         if self.calendar.is_some() { self.window_at(start).1 } else { start.saturating_add(self.period_ns) }
     }
@@ -202,24 +207,28 @@ impl Limit {
 
     /// Unit-cost requests admitted at once from idle (bucket family; equals `count` otherwise).
     #[must_use]
+    #[inline]
     pub fn burst(&self) -> u64 {
         self.burst
     }
 
     /// Slices of the period (sub-window counter; 1 otherwise).
     #[must_use]
+    #[inline]
     pub fn slices(&self) -> u64 {
         u64::from(self.slices)
     }
 
     /// `T = ceil(period / count)`: rounding up never admits more than `count` per period.
     #[must_use]
+    #[inline]
     pub fn emission_interval_ns(&self) -> u64 {
         self.emission_ns
     }
 
     /// `burst * T`: how far ahead of now the bucket family may schedule (its capacity in time).
     #[must_use]
+    #[inline]
     pub fn tolerance_ns(&self) -> u64 {
         self.tolerance_ns
     }
@@ -227,11 +236,13 @@ impl Limit {
     /// The most a single request may cost: `burst` for the bucket family, `count` otherwise.
     /// This is also the `limit` reported in every [`Decision`](crate::Decision).
     #[must_use]
+    #[inline]
     pub fn capacity(&self) -> u64 {
         if self.algorithm.is_bucket() { self.burst } else { self.count }
     }
 
     /// Refuses a cost that can never be admitted.
+    #[inline]
     pub(crate) fn check_cost(&self, cost: u64) -> Result<(), Error> {
         let capacity = self.capacity();
         if cost > capacity {

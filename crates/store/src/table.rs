@@ -101,6 +101,7 @@ impl<S: Slot> SlotTable<S> {
     }
 
     /// The shard holding `fingerprint`.
+    #[inline]
     pub(crate) fn shard_of(&self, fingerprint: u64) -> usize {
         // Truncation intended: bits 32.. of the fingerprint pick the shard.
         #[allow(clippy::cast_possible_truncation)]
@@ -108,11 +109,13 @@ impl<S: Slot> SlotTable<S> {
         bits & self.mask
     }
 
+    #[inline]
     pub(crate) fn read(&self, shard: usize) -> RwLockReadGuard<'_, Shard<S>> {
         // A panic never happens while a shard is locked; if one did, its data is still consistent.
         self.shards[shard].0.read().unwrap_or_else(PoisonError::into_inner)
     }
 
+    #[inline]
     pub(crate) fn write(&self, shard: usize) -> RwLockWriteGuard<'_, Shard<S>> {
         self.shards[shard].0.write().unwrap_or_else(PoisonError::into_inner)
     }

@@ -25,6 +25,7 @@ impl RateState for FixedWindow {
         FixedWindow { window_start: 0, used: 0 }
     }
 
+    #[inline]
     fn check(&mut self, now: u64, limit: &Limit, cost: u64) -> Result<Decision, Error> {
         limit.check_cost(cost)?;
         let (start, used, end) = self.rolled(now, limit);
@@ -51,6 +52,7 @@ impl RateState for FixedWindow {
         Ok(Decision { allowed, limit: count, remaining: count.saturating_sub(after), retry_after_ns, reset_after_ns })
     }
 
+    #[inline]
     fn idle_at(&self, limit: &Limit) -> u64 {
         if self.used == 0 {
             0
@@ -89,6 +91,7 @@ impl FixedWindow {
     /// The window counting at `now`, its use and its end: now's window (with what the stored
     /// window's debt leaves spent in it), or the stored one if that is later (a clock gone
     /// backwards, or a charge dated in an earlier window), which still counts.
+    #[inline]
     fn rolled(&self, now: u64, limit: &Limit) -> (u64, u64, u64) {
         let (current, end) = limit.window_at(now);
         if self.used == 0 {

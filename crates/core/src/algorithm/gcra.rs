@@ -56,6 +56,7 @@ impl RateState for Gcra {
         Gcra { tat: 0, interval: 0 }
     }
 
+    #[inline]
     fn check(&mut self, now: u64, limit: &Limit, cost: u64) -> Result<Decision, Error> {
         limit.check_cost(cost)?;
         let t = limit.emission_interval_ns();
@@ -71,6 +72,7 @@ impl RateState for Gcra {
         Ok(decision)
     }
 
+    #[inline]
     fn idle_at(&self, limit: &Limit) -> u64 {
         // Read under a slower rate the schedule ends later, by at most MAX_AHEAD_NS past now.
         if self.interval != 0 && self.interval < limit.emission_interval_ns() {
@@ -112,6 +114,7 @@ impl Gcra {
     /// The GCRA step on a bare TAT, for stores that keep it in an atomic and write it back with a
     /// compare-and-swap: the decision, and the TAT to store when the request consumed capacity
     /// (`None` for a denial or a peek). `tat` is 0 for a key with no history.
+    #[inline]
     pub fn step(tat: u64, now: u64, limit: &Limit, cost: u64) -> Result<(Decision, Option<u64>), Error> {
         limit.check_cost(cost)?;
         decide(tat, now, limit, cost)
@@ -120,6 +123,7 @@ impl Gcra {
 
 /// The GCRA step on a bare TAT (see [`Gcra::step`]); the cost must already have been checked
 /// against the limit's capacity.
+#[inline]
 fn decide(tat: u64, now: u64, limit: &Limit, cost: u64) -> Result<(Decision, Option<u64>), Error> {
     let t = limit.emission_interval_ns();
     let tolerance = limit.tolerance_ns();

@@ -26,12 +26,14 @@ pub struct LeakyBucket {
 impl LeakyBucket {
     /// `level` at `last`, measured in `limit`'s interval.
     #[must_use]
+    #[inline]
     pub fn new(level: u64, last: u64, limit: &Limit) -> Self {
         LeakyBucket { level, last, interval: limit.emission_interval_ns() }
     }
 
     /// This bucket seen at `now` measured in `limit`'s interval: the same instant of being empty
     /// again (GCRA's TAT), rescaled to `limit`'s rate when its interval differs.
+    #[inline]
     fn under(&self, now: u64, limit: &Limit) -> LeakyBucket {
         let t = limit.emission_interval_ns();
         let empty_at = self.last.saturating_add(self.level);
@@ -44,6 +46,7 @@ impl LeakyBucket {
 
     /// The level at `now`: what is left after leaking since `last`. A `now` before `last` (a clock
     /// gone backwards) leaks nothing and counts the gap as water still to drain.
+    #[inline]
     fn level_at(&self, now: u64) -> u64 {
         self.last.saturating_add(self.level).saturating_sub(now)
     }
@@ -54,6 +57,7 @@ impl RateState for LeakyBucket {
         LeakyBucket { level: 0, last: 0, interval: 0 }
     }
 
+    #[inline]
     fn check(&mut self, now: u64, limit: &Limit, cost: u64) -> Result<Decision, Error> {
         limit.check_cost(cost)?;
         let capacity = limit.tolerance_ns();
@@ -80,6 +84,7 @@ impl RateState for LeakyBucket {
         })
     }
 
+    #[inline]
     fn idle_at(&self, limit: &Limit) -> u64 {
         let empty_at = self.last.saturating_add(self.level);
         // Read under a slower rate the bucket empties later, by at most MAX_AHEAD_NS past now.

@@ -152,6 +152,7 @@ impl Snapshot {
 }
 
 /// `cost * T`, the time (bucket family) a request of `cost` occupies.
+#[inline]
 fn cost_ns(limit: &Limit, cost: u64) -> Result<u64, Error> {
     // cost <= burst was checked and burst * T fits, so this cannot fail; stay checked anyway.
     cost.checked_mul(limit.emission_interval_ns()).ok_or(Error::Overflow("cost × emission interval"))

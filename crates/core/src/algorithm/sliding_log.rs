@@ -84,6 +84,7 @@ impl RateState for SlidingLog {
         SlidingLog::default()
     }
 
+    #[inline]
     fn check(&mut self, now: u64, limit: &Limit, cost: u64) -> Result<Decision, Error> {
         limit.check_cost(cost)?;
         let period = limit.period_ns();
@@ -109,6 +110,7 @@ impl RateState for SlidingLog {
         Ok(Decision { allowed, limit: count, remaining: count.saturating_sub(after), retry_after_ns, reset_after_ns })
     }
 
+    #[inline]
     fn idle_at(&self, limit: &Limit) -> u64 {
         self.entries.back().map_or(0, |&(t, _)| t.saturating_add(limit.period_ns()))
     }

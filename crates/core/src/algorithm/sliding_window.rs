@@ -35,6 +35,7 @@ impl SlidingWindow {
     /// The counters as seen from the window holding `now`: `(start, prev, curr, end)`. The
     /// `j`-th window after the stored one counts what the stored current window carries into it,
     /// and weighs at most `count` of what it carried into the window before.
+    #[inline]
     fn rolled(&self, now: u64, limit: &Limit) -> (u64, u64, u64, u64) {
         let (current, end) = limit.window_at(now);
         let stored = limit.align(self.window_start);
@@ -58,6 +59,7 @@ impl RateState for SlidingWindow {
         SlidingWindow::default()
     }
 
+    #[inline]
     fn check(&mut self, now: u64, limit: &Limit, cost: u64) -> Result<Decision, Error> {
         limit.check_cost(cost)?;
         let count = limit.count();
@@ -115,6 +117,7 @@ impl RateState for SlidingWindow {
         Ok(Decision { allowed, limit: count, remaining, retry_after_ns, reset_after_ns })
     }
 
+    #[inline]
     fn idle_at(&self, limit: &Limit) -> u64 {
         let start = limit.align(self.window_start);
         let end = limit.window_end(start);

@@ -33,6 +33,7 @@ impl State {
 
     /// The algorithm this state belongs to.
     #[must_use]
+    #[inline]
     pub fn algorithm(&self) -> Algorithm {
         match self {
             State::Gcra(_) => Algorithm::Gcra,
@@ -48,6 +49,7 @@ impl State {
     /// Decides a request (see [`RateState::check`]). A state of another algorithm than the
     /// limit's is replaced by the limit's idle state first: callers key state by algorithm, so
     /// this only happens when a key's configured algorithm changed.
+    #[inline(always)]
     pub fn check(&mut self, now: u64, limit: &Limit, cost: u64) -> Result<Decision, Error> {
         if self.algorithm() != limit.algorithm() {
             limit.check_cost(cost)?;
@@ -71,6 +73,7 @@ impl State {
 
     /// When this state becomes equivalent to idle (see [`RateState::idle_at`]).
     #[must_use]
+    #[inline]
     pub fn idle_at(&self, limit: &Limit) -> u64 {
         match self {
             State::Gcra(s) => s.idle_at(limit),
@@ -152,6 +155,7 @@ impl State {
 
     /// Bytes this state holds on the heap (the sliding log's entries, the sub-window's ring).
     #[must_use]
+    #[inline]
     pub fn heap_bytes(&self) -> usize {
         match self {
             State::SlidingLog(s) => s.heap_bytes(),

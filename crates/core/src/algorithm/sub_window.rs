@@ -68,10 +68,17 @@ impl SubWindow {
 
     /// Slices `j` still in the window at slice `current`, with their counts, oldest first.
     fn live(&self, current: u64) -> impl DoubleEndedIterator<Item = (u64, u64)> + '_ {
-        let n = self.counts.len() as u64;
+        let n = self.counts.len();
         let newest = self.newest_slice();
-        let first = (current + 1).saturating_sub(n).max((newest + 1).saturating_sub(n));
-        (first..=newest).map(move |j| (j, self.counts[slot(j, n)]))
+        let first = (current + 1).saturating_sub(n as u64).max((newest + 1).saturating_sub(n as u64));
+        // The live slices are a run of at most `n` slots from `first`'s, wrapping once: one
+        // remainder for the run, not one per slice (a division each).
+        let from = if n == 0 { 0 } else { slot(first, n as u64) };
+        (first..=newest).map(move |j| {
+            // `j - first < n` here, so the index is below `2n`.
+            let k = from + usize::try_from(j - first).unwrap_or(usize::MAX);
+            (j, self.counts[if k >= n { k - n } else { k }])
+        })
     }
 
     /// Whether the counts were taken in `limit`'s slices.
@@ -98,16 +105,20 @@ impl SubWindow {
         (now / self.slice_ns).max(self.newest_slice())
     }
 
-    /// Adds `cost` to slice `current`, clearing the slots of the slices that left the window.
+    /// Adds `cost` to slice `current` (not before the newest), clearing the slots of the slices
+    /// that left the window. On an error nothing has changed.
     fn count(&mut self, current: u64, cost: u64) -> Result<(), Error> {
         let n = self.counts.len() as u64;
         let newest = self.newest_slice();
+        let start = current.checked_mul(self.slice_ns).ok_or(Error::Overflow("slice start beyond 2^64 ns"))?;
+        let at = slot(current, n);
+        // A later slice's slot is among those cleared below.
+        let counted = add(if current > newest { 0 } else { self.counts[at] }, cost, "slice counter")?;
         for j in (newest + 1)..=current.min(newest + n) {
             self.counts[slot(j, n)] = 0;
         }
-        self.newest = current.checked_mul(self.slice_ns).ok_or(Error::Overflow("slice start beyond 2^64 ns"))?;
-        let at = slot(current, n);
-        self.counts[at] = add(self.counts[at], cost, "slice counter")?;
+        self.newest = start;
+        self.counts[at] = counted;
         Ok(())
     }
 }
@@ -127,6 +138,7 @@ impl RateState for SubWindow {
         }
     }
 
+    #[inline]
     fn check(&mut self, now: u64, limit: &Limit, cost: u64) -> Result<Decision, Error> {
         limit.check_cost(cost)?;
         let count = limit.count();
@@ -152,9 +164,14 @@ impl RateState for SubWindow {
             }
         }
         if allowed && cost > 0 {
-            let mut next = state.into_owned();
-            next.count(current, cost)?;
-            *self = next;
+            match state {
+                // Counted in place: no copy of the ring for each admission.
+                std::borrow::Cow::Borrowed(_) => self.count(current, cost)?,
+                std::borrow::Cow::Owned(mut next) => {
+                    next.count(current, cost)?;
+                    *self = next;
+                }
+            }
             state = std::borrow::Cow::Borrowed(&*self);
         }
         let after = if allowed { used + cost } else { used };

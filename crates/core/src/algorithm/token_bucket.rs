@@ -29,12 +29,14 @@ pub struct TokenBucket {
 impl TokenBucket {
     /// `tokens` at `last`, counted in `limit`'s interval and capacity.
     #[must_use]
+    #[inline]
     pub fn new(tokens: u64, last: u64, limit: &Limit) -> Self {
         TokenBucket { tokens, last, interval: limit.emission_interval_ns(), capacity: limit.tolerance_ns() }
     }
 
     /// This bucket seen at `now` counted in `limit`'s interval and capacity: the same instant of
     /// being full again (GCRA's TAT), rescaled to `limit`'s rate when its interval differs.
+    #[inline]
     fn under(&self, now: u64, limit: &Limit) -> TokenBucket {
         let (t, cap) = (limit.emission_interval_ns(), limit.tolerance_ns());
         if recorded_as(self.interval, t) && recorded_as(self.capacity, cap) {
@@ -49,6 +51,7 @@ impl TokenBucket {
 
     /// Tokens (in 1/T units) at `now`, capped at the capacity: negative while in debt, or when
     /// `now` is before `last` (a clock gone backwards refills nothing and borrows from the future).
+    #[inline]
     fn available(&self, now: u64, capacity: u64) -> i128 {
         let level = i128::from(self.tokens) + i128::from(now) - i128::from(self.last);
         level.min(i128::from(capacity))
@@ -61,12 +64,14 @@ fn recorded_as(recorded: u64, own: u64) -> bool {
 }
 
 /// An `i128` known to be in `0..2^64` (differences of capacities and instants), as `u64`.
+#[inline]
 fn ns(value: i128) -> u64 {
     u64::try_from(value.max(0)).unwrap_or(u64::MAX)
 }
 
 impl TokenBucket {
     /// The steps of `RateState` on a bucket counted in `limit`'s interval and capacity.
+    #[inline]
     fn check_own(&mut self, now: u64, limit: &Limit, cost: u64) -> Result<Decision, Error> {
         limit.check_cost(cost)?;
         let capacity = i128::from(limit.tolerance_ns());
@@ -125,6 +130,7 @@ impl RateState for TokenBucket {
         TokenBucket::new(limit.tolerance_ns(), 0, limit)
     }
 
+    #[inline]
     fn check(&mut self, now: u64, limit: &Limit, cost: u64) -> Result<Decision, Error> {
         let mut bucket = self.under(now, limit);
         let decision = bucket.check_own(now, limit, cost)?;
@@ -138,6 +144,7 @@ impl RateState for TokenBucket {
         Ok(decision)
     }
 
+    #[inline]
     fn idle_at(&self, limit: &Limit) -> u64 {
         let capacity = if self.capacity == 0 { limit.tolerance_ns() } else { self.capacity };
         let full_at = self.last.saturating_add(capacity.saturating_sub(self.tokens));

@@ -49,10 +49,17 @@ impl MemoryStore {
 
     /// The ns left of the live hold on `check`'s scope and key at `now`, if it asks for holds
     /// and one is in force.
+    #[inline]
     pub(super) fn hold_left(&self, check: &Check<'_>, now: u64) -> Option<u64> {
         if !check.hold || self.holds.len() == 0 {
             return None;
         }
+        self.hold_left_in_table(check, now)
+    }
+
+    /// [`hold_left`](Self::hold_left) once the table may hold one.
+    #[inline(never)]
+    fn hold_left_in_table(&self, check: &Check<'_>, now: u64) -> Option<u64> {
         let fingerprint = self.hold_fingerprint(check.scope, check.key);
         let shard = self.holds.read(self.holds.shard_of(fingerprint));
         let until = shard.slots.find(fingerprint, |s| s.fingerprint == fingerprint)?.until;

@@ -180,20 +180,24 @@ impl MemoryStore {
     }
 
     /// [`Store::check`] without a future: the same decision, computed on the calling thread.
+    #[inline]
     pub fn check_sync(&self, key: &[u8], limit: &Limit, cost: u64) -> Result<Decision, StoreError> {
         self.check_one_sync(Check::new(key, limit, cost))
     }
 
     /// [`Store::check_one`] (in any scope) without a future.
+    #[inline]
     pub fn check_one_sync(&self, check: Check<'_>) -> Result<Decision, StoreError> {
         self.check_one_at(check, self.clock.now_ns())
     }
 
+    #[inline]
     fn check_one_at(&self, check: Check<'_>, now: u64) -> Result<Decision, StoreError> {
         Ok(self.decide_one(check, now)?.0)
     }
 
     /// One check at `now`, and whether a live hold denied it.
+    #[inline]
     fn decide_one(&self, check: Check<'_>, now: u64) -> Result<(Decision, bool), StoreError> {
         if let Some(left) = self.hold_left(&check, now) {
             let peek = self.decide_state(Check { cost: 0, ..check }, now)?;
@@ -203,6 +207,7 @@ impl MemoryStore {
     }
 
     /// One check at `now`, by its state alone.
+    #[inline]
     fn decide_state(&self, check: Check<'_>, now: u64) -> Result<Decision, StoreError> {
         let fingerprint = self.fingerprint(&check);
         if check.limit.algorithm() == Algorithm::Gcra {
@@ -351,12 +356,22 @@ impl MemoryStore {
         self.max_memory
     }
 
-    /// The fingerprint of a check's state: its scope, algorithm and key.
+    /// The fingerprint of a check's state: its scope, algorithm and key, hashed in one pass (an
+    /// empty scope, the ad-hoc checks' and the common case, costs nothing but its length).
+    #[inline]
     fn fingerprint(&self, check: &Check<'_>) -> u64 {
-        use std::hash::BuildHasher;
-        self.hasher.hash_one((check.scope, check.limit.algorithm() as u8, check.key))
+        use std::hash::{BuildHasher, Hasher};
+        let mut hasher = self.hasher.build_hasher();
+        if !check.scope.is_empty() {
+            hasher.write(check.scope.as_bytes());
+        }
+        // The scope's length keeps apart the (scope, key) pairs whose bytes run together.
+        hasher.write_u64(((check.scope.len() as u64) << 8) | check.limit.algorithm() as u64);
+        hasher.write(check.key);
+        hasher.finish()
     }
 
+    #[inline]
     fn check_gcra(&self, fingerprint: u64, limit: &Limit, cost: u64, now: u64) -> Result<Decision, StoreError> {
         let index = self.gcra.shard_of(fingerprint);
         if let Some(slot) = self.gcra.read(index).slots.find(fingerprint, |s| s.fingerprint == fingerprint)
@@ -364,6 +379,21 @@ impl MemoryStore {
         {
             return Ok(decide_gcra(&slot.tat, now, limit, cost)?);
         }
+        self.check_gcra_locked(fingerprint, index, limit, cost, now)
+    }
+
+    /// [`check_gcra`](Self::check_gcra) for a key with no slot, or one at another rate: under the
+    /// shard's write lock.
+    #[cold]
+    #[inline(never)]
+    fn check_gcra_locked(
+        &self,
+        fingerprint: u64,
+        index: usize,
+        limit: &Limit,
+        cost: u64,
+        now: u64,
+    ) -> Result<Decision, StoreError> {
         // A key with no slot is idle: only an admission that consumes needs one.
         let mut idle = Gcra::default();
         let decision = tollgate_core::RateState::check(&mut idle, now, limit, cost)?;
@@ -386,13 +416,17 @@ impl MemoryStore {
         Ok(decision)
     }
 
+    #[inline]
     fn check_state(&self, fingerprint: u64, limit: &Limit, cost: u64, now: u64) -> Result<Decision, StoreError> {
         let mut guard = self.states.write(self.states.shard_of(fingerprint));
         if let Some(slot) = guard.slots.find_mut(fingerprint, |s| s.fingerprint == fingerprint) {
             let before = slot.state.heap_bytes();
             // A bucket's state (no heap) as read: a refusal under another rate rewrites it.
-            let bucket =
-                matches!(slot.state, State::TokenBucket(_) | State::LeakyBucket(_)).then(|| slot.state.clone());
+            let bucket = match &slot.state {
+                State::TokenBucket(read) => Some(State::TokenBucket(*read)),
+                State::LeakyBucket(read) => Some(State::LeakyBucket(*read)),
+                _ => None,
+            };
             let decision = slot.state.check(now, limit, cost)?;
             if decision.allowed && cost > 0 {
                 slot.idle_at = slot.state.idle_at(limit);
@@ -404,10 +438,25 @@ impl MemoryStore {
             }
             return Ok(decision);
         }
+        self.check_state_new(&mut guard, fingerprint, limit, cost, now)
+    }
+
+    /// [`check_state`](Self::check_state) for a key with no slot (idle): a slot is inserted only
+    /// for an admission that consumes.
+    #[cold]
+    #[inline(never)]
+    fn check_state_new(
+        &self,
+        guard: &mut crate::table::Shard<StateSlot>,
+        fingerprint: u64,
+        limit: &Limit,
+        cost: u64,
+        now: u64,
+    ) -> Result<Decision, StoreError> {
         let mut state = State::idle(limit);
         let decision = state.check(now, limit, cost)?;
         if decision.allowed && cost > 0 {
-            self.states.insert(&mut guard, StateSlot::new(fingerprint, state, limit), now, &[]);
+            self.states.insert(guard, StateSlot::new(fingerprint, state, limit), now, &[]);
         }
         Ok(decision)
     }

@@ -26,6 +26,7 @@ impl GcraSlot {
     }
 
     /// Whether its TAT is scheduled in `limit`'s emission interval (the lock-free step's case).
+    #[inline]
     pub(super) fn at_rate_of(&self, limit: &Limit) -> bool {
         let interval = self.interval.load(Ordering::Acquire);
         interval == 0 || interval == limit.emission_interval_ns()
@@ -84,6 +85,7 @@ impl Slot for StateSlot {
 /// One GCRA decision on a shared TAT scheduled in `limit`'s emission interval (see
 /// [`GcraSlot::at_rate_of`]): read, decide, and publish the new TAT only if no other thread changed
 /// it meanwhile (otherwise decide again on the newer TAT). Denials and peeks write nothing.
+#[inline]
 pub(super) fn decide_gcra(tat: &AtomicU64, now: u64, limit: &Limit, cost: u64) -> Result<Decision, Error> {
     let mut current = tat.load(Ordering::Acquire);
     loop {
