@@ -62,21 +62,27 @@ fn keys_for(thread: usize, threads: usize, spread: bool) -> Vec<String> {
     }
 }
 
-/// Runs `iters` checks on each of `threads` threads; returns the wall time.
-fn run(side: &dyn Keyed, keys: &[Vec<String>], iters: u64) -> Duration {
+/// Runs `iters` checks on each of `threads` threads; returns the wall time and how many checks
+/// were admitted (every decision is counted, on both sides alike).
+fn run(side: &dyn Keyed, keys: &[Vec<String>], iters: u64) -> (Duration, u64) {
     let start = Instant::now();
-    std::thread::scope(|scope| {
-        for thread_keys in keys {
-            scope.spawn(move || {
-                let mut i = 0;
-                for _ in 0..iters {
-                    black_box(side.check(&thread_keys[i]));
-                    i = (i + STRIDE) % thread_keys.len();
-                }
-            });
-        }
+    let admitted = std::thread::scope(|scope| {
+        let threads: Vec<_> = keys
+            .iter()
+            .map(|thread_keys| {
+                scope.spawn(move || {
+                    let (mut i, mut admitted) = (0, 0u64);
+                    for _ in 0..iters {
+                        admitted += u64::from(black_box(side.check(&thread_keys[i])));
+                        i = (i + STRIDE) % thread_keys.len();
+                    }
+                    admitted
+                })
+            })
+            .collect();
+        threads.into_iter().map(|thread| thread.join().expect("bench thread")).sum()
     });
-    start.elapsed()
+    (start.elapsed(), admitted)
 }
 
 struct Case {
@@ -114,11 +120,12 @@ fn criterion_benches(c: &mut Criterion) {
         group.throughput(Throughput::Elements(case.threads as u64));
         group.warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2)).sample_size(20);
         let gov = governor();
-        group.bench_function(BenchmarkId::new("governor", "gcra"), |b| b.iter_custom(|iters| run(&gov, &keys, iters)));
+        group
+            .bench_function(BenchmarkId::new("governor", "gcra"), |b| b.iter_custom(|iters| run(&gov, &keys, iters).0));
         for algorithm in Algorithm::ALL {
             let side = tollgate(algorithm);
             group.bench_function(BenchmarkId::new("tollgate", algorithm.as_str()), |b| {
-                b.iter_custom(|iters| run(&side, &keys, iters))
+                b.iter_custom(|iters| run(&side, &keys, iters).0)
             });
         }
         group.finish();
@@ -128,15 +135,17 @@ fn criterion_benches(c: &mut Criterion) {
 /// How many iterations of `case` take about 50 ms for `side` (this also creates every key).
 fn calibrate(side: &dyn Keyed, keys: &[Vec<String>]) -> u64 {
     let mut iters = 10_000u64;
-    while run(side, keys, iters) < Duration::from_millis(50) {
+    while run(side, keys, iters).0 < Duration::from_millis(50) {
         iters *= 2;
     }
     iters
 }
 
-/// ns per check, aggregated over the case's threads.
-fn ns_per_check(side: &dyn Keyed, keys: &[Vec<String>], iters: u64) -> f64 {
-    run(side, keys, iters).as_nanos() as f64 / (iters as f64 * keys.len() as f64)
+/// ns per check, aggregated over the case's threads, and the share of checks admitted.
+fn ns_per_check(side: &dyn Keyed, keys: &[Vec<String>], iters: u64) -> (f64, f64) {
+    let (elapsed, admitted) = run(side, keys, iters);
+    let checks = iters as f64 * keys.len() as f64;
+    (elapsed.as_nanos() as f64 / checks, admitted as f64 / checks)
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -146,18 +155,33 @@ fn median(mut values: Vec<f64>) -> f64 {
 
 const ROUNDS: usize = 9;
 
-/// `a` and `b` measured back to back, `ROUNDS` times: (median ns of a, median ns of b, median of
-/// the per-round ratios b / a). Adjacent runs share the machine's momentary load.
-fn compare(a: &dyn Keyed, a_case: &Case, b: &dyn Keyed, b_case: &Case) -> (f64, f64, f64) {
+/// Two sides measured back to back.
+struct Compared {
+    /// Median ns per check of each side.
+    a_ns: f64,
+    b_ns: f64,
+    /// Median of the per-round ratios b / a.
+    ratio: f64,
+    /// The share of checks each side admitted, over every round.
+    a_admitted: f64,
+    b_admitted: f64,
+}
+
+/// `a` and `b` measured back to back, `ROUNDS` times. Adjacent runs share the machine's
+/// momentary load.
+fn compare(a: &dyn Keyed, a_case: &Case, b: &dyn Keyed, b_case: &Case) -> Compared {
     let (a_keys, b_keys) = (a_case.keys(), b_case.keys());
     let (a_iters, b_iters) = (calibrate(a, &a_keys), calibrate(b, &b_keys));
-    let rounds: Vec<(f64, f64)> =
+    let rounds: Vec<((f64, f64), (f64, f64))> =
         (0..ROUNDS).map(|_| (ns_per_check(a, &a_keys, a_iters), ns_per_check(b, &b_keys, b_iters))).collect();
-    (
-        median(rounds.iter().map(|r| r.0).collect()),
-        median(rounds.iter().map(|r| r.1).collect()),
-        median(rounds.iter().map(|r| r.1 / r.0).collect()),
-    )
+    let mean = |values: Vec<f64>| values.iter().sum::<f64>() / values.len() as f64;
+    Compared {
+        a_ns: median(rounds.iter().map(|r| r.0.0).collect()),
+        b_ns: median(rounds.iter().map(|r| r.1.0).collect()),
+        ratio: median(rounds.iter().map(|r| r.1.0 / r.0.0).collect()),
+        a_admitted: mean(rounds.iter().map(|r| r.0.1).collect()),
+        b_admitted: mean(rounds.iter().map(|r| r.1.1).collect()),
+    }
 }
 
 /// The algorithms the summary measures: `ALGORITHMS=gcra,token-bucket` names some, all by default.
@@ -170,20 +194,27 @@ fn summary_algorithms() -> Vec<Algorithm> {
 
 fn summary() {
     println!("\nSummary: ns per check, tollgate (ratio to governor measured back to back, median of {ROUNDS} rounds)");
+    println!(
+        "governor: its keyed limiter (DefaultKeyedRateLimiter<String>: a DashMap lookup per check, as tollgate looks up a key), 100/s, burst 100"
+    );
     println!("{:<16}{:>22}{:>22}{:>22}{:>22}", "", CASES[0].name(), CASES[1].name(), CASES[2].name(), CASES[3].name());
     let gov = governor();
     let mut governor_ns = Vec::new();
     let mut first = true;
+    let mut admitted = Vec::new();
     for algorithm in summary_algorithms() {
         let side = tollgate(algorithm);
         let mut cells = Vec::new();
+        let mut shares = Vec::new();
         for case in &CASES {
-            let (g, ours, ratio) = compare(&gov, case, &side, case);
+            let pair = compare(&gov, case, &side, case);
             if first {
-                governor_ns.push(format!("{g:.1}"));
+                governor_ns.push(format!("{:.1}", pair.a_ns));
             }
-            cells.push(format!("{ours:.1} ({ratio:.2}x)"));
+            cells.push(format!("{:.1} ({:.2}x)", pair.b_ns, pair.ratio));
+            shares.push(format!("{:.2}% / {:.2}%", 100.0 * pair.a_admitted, 100.0 * pair.b_admitted));
         }
+        admitted.push((algorithm, shares));
         if first {
             println!(
                 "{:<16}{:>22}{:>22}{:>22}{:>22}",
@@ -194,14 +225,18 @@ fn summary() {
         println!("{:<16}{:>22}{:>22}{:>22}{:>22}", algorithm.as_str(), cells[0], cells[1], cells[2], cells[3]);
     }
     println!("(ns per check; 2-thread figures are wall time / all checks; ratio below 1 = faster than governor)");
+    println!("\nChecks admitted, governor / tollgate (both sides decide 100/s with a burst of 100):");
+    for (algorithm, shares) in admitted {
+        println!("{:<16}{:>22}{:>22}{:>22}{:>22}", algorithm.as_str(), shares[0], shares[1], shares[2], shares[3]);
+    }
 
     // Scaling: 2 threads on distinct keys against 1 thread, back to back.
     let gcra = tollgate(Algorithm::Gcra);
     for spread in [false, true] {
         let one = Case { spread, threads: 1 };
         let two = Case { spread, threads: 2 };
-        let (_, _, ours) = compare(&gcra, &one, &gcra, &two);
-        let (_, _, theirs) = compare(&gov, &one, &gov, &two);
+        let ours = compare(&gcra, &one, &gcra, &two).ratio;
+        let theirs = compare(&gov, &one, &gov, &two).ratio;
         println!(
             "gcra 2-thread throughput / 1-thread, {}: {:.2}x (governor {:.2}x)",
             if spread { "100k keys" } else { "1 key per thread" },

@@ -52,23 +52,39 @@ impl State {
     #[inline(always)]
     pub fn check(&mut self, now: u64, limit: &Limit, cost: u64) -> Result<Decision, Error> {
         if self.algorithm() != limit.algorithm() {
-            limit.check_cost(cost)?;
-            let mut fresh = State::idle(limit);
-            let decision = fresh.check(now, limit, cost)?;
-            if decision.allowed && cost > 0 {
-                *self = fresh;
-            }
-            return Ok(decision);
+            return self.check_as_idle(now, limit, cost);
         }
-        match self {
-            State::Gcra(s) => s.check(now, limit, cost),
-            State::TokenBucket(s) => s.check(now, limit, cost),
-            State::LeakyBucket(s) => s.check(now, limit, cost),
-            State::FixedWindow(s) => s.check(now, limit, cost),
-            State::SlidingLog(s) => s.check(now, limit, cost),
-            State::SlidingWindow(s) => s.check(now, limit, cost),
-            State::SubWindow(s) => s.check(now, limit, cost),
+        self.check_own(now, limit, cost)
+    }
+
+    /// [`check`](Self::check) on a state of another algorithm than the limit's: decided on the
+    /// limit's idle state, which replaces this one if it consumed.
+    #[cold]
+    #[inline(never)]
+    fn check_as_idle(&mut self, now: u64, limit: &Limit, cost: u64) -> Result<Decision, Error> {
+        limit.check_cost(cost)?;
+        let mut fresh = State::idle(limit);
+        let decision = fresh.check_own(now, limit, cost)?;
+        if decision.allowed && cost > 0 {
+            *self = fresh;
         }
+        Ok(decision)
+    }
+
+    /// [`check`](Self::check) on a state of the limit's algorithm.
+    #[inline(always)]
+    fn check_own(&mut self, now: u64, limit: &Limit, cost: u64) -> Result<Decision, Error> {
+        // Each arm unwraps its own result, so that the arms meet on a bare `Decision` (kept in
+        // registers) rather than on a `Result` laid out in memory.
+        Ok(match self {
+            State::Gcra(s) => s.check(now, limit, cost)?,
+            State::TokenBucket(s) => s.check(now, limit, cost)?,
+            State::LeakyBucket(s) => s.check(now, limit, cost)?,
+            State::FixedWindow(s) => s.check(now, limit, cost)?,
+            State::SlidingLog(s) => s.check(now, limit, cost)?,
+            State::SlidingWindow(s) => s.check(now, limit, cost)?,
+            State::SubWindow(s) => s.check(now, limit, cost)?,
+        })
     }
 
     /// When this state becomes equivalent to idle (see [`RateState::idle_at`]).

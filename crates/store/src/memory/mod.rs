@@ -182,7 +182,8 @@ impl MemoryStore {
     /// [`Store::check`] without a future: the same decision, computed on the calling thread.
     #[inline]
     pub fn check_sync(&self, key: &[u8], limit: &Limit, cost: u64) -> Result<Decision, StoreError> {
-        self.check_one_sync(Check::new(key, limit, cost))
+        // An ad-hoc check asks for no hold: its state alone decides.
+        Ok(self.decide_state(Check::new(key, limit, cost), self.clock.now_ns())?)
     }
 
     /// [`Store::check_one`] (in any scope) without a future.
@@ -206,9 +207,10 @@ impl MemoryStore {
         Ok((self.decide_state(check, now)?, false))
     }
 
-    /// One check at `now`, by its state alone.
+    /// One check at `now`, by its state alone. (The core's error, made a [`StoreError`] by the
+    /// caller: a check's decision is moved once, not rewrapped at every step.)
     #[inline]
-    fn decide_state(&self, check: Check<'_>, now: u64) -> Result<Decision, StoreError> {
+    fn decide_state(&self, check: Check<'_>, now: u64) -> Result<Decision, tollgate_core::Error> {
         let fingerprint = self.fingerprint(&check);
         if check.limit.algorithm() == Algorithm::Gcra {
             self.check_gcra(fingerprint, check.limit, check.cost, now)
@@ -372,12 +374,18 @@ impl MemoryStore {
     }
 
     #[inline]
-    fn check_gcra(&self, fingerprint: u64, limit: &Limit, cost: u64, now: u64) -> Result<Decision, StoreError> {
+    fn check_gcra(
+        &self,
+        fingerprint: u64,
+        limit: &Limit,
+        cost: u64,
+        now: u64,
+    ) -> Result<Decision, tollgate_core::Error> {
         let index = self.gcra.shard_of(fingerprint);
         if let Some(slot) = self.gcra.read(index).slots.find(fingerprint, |s| s.fingerprint == fingerprint)
             && slot.at_rate_of(limit)
         {
-            return Ok(decide_gcra(&slot.tat, now, limit, cost)?);
+            return decide_gcra(&slot.tat, now, limit, cost);
         }
         self.check_gcra_locked(fingerprint, index, limit, cost, now)
     }
@@ -393,7 +401,7 @@ impl MemoryStore {
         limit: &Limit,
         cost: u64,
         now: u64,
-    ) -> Result<Decision, StoreError> {
+    ) -> Result<Decision, tollgate_core::Error> {
         // A key with no slot is idle: only an admission that consumes needs one.
         let mut idle = Gcra::default();
         let decision = tollgate_core::RateState::check(&mut idle, now, limit, cost)?;
@@ -417,7 +425,13 @@ impl MemoryStore {
     }
 
     #[inline]
-    fn check_state(&self, fingerprint: u64, limit: &Limit, cost: u64, now: u64) -> Result<Decision, StoreError> {
+    fn check_state(
+        &self,
+        fingerprint: u64,
+        limit: &Limit,
+        cost: u64,
+        now: u64,
+    ) -> Result<Decision, tollgate_core::Error> {
         let mut guard = self.states.write(self.states.shard_of(fingerprint));
         if let Some(slot) = guard.slots.find_mut(fingerprint, |s| s.fingerprint == fingerprint) {
             let before = slot.state.heap_bytes();
@@ -452,7 +466,7 @@ impl MemoryStore {
         limit: &Limit,
         cost: u64,
         now: u64,
-    ) -> Result<Decision, StoreError> {
+    ) -> Result<Decision, tollgate_core::Error> {
         let mut state = State::idle(limit);
         let decision = state.check(now, limit, cost)?;
         if decision.allowed && cost > 0 {
