@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 use tollgate_core::Decision;
-use tollgate_rules::{Action, Plan, Request};
+use tollgate_rules::{Plan, Request};
 use tollgate_store::{Check, Store, StoreError};
 
 use crate::engine::duration_ns;
@@ -35,9 +35,8 @@ pub(crate) struct Applies<'p> {
 /// response): then a plain check decides the request.
 fn single<'p>(policy: &Policy, plan: &'p Plan) -> Option<Applies<'p>> {
     let (rule, key, cost) = plan.single()?;
-    let r = &policy.rules.rules[rule];
-    let plain = r.action == Action::Reject && !r.settles_after() && r.timeout_ns == 0;
-    plain.then_some(Applies { rule, key, cost, rate: None })
+    // Compiled with the policy (`Policy::plain`): the rule's fields lie on several cache lines.
+    policy.plain[rule].then_some(Applies { rule, key, cost, rate: None })
 }
 
 impl<S: Store> Engine<S> {
