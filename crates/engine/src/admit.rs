@@ -1,9 +1,10 @@
 //! Deciding a request: [`Engine::admit`], [`Engine::admit_within`] and [`Engine::admit_now`]
-//! (the same decision, polled once, for a store that decides in place), timed by
-//! [`Engine::timed`]; then `decide_plan`, the order every decision follows (mitigations in
-//! force, the plan, the rates over `when_rate_above`, carries, then the store), with the usual
-//! case of one plain rule decided here (`admit_one`) and the others handed to `enforce`. What is
-//! decided is typed in `admission` ([`Admission`]).
+//! (the same decision, for a store that decides in place: its steps in line, the usual single
+//! plain rule checked without a future, the rarer paths polled once), timed by
+//! [`Engine::timed`] (`admit_now` alike); then `decide_plan`, the order every decision follows
+//! (the measured rates, mitigations in force, the plan, the rates over `when_rate_above`,
+//! carries, then the store), with the usual case of one plain rule decided here (`admit_one`)
+//! and the others handed to `enforce`. What is decided is typed in `admission` ([`Admission`]).
 
 use std::future::Future;
 use std::sync::Arc;
