@@ -1,9 +1,10 @@
 //! Deciding a request: [`Engine::admit`], [`Engine::admit_within`] and [`Engine::admit_now`]
-//! (the same decision, polled once, for a store that decides in place), timed by
-//! [`Engine::timed`]; then `decide_plan`, the order every decision follows (mitigations in
-//! force, the plan, the rates over `when_rate_above`, carries, then the store), with the usual
-//! case of one plain rule decided here (`admit_one`) and the others handed to `enforce`. What is
-//! decided is typed in `admission` ([`Admission`]).
+//! (the same decision, for a store that decides in place: its steps in line, the usual single
+//! plain rule checked without a future, the rarer paths polled once), timed by
+//! [`Engine::timed`] (`admit_now` alike); then `decide_plan`, the order every decision follows
+//! (the measured rates, mitigations in force, the plan, the rates over `when_rate_above`,
+//! carries, then the store), with the usual case of one plain rule decided here (`admit_one`)
+//! and the others handed to `enforce`. What is decided is typed in `admission` ([`Admission`]).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -12,11 +13,11 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 use tollgate_core::Decision;
-use tollgate_rules::{Action, Plan, Request};
+use tollgate_rules::{Plan, Request};
 use tollgate_store::{Check, Store, StoreError};
 
 use crate::engine::duration_ns;
-use crate::measure::rate;
+use crate::measure::{Rates, rate};
 use crate::mitigation::Routes;
 use crate::{Admission, Answer, Engine, Frontend, Outcome, Pending, Policy, Proceed};
 
@@ -35,9 +36,8 @@ pub(crate) struct Applies<'p> {
 /// response): then a plain check decides the request.
 fn single<'p>(policy: &Policy, plan: &'p Plan) -> Option<Applies<'p>> {
     let (rule, key, cost) = plan.single()?;
-    let r = &policy.rules.rules[rule];
-    let plain = r.action == Action::Reject && !r.settles_after() && r.timeout_ns == 0;
-    plain.then_some(Applies { rule, key, cost, rate: None })
+    // Compiled with the policy (`Policy::plain`): the rule's fields lie on several cache lines.
+    policy.plain[rule].then_some(Applies { rule, key, cost, rate: None })
 }
 
 impl<S: Store> Engine<S> {
@@ -90,7 +90,20 @@ impl<S: Store> Engine<S> {
         within_ns: u64,
     ) -> Admission {
         // The measured rates: every request a measured rule counts, whatever is decided for it.
-        let rates = self.measure(policy, plan, planned.is_ok());
+        let rates = self.measure(policy, plan, planned.is_ok(), || self.clock.now_ns());
+        self.decide_measured(policy, request, plan, planned, rates, within_ns).await
+    }
+
+    /// [`decide_plan`](Self::decide_plan) once the request is counted in the measured `rates`.
+    async fn decide_measured(
+        &self,
+        policy: &Arc<Policy>,
+        request: Option<&Request<'_>>,
+        plan: &Plan,
+        planned: Result<(), tollgate_rules::RequestError>,
+        rates: Rates,
+        within_ns: u64,
+    ) -> Admission {
         // Rules that send the request to a quarantine: it is still charged to the others.
         let mut routes = Routes::new();
         // Dry-run rules holding the key: logged, and not asked again.
@@ -149,16 +162,19 @@ impl<S: Store> Engine<S> {
         rate: Option<f64>,
     ) -> Admission {
         match decided {
-            Ok(decision) if decision.allowed => {
-                self.metrics.count(&policy.counters[one.rule], Outcome::Allowed);
-                Admission::Proceed(Proceed { tightest: Some((one.rule, decision)), ..Proceed::free() })
-            }
+            Ok(decision) if decision.allowed => self.admitted_one(policy, one.rule, decision),
             Ok(decision) => {
                 let decision = self.over(policy, one.rule, one.key, decision, one.cost).await;
                 Admission::Answer(self.mitigate(policy, one.rule, decision, rate))
             }
             Err(error) => self.store_failed(policy, &[one], &error, Pending::default()),
         }
+    }
+
+    /// The admission of a request `decision` allowed under the plain rule `rule` (see [`single`]).
+    fn admitted_one(&self, policy: &Policy, rule: usize, decision: Decision) -> Admission {
+        self.metrics.count(&policy.counters[rule], Outcome::Allowed);
+        Admission::Proceed(Proceed { tightest: Some((rule, decision)), ..Proceed::free() })
     }
 
     /// [`admit_within`](Self::admit_within) without a future, when the store decides in place
@@ -174,14 +190,55 @@ impl<S: Store> Engine<S> {
         if !self.store.decides_in_place() {
             return None;
         }
-        let admission = std::pin::pin!(self.admit_within(policy, request, within));
-        match admission.poll(&mut Context::from_waker(Waker::noop())) {
-            Poll::Ready(admission) => Some(admission),
-            Poll::Pending => {
-                // A store breaking its word: what it did so far cannot be waited for.
-                tracing::error!("the store said it decides in place, then made a request wait");
-                Some(Admission::Answer(Answer::Unavailable("the rate limiter's store did not answer".into())))
+        // `admit_within`'s steps, timed the same way, without its future: a request's whole
+        // decision as one future is kilobytes moved and polled; here only the store's call and
+        // the rarer steps are futures, each polled once.
+        let started = self.clock.now_ns();
+        let mut plan = Plan::default();
+        let planned = policy.rules.plan(request, &mut plan);
+        let rates = self.measure(policy, &plan, planned.is_ok(), || started);
+        let decided = match self.plain(policy, &plan, planned.is_ok()) {
+            Some(one) => {
+                // `decide_measured`'s usual case (see `plain`): the same check and admission.
+                let check =
+                    Check::new(one.key, &policy.checked[one.rule], one.cost).scoped(&policy.rules.rules[one.rule].name);
+                poll_once(self.store.check_one(check)).and_then(|decided| match self.counted(decided) {
+                    // Admitted, as most are: no future at all.
+                    Ok(decision) if decision.allowed => Some(self.admitted_one(policy, one.rule, decision)),
+                    decided => poll_once(self.admit_one(policy, one, decided, rate(&rates, 0))),
+                })
             }
+            None => {
+                let within_ns = within.map_or(u64::MAX, duration_ns).min(self.max_wait_ns);
+                poll_once(self.decide_measured(policy, Some(request), &plan, planned, rates, within_ns))
+            }
+        };
+        let Some(admission) = decided else {
+            // A store breaking its word: what it did so far cannot be waited for.
+            tracing::error!("the store said it decides in place, then made a request wait");
+            return Some(Admission::Answer(Answer::Unavailable("the rate limiter's store did not answer".into())));
+        };
+        let elapsed = self.clock.now_ns().saturating_sub(started);
+        self.metrics.observe_decision(Frontend::Middleware, Duration::from_nanos(elapsed));
+        Some(admission)
+    }
+
+    /// The plan's only rule when `decide_measured` would come to it with nothing else to do: no
+    /// mitigation held in this engine (`in_force` would look no further) nor peeked at in the
+    /// store, a plan the rules could make, no `when_rate_above` to weigh (`over_rate` would pass),
+    /// no carries, and the rule plain (see [`single`]).
+    fn plain<'p>(&self, policy: &Policy, plan: &'p Plan, planned: bool) -> Option<Applies<'p>> {
+        if !planned || self.blocks.any() || policy.shares.peeks || policy.carries.any {
+            return None;
         }
+        single(policy, plan).filter(|one| policy.rules.rules[one.rule].when_rate_above.is_none())
+    }
+}
+
+/// `future`'s output if it is ready on its first poll (a store that decides in place).
+fn poll_once<F: Future>(future: F) -> Option<F::Output> {
+    match std::pin::pin!(future).poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(output) => Some(output),
+        Poll::Pending => None,
     }
 }

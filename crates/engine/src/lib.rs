@@ -63,6 +63,7 @@ mod direct;
 mod enforce;
 mod engine;
 pub mod latency;
+mod line_table;
 mod measure;
 pub mod metrics;
 mod mitigation;

@@ -20,13 +20,13 @@ pub(crate) fn rate(rates: &Rates, i: usize) -> Option<f64> {
 }
 
 impl<S: Store> Engine<S> {
-    /// Counts the request in the measured rate of every measured rule of `plan` (none if it was
-    /// refused).
-    pub(crate) fn measure(&self, policy: &Policy, plan: &Plan, planned: bool) -> Rates {
+    /// Counts the request, arrived at `now` (read only if a rule measures it), in the measured
+    /// rate of every measured rule of `plan` (none if it was refused).
+    pub(crate) fn measure(&self, policy: &Policy, plan: &Plan, planned: bool, now: impl FnOnce() -> u64) -> Rates {
         if !planned || !policy.measures || plan.is_empty() {
             return Rates::new();
         }
-        let now = self.clock.now_ns();
+        let now = now();
         plan.iter()
             .map(|(rule, key, cost)| {
                 let r = &policy.rules.rules[rule];

@@ -39,6 +39,9 @@ pub struct Policy {
     pub(crate) counters: Vec<RuleCounters>,
     /// Per rule: its name, scoping its measured rates.
     pub(crate) names: Vec<Arc<str>>,
+    /// Per rule: whether it is plain, rejecting when over, counting every request, holding no
+    /// timeout: a request it alone counts is decided by one store check (see `admit`).
+    pub(crate) plain: Vec<bool>,
     /// Whether any rule is measured (none: requests skip the rates entirely).
     pub(crate) measures: bool,
     /// The engine's `count_status` reservations not settled yet (every policy of an engine
@@ -72,6 +75,8 @@ impl Policy {
                 .any(|k| matches!(k, tollgate_rules::Characteristic::ClientIp | tollgate_rules::Characteristic::Asn))
         });
         let names = names(&rules);
+        let plain =
+            rules.rules.iter().map(|r| r.action == Action::Reject && !r.settles_after() && r.timeout_ns == 0).collect();
         let measures = rules.rules.iter().any(|r| r.measured);
         let uses_fingerprints = rules.rules.iter().any(|r| {
             r.key.iter().any(|k| matches!(k, tollgate_rules::Characteristic::Ja3 | tollgate_rules::Characteristic::Ja4))
@@ -88,6 +93,7 @@ impl Policy {
             checked,
             counters,
             names,
+            plain,
             in_flight: in_flight.clone(),
             carries,
             shares,

@@ -14,7 +14,9 @@
 //!
 //! **Bounded memory.** Keys are sharded (no lock shared by every request); a full shard drops the
 //! eighth of its keys with the lowest rate now, so the keys that remain are the recently busy
-//! ones: a top-k. A dropped key that comes back starts afresh. An entry keeps at most
+//! ones: a top-k. A dropped key that comes back starts afresh. A key takes one cache line (64
+//! bytes), in a table at most half full: 128 to 256 bytes per key held, at most 16 MB at the
+//! default bound. An entry keeps at most
 //! [`MAX_KEY_BYTES`] of its key, for [`Engine::top`](crate::Engine::top) to show: entries are found by the key's
 //! fingerprint, so a long header value costs no more than a short one.
 //!
@@ -24,7 +26,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::sharded::{Map, SHARDS, Sharded};
+use crate::line_table::LineTable;
+use crate::sharded::{SHARDS, Sharded};
 
 /// The default bound on measured (rule, key) pairs.
 pub const DEFAULT_MAX_RATED_KEYS: usize = 100_000;
@@ -39,7 +42,8 @@ pub const MAX_KEY_BYTES: usize = 256;
 /// numbers, in the entry itself.
 ///
 /// Small (48 bytes, with its label behind a pointer): entries are looked up at random, and one
-/// cache line per lookup is what a measured rule costs.
+/// cache line per lookup (the entry and its fingerprint: see [`LineTable`]) is what a measured
+/// rule costs.
 #[derive(Debug)]
 struct Entry {
     /// The decayed sum `Σ λ·c·e^(−λ·age)` at `last_ns`, per second.
@@ -146,7 +150,7 @@ impl Entry {
 /// The measured rates of every rule's keys (see the module docs).
 #[derive(Debug)]
 pub(crate) struct Rates {
-    table: Sharded<Entry>,
+    table: Sharded<Entry, LineTable<Entry>>,
     per_shard: usize,
     held: AtomicUsize,
 }
@@ -164,7 +168,7 @@ impl Rates {
     pub(crate) fn record(&self, rule: &Arc<str>, half_life_ns: u64, key: &[u8], cost: u64, now: u64) -> Measured {
         let (index, fingerprint) = self.table.locate(rule, key);
         let mut shard = self.table.shard(index);
-        if let Some(entry) = shard.get_mut(&fingerprint) {
+        if let Some(entry) = shard.get_mut(fingerprint) {
             // A reloaded rule with another half-life keeps its level, decayed at the new pace.
             entry.half_life_ns = half_life_ns;
             return entry.add(cost, now);
@@ -191,7 +195,7 @@ impl Rates {
     /// Marks `key` limited under `rule` until `until`.
     pub(crate) fn limited(&self, rule: &str, key: &[u8], until: u64) {
         let (index, fingerprint) = self.table.locate(rule, key);
-        if let Some(entry) = self.table.shard(index).get_mut(&fingerprint) {
+        if let Some(entry) = self.table.shard(index).get_mut(fingerprint) {
             entry.limited_until_ns = entry.limited_until_ns.max(until);
         }
     }
@@ -207,7 +211,7 @@ impl Rates {
         for index in 0..SHARDS {
             let shard = self.table.shard(index);
             ranked
-                .extend(shard.iter().filter(|(_, e)| *e.label.rule == *rule).map(|(&f, e)| (e.rate_at(now), index, f)));
+                .extend(shard.iter().filter(|(_, e)| *e.label.rule == *rule).map(|(f, e)| (e.rate_at(now), index, f)));
         }
         if ranked.len() > n && n > 0 {
             ranked.select_nth_unstable_by(n - 1, |a, b| b.0.total_cmp(&a.0));
@@ -216,7 +220,7 @@ impl Rates {
         let mut talkers: Vec<Talker> = ranked
             .into_iter()
             .filter_map(|(_, index, fingerprint)| {
-                self.table.shard(index).get(&fingerprint).map(|e| e.talker(now, rate_above))
+                self.table.shard(index).get(fingerprint).map(|e| e.talker(now, rate_above))
             })
             .collect();
         talkers.sort_by(|a, b| b.rate_per_s.total_cmp(&a.rate_per_s).then_with(|| a.key.cmp(&b.key)));
@@ -231,17 +235,18 @@ impl Rates {
 }
 
 /// Drops the eighth of a full shard's keys with the lowest rate at `now`; returns how many.
-fn evict(shard: &mut Map<Entry>, now: u64) -> usize {
-    let mut rates: Vec<(f64, u64)> = shard.iter().map(|(&f, e)| (e.rate_at(now), f)).collect();
+fn evict(shard: &mut LineTable<Entry>, now: u64) -> usize {
+    let mut rates: Vec<(f64, u64)> = shard.iter().map(|(f, e)| (e.rate_at(now), f)).collect();
     let victims = rates.len().div_ceil(8);
     if victims == 0 {
         return 0;
     }
     rates.select_nth_unstable_by(victims - 1, |a, b| a.0.total_cmp(&b.0));
-    for (_, fingerprint) in &rates[..victims] {
-        shard.remove(fingerprint);
-    }
-    victims
+    let mut dropped: Vec<u64> = rates[..victims].iter().map(|&(_, fingerprint)| fingerprint).collect();
+    dropped.sort_unstable();
+    let before = shard.len();
+    shard.retain(|fingerprint, _| dropped.binary_search(&fingerprint).is_err());
+    before - shard.len()
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! The engine's per-(rule, key) tables (mitigations in force, measured rates): 16 shards, each a
 //! map behind its own lock on its own cache line, so that no lock is shared by every request;
-//! entries found by a seeded 64-bit fingerprint of (rule, key).
+//! entries found by a seeded 64-bit fingerprint of (rule, key). The map is a `HashMap` by
+//! default; the measured rates' is a [`LineTable`](crate::line_table::LineTable).
 
 use std::hash::BuildHasher;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -14,18 +15,23 @@ pub(crate) type Map<V> = std::collections::HashMap<u64, V, foldhash::fast::Rando
 /// A shard on a cache line of its own: neighbouring shards' locks do not contend.
 #[derive(Debug, Default)]
 #[repr(align(64))]
-struct Shard<V>(Mutex<Map<V>>);
+struct Shard<M>(Mutex<M>);
 
-/// A table of `V` per (rule, key), sharded.
+/// A table of `V` per (rule, key), sharded, each shard an `M` by fingerprint.
 #[derive(Debug)]
-pub(crate) struct Sharded<V> {
-    shards: [Shard<V>; SHARDS],
+pub(crate) struct Sharded<V, M = Map<V>> {
+    shards: [Shard<M>; SHARDS],
     hasher: foldhash::quality::RandomState,
+    values: std::marker::PhantomData<V>,
 }
 
-impl<V> Sharded<V> {
+impl<V, M: Default> Sharded<V, M> {
     pub(crate) fn new() -> Self {
-        Sharded { shards: std::array::from_fn(|_| Shard(Mutex::default())), hasher: Default::default() }
+        Sharded {
+            shards: std::array::from_fn(|_| Shard(Mutex::default())),
+            hasher: Default::default(),
+            values: std::marker::PhantomData,
+        }
     }
 
     /// The shard of (rule, key) and its fingerprint.
@@ -41,7 +47,7 @@ impl<V> Sharded<V> {
     }
 
     /// Shard `index`, locked (a panic elsewhere while it was held leaves plain data: used as is).
-    pub(crate) fn shard(&self, index: usize) -> MutexGuard<'_, Map<V>> {
+    pub(crate) fn shard(&self, index: usize) -> MutexGuard<'_, M> {
         self.shards[index].0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }

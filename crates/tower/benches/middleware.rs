@@ -5,7 +5,11 @@
 //! deny, over 65,536 client addresses; and the same rule with its keys' rates measured
 //! (`rate_half_life`, for `top`, `when_rate_above` and dry-run reports). In-process (tower `call` on the router) and over loopback
 //! HTTP. `cargo bench -p tollgate-tower` (the summary lines give the ratios, rounds back to back;
-//! `SUMMARY_ONLY=1` skips criterion).
+//! `SUMMARY_ONLY=1` skips criterion; `ROUNDS=n` sets the in-process rounds, 9 by default;
+//! `CPU_TIME=1` times them by this thread's time on the CPU, not the wall clock: on a machine
+//! shared with other work, the only figures that hold). `PROFILE=tollgate` (or `measured`, `governor`, `bare`) runs
+//! that app alone in process for ten seconds and prints its time per request: what to run under
+//! `perf`.
 
 use std::hint::black_box;
 use std::net::SocketAddr;
@@ -96,12 +100,28 @@ fn one(runtime: &tokio::runtime::Runtime, router: &mut Router, i: u32) {
     black_box(response.status());
 }
 
+/// The time this thread has spent on a CPU, in ns (Linux: its scheduler statistics).
+fn on_cpu_ns() -> Option<u64> {
+    std::fs::read_to_string("/proc/thread-self/schedstat").ok()?.split_whitespace().next()?.parse().ok()
+}
+
+/// Whether rounds are timed on the CPU (`CPU_TIME=1`) rather than by the wall clock: on a
+/// machine shared with other work, the time this thread waited for a core is not the requests'.
+fn timed_on_cpu() -> bool {
+    std::env::var_os("CPU_TIME").is_some_and(|v| v == "1") && on_cpu_ns().is_some()
+}
+
 fn ns_per_request(runtime: &tokio::runtime::Runtime, router: &mut Router, n: u32) -> f64 {
+    let on_cpu = timed_on_cpu().then(on_cpu_ns).flatten();
     let started = Instant::now();
     for i in 0..n {
         one(runtime, router, i);
     }
-    started.elapsed().as_nanos() as f64 / f64::from(n)
+    let elapsed = match (on_cpu, on_cpu_ns()) {
+        (Some(before), Some(after)) => after.saturating_sub(before) as f64,
+        _ => started.elapsed().as_nanos() as f64,
+    };
+    elapsed / f64::from(n)
 }
 
 /// Serves `router` on a loopback port from a background runtime; returns the address.
@@ -146,6 +166,23 @@ fn loopback_median(address: SocketAddr, n: usize) -> f64 {
 fn main() {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     let mut apps = ALL.map(app);
+    if let Some(profiled) = std::env::var_os("PROFILE") {
+        let k = match profiled.to_str() {
+            Some("bare") => 0,
+            Some("tollgate") => 2,
+            Some("governor") => 3,
+            Some("measured") => 4,
+            _ => panic!("PROFILE is one of bare, tollgate, governor, measured"),
+        };
+        let started = Instant::now();
+        let mut rounds = Vec::new();
+        while started.elapsed() < Duration::from_secs(10) {
+            rounds.push(ns_per_request(&runtime, &mut apps[k], 65_536));
+        }
+        rounds.sort_by(f64::total_cmp);
+        eprintln!("{profiled:?}: {:.0} ns per request (median of {} rounds)", rounds[rounds.len() / 2], rounds.len());
+        return;
+    }
     let names = [
         "axum handler, bare",
         "axum handler, behind a pass-through layer",
@@ -168,12 +205,14 @@ fn main() {
     }
     // Rounds of the five back to back; the median round by tollgate's overhead over governor's.
     let overhead = |round: &[f64; 5]| (round[2] - round[0]) / (round[3] - round[0]);
+    let count: usize = std::env::var("ROUNDS").ok().and_then(|n| n.parse().ok()).filter(|&n| n > 0).unwrap_or(9);
     let mut rounds: Vec<[f64; 5]> =
-        (0..9).map(|_| std::array::from_fn(|k| ns_per_request(&runtime, &mut apps[k], 65_536))).collect();
+        (0..count).map(|_| std::array::from_fn(|k| ns_per_request(&runtime, &mut apps[k], 65_536))).collect();
     rounds.sort_by(|a, b| overhead(a).total_cmp(&overhead(b)));
-    let [bare, noop, tollgate, governor, measured] = rounds[4];
+    let [bare, noop, tollgate, governor, measured] = rounds[count / 2];
+    let clock = if timed_on_cpu() { ", on the CPU" } else { "" };
     println!(
-        "in-process, per request (median of 9 rounds): bare {bare:.0} ns; a pass-through layer +{:.0} ns; \
+        "in-process, per request (median of {count} rounds{clock}): bare {bare:.0} ns; a pass-through layer +{:.0} ns; \
          tollgate +{:.0} ns; tower_governor +{:.0} ns; tollgate's overhead is {:.2}x governor's \
          ({:.2}x beyond the pass-through layer's); with its rates measured +{:.0} ns ({:.2}x governor's)",
         noop - bare,

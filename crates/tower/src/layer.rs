@@ -9,7 +9,7 @@ use tollgate_store::Store;
 use tower_layer::Layer;
 
 use crate::options::Options;
-use crate::service::RateLimit;
+use crate::service::{RateLimit, Shared};
 use crate::shadow::Shadow;
 
 /// Applies a policy engine to every request of the wrapped service. Cheap to clone.
@@ -84,6 +84,7 @@ impl<I, S> Layer<I> for RateLimitLayer<S> {
     type Service = RateLimit<I, S>;
 
     fn layer(&self, inner: I) -> Self::Service {
-        RateLimit { inner, engine: self.engine.clone(), options: self.options, shadow: self.shadow.clone() }
+        let shared = Shared { engine: self.engine.clone(), options: self.options, shadow: self.shadow.clone() };
+        RateLimit { inner, shared: Arc::new(shared) }
     }
 }

@@ -54,6 +54,12 @@ pub struct Quarantine {
 /// Applies the engine's rules to every request before (and after) the inner service.
 pub struct RateLimit<I, S> {
     pub(crate) inner: I,
+    pub(crate) shared: Arc<Shared<S>>,
+}
+
+/// What every clone of a layer's services shares, behind one reference count: axum clones a
+/// route's service for each request.
+pub(crate) struct Shared<S> {
     pub(crate) engine: Arc<Engine<S>>,
     pub(crate) options: Options,
     pub(crate) shadow: Arc<Shadow>,
@@ -61,12 +67,7 @@ pub struct RateLimit<I, S> {
 
 impl<I: Clone, S> Clone for RateLimit<I, S> {
     fn clone(&self) -> Self {
-        RateLimit {
-            inner: self.inner.clone(),
-            engine: self.engine.clone(),
-            options: self.options,
-            shadow: self.shadow.clone(),
-        }
+        RateLimit { inner: self.inner.clone(), shared: self.shared.clone() }
     }
 }
 
@@ -370,10 +371,11 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        let options = self.options;
+        let Shared { engine, options, shadow } = &*self.shared;
+        let options = *options;
         // When the request's time runs out, if the server gives it one.
         let deadline = options.request_timeout.map(|timeout| (tokio::time::Instant::now(), timeout));
-        let policy = self.engine.current();
+        let policy = engine.current();
         // Decided here when the store decides in place; `None` when it must be waited for.
         let head = Head::of(&request);
         let (admission, learning) = match head.seen(&policy) {
@@ -382,10 +384,10 @@ where
                 head.header_values(&policy, &mut headers);
                 let within = deadline.map(|(_, timeout)| timeout);
                 let view = head.view(seen, &headers, &policy);
-                let admission = self.engine.admit_now(&policy, &view, within);
+                let admission = engine.admit_now(&policy, &view, within);
                 let learning = match &admission {
                     Some(Admission::Proceed(_)) => {
-                        self.shadow.learning(&policy, &view, shadow::host_of(head.uri, head.headers))
+                        shadow.learning(&policy, &view, || shadow::host_of(head.uri, head.headers))
                     }
                     _ => None,
                 };
@@ -394,7 +396,7 @@ where
             Err(refusal) => return ResponseFuture::answered(refusal.response()),
         };
         match admission {
-            Some(Admission::Answer(answer)) => match answered(answer, request, options, &self.shadow, &policy) {
+            Some(Admission::Answer(answer)) => match answered(answer, request, options, shadow, &policy) {
                 Answered::Quarantined(request) => ResponseFuture::passed(self.inner.call(request), None, options, None),
                 Answered::Response(Fake { response, wait: None }) => ResponseFuture::answered(response),
                 Answered::Response(Fake { response, wait: Some(wait) }) => {
@@ -413,7 +415,7 @@ where
                 // swap), as it is called later, from the task.
                 let clone = self.inner.clone();
                 let mut inner = std::mem::replace(&mut self.inner, clone);
-                let (engine, policy, shadow) = (self.engine.clone(), Arc::clone(&policy), self.shadow.clone());
+                let (engine, policy, shadow) = (engine.clone(), Arc::clone(&policy), shadow.clone());
                 ResponseFuture::waiting(Box::pin(async move {
                     let (admitted, request, learning) = match admission {
                         Some(Admission::Proceed(admitted)) => (admitted, request, learning),
@@ -432,7 +434,7 @@ where
                             let admission = engine.admit_within(&policy, &view, within).await;
                             let learning = match &admission {
                                 Admission::Proceed(_) => {
-                                    shadow.learning(&policy, &view, shadow::host_of(head.uri, head.headers))
+                                    shadow.learning(&policy, &view, || shadow::host_of(head.uri, head.headers))
                                 }
                                 Admission::Answer(_) => None,
                             };

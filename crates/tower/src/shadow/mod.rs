@@ -238,21 +238,27 @@ impl Shadow {
         self.keys.hash_one((rule, status, HostKey(host), method, path))
     }
 
-    /// What `request` to `host` (see [`host_of`]), let through, teaches the shadow-ban rules whose
-    /// `mitigation.match` selects it: `None` if there are none (no rule shadow-bans, as in most
-    /// policies).
-    pub(crate) fn learning(
+    /// What `request` to `host` (see [`host_of`]; read only if a rule learns), let through,
+    /// teaches the shadow-ban rules whose `mitigation.match` selects it: `None` if there are none
+    /// (no rule shadow-bans, as in most policies).
+    pub(crate) fn learning<'h>(
         self: &Arc<Self>,
         policy: &Policy,
         request: &tollgate_rules::Request<'_>,
-        host: &str,
+        host: impl FnOnce() -> &'h str,
     ) -> Option<Box<Learning>> {
         let mut targets = SmallVec::new();
         let mut path = None;
+        let mut host = Some(host);
+        let mut read: &str = "";
         for rule in &policy.rules.rules {
             let Action::ShadowBan { status, .. } = &rule.action else { continue };
             let path = path.get_or_insert_with(|| RequestPath::new(request.path));
             if rule.mitigation_matcher.matches(request, path, rule.path_match) {
+                if let Some(host) = host.take() {
+                    read = host();
+                }
+                let host = read;
                 targets.push(Target {
                     rule: self.rule_key(&rule.name, *status),
                     host: self.host_key(&rule.name, *status, host),
