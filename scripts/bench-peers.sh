@@ -16,10 +16,17 @@
 # time it ran is reported as OVER-GRANTS, errors as errors. A peer that cannot be built or run
 # keeps its rows, which say why.
 #   bash scripts/bench-peers.sh            (needs cargo with crates.io; installs redis-server,
-#                                           protoc and libclang with apt-get when missing and root)
+#                                           protoc, libclang, pkg-config and librocksdb-dev with
+#                                           apt-get when missing and root)
 #   QUICK=1: fewer and shorter runs (a minute or two once built).
+#   ONLY="grpc limitador": only those grounds (of governor, limitador, middleware, grpc, resp), and
+#     only the peers they need built; the table has their rows.
 #   LIMITADOR_SRC=path: limitador's checkout (built into $CARGO_TARGET_DIR/peers/limitador-target).
-#   LIMITADOR_LIB_REDIS=0: limitador's library without its Redis storage (which builds RocksDB).
+#   LIMITADOR_LIB_REDIS=0: limitador's library without its Redis storage (which links RocksDB).
+#   ROCKSDB=system (the default): limitador's RocksDB is the system's library (librocksdb-dev,
+#     found with pkg-config unless ROCKSDB_LIB_DIR names its directory), so librocksdb-sys only
+#     generates its bindings (minutes); ROCKSDB=bundled compiles RocksDB's C++ sources bundled in
+#     librocksdb-sys instead (over 40 minutes on two shared cores), at nice 19.
 # Progress goes to stderr, the table to stdout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,6 +48,8 @@ ROWS="$work/rows"
 : > "$ROWS"
 
 log() { echo "bench-peers: $*" >&2; }
+# Whether a ground is to be measured (ONLY unset: every one).
+wanted() { [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $1 "* ]]; }
 # A tool, installed with apt-get when it is missing and we may.
 need() { # COMMAND PACKAGE
   command -v "$1" >/dev/null && return 0
@@ -49,6 +58,15 @@ need() { # COMMAND PACKAGE
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$2" >/dev/null
   fi
   command -v "$1" >/dev/null
+}
+# A Debian package that installs no command (a library), installed when missing and we may.
+need_package() { # PACKAGE
+  dpkg -s "$1" >/dev/null 2>&1 && return 0
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    log "installing $1"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$1" >/dev/null
+  fi
+  dpkg -s "$1" >/dev/null 2>&1
 }
 for tool in redis-server:redis-server redis-cli:redis-tools python3:python3 bc:bc; do
   need "${tool%%:*}" "${tool#*:}" || { log "needs ${tool%%:*}"; exit 1; }
@@ -69,6 +87,8 @@ cpu() { awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%.4f\n", ($
 # Microseconds Redis spent in commands so far (INFO commandstats, every command).
 redis_usec() { redis-cli -p "$1" info commandstats | grep -o 'usec=[0-9]*' | cut -d= -f2 | awk '{ s += $1 } END { print s + 0 }'; }
 median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+# The median of column COLUMN of FILE.
+col() { awk -v c="$2" '{ print $c }' "$1" | median; } # FILE COLUMN
 # A field of a `tollgate bench --json` file.
 field() { python3 -c 'import json, sys; v = json.load(open(sys.argv[1]))[sys.argv[2]]; print(0 if v is None else v)' "$1" "$2"; }
 redis_server() { # PORT [ARGS...]: a redis-server in the background; prints its pid
@@ -80,12 +100,42 @@ redis_server() { # PORT [ARGS...]: a redis-server in the background; prints its 
 log "building tollgate and bench/peers (release)"
 cargo build --release -q -p tollgate
 TOLLGATE="$CARGO_TARGET_DIR/release/tollgate"
+# RocksDB, for limitador's disk storage: limitador 0.14's Redis storage (bench/peers'
+# `limitador-redis`) compiles only with it, and limitador-server always has it. Nothing here opens
+# a RocksDB database (the Redis storage uses the disk storage's module only to encode its keys),
+# so the system's library serves: librocksdb-sys links it through ROCKSDB_LIB_DIR and compiles
+# no C++ (Debian 12's RocksDB 7.8.3 links with the librocksdb-sys of limitador 0.14, 0.17.3+10.4.2,
+# and of limitador-server's checkout, 0.16.0+8.10.0: their bindings are generated from their
+# own headers, and only the functions called must exist). ROCKSDB=bundled compiles RocksDB instead.
+# Either way both need libclang (librocksdb-sys's bindings).
+[ -n "$(ls /usr/lib/llvm-*/lib/libclang.so* 2>/dev/null)" ] || need_package libclang-dev || true
+ROCKSDB_USED="RocksDB bundled in librocksdb-sys"
+BUILD_NICE=()
+case "${ROCKSDB:-system}" in
+  system)
+    if [ -z "${ROCKSDB_LIB_DIR:-}" ]; then
+      need pkg-config pkg-config || true
+      pkg-config --exists rocksdb 2>/dev/null || need_package librocksdb-dev || true
+      ROCKSDB_LIB_DIR=$(pkg-config --variable=libdir rocksdb 2>/dev/null || true)
+    fi
+    if [ -n "$ROCKSDB_LIB_DIR" ]; then
+      export ROCKSDB_LIB_DIR
+      ROCKSDB_USED="the system's RocksDB $(pkg-config --modversion rocksdb 2>/dev/null || echo "(ROCKSDB_LIB_DIR)")"
+    else
+      log "no system RocksDB (librocksdb-dev): compiling the bundled one"
+      unset ROCKSDB_LIB_DIR
+      BUILD_NICE=(nice -n 19)
+    fi
+    ;;
+  bundled) unset ROCKSDB_LIB_DIR; BUILD_NICE=(nice -n 19) ;;
+  *) log "ROCKSDB is system or bundled"; exit 1 ;;
+esac
+log "limitador on $ROCKSDB_USED"
 # bench/peers (its own workspace, in the same target dir: tollgate-store's build is shared).
-# limitador's Redis storage needs RocksDB built (see bench/peers/Cargo.toml; LIMITADOR_LIB_REDIS=0
-# skips it): without it, the memory storage's comparison still runs and the Redis rows say why
-# they are missing.
+# Without limitador's Redis storage (LIMITADOR_LIB_REDIS=0, or a build that failed), the memory
+# storage's comparison still runs and the Redis rows say why they are missing.
 PEERS_TARGET="$CARGO_TARGET_DIR"
-peers_build() { cargo build --release -q --manifest-path bench/peers/Cargo.toml "$@"; }
+peers_build() { "${BUILD_NICE[@]}" cargo build --release -q --manifest-path bench/peers/Cargo.toml "$@"; }
 if [ "${LIMITADOR_LIB_REDIS:-1}" = 0 ] || ! peers_build 2>"$work/peers-build.log"; then
   tail -5 "$work/peers-build.log" >&2 2>/dev/null || true
   log "bench/peers without limitador's Redis storage"
@@ -94,7 +144,7 @@ fi
 PEERS_BIN="$PEERS_TARGET/release/tollgate-bench-peers"
 
 THROTTLECRAB="$PEERS/bin/throttlecrab-server"
-if [ ! -x "$THROTTLECRAB" ]; then
+if wanted resp && [ ! -x "$THROTTLECRAB" ]; then
   log "installing throttlecrab-server"
   CARGO_TARGET_DIR="$PEERS/throttlecrab-target" cargo install -q --locked throttlecrab-server --root "$PEERS" \
     >"$work/throttlecrab.log" 2>&1 || tail -5 "$work/throttlecrab.log" >&2
@@ -104,7 +154,7 @@ THROTTLECRAB_VERSION=$([ -x "$THROTTLECRAB" ] && "$THROTTLECRAB" --version 2>/de
 # redis-cell's module from its crate on crates.io (the newest published there), as
 # bench-redis-cost.sh builds it.
 CELL="$PEERS/redis-cell/libredis_cell.so"
-if [ ! -f "$CELL" ]; then
+if wanted resp && [ ! -f "$CELL" ]; then
   log "building redis-cell"
   mkdir -p "$work/fetch/src" "$PEERS/redis-cell"
   printf '[package]\nname = "fetch"\nversion = "0.0.0"\nedition = "2021"\n[dependencies]\nredis-cell = "*"\n' > "$work/fetch/Cargo.toml"
@@ -121,16 +171,31 @@ fi
 CELL_VERSION=$(cat "$PEERS/redis-cell/version" 2>/dev/null || echo "redis-cell")
 
 # limitador-server from a checkout (LIMITADOR_SRC), with its own release profile (LTO); it needs
-# protoc and libclang (RocksDB's bindings).
+# protoc, and RocksDB as above.
 LIMITADOR=""
 LIMITADOR_WHY="LIMITADOR_SRC unset (a checkout of github.com/Kuadrant/limitador builds limitador-server)"
-if [ -n "${LIMITADOR_SRC:-}" ]; then
+if [ -n "${LIMITADOR_SRC:-}" ] && wanted grpc; then
   LIMITADOR_WHY="limitador-server did not build from $LIMITADOR_SRC (see the log above)"
   need protoc protobuf-compiler || true
-  [ -n "$(ls /usr/lib/llvm-*/lib/libclang.so* 2>/dev/null)" ] || need clang libclang-dev || true
+  # An older system RocksDB may lack a function that limitador-server's bindings reference and
+  # it never calls: Debian 12's 7.8.3 has no rocksdb_write_buffer_manager_destroy (RocksDB 8),
+  # referenced by the drop of rocksdb's Options; but a write buffer manager is only ever made by
+  # rocksdb_write_buffer_manager_create*, which nothing in limitador-server calls (the linker
+  # finds no reference to them), so none is ever destroyed. Such a function is linked as one
+  # that aborts (were it ever called, the server would stop, not misbehave), from an object kept
+  # under the target dir (the same path every run: the build stays fresh).
+  link_args=()
+  if [ -n "${ROCKSDB_LIB_DIR:-}" ] &&
+    ! nm -D --defined-only "$ROCKSDB_LIB_DIR/librocksdb.so" 2>/dev/null | grep -qw rocksdb_write_buffer_manager_destroy; then
+    log "the system's RocksDB has no rocksdb_write_buffer_manager_destroy: linked as abort (never called)"
+    printf '#include <stdlib.h>\nvoid rocksdb_write_buffer_manager_destroy(void *manager) { (void)manager; abort(); }\n' \
+      >"$PEERS/rocksdb-missing.c"
+    cc -c -O2 -fPIC -o "$PEERS/rocksdb-missing.o" "$PEERS/rocksdb-missing.c"
+    link_args=(-C "link-arg=$PEERS/rocksdb-missing.o")
+  fi
   log "building limitador-server from $LIMITADOR_SRC"
-  if (cd "$LIMITADOR_SRC" && CARGO_TARGET_DIR="$PEERS/limitador-target" cargo build --release -q --locked -p limitador-server \
-      >"$work/limitador.log" 2>&1); then
+  if (cd "$LIMITADOR_SRC" && CARGO_TARGET_DIR="$PEERS/limitador-target" "${BUILD_NICE[@]}" cargo rustc --release -q --locked \
+      -p limitador-server --bin limitador-server -- "${link_args[@]}" >"$work/limitador.log" 2>&1); then
     LIMITADOR="$PEERS/limitador-target/release/limitador-server"
   else
     tail -20 "$work/limitador.log" >&2
@@ -144,6 +209,7 @@ wait_port "$REDIS_PORT"
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # ---- in-process: governor (the tollgate-store bench) --------------------------------------------
+if wanted governor; then
 log "in-process against governor (cargo bench -p tollgate-store --bench memory)"
 if SUMMARY_ONLY=1 cargo bench -q -p tollgate-store --bench memory >"$work/memory.txt" 2>"$work/memory.err"; then
   # Rows `algorithm  ns (ratiox)  ns (ratiox) …`: the 1-thread columns (1 key, 100k keys).
@@ -165,16 +231,20 @@ else
   tail -5 "$work/memory.err" >&2
   missing "in-process vs governor (every algorithm)" "<=0.8" "the tollgate-store memory bench failed"
 fi
+fi # governor
 
 # ---- in-process: limitador's library (bench/peers) ----------------------------------------------
+if wanted limitador; then
 log "in-process against limitador's library, memory and Redis storage"
 quick_flag=(); [ -n "$QUICK" ] && quick_flag=(--quick)
 "$PEERS_BIN" memory "${quick_flag[@]}" >>"$ROWS" 2>"$work/peers.err" ||
   missing "in-process vs limitador (memory)" "<=0.5" "$(tail -1 "$work/peers.err")"
 "$PEERS_BIN" redis "redis://127.0.0.1:$REDIS_PORT" "$REDIS_PID" "${quick_flag[@]}" >>"$ROWS" 2>"$work/peers.err" ||
   missing "in-process vs limitador (Redis)" "<=0.5" "$(tail -1 "$work/peers.err")"
+fi # limitador
 
 # ---- middleware: tower_governor (the tollgate-tower bench) --------------------------------------
+if wanted middleware; then
 log "middleware against tower_governor (cargo bench -p tollgate-tower --bench middleware)"
 if SUMMARY_ONLY=1 cargo bench -q -p tollgate-tower --bench middleware >"$work/middleware.txt" 2>"$work/middleware.err"; then
   python3 - "$work/middleware.txt" >>"$ROWS" <<'PY'
@@ -190,8 +260,10 @@ else
   tail -5 "$work/middleware.err" >&2
   missing "middleware vs tower_governor" "<=1.0" "the tollgate-tower middleware bench failed"
 fi
+fi # middleware
 
 # ---- Envoy gRPC: limitador-server ---------------------------------------------------------------
+if wanted grpc; then
 # Both servers: one descriptor `user`, 1e9 per second (every call admitted: denials or errors are
 # faults), 10,000 keys, one HTTP/2 connection with 64 streams (as Envoy sends them).
 cat > "$work/envoy.yaml" <<'YAML'
@@ -220,7 +292,6 @@ grpc_run() { # PORT SERVER_PID FILE
   echo "$(field "$json" throughput_per_s) $(echo "($s1 - $s0) * 1000000 / $n" | bc -l)" \
     "$(echo "($r1 - $r0) * 1000000 / $n" | bc -l) $(echo "($u1 - $u0) / $n" | bc -l) $((errors + denied))" >> "$3"
 }
-col() { awk -v c="$2" '{ print $c }' "$1" | median; }
 faults() { awk '{ s += $5 } END { print s + 0 }' "$1"; }
 grpc_rows() { # STORE_NAME
   local ours="$work/grpc-tollgate" theirs="$work/grpc-limitador" what="gRPC vs limitador-server ($1)"
@@ -266,8 +337,10 @@ for store in memory redis; do
   kill "$ours_pid" "$theirs_pid" 2>/dev/null || true
   wait "$ours_pid" "$theirs_pid" 2>/dev/null || true
 done
+fi # grpc
 
 # ---- RESP: throttlecrab-server and redis-cell ---------------------------------------------------
+if wanted resp; then
 # GCRA, a burst of 16, 30 per 60 s, on every side: tollgate's CL.THROTTLE (the memory store),
 # throttlecrab's THROTTLE, redis-cell's CL.THROTTLE (the same command line as tollgate's).
 BURST=16 COUNT=30 PERIOD=60
@@ -347,12 +420,13 @@ for depth in 1 16; do
     done
   done
 done
+fi # resp
 
 # ---- the table ----------------------------------------------------------------------------------
 echo "tollgate $(git rev-parse --short HEAD) against its peers; $ROUNDS rounds, medians; $(nproc) cores;" \
-  "load average $LOAD_BEFORE before, $(cut -d' ' -f1-3 /proc/loadavg) after${QUICK:+; QUICK}"
+  "load average $LOAD_BEFORE before, $(cut -d' ' -f1-3 /proc/loadavg) after${QUICK:+; QUICK}${ONLY:+; only $ONLY}"
 echo "peers: governor, tower_governor (bench dependencies), limitador $(grep -A1 '^name = "limitador"$' \
-  bench/peers/Cargo.lock | sed -n 's/^version = "\(.*\)"/\1/p') (crates.io), ${LIMITADOR_VERSION:-limitador-server (not built)}," \
+  bench/peers/Cargo.lock | sed -n 's/^version = "\(.*\)"/\1/p') (crates.io), ${LIMITADOR_VERSION:-limitador-server (not built)}, $ROCKSDB_USED," \
   "$THROTTLECRAB_VERSION, $CELL_VERSION, $(redis-server --version | cut -d' ' -f3)"
 python3 - "$ROWS" <<'PY'
 import sys
