@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use hashbrown::HashMap;
 use tollgate_core::{Decision, Limit};
 
-use super::entry::{EPOCH_NS, Entry, Model, Slice, State, Verdict, is_window, whole_units};
+use super::entry::{EPOCH_NS, Entry, Model, Padded, Slice, State, Verdict, is_window, whole_units};
 use super::hot::HotKeys;
 use super::{Grant, LeaseMode, LeaseOptions, LeaseStats, leasable};
 use crate::Check;
@@ -170,8 +170,9 @@ impl Book {
     }
 
     /// What to do with `check` (cost > 0) at the node's `now`. `waited` (once it has waited for a
-    /// refill, [`Spend::Wait`]) changes nothing: a refill that found nothing left started a
-    /// denial, answered locally while the store's refusal holds.
+    /// refill, [`Spend::Wait`]) changes nothing: the refill's reply answers what the store would
+    /// refuse. A request told to wait counts as waiting (before the requests that come after
+    /// it) for as long as it holds the [`Refill`].
     pub fn spend(&self, check: &Check<'_>, now: u64, _waited: bool) -> Spend {
         self.sweep(now);
         let entries = self.entries.read().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -263,7 +264,7 @@ impl Book {
             scope: check.scope.into(),
             key: check.key.into(),
             limit: check.limit.clone(),
-            state: Mutex::new(state),
+            state: Padded(Mutex::new(state)),
             notify: tokio::sync::Notify::new(),
             generation: AtomicU64::new(0),
         });

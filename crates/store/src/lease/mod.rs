@@ -194,7 +194,7 @@ pub struct LeaseStats {
     pub units_forfeited: u64,
     /// Lease calls that failed (the key is decided exactly for a lifetime after).
     pub failures: u64,
-    /// Decisions made from a slice or a cached denial.
+    /// Decisions made from a slice or refused as the store would (see the module docs).
     pub local_decisions: u64,
     /// Decisions sent to the store.
     pub exact_decisions: u64,
