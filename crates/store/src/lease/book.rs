@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use hashbrown::HashMap;
 use tollgate_core::{Decision, Limit};
 
-use super::entry::{EPOCH_NS, Entry, Model, Padded, Slice, State, Verdict, is_window, whole_units};
+use super::entry::{EPOCH_NS, Entry, Model, Slice, State, Verdict, is_window, whole_units};
 use super::hot::HotKeys;
 use super::{Grant, LeaseMode, LeaseOptions, LeaseStats, leasable};
 use crate::Check;
@@ -264,7 +264,7 @@ impl Book {
             scope: check.scope.into(),
             key: check.key.into(),
             limit: check.limit.clone(),
-            state: Padded(Mutex::new(state)),
+            state: Mutex::new(state),
             notify: tokio::sync::Notify::new(),
             generation: AtomicU64::new(0),
         });
