@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tollgate_store::lease::{Book, LeaseMode, LeaseOptions, Leased, Lessor, Order, Spend, leasable};
+use tollgate_store::lease::{Book, Grant, LeaseMode, LeaseOptions, Leased, Lessor, Order, Refill, Spend, leasable};
 use tollgate_store::testkit::random::{Rng, random_limit};
 use tollgate_store::testkit::redis_server::RedisServer;
 use tollgate_store::{
@@ -281,13 +281,7 @@ impl Store for SlowReset {
 }
 
 impl Lessor for SlowReset {
-    async fn lease(
-        &self,
-        check: Check<'_>,
-        want: u64,
-        lessee: u64,
-        lifetime: Duration,
-    ) -> Result<tollgate_store::lease::Grant, StoreError> {
+    async fn lease(&self, check: Check<'_>, want: u64, lessee: u64, lifetime: Duration) -> Result<Grant, StoreError> {
         self.redis.lease(check, want, lessee, lifetime).await
     }
 }
@@ -331,4 +325,232 @@ async fn a_lease_answered_during_a_reset_on_the_node_does_not_outlive_it() {
     resetting.await.unwrap().unwrap();
     let decision = node.check(b"hot", &limit, 1).await.unwrap();
     assert!(decision.allowed, "after the reset: {decision:?}");
+}
+
+/// A lease call in flight: sent by the node, run by Redis once `reply` is set, answered later.
+struct Flight {
+    order: Order,
+    reply: Option<Result<Grant, StoreError>>,
+    /// Nothing changed the key since Redis ran it.
+    fresh: bool,
+}
+
+/// One node whose lease calls stay in flight for a while (sent at one step, run by Redis at a
+/// later one, answered at a later one still), with requests waiting for them, and another node
+/// spending the same key directly; every local refusal is compared with Redis.
+struct Flights {
+    book: Book,
+    node: RedisStore,
+    direct: RedisStore,
+    clock: Arc<ManualClock>,
+    limit: Limit,
+    /// A copy of the key, where Redis answers what it would with the node's waiting requests sent
+    /// first, at the instant `copy_clock` gives.
+    copy: RedisStore,
+    copy_clock: Arc<ManualClock>,
+    connection: redis::aio::MultiplexedConnection,
+    flight: Option<Flight>,
+    /// The node's requests waiting for the refill in flight, in the order they came.
+    waiting: Vec<(u64, Refill)>,
+    /// Nothing changed the key since Redis ran the call whose reply the node answers from.
+    unchanged: bool,
+    /// Local refusals compared: while a refill was in flight, with requests waiting, and whose
+    /// figures were compared with Redis's own.
+    in_flight: u64,
+    with_waiting: u64,
+    figures: u64,
+    ops: Vec<String>,
+}
+
+impl Flights {
+    fn start(&mut self, order: Option<Order>) {
+        if let Some(order) = order {
+            assert!(self.flight.is_none(), "one refill in flight at a time");
+            self.flight = Some(Flight { order, reply: None, fresh: false });
+        }
+    }
+
+    /// An admission changed the key.
+    fn touched(&mut self) {
+        self.unchanged = false;
+        if let Some(flight) = &mut self.flight {
+            flight.fresh = false;
+        }
+    }
+
+    /// A request of the node, decided as `Leased` does.
+    async fn request(&mut self, cost: u64) {
+        let limit = self.limit.clone();
+        let check = Check::new(b"hot", &limit, cost);
+        let now = self.clock.now_ns();
+        match self.book.spend(&check, now, false) {
+            Spend::Local { decision, at, order } => {
+                self.start(order);
+                self.ops.push(format!("cost {cost}: local {decision:?}"));
+                if !decision.allowed {
+                    self.compare(cost, decision, at).await;
+                }
+            }
+            Spend::Wait { order, refill } => {
+                self.start(order);
+                self.ops.push(format!("cost {cost}: waits"));
+                self.waiting.push((cost, refill));
+            }
+            Spend::Exact { order } => {
+                self.start(order);
+                let observed = self.book.observe_exact(&check, now);
+                self.start(observed);
+                let decision = self.node.reserve(&[check]).await.unwrap().decisions[0];
+                self.ops.push(format!("cost {cost}: exact {decision:?}"));
+                if decision.allowed {
+                    self.touched();
+                }
+            }
+        }
+    }
+
+    /// Redis runs the refill in flight, or its reply reaches the node (and the requests waiting
+    /// for it are decided again).
+    async fn advance(&mut self) {
+        let Some(flight) = &mut self.flight else { return };
+        if flight.reply.is_none() {
+            let options = self.book.options();
+            let grant =
+                self.node.lease(flight.order.check(), flight.order.want, options.lessee, options.lifetime).await;
+            let granted = grant.as_ref().map_or(0, |g| g.granted);
+            self.ops.push(format!("refill of {} runs: {grant:?}", flight.order.want));
+            flight.reply = Some(grant);
+            flight.fresh = true;
+            if granted > 0 {
+                self.unchanged = false;
+            }
+            return;
+        }
+        let Flight { order, reply, fresh } = self.flight.take().expect("a refill in flight");
+        self.unchanged = fresh;
+        self.ops.push("refill answered".into());
+        self.book.granted(order, reply.expect("run"), self.clock.now_ns());
+        for (cost, refill) in std::mem::take(&mut self.waiting) {
+            drop(refill);
+            Box::pin(self.request(cost)).await;
+        }
+    }
+
+    /// What Redis answers at `instant` to `cost` after the node's waiting requests, on a copy of
+    /// the key.
+    async fn redis_after_waiting(&mut self, cost: u64, instant: u64) -> Decision {
+        let key = self.direct.state_key("", b"hot", &self.limit).unwrap();
+        let copy = self.copy.state_key("", b"hot", &self.limit).unwrap();
+        let _: () = redis::cmd("DEL").arg(&copy).query_async(&mut self.connection).await.unwrap();
+        let _: i64 = redis::cmd("COPY").arg(&key).arg(&copy).query_async(&mut self.connection).await.unwrap();
+        self.copy_clock.set(instant);
+        for &(waiting, _) in &self.waiting {
+            self.copy.reserve(&[Check::new(b"hot", &self.limit, waiting)]).await.unwrap();
+        }
+        self.copy.check(b"hot", &self.limit, cost).await.unwrap()
+    }
+
+    /// A local refusal of `cost` (at the node's estimate `at` of Redis's instant) against Redis.
+    async fn compare(&mut self, cost: u64, decision: Decision, at: u64) {
+        let in_flight = self.flight.is_some();
+        self.in_flight += u64::from(in_flight);
+        self.with_waiting += u64::from(!self.waiting.is_empty());
+        let now = self.clock.now_ns();
+        let redis_now = self.redis_after_waiting(cost, now).await;
+        let waiting: Vec<u64> = self.waiting.iter().map(|w| w.0).collect();
+        let context = format!(
+            "{}: local {decision:?} in flight {in_flight}, waiting {waiting:?}, ops:\n{}",
+            self.limit,
+            self.ops.join("\n")
+        );
+        assert!(!redis_now.allowed, "Redis admits it now, after the waiting requests: {redis_now:?}; {context}");
+        // Figures: Redis's own at the node's estimate of its instant, when nothing else changed the
+        // key (the model counts every waiting request then).
+        if self.unchanged && waiting.iter().all(|&w| w <= cost) {
+            self.figures += 1;
+            let redis_then = self.redis_after_waiting(cost, at).await;
+            assert_eq!(decision, redis_then, "Redis at {} ns ahead; {context}", at - now);
+        }
+    }
+}
+
+/// Refusals made while a refill is in flight, requests waiting for it: each is a refusal Redis
+/// makes at that instant to the same request had it received the node's waiting requests first,
+/// in order (never a request Redis would admit), and when nothing else changed the key since
+/// the reply the node answers from, its figures are Redis's at the node's estimate of its
+/// instant, at most the call's round trip ahead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_while_a_refill_is_in_flight_is_what_redis_answers_after_the_waiting_requests() {
+    let server = RedisServer::start();
+    let seed = std::env::var("TOLLGATE_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x2545_F491_4F6C_DD1D);
+    let mut rng = Rng(seed);
+    let connection = redis::Client::open(server.url()).unwrap().get_multiplexed_async_connection().await.unwrap();
+    let algorithms: Vec<Algorithm> = Algorithm::ALL.into_iter().filter(|&a| leasable(a)).collect();
+    let (mut in_flight, mut with_waiting, mut figures) = (0, 0, 0);
+    let mut connection = Some(connection);
+    for round in 0..60 {
+        let algorithm = algorithms[round % algorithms.len()];
+        let limit = if round % 2 == 0 {
+            Limit::per_second(1_000).algorithm(algorithm).build().unwrap()
+        } else {
+            random_limit(&mut rng, algorithm)
+        };
+        let (capacity, interval) = (limit.capacity(), limit.emission_interval_ns());
+        let clock = Arc::new(ManualClock::new(T0 + rng.below(limit.period_ns())));
+        let copy_clock = Arc::new(ManualClock::new(T0));
+        let prefix = fresh_prefix();
+        let mut sim = Flights {
+            book: Book::new(lease_options(1)),
+            node: redis(&server, &clock, &prefix),
+            direct: redis(&server, &clock, &prefix),
+            copy: redis(&server, &copy_clock, &format!("{prefix}c")),
+            copy_clock,
+            clock: clock.clone(),
+            limit: limit.clone(),
+            connection: connection.take().expect("the connection"),
+            flight: None,
+            waiting: Vec::new(),
+            unchanged: false,
+            in_flight: 0,
+            with_waiting: 0,
+            figures: 0,
+            ops: Vec::new(),
+        };
+        for _ in 0..200 {
+            let gap = match rng.below(8) {
+                0 => rng.below(interval + 1),
+                1 => rng.below(interval / 8 + 1),
+                2 => rng.below(2 * MS),
+                3 => rng.below(limit.period_ns() / 64 + 1),
+                _ => 0,
+            };
+            clock.set(clock.now_ns() + gap);
+            sim.ops.push(format!("+{gap}ns"));
+            let cost = match rng.below(8) {
+                0 => 1 + rng.below(capacity),
+                1 => 1 + rng.below(capacity.min(4)),
+                _ => 1,
+            };
+            match rng.below(8) {
+                0 | 1 => sim.advance().await,
+                2 => {
+                    let decision = sim.direct.check(b"hot", &limit, cost).await.unwrap();
+                    sim.ops.push(format!("direct cost {cost}: {decision:?}"));
+                    if decision.allowed {
+                        sim.touched();
+                    }
+                }
+                _ => sim.request(cost).await,
+            }
+        }
+        in_flight += sim.in_flight;
+        with_waiting += sim.with_waiting;
+        figures += sim.figures;
+        connection = Some(sim.connection);
+    }
+    // The refusals this test is for were made, often.
+    assert!(
+        in_flight > 300 && with_waiting > 200 && figures > 300,
+        "{in_flight} refusals with a refill in flight, {with_waiting} with requests waiting, {figures} figures compared"
+    );
 }

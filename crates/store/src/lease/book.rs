@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use hashbrown::HashMap;
 use tollgate_core::{Decision, Limit};
 
-use super::entry::{Denial, EPOCH_NS, Entry, Slice, State, is_window, whole_units};
+use super::entry::{EPOCH_NS, Entry, Model, Slice, State, Verdict, is_window, whole_units};
 use super::hot::HotKeys;
 use super::{Grant, LeaseMode, LeaseOptions, LeaseStats, leasable};
 use crate::Check;
@@ -21,7 +21,7 @@ const COOL_NS: u64 = 1_000_000_000;
 /// What to do with a request.
 #[derive(Debug)]
 pub enum Spend {
-    /// Decided from a slice (admitted) or from a cached denial.
+    /// Decided from a slice (admitted) or refused as the store would refuse it.
     Local {
         /// The decision.
         decision: Decision,
@@ -78,17 +78,21 @@ impl Order {
 impl Drop for Order {
     fn drop(&mut self) {
         if !self.done {
-            self.entry.lock().in_flight = false;
-            self.entry.refilled();
+            self.entry.end_refill(&mut self.entry.lock());
+            self.entry.wake();
         }
     }
 }
 
-/// A handle to wait for an entry's next refill.
+/// A handle to wait for an entry's next refill. While it is held and that refill is in flight,
+/// its request counts as waiting in the key's model (see `entry::Model`); dropped, it no longer
+/// does.
 #[derive(Debug)]
 pub struct Refill {
     entry: Arc<Entry>,
     generation: u64,
+    /// The request's cost, counted in the model's waiting requests (0: not counted).
+    counted: u64,
 }
 
 impl Refill {
@@ -99,6 +103,21 @@ impl Refill {
         notified.as_mut().enable();
         if self.entry.generation.load(Ordering::Acquire) == self.generation {
             notified.await;
+        }
+    }
+}
+
+impl Drop for Refill {
+    fn drop(&mut self) {
+        if self.counted == 0 || self.entry.generation.load(Ordering::Acquire) != self.generation {
+            return;
+        }
+        let mut st = self.entry.lock();
+        // Read again under the lock: the refill may have ended (and the count restarted) since.
+        if self.entry.generation.load(Ordering::Acquire) == self.generation
+            && let Some(model) = st.model.as_mut()
+        {
+            model.waiting.remove(self.counted);
         }
     }
 }
@@ -151,8 +170,9 @@ impl Book {
     }
 
     /// What to do with `check` (cost > 0) at the node's `now`. `waited` (once it has waited for a
-    /// refill, [`Spend::Wait`]) changes nothing: a refill that found nothing left started a
-    /// denial, answered locally while the store's refusal holds.
+    /// refill, [`Spend::Wait`]) changes nothing: the refill's reply answers what the store would
+    /// refuse. A request told to wait counts as waiting (before the requests that come after
+    /// it) for as long as it holds the [`Refill`].
     pub fn spend(&self, check: &Check<'_>, now: u64, _waited: bool) -> Spend {
         self.sweep(now);
         let entries = self.entries.read().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -180,20 +200,25 @@ impl Book {
             return Spend::Local { decision, at: server_at + now.saturating_sub(sent), order };
         }
         st.epoch_units += check.cost;
-        if let Some(denial) = &st.denied {
-            if let Some(decision) = denial.decide(&entry.limit, check.cost, now) {
-                self.counters.local.fetch_add(1, Ordering::Relaxed);
-                let at = denial.server_now(now);
-                // Asked a round trip before the denial ends, the next lease is answered about
-                // when the store frees a unit: requests then do not wait for it. An answer that
-                // comes too early is a refusal, which starts a fresh denial.
-                let ending = denial.until.saturating_sub(now) <= st.round_trip;
-                let order = if ending { order(&mut st) } else { None };
-                return Spend::Local { decision, at, order };
-            }
-            if now >= denial.until {
-                st.denied = None;
-            }
+        if st.model.as_ref().is_some_and(|m| !m.alive(now)) {
+            st.model = None;
+        }
+        // The store's refusal, answered here (see `entry::Model`): while it has nothing left, or
+        // while a refill is in flight, counting the requests waiting for it first.
+        let in_flight = st.in_flight;
+        let verdict = st
+            .model
+            .as_ref()
+            .filter(|m| m.answers(now, in_flight))
+            .map(|m| (m.decide(&entry.limit, check.cost, now), m.server_now(now), m.until));
+        if let Some((Verdict::Refused(decision), at, until)) = verdict {
+            self.counters.local.fetch_add(1, Ordering::Relaxed);
+            // Asked a round trip before the store frees a unit, the next lease is answered about
+            // when it does: requests then rarely wait for it. An answer that comes too early is a
+            // refusal, which starts a fresh model.
+            let ending = until.saturating_sub(now) <= st.round_trip;
+            let order = if ending { order(&mut st) } else { None };
+            return Spend::Local { decision, at, order };
         }
         let empty = st.held() == 0;
         let was_in_flight = st.in_flight;
@@ -202,7 +227,14 @@ impl Book {
         // unit freed between its refusal and now): it waits for the next one (the caller bounds
         // the waits), as one call for all the waiting requests rather than one each.
         if empty && st.in_flight {
-            let refill = Refill { entry: entry.clone(), generation: entry.generation.load(Ordering::Acquire) };
+            // Counted first by the model for the requests that come while it waits.
+            let mut counted = 0;
+            if let Some(model) = st.model.as_mut() {
+                model.waiting.add(check.cost);
+                counted = check.cost;
+            }
+            let generation = entry.generation.load(Ordering::Acquire);
+            let refill = Refill { entry: entry.clone(), generation, counted };
             debug_assert!(order.is_some() || was_in_flight);
             return Spend::Wait { order, refill };
         }
@@ -247,7 +279,7 @@ impl Book {
         order.done = true;
         let entry = order.entry.clone();
         let mut st = entry.lock();
-        st.in_flight = false;
+        entry.end_refill(&mut st);
         st.round_trip = now.saturating_sub(order.sent);
         // A refund or reset on this node since the call was sent: its reply may predate it.
         let current = order.freed == st.freed;
@@ -275,26 +307,21 @@ impl Book {
                     } else {
                         st.current = Some(slice);
                     }
-                    // Nothing left after this slice: requests beyond it are refused here, as the
-                    // store would refuse them, until it frees a unit.
-                    st.denied = (current && grant.decision.remaining == 0)
-                        .then(|| Denial::new(&entry.limit, &grant.snapshot, grant.at, order.sent, cap))
-                        .flatten();
                     self.retire(&mut st, now);
-                } else {
-                    // Refused: the store has nothing left. Its state answers until a unit frees.
-                    st.denied = current
-                        .then(|| Denial::new(&entry.limit, &grant.snapshot, grant.at, order.sent, cap))
-                        .flatten();
                 }
+                // The store's state after the call answers what it would refuse: requests beyond
+                // the slice while it has nothing left (a refusal, or a grant of all that was
+                // left), and newcomers while the next refill is in flight.
+                st.model = current.then(|| Model::new(&entry.limit, &grant.snapshot, grant.at, order.sent, cap));
             }
             Err(_) => {
                 self.counters.failures.fetch_add(1, Ordering::Relaxed);
                 st.backoff_until = now + self.lifetime_ns();
+                st.model = None;
             }
         }
         drop(st);
-        entry.refilled();
+        entry.wake();
     }
 
     /// Gives `check.cost` units admitted at the store's instant `at` back to the key's slice, if
@@ -319,13 +346,13 @@ impl Book {
         }
     }
 
-    /// Ends the key's cached denial at once: a refund or reset on this node may have freed units
+    /// Ends the key's local refusals at once: a refund or reset on this node may have freed units
     /// (a lease call sent before cannot start another).
     pub fn freed(&self, check: &Check<'_>) {
         let entries = self.entries.read().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(entry) = entries.get(&self.hash(check)).filter(|e| e.is(check)) {
             let mut st = entry.lock();
-            st.denied = None;
+            st.model = None;
             st.freed += 1;
         }
     }

@@ -28,8 +28,19 @@ impl Entry {
         self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    pub(super) fn refilled(&self) {
+    /// Ends the refill in flight (answered, failed or abandoned), under the entry's lock: the
+    /// requests waiting for it leave the model's count and are woken by [`Entry::wake`].
+    pub(super) fn end_refill(&self, st: &mut State) {
+        st.in_flight = false;
+        if let Some(model) = st.model.as_mut() {
+            model.waiting = Waiting::default();
+        }
+        // Under the lock, so that a waiter leaving reads it with the count it was added to.
         self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Wakes the requests that waited for the refill just ended.
+    pub(super) fn wake(&self) {
         self.notify.notify_waiters();
     }
 
@@ -52,11 +63,11 @@ pub(super) struct Slice {
 pub(super) struct State {
     pub(super) current: Option<Slice>,
     pub(super) next: Option<Slice>,
-    /// The key with nothing left, as the store answered: its requests are refused locally
-    /// until a unit frees.
-    pub(super) denied: Option<Denial>,
+    /// The key as the store last answered: requests it refuses are refused locally while the
+    /// store has nothing left, or while a refill is in flight.
+    pub(super) model: Option<Model>,
     /// Bumped when a refund or reset on this node may have freed units: a lease reply to a call
-    /// sent before it cannot start a cached denial.
+    /// sent before it cannot start a model.
     pub(super) freed: u64,
     /// The latest lease call's round trip on the node's clock.
     pub(super) round_trip: u64,
@@ -113,39 +124,99 @@ impl State {
     }
 }
 
-/// A key the store found with nothing left, decided locally from the state it answered with.
+/// The key as the store last answered (its state after the latest lease call), to refuse
+/// locally what the store would refuse.
 ///
-/// Until a unit frees nothing can be admitted, so nothing changes the key but a refund, a reset,
-/// a hold or a charge: the state the store answered with is its state, and the algorithm decides
-/// a request on it as the store would. The store's instant is estimated as its instant in the
-/// reply plus the node's time since the call was sent: never earlier than the store's own, later
-/// by at most the call's round trip. So a local denial is one the store would make (without an
-/// admission a key only frees capacity as time passes: denied at the later instant, denied at
-/// the earlier), and its figures are the store's at most a round trip ahead (`retry_after` and
-/// `reset_after` smaller by at most that, `remaining` as large or larger).
+/// Nothing but an admission, a refund, a reset, a hold or a charge changes a key, and of these
+/// only a refund or a reset frees capacity: from the reply on, the store's state has at most the
+/// free capacity of the state it answered with, aged to the same instant (admissions by anyone,
+/// this node's refill included, only take capacity). The store's instant is estimated as its
+/// instant in the reply plus the node's time since the call was sent: never earlier than the
+/// store's own, later by at most the call's round trip, and without admissions a key only frees
+/// capacity as time passes. So a request this state refuses at the estimated instant, the store
+/// refuses too.
+///
+/// While a refill is in flight, the requests waiting for it ([`Waiting`]) were sent before any
+/// newcomer: a newcomer of cost `n` is refused if the state refuses it after the waiting
+/// requests of cost at most `n` (their sum `L`). That is the store's answer, at its instant, had
+/// it received the waiting requests first, in order, then the newcomer: if it admitted each of
+/// those `L` units, what it has left is at most the state's free capacity less `L`, under `n`;
+/// if it refused one of them (cost at most `n`), what it had left then was under `n`, and at
+/// one instant nothing frees in between. A waiting request of a larger cost may be refused where
+/// the newcomer would not: it is not counted. Its figures are the state's at the estimated
+/// instant: the store's at most a round trip ahead when nothing else changed the key (as for a
+/// denial), `remaining` never below what the waiting requests leave in this state.
 #[derive(Debug, Clone)]
-pub(super) struct Denial {
+pub(super) struct Model {
     state: tollgate_core::State,
     server_at: u64,
     sent: u64,
-    /// The node's instant from which the store may admit a unit (estimated as above), or the
-    /// end of the cap: the local answers end then.
+    /// The node's instant until which the store has nothing left for a unit request (estimated
+    /// as above), capped by `expires`: requests are refused locally until then even with no
+    /// refill in flight. At or before `sent` when the reply left units.
     pub(super) until: u64,
+    /// The end of the local answers: a lifetime after the call was sent, so that a refund or a
+    /// reset on another node is seen within a lifetime (or once a refill in flight is answered).
+    expires: u64,
+    /// The requests waiting for the refill in flight (none without one).
+    pub(super) waiting: Waiting,
 }
 
-impl Denial {
+/// The requests waiting for a key's refill in flight: what the local model counts before a
+/// newcomer (see [`Model`]). A request leaves it when it stops waiting (its [`Refill`] handle is
+/// dropped), and all leave it when the refill is answered.
+///
+/// [`Refill`]: super::book::Refill
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Waiting {
+    /// The sum of their costs.
+    units: u64,
+    /// How many of them cost one unit.
+    ones: u64,
+    /// The largest cost among them (not lowered when one leaves: a larger bound counts fewer).
+    max: u64,
+}
+
+impl Waiting {
+    pub(super) fn add(&mut self, cost: u64) {
+        self.units = self.units.saturating_add(cost);
+        self.ones += u64::from(cost == 1);
+        self.max = self.max.max(cost);
+    }
+
+    pub(super) fn remove(&mut self, cost: u64) {
+        self.units = self.units.saturating_sub(cost);
+        if cost == 1 {
+            self.ones = self.ones.saturating_sub(1);
+        }
+    }
+
+    /// A lower bound of the units of the waiting requests costing at most `cost`: all of them
+    /// when none costs more, else those of one unit.
+    fn at_most(&self, cost: u64) -> u64 {
+        if cost >= self.max { self.units } else { self.ones }
+    }
+}
+
+/// A model's answer to a request.
+#[derive(Debug)]
+pub(super) enum Verdict {
+    /// The store would refuse it: this decision.
+    Refused(Decision),
+    /// The store may admit it.
+    Open,
+}
+
+impl Model {
     /// The key as the store answered a call sent at the node's `sent` (its state `snapshot` at its
-    /// instant `server_at`), if a unit request would be denied then; answered locally for at most
-    /// `cap`.
-    pub(super) fn new(limit: &Limit, snapshot: &Snapshot, server_at: u64, sent: u64, cap: u64) -> Option<Denial> {
+    /// instant `server_at`); local answers last at most `cap`.
+    pub(super) fn new(limit: &Limit, snapshot: &Snapshot, server_at: u64, sent: u64, cap: u64) -> Model {
         let state = tollgate_core::State::from_snapshot(limit, snapshot);
-        let unit = state.clone().check(server_at, limit, 1).ok()?;
-        (!unit.allowed).then(|| Denial {
-            state,
-            server_at,
-            sent,
-            until: sent.saturating_add(unit.retry_after_ns.min(cap)),
-        })
+        let until = match state.clone().check(server_at, limit, 1) {
+            Ok(unit) if !unit.allowed => sent.saturating_add(unit.retry_after_ns.min(cap)),
+            _ => sent,
+        };
+        Model { state, server_at, sent, until, expires: sent.saturating_add(cap), waiting: Waiting::default() }
     }
 
     /// The store's estimated instant at the node's `now`.
@@ -153,15 +224,32 @@ impl Denial {
         self.server_at.saturating_add(now.saturating_sub(self.sent))
     }
 
-    /// The denial of `cost` at the node's `now`, while the local answers last; `None` when the
-    /// store must decide (never an admission made here).
-    pub(super) fn decide(&self, limit: &Limit, cost: u64, now: u64) -> Option<Decision> {
-        if now >= self.until {
-            return None;
+    /// Whether it answers at the node's `now`: while the store has nothing left for a unit, or a
+    /// refill is in flight, within its life.
+    pub(super) fn answers(&self, now: u64, in_flight: bool) -> bool {
+        now < self.expires && (now < self.until || in_flight)
+    }
+
+    /// Whether it may count requests waiting for a refill at the node's `now`.
+    pub(super) fn alive(&self, now: u64) -> bool {
+        now < self.expires
+    }
+
+    /// The store's answer to `cost` at the node's `now`, the waiting requests first.
+    pub(super) fn decide(&self, limit: &Limit, cost: u64, now: u64) -> Verdict {
+        let at = self.server_now(now);
+        // A refusal leaves the state unchanged; the clone keeps an admission from changing it.
+        let mut state = self.state.clone();
+        let before = self.waiting.at_most(cost);
+        if before > 0 && !state.check(at, limit, before).is_ok_and(|d| d.allowed) {
+            // The waiting requests do not all fit here (others took units since they came): which
+            // of them the store would admit is unknown, so is its answer to this one.
+            return Verdict::Open;
         }
-        // A denial leaves the state unchanged; the clone keeps an admission from changing it.
-        let decision = self.state.clone().check(self.server_now(now), limit, cost).ok()?;
-        (!decision.allowed).then_some(decision)
+        match state.check(at, limit, cost) {
+            Ok(decision) if !decision.allowed => Verdict::Refused(decision),
+            _ => Verdict::Open,
+        }
     }
 }
 

@@ -57,10 +57,10 @@ impl<S: Store + Lessor + Clone + 'static> Leased<S> {
 
     /// One check of positive cost: from its slice when it has one, else exactly. While its slice
     /// is spent and a refill is in flight, it waits for the refill (one round trip, as an exact
-    /// call would take) for at most a lifetime in all.
+    /// call would take) for at most a lifetime from its first wait.
     async fn reserve_one(&self, check: &Check<'_>) -> Result<Reserved, StoreError> {
-        let lifetime = self.book.options().lifetime;
-        let deadline = tokio::time::Instant::now() + lifetime;
+        // Read only once the request waits: a clock read less for every local decision.
+        let mut deadline = None;
         let mut waited = false;
         loop {
             match self.book.spend(check, self.clock.now_ns(), waited) {
@@ -68,12 +68,17 @@ impl<S: Store + Lessor + Clone + 'static> Leased<S> {
                     self.send(order);
                     return Ok(Reserved::at(vec![decision], at));
                 }
-                Spend::Wait { order, refill } if tokio::time::Instant::now() < deadline => {
+                Spend::Wait { order, refill } => {
                     self.send(order);
-                    let _ = tokio::time::timeout_at(deadline, refill.wait()).await;
+                    let now = tokio::time::Instant::now();
+                    let until = *deadline.get_or_insert_with(|| now + self.book.options().lifetime);
+                    if now >= until {
+                        break;
+                    }
+                    let _ = tokio::time::timeout_at(until, refill.wait()).await;
                     waited = true;
                 }
-                Spend::Wait { order, .. } | Spend::Exact { order } => {
+                Spend::Exact { order } => {
                     self.send(order);
                     break;
                 }
@@ -135,7 +140,7 @@ impl<S: Store + Lessor + Clone + 'static> Store for Leased<S> {
             return Ok(());
         }
         let result = self.inner.refund(&rest).await;
-        // Units given back to the store: a denial cached before is no longer the store's.
+        // Units given back to the store: the state of a reply before is no longer an upper bound.
         for refund in &rest {
             self.book.freed(&refund.check);
         }

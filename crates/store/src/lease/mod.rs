@@ -13,11 +13,18 @@
 //!   refuses the key's requests beyond its slice itself, deciding each with the algorithm on the
 //!   state the store answered with (`Grant::snapshot`, unchanged while nothing can be admitted)
 //!   at the store's instant estimated from the reply: the store's own figures at most a round
-//!   trip ahead, never a denial the store would not make (see `entry::Denial`). It does so until
+//!   trip ahead, never a denial the store would not make (see `entry::Model`). It does so until
 //!   the store frees a unit, and for at most `lifetime`, and asks again a round trip before
 //!   that. A refund to the store or a reset on this node ends it at once; one on another node is
 //!   seen when it ends, at most `min(retry_after, lifetime)` later. Every leasable algorithm is
 //!   rebuilt exactly from its snapshot, so each is answered so.
+//! - **Refusals while a refill is in flight.** Once the slice is spent, the requests that the
+//!   latest reply's state could admit wait for the refill in flight; a newcomer that this state
+//!   refuses after the waiting requests of at most its cost is refused at once: the store's
+//!   answer had it received the waiting requests first (it can only have less free capacity
+//!   than that state, never more). So a denied hot key costs one waiting request per unit the
+//!   store frees, not every request for a round trip. A refund or reset on another node is seen
+//!   once the refill in flight (or, if that one reached the store first, the next) is answered.
 //! - **Adaptive size.** A slice is the key's measured local rate over a quarter of the lifetime,
 //!   at most `g_max = max(1, share × capacity)` divided among the nodes leasing the key (the
 //!   script counts them), at most what was left divided among them (so a slice shrinks to 1 near
@@ -62,7 +69,7 @@ use std::time::Duration;
 
 use tollgate_core::{Algorithm, Decision, Snapshot};
 
-pub use book::{Book, Order, Spend};
+pub use book::{Book, Order, Refill, Spend};
 pub use leased::Leased;
 pub use model::LeaseModel;
 
@@ -187,7 +194,7 @@ pub struct LeaseStats {
     pub units_forfeited: u64,
     /// Lease calls that failed (the key is decided exactly for a lifetime after).
     pub failures: u64,
-    /// Decisions made from a slice or a cached denial.
+    /// Decisions made from a slice or refused as the store would (see the module docs).
     pub local_decisions: u64,
     /// Decisions sent to the store.
     pub exact_decisions: u64,
