@@ -12,10 +12,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tollgate_store::lease::{Book, LeaseMode, LeaseOptions, Lessor, Order, Spend, leasable};
+use tollgate_store::lease::{Book, Grant, LeaseMode, LeaseOptions, Leased, Lessor, Order, Spend, leasable};
 use tollgate_store::testkit::redis_server::RedisServer;
 use tollgate_store::{
-    Algorithm, Check, Clock, Limit, ManualClock, RedisOptions, RedisStore, Refund, Store, TimeSource,
+    Algorithm, Check, Clock, Limit, ManualClock, RedisOptions, RedisStore, Refund, Reserved, Store, StoreError,
+    TimeSource,
 };
 
 const MS: u64 = 1_000_000;
@@ -224,4 +225,98 @@ async fn a_dropped_waiting_request_no_longer_counts_before_a_newcomer() {
             "{algorithm}, the waiting request dropped: {after:?}"
         );
     }
+}
+
+/// Redis whose lease calls, once `slow` is set, wait for a permit of `gate` (a lease call that takes
+/// long: a slow or distant Redis); `leases` counts the calls begun.
+#[derive(Clone)]
+struct SlowLease {
+    redis: RedisStore,
+    slow: Arc<std::sync::atomic::AtomicBool>,
+    gate: Arc<tokio::sync::Semaphore>,
+    leases: Arc<AtomicU64>,
+}
+
+impl Store for SlowLease {
+    async fn reserve(&self, checks: &[Check<'_>]) -> Result<Reserved, StoreError> {
+        self.redis.reserve(checks).await
+    }
+
+    async fn refund(&self, refunds: &[Refund<'_>]) -> Result<(), StoreError> {
+        self.redis.refund(refunds).await
+    }
+
+    async fn reset(&self, scope: &str, key: &[u8], limit: &Limit) -> Result<(), StoreError> {
+        self.redis.reset(scope, key, limit).await
+    }
+}
+
+impl Lessor for SlowLease {
+    async fn lease(&self, check: Check<'_>, want: u64, lessee: u64, lifetime: Duration) -> Result<Grant, StoreError> {
+        self.leases.fetch_add(1, Ordering::SeqCst);
+        if self.slow.load(Ordering::SeqCst) {
+            let _permit = self.gate.acquire().await.expect("the gate stays open");
+        }
+        self.redis.lease(check, want, lessee, lifetime).await
+    }
+}
+
+/// The same through `Leased`, requests as tasks: the node's lease refused (the key drained by
+/// another node), then the other node resets the key, and the node's next lease call is slow.
+/// Past the refusal's `retry_after` a request waits for that call, and a newcomer is answered at
+/// once: refused, from the state before the reset, where Redis has the whole burst left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_leased_a_reset_on_another_node_is_not_seen_while_a_slow_refill_is_in_flight() {
+    let server = RedisServer::start();
+    let limit = Limit::per_second(1_000).build().unwrap();
+    let clock = Arc::new(ManualClock::new(T0 + 1_234 * MS));
+    let prefix = fresh_prefix();
+    let store = SlowLease {
+        redis: redis(&server, &clock, &prefix),
+        slow: Arc::default(),
+        gate: Arc::new(tokio::sync::Semaphore::new(0)),
+        leases: Arc::default(),
+    };
+    let options = LeaseOptions { mode: LeaseMode::Always, lifetime: LIFETIME, lessee: 1, ..LeaseOptions::default() };
+    let node = Leased::new(store.clone(), options, clock.clone());
+    let other = redis(&server, &clock, &prefix);
+    assert!(other.check(b"hot", &limit, limit.capacity()).await.unwrap().allowed);
+    // Exact, refused; the lease it starts is refused too.
+    assert!(!node.check(b"hot", &limit, 1).await.unwrap().allowed);
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while node.stats().grants == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await
+    .expect("the lease is answered");
+    let refusal = node.check(b"hot", &limit, 1).await.unwrap();
+    assert!(!refusal.allowed && node.stats().local_decisions == 1, "{refusal:?}");
+    store.slow.store(true, Ordering::SeqCst);
+    other.reset("", b"hot", &limit).await.unwrap();
+    // Past the refusal's retry_after (and far within the lifetime): a request starts the next
+    // lease call, slow, and waits for it.
+    clock.advance(Duration::from_nanos(refusal.retry_after_ns + limit.emission_interval_ns() / 2));
+    let waiting = tokio::spawn({
+        let (node, limit) = (node.clone(), limit.clone());
+        async move { node.check(b"hot", &limit, 1).await }
+    });
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while store.leases.load(Ordering::SeqCst) < 2 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await
+    .expect("the next lease call is sent");
+    let newcomer = node.check(b"hot", &limit, 1).await.unwrap();
+    let redis_left = other.check(b"hot", &limit, 0).await.unwrap().remaining;
+    store.gate.add_permits(10);
+    waiting.await.unwrap().unwrap();
+    assert!(
+        newcomer.allowed || redis_left < 2,
+        "after another node's reset, {:.2} ms after the refusal (retry_after {:.2} ms): refused locally {newcomer:?}, \
+         where Redis has {redis_left} left for it and the waiting request",
+        (refusal.retry_after_ns + limit.emission_interval_ns() / 2) as f64 / MS as f64,
+        refusal.retry_after_ns as f64 / MS as f64,
+    );
 }
