@@ -15,8 +15,11 @@
 //!   at the store's instant estimated from the reply: the store's own figures at most a round
 //!   trip ahead, never a denial the store would not make (see `entry::Model`). It does so until
 //!   the store frees a unit, and for at most `lifetime`, and asks again a round trip before
-//!   that. A refund to the store or a reset on this node ends it at once; one on another node is
-//!   seen when it ends, at most `min(retry_after, lifetime)` later. Every leasable algorithm is
+//!   that. A refund to the store or a reset on this node ends it at once; a change made elsewhere
+//!   (a refund, reset, hold or charge on another node, an admission under another limit of the
+//!   key) is seen with the first lease call answered after it: at most `min(retry_after,
+//!   lifetime)` later, plus the round trip of a refill in flight (below), never more than a
+//!   lifetime after the call answered from. Every leasable algorithm is
 //!   rebuilt exactly from its snapshot, so each is answered so.
 //! - **Refusals while a refill is in flight.** Once the slice is spent, the requests that the
 //!   latest reply's state could admit wait for the refill in flight; a newcomer that this state
