@@ -1,0 +1,138 @@
+//! Review of issue 41's `Engine::admit_now` (a plain single rule decided in line, the rest by
+//! `decide_measured`) and of the measured rates' `LineTable`: reloads that make a rule plain and
+//! not plain again between requests decide as `admit` does, and a flood of distinct keys from real
+//! threads keeps the rates within their bound with the busy key still measured.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::registry::Registry;
+use tollgate_core::ManualClock;
+use tollgate_engine::{Admission, Answer, Engine, Request};
+use tollgate_rules::Rules;
+use tollgate_store::MemoryStore;
+
+const T0: u64 = 1_700_000_000_000_000_000;
+
+struct Side {
+    engine: Engine<MemoryStore>,
+    clock: Arc<ManualClock>,
+    registry: Registry,
+}
+
+fn side(rules: &str) -> Side {
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = MemoryStore::builder().clock(clock.clone()).build();
+    let mut registry = Registry::with_prefix("tollgate");
+    let engine = Engine::builder(store, Rules::parse(rules, "test").unwrap()).clock(clock.clone()).build(&mut registry);
+    Side { engine, clock, registry }
+}
+
+impl Side {
+    fn metrics(&self) -> Vec<String> {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry).unwrap();
+        let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+        lines.sort();
+        lines
+    }
+}
+
+fn shown(admission: &Admission, side: &Side) -> String {
+    match admission {
+        Admission::Proceed(proceed) => {
+            let fields = proceed.fields(&side.engine.policy());
+            let fields = fields.map(|f| (f.policy, f.decision));
+            format!("proceed delay={:?} fields={fields:?}", proceed.delay)
+        }
+        Admission::Answer(Answer::TooMany(fields)) => format!("429 {fields:?}"),
+        Admission::Answer(other) => format!("{other:?}"),
+    }
+}
+
+fn request<'a>(client_ip: IpAddr, path: &'a str) -> Request<'a> {
+    Request {
+        method: "GET",
+        path,
+        query: "",
+        host: "",
+        headers: &[],
+        client_ip,
+        key: None,
+        ja3: None,
+        ja4: None,
+        from_trusted_proxy: false,
+    }
+}
+
+const PLAIN: &str = "[[rules]]\nname = \"api\"\nlimit = \"3/1m\"\nkey = [\"client_ip\"]\nrate_half_life = \"1s\"\n";
+const DRY: &str = "[[rules]]\nname = \"api\"\nlimit = \"3/1m\"\nkey = [\"client_ip\"]\nrate_half_life = \"1s\"\n\
+                   [rules.mitigation]\naction = \"dry-run\"\ntimeout = \"2s\"\n";
+const HELD: &str = "[[rules]]\nname = \"api\"\nlimit = \"3/1m\"\nkey = [\"client_ip\"]\nrate_half_life = \"1s\"\n\
+                    [rules.mitigation]\ntimeout = \"5s\"\n";
+const OVER: &str = "[[rules]]\nname = \"api\"\nlimit = \"100/1m\"\nkey = [\"client_ip\"]\nrate_half_life = \"1s\"\n\
+                    when_rate_above = \"3/s\"\n";
+
+#[tokio::test]
+async fn reloads_between_plain_and_not_plain_decide_as_admit_does() {
+    let (now, then) = (side(PLAIN), side(PLAIN));
+    let ips: [IpAddr; 2] = ["192.0.2.1".parse().unwrap(), "192.0.2.2".parse().unwrap()];
+    let mut i = 0;
+    // Each policy for a burst of both clients, then the next (a hold made under one policy is in
+    // force when the next one, plain again, decides).
+    for rules in [PLAIN, DRY, PLAIN, HELD, PLAIN, OVER, PLAIN, HELD, DRY, PLAIN] {
+        for side in [&now, &then] {
+            side.engine.reload(Rules::parse(rules, "test").unwrap());
+        }
+        for round in 0..6 {
+            for &ip in &ips {
+                let path = if round % 2 == 0 { "/" } else { "/x" };
+                let in_line = now.engine.admit_now(&now.engine.current(), &request(ip, path), None).unwrap();
+                let awaited = then.engine.admit(&then.engine.policy(), &request(ip, path)).await;
+                assert_eq!(shown(&in_line, &now), shown(&awaited, &then), "request {i} ({ip}) under\n{rules}");
+                i += 1;
+                now.clock.advance(Duration::from_millis(150));
+                then.clock.advance(Duration::from_millis(150));
+            }
+        }
+        assert_eq!(now.engine.top("api", 10).unwrap(), then.engine.top("api", 10).unwrap(), "under\n{rules}");
+    }
+    assert_eq!(now.metrics(), then.metrics());
+}
+
+#[test]
+fn a_flood_of_distinct_keys_from_threads_stays_within_the_bound_and_keeps_the_busy_key() {
+    const BOUND: usize = 64;
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = MemoryStore::builder().clock(clock.clone()).build();
+    let mut registry = Registry::default();
+    let rules = "[[rules]]\nname = \"api\"\nlimit = \"1000000/1s\"\nkey = [\"client_ip\"]\nrate_half_life = \"10s\"\n";
+    let engine = Arc::new(
+        Engine::builder(store, Rules::parse(rules, "test").unwrap())
+            .clock(clock.clone())
+            .max_rated_keys(BOUND)
+            .build(&mut registry),
+    );
+    let busy: IpAddr = "198.51.100.7".parse().unwrap();
+    std::thread::scope(|scope| {
+        for thread in 0..4u32 {
+            let (engine, clock) = (engine.clone(), clock.clone());
+            scope.spawn(move || {
+                for n in 0..20_000u32 {
+                    // Distinct keys (10.t.x.y), one request each, and the busy key every fourth.
+                    let ip = IpAddr::from([10, u8::try_from(thread).unwrap(), (n >> 8) as u8, n as u8]);
+                    let ip = if n % 4 == 0 { busy } else { ip };
+                    let admitted = engine.admit_now(&engine.current(), &request(ip, "/"), None).unwrap();
+                    assert!(matches!(admitted, Admission::Proceed(_)), "thread {thread} request {n}");
+                    if n % 64 == 0 {
+                        clock.advance(Duration::from_micros(100));
+                    }
+                }
+            });
+        }
+    });
+    let top = engine.top("api", 100_000).unwrap();
+    assert!(top.len() <= BOUND, "{} keys measured past the bound of {BOUND}", top.len());
+    assert_eq!(top.first().map(|t| t.key.as_str()), Some("198.51.100.7"), "the busy key first: {:?}", &top[..3]);
+}
