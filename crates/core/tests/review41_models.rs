@@ -91,8 +91,9 @@ fn sub_window_model(limit: &Limit, trace: &[(u64, u64)]) -> Vec<Decision> {
         .iter()
         .map(|&(now, cost)| {
             let current = (now / slice).max(newest);
-            let window: Vec<(u64, u64)> =
-                ((current + 1).saturating_sub(n)..=current).map(|j| (j, counts.get(&j).copied().unwrap_or(0))).collect();
+            let window: Vec<(u64, u64)> = ((current + 1).saturating_sub(n)..=current)
+                .map(|j| (j, counts.get(&j).copied().unwrap_or(0)))
+                .collect();
             let leaves_at = |j: u64| ((j + n) * slice).saturating_sub(now);
             let used: u64 = window.iter().map(|&(_, c)| c).sum();
             let allowed = used + cost <= count;
@@ -127,7 +128,10 @@ fn sub_window_model(limit: &Limit, trace: &[(u64, u64)]) -> Vec<Decision> {
         .collect()
 }
 
-fn compare(algorithm: Algorithm, model: fn(&Limit, &[(u64, u64)]) -> Vec<Decision>) {
+/// A model: the decisions of a trace of (now, cost) under a limit.
+type Model = fn(&Limit, &[(u64, u64)]) -> Vec<Decision>;
+
+fn compare(algorithm: Algorithm, model: Model) {
     let mut random = Random(0x2545_f491_4f6c_dd1d ^ algorithm as u64);
     for round in 0..3000 {
         let slices = [1, 2, 3, 4, 5, 8, 10][usize::try_from(random.below(7)).unwrap()];
@@ -146,7 +150,8 @@ fn compare(algorithm: Algorithm, model: fn(&Limit, &[(u64, u64)]) -> Vec<Decisio
         for (i, (&(now, cost), expected)) in trace.iter().zip(&expected).enumerate() {
             let decided = state.check(now, &limit, cost).unwrap();
             assert_eq!(
-                &decided, expected,
+                &decided,
+                expected,
                 "round {round} {algorithm:?} {count}/{period_ms}ms slices {slices}: step {i} (now +{} ns, cost {cost})\ntrace {:?}",
                 now - T0,
                 trace[..=i].iter().map(|&(t, c)| (t - T0, c)).collect::<Vec<_>>()

@@ -121,7 +121,8 @@ fn a_flood_of_distinct_keys_from_threads_stays_within_the_bound_and_keeps_the_bu
             scope.spawn(move || {
                 for n in 0..20_000u32 {
                     // Distinct keys (10.t.x.y), one request each, and the busy key every fourth.
-                    let ip = IpAddr::from([10, u8::try_from(thread).unwrap(), (n >> 8) as u8, n as u8]);
+                    let [_, _, high, low] = n.to_be_bytes();
+                    let ip = IpAddr::from([10, u8::try_from(thread).unwrap(), high, low]);
                     let ip = if n % 4 == 0 { busy } else { ip };
                     let admitted = engine.admit_now(&engine.current(), &request(ip, "/"), None).unwrap();
                     assert!(matches!(admitted, Admission::Proceed(_)), "thread {thread} request {n}");
@@ -135,4 +136,43 @@ fn a_flood_of_distinct_keys_from_threads_stays_within_the_bound_and_keeps_the_bu
     let top = engine.top("api", 100_000).unwrap();
     assert!(top.len() <= BOUND, "{} keys measured past the bound of {BOUND}", top.len());
     assert_eq!(top.first().map(|t| t.key.as_str()), Some("198.51.100.7"), "the busy key first: {:?}", &top[..3]);
+}
+
+/// `requests` requests from `ip` through `admit_now`, split over `threads` real threads; how many
+/// were admitted, and the key's measured rate then (the clock does not move).
+fn hammer(engine: &Arc<Engine<MemoryStore>>, ip: IpAddr, threads: u32, requests: u32) -> (u32, f64) {
+    let admitted = std::sync::atomic::AtomicU32::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                for _ in 0..requests / threads {
+                    if let Some(Admission::Proceed(_)) = engine.admit_now(&engine.current(), &request(ip, "/"), None) {
+                        admitted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    let top = engine.top("api", 10).unwrap();
+    (admitted.into_inner(), top.iter().find(|t| t.key == ip.to_string()).map_or(-1.0, |t| t.rate_per_s))
+}
+
+#[test]
+fn a_plain_measured_rule_from_threads_admits_its_count_exactly_and_measures_every_request() {
+    let rules = "[[rules]]\nname = \"api\"\nlimit = \"1000/1h\"\nkey = [\"client_ip\"]\nrate_half_life = \"10s\"\n";
+    let build = || {
+        let clock = Arc::new(ManualClock::new(T0));
+        let store = MemoryStore::builder().clock(clock.clone()).build();
+        let mut registry = Registry::default();
+        Arc::new(Engine::builder(store, Rules::parse(rules, "test").unwrap()).clock(clock).build(&mut registry))
+    };
+    let ip: IpAddr = "192.0.2.9".parse().unwrap();
+    let (alone, alone_rate) = hammer(&build(), ip, 1, 8000);
+    let (threaded, threaded_rate) = hammer(&build(), ip, 4, 8000);
+    assert_eq!(alone, 1000, "one thread");
+    assert_eq!(threaded, 1000, "four threads admitted another count than the limit's");
+    assert!(
+        (threaded_rate - alone_rate).abs() <= alone_rate * 1e-9,
+        "every request measured: {threaded_rate} from four threads, {alone_rate} from one"
+    );
 }
