@@ -4,7 +4,10 @@
 //! with a monotonic timer, so an NTP step never moves a running limiter's time backwards. The
 //! timer is `quanta`'s calibrated TSC where the CPU has an invariant one (about 12 ns a read here,
 //! against 33 ns for `std::time::Instant`; a limiter reads it on every decision), and the
-//! operating system's monotonic clock otherwise.
+//! operating system's monotonic clock otherwise. Monotonic within a thread; across threads two
+//! readings ordered by a lock may be out of order by the cores' counters' skew (11–39 ns measured
+//! here, `tests/clock_across_threads.rs`), which the algorithms tolerate: a clock going backwards
+//! never over-grants.
 //! [`ManualClock`] is set by hand, for tests and simulations.
 
 use std::sync::atomic::{AtomicU64, Ordering};

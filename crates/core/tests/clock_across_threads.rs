@@ -1,19 +1,23 @@
-//! Review of issue 41's `SystemClock` (quanta's raw ticks scaled with `delta_as_nanos`): readings
-//! ordered by a lock across real threads (so across cores) never go backwards, and the clock
-//! reads the epoch's time.
+//! `SystemClock` across real threads (so across cores), and against the system time.
 //!
-//! The first FAILS here (a reading some ns before one made earlier on another thread, in about
-//! one run of three at 200,000 readings a thread, every run at 1,000,000), and so did the formula
-//! before issue 41 (`timer.now().duration_since(anchor)`, the same raw `rdtsc`): not a regression
-//! of issue 41, but the module's "advanced by a monotonic timer" holds per thread only.
+//! An adversarial review (issue 41) found readings ordered by a lock across threads going back
+//! 11–39 ns (every run at 1,000,000 readings a thread), with the formula before issue 41 as well
+//! (`timer.now().duration_since(anchor)`, the same raw `rdtsc`): the counters of two cores are not
+//! perfectly in step. The clock module now says so: monotonic within a thread, across threads out
+//! of order by at most that skew, which the algorithms tolerate (a clock going backwards never
+//! over-grants: `properties.rs::backwards_clock_never_over_grants`). This test holds the skew to
+//! far under a millisecond (a broken calibration or an anchor per thread would be far over it).
 
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use tollgate_core::{Clock, SystemClock};
 
+/// A bound far above the skew measured (tens of ns), far below any limit's resolution that matters.
+const MAX_BACKWARDS_NS: u64 = 1_000_000;
+
 #[test]
-fn readings_ordered_across_threads_never_go_backwards() {
+fn readings_ordered_across_threads_go_back_at_most_the_cores_skew() {
     let clock = Arc::new(SystemClock::new());
     // The latest reading any thread made, and by whom: each reading is taken under the lock, so
     // it happens after the one stored.
@@ -22,16 +26,16 @@ fn readings_ordered_across_threads_never_go_backwards() {
         for thread in 0..4 {
             let (clock, latest) = (clock.clone(), latest.clone());
             scope.spawn(move || {
-                for _ in 0..1_000_000 {
+                for _ in 0..200_000 {
                     let mut latest = latest.lock().unwrap();
                     let now = clock.now_ns();
                     assert!(
-                        now >= latest.0,
+                        now.saturating_add(MAX_BACKWARDS_NS) >= latest.0,
                         "thread {thread} read {now}, {} ns before thread {}'s earlier reading",
                         latest.0 - now,
                         latest.1
                     );
-                    *latest = (now, thread);
+                    *latest = (now.max(latest.0), thread);
                 }
             });
         }
